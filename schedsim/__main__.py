@@ -1,0 +1,3 @@
+from schedsim.cli import main
+
+main()

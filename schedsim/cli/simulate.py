@@ -1,0 +1,168 @@
+"""``schedsim simulate``, ``schedsim list`` and ``schedsim generate``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..engine import simulate as run_simulation
+from ..errors import ScenarioError
+from ..timeline import Timeline
+from . import app
+from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
+                     MemLimitOpt, ParamOpt, PlacementOpt, PolicyOpt, ProgramOpt, RanksOpt,
+                     ScenarioArg, ScheduleFileOpt, ScheduleOpt, SemanticsOpt, StagesOpt,
+                     StreamOpt, ThresholdOpt, VariantOpt, build_scenario, console, fail,
+                     handle_errors, write_text_out)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}" if abs(x - round(x)) < 1e-9 else f"{x:.4g}"
+
+
+def print_summary(tl: Timeline) -> None:
+    """Print the per-rank summary table and the makespan line."""
+    t = Table(title=f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
+                    f"{tl.semantics} semantics"
+                    + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+    for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
+        t.add_column(col, justify="right")
+    for r in tl.per_rank:
+        t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
+                  _fmt(r.first_start), _fmt(r.last_end))
+    console.print(t)
+    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {tl.unit}   bubble ratio "
+                  f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
+
+
+@app.command()
+@handle_errors
+def simulate(
+    scenario: ScenarioArg = None,
+    schedule: ScheduleOpt = None,
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    chunks: ChunksOpt = None,
+    variant: VariantOpt = None,
+    mem_limit: MemLimitOpt = None,
+    param: ParamOpt = None,
+    cost: CostOpt = None,
+    semantics: SemanticsOpt = None,
+    comm_stream: StreamOpt = None,
+    eager_threshold: ThresholdOpt = None,
+    message_bytes: BytesOpt = None,
+    latency: LatencyOpt = None,
+    bandwidth: BandwidthOpt = None,
+    comm_policy: PolicyOpt = None,
+    program: ProgramOpt = None,
+    schedule_file: ScheduleFileOpt = None,
+    stages: StagesOpt = None,
+    placement: PlacementOpt = None,
+    gantt: Annotated[Optional[Path], typer.Option(
+        "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the Timeline JSON (written even on deadlock).")] = None,
+    trace: Annotated[Optional[Path], typer.Option(
+        "--trace", help="Write a Perfetto / Chrome trace JSON.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
+) -> None:
+    """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
+
+    Examples:
+      schedsim simulate schedules/dualpipe-figure.toml --gantt dualpipe.png
+      schedsim simulate --schedule dualpipe --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
+      schedsim simulate --program prog.txt --ranks 2 --stages 4 --placement loop --semantics rendezvous
+
+    Exit codes: 0 ok, 2 bad input, 3 deadlock (the cycle is printed; --json still written).
+    """
+    if scenario is None and schedule is None and program is None and schedule_file is None:
+        fail("give a scenario file, --schedule NAME, --program FILE or --schedule-file FILE")
+    sc = build_scenario(scenario, schedule=schedule, ranks=ranks, microbatches=microbatches,
+                        chunks=chunks, variant=variant, mem_limit=mem_limit, param=param,
+                        cost=cost, semantics=semantics, comm_stream=comm_stream,
+                        eager_threshold=eager_threshold, message_bytes=message_bytes,
+                        latency=latency, bandwidth=bandwidth, comm_policy=comm_policy,
+                        program=program, schedule_file=schedule_file, stages=stages,
+                        placement=placement)
+    for out in (gantt, trace):
+        if out is not None and out.suffix.lower() not in (".png", ".svg", ".pdf", ".json"):
+            raise ScenarioError(f"{out}: unsupported output format {out.suffix!r}")
+    prog = sc.build_program()
+    tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
+    if tl.deadlock is not None:
+        if json_out:
+            tl.write_json(json_out)
+        fail(tl.deadlock.message, 3)
+    if not quiet:
+        print_summary(tl)
+    if json_out:
+        tl.write_json(json_out)
+    if gantt:
+        from ..plot import gantt as draw, save_figure
+
+        save_figure(draw(tl), gantt)
+    if trace:
+        from ..interop.perfetto import write_trace
+
+        write_trace(trace, [tl])
+
+
+@app.command("list")
+@handle_errors
+def list_schedules() -> None:
+    """List the schedules with their placement, parameters, constraints and source."""
+    from ..generators import GENERATORS, names
+
+    t = Table(title="schedules", show_lines=True)
+    for col in ("name", "what", "placement", "parameters", "constraints", "source"):
+        t.add_column(col, overflow="fold")
+    for n in names():
+        g = GENERATORS[n]
+        ps = "\n".join(f"{k}: {v}" for k, v in g.params.items()) or "-"
+        t.add_row(n, g.summary, g.placement, ps, g.constraints, g.source)
+    console.print(t)
+
+
+@app.command()
+@handle_errors
+def generate(
+    name: Annotated[str, typer.Argument(help="Schedule name (see 'schedsim list').")],
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    chunks: ChunksOpt = None,
+    variant: VariantOpt = None,
+    mem_limit: MemLimitOpt = None,
+    param: ParamOpt = None,
+    comm_policy: PolicyOpt = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", "-f", help="program (text, comm included) | json (schedsim schedule) | "
+        "program-json | torch-csv | torch-csv-comms")] = "program",
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Output file (default: stdout).")] = None,
+) -> None:
+    """Generate a schedule and write it as a program, JSON schedule or torch CSV."""
+    if ranks is None or microbatches is None:
+        fail("generate needs --ranks and --microbatches")
+    sc = build_scenario(None, schedule=name, ranks=ranks, microbatches=microbatches,
+                        chunks=chunks, variant=variant, mem_limit=mem_limit, param=param,
+                        comm_policy=comm_policy)
+    prog = sc.build_program()
+    if fmt == "program":
+        text = prog.to_text()
+    elif fmt == "program-json":
+        text = prog.model_dump_json(indent=1) + "\n"
+    elif fmt == "json":
+        text = prog.schedule().model_dump_json(indent=1) + "\n"
+    elif fmt in ("torch-csv", "torch-csv-comms"):
+        from ..interop.torch_format import program_to_torch_csv, schedule_to_torch_csv
+
+        text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
+                else program_to_torch_csv(prog))
+    else:
+        fail(f"unknown --format {fmt!r}: expected program, json, program-json, torch-csv or "
+             f"torch-csv-comms")
+    write_text_out(out, text)

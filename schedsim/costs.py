@@ -1,0 +1,234 @@
+"""Cost model (compute costs and message sizes), link model and comm semantics settings.
+
+Time is a plain float in one unit the user picks (``unit``: slots, ms, ...); bandwidth is
+bytes per that unit. With unit compute costs and zero comm cost the simulator reproduces
+the T0, T1, ... slot diagrams papers draw.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from .errors import ScenarioError
+from .ir import Op
+
+KindName = Literal["F", "B", "W", "BW", "FB"]
+_KINDS = ("F", "B", "W", "BW", "FB")
+
+
+class KindCosts(BaseModel):
+    """Per-kind costs at one level (a stage); unset kinds fall back to the next level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    F: float | None = Field(default=None, ge=0)
+    B: float | None = Field(default=None, ge=0)
+    W: float | None = Field(default=None, ge=0)
+    BW: float | None = Field(default=None, ge=0)
+    FB: float | None = Field(default=None, ge=0)
+
+
+class CostOverride(BaseModel):
+    """Cost of one kind on one (stage, microbatch)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: int = Field(ge=0)
+    mb: int = Field(ge=0)
+    kind: KindName
+    cost: float = Field(ge=0)
+
+
+class CostModel(BaseModel):
+    """Compute cost of every op and byte size of every message.
+
+    Lookup for an op of kind K on (stage s, microbatch m): an ``overrides`` entry for
+    (s, m, K), else ``stage[s].K``, else the global K. If K is ``BW`` and no level sets
+    it, BW costs B + W (each looked up the same way); if K is ``FB`` and no level sets it
+    (looked up at the forward part's stage and microbatch), FB costs its forward part plus
+    its backward part. Message bytes: ``stage_bytes[s]`` for messages produced by stage s,
+    else ``message_bytes``. Times are in ``unit``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    F: float = Field(default=1.0, ge=0)
+    B: float = Field(default=1.0, ge=0)
+    W: float = Field(default=1.0, ge=0)
+    BW: float | None = Field(default=None, ge=0)
+    FB: float | None = Field(default=None, ge=0)
+    stage: dict[int, KindCosts] = Field(default_factory=dict)
+    overrides: list[CostOverride] = Field(default_factory=list)
+    message_bytes: float = Field(default=0.0, ge=0)
+    stage_bytes: dict[int, float] = Field(default_factory=dict)
+    unit: str = "slot"
+
+    _ov: dict = PrivateAttr(default_factory=dict)
+    _cache: dict = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, _ctx: object) -> None:
+        self._ov = {(o.stage, o.mb, o.kind): o.cost for o in self.overrides}
+        self._cache = {}
+
+    def _explicit(self, kind: str, stage: int, mb: int) -> float | None:
+        v = self._ov.get((stage, mb, kind))
+        if v is not None:
+            return v
+        sc = self.stage.get(stage)
+        if sc is not None:
+            v = getattr(sc, kind)
+            if v is not None:
+                return v
+        return getattr(self, kind)
+
+    def kind_cost(self, kind: str, stage: int, mb: int) -> float:
+        """Cost of a non-FB op of ``kind`` on (stage, mb)."""
+        key = (kind, stage, mb)
+        c = self._cache.get(key)
+        if c is None:
+            c = self._explicit(kind, stage, mb)
+            if c is None:   # only BW can be unset at every level
+                c = self.kind_cost("B", stage, mb) + self.kind_cost("W", stage, mb)
+            self._cache[key] = c
+        return c
+
+    def cost(self, op: Op) -> float:
+        """Cost of ``op`` (any kind, FB included), in ``unit``."""
+        if op.kind != "FB":
+            return self.kind_cost(op.kind, op.stage, op.mb)
+        c = self._explicit("FB", op.stage, op.mb)
+        if c is None:
+            c = sum(self.kind_cost(p.kind, p.stage, p.mb) for p in op.parts)
+        return c
+
+    def cost_fn(self) -> "Callable[[Op], float]":
+        """A fast, memoising ``op -> cost`` function, for hot loops."""
+        slow = self.cost
+        if not self.stage and not self.overrides:     # cost depends on the kind only
+            per = {k: self.kind_cost(k, 0, 0) for k in ("F", "B", "W", "BW")}
+            fb = self.FB
+
+            def by_kind(op: Op) -> float:
+                k = op.kind
+                if k != "FB":
+                    return per[k]
+                return fb if fb is not None else per["F"] + per[op.parts[1].kind]
+            return by_kind
+        cache: dict[Op, float] = {}
+
+        def fn(op: Op) -> float:
+            c = cache.get(op)
+            if c is None:
+                c = cache[op] = slow(op)
+            return c
+        return fn
+
+    def bytes_of(self, producing_stage: int) -> float:
+        """Bytes of a message produced by ``producing_stage`` (activation or gradient)."""
+        return self.stage_bytes.get(producing_stage, self.message_bytes)
+
+    def is_integral(self) -> bool:
+        """True if every cost is a whole number (the Gantt then draws T0, T1, ... slots)."""
+        vals = [self.F, self.B, self.W, self.BW, self.FB]
+        vals += [getattr(k, n) for k in self.stage.values() for n in _KINDS]
+        vals += [o.cost for o in self.overrides]
+        return all(v is None or float(v).is_integer() for v in vals)
+
+
+def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
+    """Parse ``"F=1,B=1,W=1,BW=2,FB=3"`` into a :class:`CostModel` (on top of ``base``).
+
+    Raises :class:`ScenarioError` on an unknown key or a value that is not a number >= 0.
+    """
+    data = base.model_dump() if base else {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        if "=" not in item:
+            raise ScenarioError(f"bad cost {item!r}: expected KIND=VALUE, e.g. F=1,BW=2")
+        k, v = (x.strip() for x in item.split("=", 1))
+        if k not in _KINDS:
+            raise ScenarioError(f"unknown cost key {k!r}: expected one of "
+                                f"{', '.join(_KINDS)}")
+        try:
+            val = float(v)
+        except ValueError:
+            raise ScenarioError(f"bad cost value {item!r}: {v!r} is not a number") from None
+        if not val >= 0 or math.isinf(val):
+            raise ScenarioError(f"bad cost value {item!r}: must be a finite number >= 0")
+        data[k] = val
+    return CostModel.model_validate(data)
+
+
+class LinkOverride(BaseModel):
+    """Latency/bandwidth of one directed link src -> dst (unset fields: the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    src: int = Field(ge=0)
+    dst: int = Field(ge=0)
+    latency: float | None = Field(default=None, ge=0)
+    bandwidth: float | None = Field(default=None, gt=0)
+
+
+class LinkModel(BaseModel):
+    """Directed links between ranks: a message costs ``latency + bytes / bandwidth``.
+
+    Transfers on one directed link are serialized in the order they start: each occupies
+    the link for ``bytes / bandwidth`` (latency is pipelined). Defaults: latency 0,
+    infinite bandwidth. ``links`` overrides single directed links.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency: float = Field(default=0.0, ge=0)
+    bandwidth: float = Field(default=math.inf, gt=0)
+    links: list[LinkOverride] = Field(default_factory=list)
+
+    def params(self, src: int, dst: int) -> tuple[float, float]:
+        """``(latency, bandwidth)`` of the directed link src -> dst."""
+        lat, bw = self.latency, self.bandwidth
+        for o in self.links:
+            if o.src == src and o.dst == dst:
+                lat = lat if o.latency is None else o.latency
+                bw = bw if o.bandwidth is None else o.bandwidth
+        return lat, bw
+
+
+Semantics = Literal["data", "eager", "rendezvous"]
+CommStream = Literal["none", "per-peer", "per-rank"]
+
+
+class CommModel(BaseModel):
+    """How P2P ops complete (see DESIGN.md, "Comm semantics").
+
+    - ``data``: comm instructions are ignored; an op waits only for its producers' outputs
+      (producer end + link cost). What papers draw.
+    - ``eager``: a send completes once its bytes have left; data waits at the receiver.
+    - ``rendezvous``: a transfer starts once both sides have posted; both complete at
+      arrival. With ``eager_threshold_bytes`` set, messages of at most that many bytes
+      are eager.
+    - ``comm_stream``: ``none`` (each P2P op progresses on its own), ``per-peer`` or
+      ``per-rank`` (a rank's P2P launches run one after another on one stream per peer or
+      per rank; a run of consecutive posts is one batch and runs as one unit).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    semantics: Semantics = "data"
+    comm_stream: CommStream = "none"
+    eager_threshold_bytes: float | None = Field(default=None, ge=0)
+
+    @field_validator("comm_stream", mode="before")
+    @classmethod
+    def _dash(cls, v: object) -> object:
+        return v.replace("_", "-") if isinstance(v, str) else v
+
+    def is_eager(self, nbytes: float) -> bool:
+        """Whether a message of ``nbytes`` completes eagerly under these semantics."""
+        if self.semantics == "eager":
+            return True
+        if self.semantics == "rendezvous":
+            t = self.eager_threshold_bytes
+            return t is not None and nbytes <= t
+        return True

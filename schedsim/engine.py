@@ -1,0 +1,352 @@
+"""Discrete-event simulator: Program + costs -> Timeline.
+
+Model (DESIGN.md, "Comm semantics"): each rank's host runs its program in order; a compute
+op occupies the rank for its cost; posting a send/recv does not block; ``WAIT``/``COMMIT``
+block until the named ops complete; at the end of its program a rank waits for everything
+it posted. Each directed link carries messages FIFO in the order they start, occupying the
+link ``bytes/bandwidth`` and arriving ``latency`` later. Under ``eager`` a send completes
+once its bytes have left and a recv at ``max(arrival, post)``; under ``rendezvous`` the
+transfer starts once both sides are posted and both complete at arrival. With a comm
+stream, a rank's post runs (batches) start one after another: a batch's ops count as posted
+only when the batch reaches the head of its stream.
+
+Algorithm: ranks run ahead until they block; completion times are exact as soon as a
+transfer starts, so a blocked rank is resumed at the time its last awaited op completes.
+Only when a link has finite bandwidth (a shared resource) are events processed strictly in
+time order (compute ends and transfer starts go through the event heap), so that each link
+serves transfers in the order they become ready. Everything terminates: when no event is
+left and a rank has not finished, the program is deadlocked and
+:mod:`schedsim.deadlock` explains the wait-for cycle.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from .compile import Compiled, compile_program
+from .costs import CommModel, CostModel, LinkModel
+from .errors import DeadlockError
+from .io import no_gc
+from .ir import Program
+from .timeline import Message, Part, Span, Timeline, WaitRecord
+
+
+class RunState:
+    """Raw results of one run (arrays indexed by span, handle and message id)."""
+
+    def __init__(self, cp: Compiled) -> None:
+        nh = 2 * cp.num_messages
+        self.sstart = [0.0] * len(cp.span_meta)
+        self.send = [-1.0] * len(cp.span_meta)   # -1: never ran (deadlock)
+        self.hpost: list[float | None] = [None] * nh
+        self.hact: list[float | None] = [None] * nh
+        self.hdone: list[float | None] = [None] * nh
+        self.mstart: list[float | None] = [None] * cp.num_messages
+        self.marr: list[float | None] = [None] * cp.num_messages
+        self.pcs = [0] * len(cp.code)
+        self.times = [0.0] * len(cp.code)
+        self.reach: list[float | None] = [None] * len(cp.code)
+        self.waits: list[tuple] = []
+        self.stream_busy: dict[int, int] = {}
+        self.stream_queue: dict[int, list[int]] = {}
+
+
+def run(cp: Compiled) -> RunState:
+    """Execute a compiled program; returns the raw :class:`RunState`."""
+    st = RunState(cp)
+    code = cp.code
+    P = len(code)
+    data_mode = cp.data_mode
+    strict = any(o > 0 for o in cp.mocc)
+    sstart, send_ = st.sstart, st.send
+    hpost, hact, hdone = st.hpost, st.hact, st.hdone
+    mstart, marr = st.mstart, st.marr
+    meager, mlat, mocc, mlink = cp.meager, cp.mlat, cp.mocc, cp.mlink
+    hunit, unit_handles, unit_stream = cp.hunit, cp.unit_handles, cp.unit_stream
+    link_free = [0.0] * max(cp.num_links, 1)
+    waiter = [-1] * len(hdone)
+    wcnt = [0] * P
+    wmax = [0.0] * P
+    reach = st.reach
+    pcs, times, waits = st.pcs, st.times, st.waits
+    heap: list[tuple[float, int, int]] = []
+    seq = 0
+    # comm streams
+    ucnt = [len(hs) for hs in unit_handles]
+    udone = [0.0] * len(unit_handles)
+    uenq = [0.0] * len(unit_handles)
+    sbusy = st.stream_busy
+    squeue = st.stream_queue
+    sfree: dict[int, float] = {}
+    ready_streams: list[int] = []
+
+    if data_mode:   # implicit recvs are always posted
+        for m in range(cp.num_messages):
+            hact[2 * m + 1] = 0.0
+
+    def set_done(h: int, td: float) -> None:
+        nonlocal seq
+        hdone[h] = td
+        w = waiter[h]
+        if w >= 0:
+            waiter[h] = -1
+            if td > wmax[w]:
+                wmax[w] = td
+            wcnt[w] -= 1
+            if wcnt[w] == 0:
+                heappush(heap, (wmax[w], seq, w))
+                seq += 1
+        u = hunit[h]
+        if u >= 0:
+            if td > udone[u]:
+                udone[u] = td
+            ucnt[u] -= 1
+            if ucnt[u] == 0:
+                ready_streams.append(unit_stream[u])
+
+    def do_transfer(m: int, tc: float) -> None:
+        lk = mlink[m]
+        s = link_free[lk]
+        if tc > s:
+            s = tc
+        occ = mocc[m]
+        link_free[lk] = s + occ
+        arr = s + occ + mlat[m]
+        mstart[m] = s
+        marr[m] = arr
+        if meager[m]:
+            set_done(2 * m, s + occ)
+            ra = hact[2 * m + 1]
+            if ra is not None:
+                set_done(2 * m + 1, arr if arr > ra else ra)
+        else:
+            set_done(2 * m, arr)
+            set_done(2 * m + 1, arr)
+
+    def ready(m: int, tc: float) -> None:
+        nonlocal seq
+        if strict:
+            heappush(heap, (tc, seq, ~m))
+            seq += 1
+        else:
+            do_transfer(m, tc)
+
+    def activate(h: int, ta: float) -> None:
+        hact[h] = ta
+        m = h >> 1
+        if h & 1 == 0:
+            if meager[m]:
+                ready(m, ta)
+            else:
+                ra = hact[h + 1]
+                if ra is not None:
+                    ready(m, ta if ta > ra else ra)
+        else:
+            if meager[m]:
+                a = marr[m]
+                if a is not None:
+                    set_done(h, a if a > ta else ta)
+            else:
+                sa = hact[h - 1]
+                if sa is not None:
+                    ready(m, ta if ta > sa else sa)
+
+    def start_unit(u: int, ts: float) -> None:
+        sbusy[unit_stream[u]] = u
+        for h in unit_handles[u]:
+            activate(h, ts)
+
+    def settle() -> None:
+        while ready_streams:
+            s = ready_streams.pop()
+            u = sbusy.get(s, -1)
+            if u < 0 or ucnt[u]:
+                continue
+            sfree[s] = udone[u]
+            sbusy[s] = -1
+            q = squeue.get(s)
+            if q:
+                nu = q.pop(0)
+                ts = uenq[nu] if uenq[nu] > udone[u] else udone[u]
+                start_unit(nu, ts)
+
+    def enqueue(u: int, t: float) -> None:
+        s = unit_stream[u]
+        uenq[u] = t
+        if sbusy.get(s, -1) < 0 and not squeue.get(s):
+            f = sfree.get(s, 0.0)
+            start_unit(u, t if t > f else f)
+        else:
+            squeue.setdefault(s, []).append(u)
+
+    for r in range(P):
+        heappush(heap, (0.0, seq, r))
+        seq += 1
+    while heap:
+        t, _, x = heappop(heap)
+        if x < 0:
+            do_transfer(~x, t)
+            if ready_streams:
+                settle()
+            continue
+        r = x
+        rc = code[r]
+        n = len(rc)
+        pc = pcs[r]
+        while pc < n:
+            ins = rc[pc]
+            op = ins[0]
+            if op == 0:
+                deps = ins[3]
+                if deps:
+                    cnt = 0
+                    tmax = t
+                    for h in deps:
+                        d = hdone[h]
+                        if d is None:
+                            waiter[h] = r
+                            cnt += 1
+                        elif d > tmax:
+                            tmax = d
+                    if cnt:
+                        wcnt[r] = cnt
+                        wmax[r] = tmax
+                        if reach[r] is None:
+                            reach[r] = t
+                        break
+                    t0 = reach[r]
+                    if t0 is not None:
+                        reach[r] = None
+                    else:
+                        t0 = t
+                    if tmax > t0:
+                        waits.append((r, pc, "DATA", t0, tmax, deps))
+                    t = tmax
+                end = t + ins[1]
+                sid = ins[2]
+                sstart[sid] = t
+                send_[sid] = end
+                for h in ins[4]:
+                    activate(h, end)
+                t = end
+                pc += 1
+                if strict:
+                    heappush(heap, (t, seq, r))
+                    seq += 1
+                    break
+            elif op == 1:
+                hs = ins[1]
+                for h in hs:
+                    hpost[h] = t
+                if ins[2]:
+                    for u in ins[2]:
+                        enqueue(u, t)
+                else:
+                    for h in hs:
+                        activate(h, t)
+                if ready_streams:
+                    settle()
+                pc += 1
+            else:
+                cnt = 0
+                tmax = t
+                for h in ins[1]:
+                    d = hdone[h]
+                    if d is None:
+                        waiter[h] = r
+                        cnt += 1
+                    elif d > tmax:
+                        tmax = d
+                if cnt:
+                    wcnt[r] = cnt
+                    wmax[r] = tmax
+                    if reach[r] is None:
+                        reach[r] = t
+                    break
+                t0 = reach[r]
+                if t0 is not None:
+                    reach[r] = None
+                else:
+                    t0 = t
+                if tmax > t0:
+                    waits.append((r, pc, ins[2], t0, tmax, ins[1]))
+                t = tmax
+                pc += 1
+        pcs[r] = pc
+        times[r] = t
+    return st
+
+
+def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Timeline:
+    """Turn raw run results into a :class:`Timeline` (spans, messages, waits, summary)."""
+    prog = cp.program
+    pl = prog.placement
+    chunk_of = pl.chunk_of
+    spans = []
+    sstart, send_ = st.sstart, st.send
+    for sid, (r, op, idx) in enumerate(cp.span_meta):
+        if send_[sid] < 0:   # never ran: the program deadlocked before it
+            continue
+        if op.kind == "FB":
+            parts = [Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
+        else:
+            parts = None
+        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage,
+                          sstart[sid], send_[sid], idx, parts))
+    msgs = []
+    hpost, hdone = st.hpost, st.hdone
+    hindex = cp.hindex
+    dm = cp.data_mode
+    for m, (kind, s, mb) in enumerate(cp.mkey):
+        msgs.append(Message(kind, cp.msrc[m], cp.mdst[m], mb, s, cp.mbytes[m],
+                            send_posted=st.hact[2 * m] if dm else hpost[2 * m],
+                            recv_posted=None if dm else hpost[2 * m + 1],
+                            start=st.mstart[m], arrival=st.marr[m],
+                            send_done=hdone[2 * m], recv_done=hdone[2 * m + 1],
+                            send_index=hindex[2 * m], recv_index=hindex[2 * m + 1]))
+    waits = []
+    for (r, pc, kind, t0, t1, hs) in st.waits:
+        idx = _instr_index(cp, r, pc)
+        waits.append(WaitRecord(r, idx, kind, t0, t1, [cp.handle_token(h) for h in hs]))
+    makespan, per_rank = Timeline.summarize(pl.ranks, spans)
+    return Timeline(schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
+                    microbatches=prog.microbatches, semantics=comm.semantics,
+                    comm_stream=comm.comm_stream, unit=unit, placement=pl.kind,
+                    makespan=makespan, per_rank=per_rank, spans=spans, messages=msgs,
+                    waits=waits, params=dict(prog.params))
+
+
+def _instr_index(cp: Compiled, r: int, pc: int) -> int:
+    """Program instruction index of compiled position ``pc`` on rank ``r``."""
+    if pc >= len(cp.code[r]):
+        return len(cp.program.ranks[r])
+    ins = cp.code[r][pc]
+    if ins[0] == 0:
+        return cp.span_meta[ins[2]][2]
+    if ins[0] == 1:
+        return cp.hindex[ins[1][0]]
+    return ins[3]
+
+
+def simulate(program: Program, costs: CostModel | None = None, link: LinkModel | None = None,
+             comm: CommModel | None = None, *, raise_on_deadlock: bool = True) -> Timeline:
+    """Simulate ``program`` and return its :class:`Timeline` (times in ``costs.unit``).
+
+    Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program and
+    :class:`~schedsim.errors.DeadlockError` (carrying the partial timeline with its
+    ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
+    False, in which case the partial timeline is returned.
+    """
+    costs = costs or CostModel()
+    link = link or LinkModel()
+    comm = comm or CommModel()
+    with no_gc():
+        cp = compile_program(program, costs, link, comm)
+        st = run(cp)
+        tl = build_timeline(cp, st, comm, costs.unit)
+    if any(st.pcs[r] < len(cp.code[r]) for r in range(len(cp.code))):
+        from .deadlock import diagnose
+
+        tl.deadlock = diagnose(cp, st)
+        if raise_on_deadlock:
+            raise DeadlockError(tl.deadlock.message, tl)
+    return tl

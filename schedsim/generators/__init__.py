@@ -1,0 +1,109 @@
+"""Schedule generators and their registry (name -> generator).
+
+A generator takes ``ranks``, ``microbatches`` and its own keyword parameters and returns
+either a :class:`~schedsim.ir.Schedule` (compute order only; lowered to a program by a comm
+policy) or a :class:`~schedsim.ir.Program` (schedules that fix their own P2P order, such as
+DualPipe). :func:`build_program` gives a Program in both cases.
+
+Each generator module registers itself with :func:`register`; ``schedsim list`` prints the
+registry.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import ScheduleError
+from ..ir import Program, Schedule
+
+
+@dataclass
+class GeneratorSpec:
+    """A registered generator: its function and what ``schedsim list`` shows."""
+
+    name: str
+    fn: Callable[..., Schedule | Program]
+    summary: str
+    constraints: str
+    placement: str
+    source: str
+    params: dict[str, str] = field(default_factory=dict)
+
+    def accepted(self) -> list[str]:
+        sig = inspect.signature(self.fn)
+        return [p for p in sig.parameters if p not in ("ranks", "microbatches")]
+
+
+GENERATORS: dict[str, GeneratorSpec] = {}
+
+
+def register(name: str, *, summary: str, constraints: str, placement: str, source: str,
+             params: dict[str, str] | None = None) -> Callable:
+    """Decorator: register ``fn(ranks, microbatches, **params)`` as generator ``name``."""
+    def deco(fn: Callable[..., Schedule | Program]) -> Callable[..., Schedule | Program]:
+        GENERATORS[name] = GeneratorSpec(name, fn, summary, constraints, placement, source,
+                                         params or {})
+        return fn
+    return deco
+
+
+def get(name: str) -> GeneratorSpec:
+    """The generator called ``name``. Raises :class:`ScheduleError` naming the choices."""
+    _load_all()
+    spec = GENERATORS.get(name)
+    if spec is None:
+        raise ScheduleError(f"unknown schedule {name!r}: expected one of "
+                            f"{', '.join(sorted(GENERATORS))} (see 'schedsim list')")
+    return spec
+
+
+def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedule | Program:
+    """Run generator ``name``. Unset parameters (None) take the generator's defaults.
+
+    Raises :class:`ScheduleError` for an unknown schedule, an unknown parameter or a
+    combination the schedule does not support (the message names the rule).
+    """
+    spec = get(name)
+    params = {k: v for k, v in params.items() if v is not None}
+    accepted = spec.accepted()
+    for k in params:
+        if k not in accepted:
+            raise ScheduleError(f"schedule {name!r} takes no parameter {k!r} (it takes: "
+                                f"{', '.join(accepted) or 'none'})")
+    if ranks < 1 or microbatches < 1:
+        raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
+                            f"{microbatches})")
+    return spec.fn(ranks, microbatches, **params)
+
+
+def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | None = None,
+                  **params: Any) -> Program:
+    """Generate ``name`` and lower it with ``comm_policy`` (default ``async``) if it is a
+    compute-only schedule. Schedules that fix their own comm (DualPipe) ignore the policy
+    unless one is given explicitly, in which case their compute order is re-lowered."""
+    from ..io import no_gc
+    from ..lower import lower
+
+    with no_gc():
+        out = generate(name, ranks, microbatches, **params)
+        if isinstance(out, Program):
+            return out if comm_policy is None else lower(out.schedule(), comm_policy)
+        return lower(out, comm_policy or "async")
+
+
+#: generator modules, imported on first use (each registers its generators)
+_MODULES = ("basic", "dualpipe")
+
+
+def _load_all() -> None:
+    import importlib
+
+    for mod in _MODULES:
+        importlib.import_module(f"{__name__}.{mod}")
+
+
+def names() -> list[str]:
+    """Registered generator names, in registration order."""
+    _load_all()
+    return list(GENERATORS)

@@ -1,0 +1,334 @@
+"""The program model: ops, comm, instructions, placement, schedules and programs.
+
+Vocabulary (see DESIGN.md): a *rank* runs one or more *stages*; each stage processes every
+*microbatch* ``mb`` with a forward ``F``, a backward for inputs ``B``, a backward for
+weights ``W`` (or the fused full backward ``BW``); ``FB`` is an overlapped pair (the forward
+of one microbatch with the backward of another, as in DualPipe).
+
+Atoms (:class:`Op`, :class:`Comm` and the instructions) are frozen, slotted dataclasses:
+they are created by the hundred thousand and must be cheap. Containers
+(:class:`Placement`, :class:`Schedule`, :class:`Program`) are pydantic models; in JSON
+their per-rank lists are written as the text tokens of :mod:`schedsim.tokens`
+(``"0F1"``, ``"2SEND_B3"``, ``"COMMIT"``, ...), which are also accepted on input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Annotated, Any, Callable, Iterator, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
+
+from .errors import ScheduleError
+
+#: compute op kinds, in the order the summary tables list them
+COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
+#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream
+COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One compute op of one stage on one microbatch.
+
+    ``kind`` is ``F``, ``B`` (input gradient), ``W`` (weight gradient), ``BW`` (full
+    backward) or ``FB`` (overlapped pair). For ``FB``, ``parts`` holds the forward part then
+    the backward part (``B`` or ``BW``), each an :class:`Op` with its own stage and
+    microbatch, and ``stage``/``mb`` repeat the forward part's. ``stage`` is the global
+    stage index (for DualPipe: the index within the microbatch's direction); ``mb`` the
+    global microbatch id.
+    """
+
+    kind: str
+    stage: int
+    mb: int
+    parts: tuple["Op", ...] = ()
+
+    @staticmethod
+    def fb(forward: "Op", backward: "Op") -> "Op":
+        """Build an overlapped ``FB`` op from a forward op and a ``B``/``BW`` op."""
+        return Op("FB", forward.stage, forward.mb, (forward, backward))
+
+    def atoms(self) -> tuple["Op", ...]:
+        """The non-overlapped ops this op performs: its parts for ``FB``, else itself."""
+        return self.parts if self.kind == "FB" else (self,)
+
+    def __str__(self) -> str:
+        from .tokens import format_op
+
+        return format_op(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A point-to-point op as the rank that issues it names it (torch's convention).
+
+    ``SEND_F`` at stage s sends the activation of stage s to stage s+1; ``RECV_F`` at stage
+    s receives the activation of stage s-1; ``SEND_B`` at stage s sends the gradient of
+    stage s's input to stage s-1; ``RECV_B`` at stage s receives it from stage s+1.
+    """
+
+    kind: str
+    stage: int
+    mb: int
+
+    @property
+    def is_send(self) -> bool:
+        return self.kind[0] == "S"
+
+    def message_key(self) -> tuple[str, int, int]:
+        """``(kind, producing stage, mb)``: the identity of the message this op moves."""
+        k = self.kind
+        if k == "SEND_F":
+            return ("F", self.stage, self.mb)
+        if k == "RECV_F":
+            return ("F", self.stage - 1, self.mb)
+        if k == "SEND_B":
+            return ("B", self.stage, self.mb)
+        return ("B", self.stage + 1, self.mb)
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Run a compute op on the rank's compute stream; the host waits for it to finish."""
+
+    op: Op
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """Launch a send or recv (``isend``/``irecv``); does not block.
+
+    A run of consecutive posts is launched as one batch (``batch_isend_irecv``): on a
+    shared comm stream that batch runs as one unit.
+    """
+
+    comm: Comm
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block until the named, previously posted comm ops have completed (``Work.wait()``)."""
+
+    comms: tuple[Comm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Block until everything posted since the previous ``Commit`` has completed.
+
+    Together with the posts before it this is DualPipe's ``batch_isend_irecv`` + ``wait()``.
+    """
+
+
+Instr = Union[Compute, Post, Wait, Commit]
+
+
+class Placement(BaseModel):
+    """Which rank holds which stage.
+
+    - ``loop``: stage s on rank ``s % ranks`` (chunk ``s // ranks``); interleaved schedules.
+    - ``v``: ``2*ranks`` stages, rank r holds stages r (chunk 0) and ``2*ranks-1-r`` (chunk 1).
+    - ``dual``: DualPipe. ``stages == ranks``; microbatches ``< microbatches/2`` flow in
+      direction 0 (stage s on rank s), the rest in direction 1 (stage s on rank
+      ``ranks-1-s``); the chunk is the direction.
+    - ``custom``: ``stage_ranks[s]`` is the rank of stage s; chunks number a rank's stages
+      in increasing stage order.
+
+    Raises :class:`ScheduleError` on inconsistent sizes.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["loop", "v", "dual", "custom"] = "loop"
+    ranks: int = Field(ge=1)
+    stages: int = Field(ge=1)
+    microbatches: int | None = None
+    stage_ranks: tuple[int, ...] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Placement":
+        p, s = self.ranks, self.stages
+        if self.kind == "loop" and s % p:
+            raise ScheduleError(
+                f"loop placement needs stages to be a multiple of ranks (got {s} stages "
+                f"on {p} ranks)")
+        if self.kind == "v" and s != 2 * p:
+            raise ScheduleError(f"v placement needs stages = 2 x ranks (got {s} stages on "
+                                f"{p} ranks)")
+        if self.kind == "dual":
+            if s != p:
+                raise ScheduleError(f"dual placement needs stages = ranks (got {s}, {p})")
+            if self.microbatches is None:
+                raise ScheduleError("dual placement needs the number of microbatches")
+        if self.kind == "custom":
+            sr = self.stage_ranks
+            if sr is None or len(sr) != s or any(not 0 <= r < p for r in sr):
+                raise ScheduleError("custom placement needs stage_ranks: one rank in "
+                                    f"[0, {p}) per stage ({s} stages)")
+        return self
+
+    @cached_property
+    def _tables(self) -> tuple[list[int], list[int]]:
+        p, s = self.ranks, self.stages
+        if self.kind == "loop":
+            return [i % p for i in range(s)], [i // p for i in range(s)]
+        if self.kind == "v":
+            return ([i if i < p else 2 * p - 1 - i for i in range(s)],
+                    [0 if i < p else 1 for i in range(s)])
+        if self.kind == "dual":
+            return list(range(s)), [0] * s
+        table = list(self.stage_ranks or ())
+        seen: dict[int, int] = {}
+        chunk = []
+        for r in table:
+            chunk.append(seen.get(r, 0))
+            seen[r] = seen.get(r, 0) + 1
+        return table, chunk
+
+    def rank_fn(self) -> Callable[[int, int], int]:
+        """A fast ``(stage, mb) -> rank`` function, for hot loops."""
+        table = self._tables[0]
+        if self.kind == "dual":
+            half, last = (self.microbatches or 0) // 2, self.ranks - 1
+            return lambda s, mb: last - s if mb >= half else s
+        return lambda s, mb: table[s]
+
+    def chunk_fn(self) -> Callable[[int, int], int]:
+        """A fast ``(stage, mb) -> chunk`` function, for hot loops."""
+        chunk = self._tables[1]
+        if self.kind == "dual":
+            half = (self.microbatches or 0) // 2
+            return lambda s, mb: 1 if mb >= half else 0
+        return lambda s, mb: chunk[s]
+
+    def direction(self, mb: int) -> int:
+        """DualPipe direction of a microbatch (0 for every other placement)."""
+        if self.kind != "dual":
+            return 0
+        return 0 if mb < (self.microbatches or 0) // 2 else 1
+
+    def rank_of(self, stage: int, mb: int = 0) -> int:
+        """Rank that runs ``stage`` for microbatch ``mb``."""
+        if self.kind == "dual" and mb >= (self.microbatches or 0) // 2:
+            return self.ranks - 1 - stage
+        return self._tables[0][stage]
+
+    def chunk_of(self, stage: int, mb: int = 0) -> int:
+        """Rank-local model chunk index of ``stage`` (DualPipe: the direction)."""
+        if self.kind == "dual":
+            return self.direction(mb)
+        return self._tables[1][stage]
+
+    @property
+    def chunks_per_rank(self) -> int:
+        """Model chunks (copies of stage parameters) held by the busiest rank."""
+        if self.kind == "dual":
+            return 2
+        counts = [0] * self.ranks
+        for r in self._tables[0]:
+            counts[r] += 1
+        return max(counts)
+
+    def stages_of(self, rank: int) -> list[int]:
+        """Stages held by ``rank`` (for ``dual``: its direction-0 and direction-1 stage)."""
+        if self.kind == "dual":
+            return sorted({rank, self.ranks - 1 - rank})
+        return [s for s, r in enumerate(self._tables[0]) if r == rank]
+
+
+def _ops_in(v: Any) -> Any:
+    from .tokens import parse_op
+
+    if isinstance(v, list):
+        return [[parse_op(x) if isinstance(x, str) else x for x in row] for row in v]
+    return v
+
+
+def _instrs_in(v: Any) -> Any:
+    from .tokens import parse_instr
+
+    if isinstance(v, list):
+        return [[parse_instr(x) if isinstance(x, str) else x for x in row] for row in v]
+    return v
+
+
+def _tokens_out(v: list[list[Any]]) -> list[list[str]]:
+    from .tokens import format_instr
+
+    return [[format_instr(x) for x in row] for row in v]
+
+
+OpRows = Annotated[list[list[Op]], BeforeValidator(_ops_in), PlainSerializer(_tokens_out)]
+InstrRows = Annotated[list[list[Instr]], BeforeValidator(_instrs_in),
+                      PlainSerializer(_tokens_out)]
+
+
+class Schedule(BaseModel):
+    """Compute order per rank plus placement: what a schedule generator produces.
+
+    ``ranks[r]`` is rank r's ops in execution order. In JSON the ops are tokens
+    (``"0F1"``, ``"3BW0"``, ``"(0F3;3BW1)"``). Validate with
+    :func:`schedsim.validate.validate_schedule`; lower to a :class:`Program` with
+    :func:`schedsim.lower.lower`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    placement: Placement
+    microbatches: int = Field(ge=1)
+    ranks: OpRows
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def num_ops(self) -> int:
+        return sum(len(r) for r in self.ranks)
+
+
+class Program(BaseModel):
+    """Per-rank instruction lists: compute, post send/recv, wait and commit.
+
+    This is what both executors run (the simulator in :mod:`schedsim.engine`, the torch
+    replay in :mod:`schedsim.replay`). ``params`` carries the generator's parameters.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    placement: Placement
+    microbatches: int = Field(ge=1)
+    ranks: InstrRows
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def num_instructions(self) -> int:
+        return sum(len(r) for r in self.ranks)
+
+    def has_comm(self) -> bool:
+        """True if any rank posts a send or recv."""
+        return any(isinstance(i, Post) for row in self.ranks for i in row)
+
+    def schedule(self) -> Schedule:
+        """The compute order of this program (its comm instructions dropped)."""
+        rows = [[i.op for i in row if isinstance(i, Compute)] for row in self.ranks]
+        return Schedule(name=self.name, placement=self.placement,
+                        microbatches=self.microbatches, ranks=rows, params=self.params)
+
+    def to_text(self) -> str:
+        """The program text form: one ``rank N: tok tok ...`` line per rank."""
+        from .tokens import format_instr
+
+        return "\n".join(f"rank {r}: " + " ".join(format_instr(i) for i in row)
+                         for r, row in enumerate(self.ranks)) + "\n"
+
+    def instructions(self, rank: int) -> Iterator[tuple[int, Instr]]:
+        return enumerate(self.ranks[rank])

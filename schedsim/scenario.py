@@ -1,0 +1,214 @@
+"""Scenario files (TOML): which schedule, its costs, the links and the comm semantics.
+
+Example (``schedules/dualpipe-figure.toml``)::
+
+    title = "DualPipe README figure"
+
+    [schedule]
+    name = "dualpipe"          # any name from `schedsim list`
+    ranks = 8
+    microbatches = 20
+    # generator parameters go here too (chunks = 2, variant = "megatron", ...);
+    # comm_policy = "async" lowers compute-only schedules;
+    # program = "file.txt" (with placement/stages) or schedule_file = "x.json|x.csv"
+    # load a hand-written program or schedule instead of a generator.
+
+    [costs]                    # schedsim.costs.CostModel
+    F = 1
+    B = 1
+    W = 1
+    BW = 2
+    FB = 3
+    # [costs.stage.3] F = 2    per-stage override;  [[costs.overrides]] per (stage, mb)
+    # message_bytes = 1e6      bytes per message; [costs.stage_bytes] per stage
+
+    [link]                     # schedsim.costs.LinkModel
+    latency = 0
+    # bandwidth = 1e9          bytes per time unit;  [[link.links]] src/dst overrides
+
+    [comm]                     # schedsim.costs.CommModel
+    semantics = "data"         # data | eager | rendezvous
+    comm_stream = "none"       # none | per-peer | per-rank
+    # eager_threshold_bytes = 65536
+
+Relative paths are resolved against the scenario file's folder. Every unknown key is an
+error that names it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .costs import CommModel, CostModel, LinkModel
+from .errors import ScenarioError, SchedsimError
+from .ir import Placement, Program, Schedule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ScheduleSection(BaseModel):
+    """``[schedule]``: a generator name and its parameters, or a file to load."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    ranks: int | None = Field(default=None, ge=1)
+    microbatches: int | None = Field(default=None, ge=1)
+    comm_policy: str | None = None
+    program: str | None = None
+    schedule_file: str | None = None
+    placement: str | None = None
+    stages: int | None = Field(default=None, ge=1)
+
+    def generator_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Scenario(BaseModel):
+    """A whole scenario: schedule + costs + links + comm semantics."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = ""
+    description: str = ""
+    schedule: ScheduleSection = Field(default_factory=ScheduleSection)
+    costs: CostModel = Field(default_factory=CostModel)
+    link: LinkModel = Field(default_factory=LinkModel)
+    comm: CommModel = Field(default_factory=CommModel)
+    memory: dict[str, Any] = Field(default_factory=dict)
+    replay: dict[str, Any] = Field(default_factory=dict)
+    base_dir: str = Field(default=".", exclude=True)
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def build_program(self) -> Program:
+        """The program this scenario runs (generated, or loaded from its file).
+
+        Raises :class:`SchedsimError` subclasses for anything missing or invalid.
+        """
+        s = self.schedule
+        if s.program:
+            return load_program_file(self.resolve(s.program), s.placement or "loop",
+                                     ranks=s.ranks, stages=s.stages,
+                                     microbatches=s.microbatches,
+                                     comm_policy=s.comm_policy)
+        if s.schedule_file:
+            from .lower import lower
+            from .schedule_io import load_schedule_file
+            from .validate import validate_schedule
+
+            sched = load_schedule_file(self.resolve(s.schedule_file), placement=s.placement,
+                                       stages=s.stages, microbatches=s.microbatches)
+            validate_schedule(sched)
+            return lower(sched, s.comm_policy or "async")
+        if not s.name:
+            raise ScenarioError("[schedule] needs a name (see 'schedsim list'), a program "
+                                "file or a schedule_file")
+        if s.ranks is None or s.microbatches is None:
+            raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
+        from .generators import build_program
+        from .validate import validate_schedule
+
+        prog = build_program(s.name, s.ranks, s.microbatches, s.comm_policy,
+                             **s.generator_params())
+        validate_schedule(prog.schedule())
+        return prog
+
+
+def _fmt_validation(e: ValidationError, source: str) -> str:
+    msgs = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            msgs.append(f"unknown key '{loc}'")
+        else:
+            msgs.append(f"'{loc}': {err['msg']}")
+    more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
+    return f"{source}: " + "; ".join(msgs) + more
+
+
+def parse_scenario(data: dict[str, Any], source: str = "scenario",
+                   base_dir: str = ".") -> Scenario:
+    """Validate a scenario dict. Raises :class:`ScenarioError` naming the bad key."""
+    try:
+        sc = Scenario.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as e:
+        raise ScenarioError(_fmt_validation(e, source)) from None
+    except SchedsimError as e:
+        raise ScenarioError(f"{source}: {e}") from None
+    return sc
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file. Raises :class:`ScenarioError`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read ({e.__class__.__name__})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+    return parse_scenario(data, str(path), str(path.parent))
+
+
+def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
+                      stages: int | None = None, microbatches: int | None = None,
+                      comm_policy: str | None = None) -> Program:
+    """Load a program text file (see :mod:`schedsim.tokens`) with the given placement.
+
+    ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
+    ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
+    comm instruction is a compute-only schedule and is lowered with ``comm_policy``
+    (default ``async``). Raises :class:`ScenarioError`/:class:`ParseError`.
+    """
+    from .tokens import parse_program_text
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, IsADirectoryError):
+        raise ScenarioError(f"{path}: no such program file") from None
+    rows = parse_program_text(text)
+    return program_from_rows(rows, placement, ranks=ranks, stages=stages,
+                             microbatches=microbatches, comm_policy=comm_policy,
+                             name=path.stem)
+
+
+def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
+                      stages: int | None = None, microbatches: int | None = None,
+                      comm_policy: str | None = None, name: str = "custom") -> Program:
+    """Build a :class:`Program` from parsed instruction rows (see
+    :func:`load_program_file` for the defaults)."""
+    from .ir import Compute, Post, Wait
+
+    ranks = ranks or len(rows)
+    if len(rows) != ranks:
+        raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
+    if placement not in ("loop", "v", "dual"):
+        raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
+    mbs = [a.mb for row in rows for i in row if isinstance(i, Compute) for a in i.op.atoms()]
+    mbs += [i.comm.mb for row in rows for i in row if isinstance(i, Post)]
+    mbs += [c.mb for row in rows for i in row if isinstance(i, Wait) for c in i.comms]
+    m = microbatches or (max(mbs) + 1 if mbs else 1)
+    if stages is None:
+        stages = 2 * ranks if placement == "v" else ranks
+    pl = Placement(kind=placement, ranks=ranks, stages=stages,
+                   microbatches=m if placement == "dual" else None)
+    prog = Program(name=name, placement=pl, microbatches=m, ranks=rows)
+    if not prog.has_comm():
+        from .lower import lower
+
+        return lower(prog.schedule(), comm_policy or "async")
+    return prog

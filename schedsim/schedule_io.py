@@ -1,0 +1,65 @@
+"""Reading and writing schedules and programs as files.
+
+- ``.json``: schedsim's own format, the pydantic dump of :class:`~schedsim.ir.Schedule`
+  (``{"name", "placement": {"kind", "ranks", "stages", ...}, "microbatches",
+  "ranks": [["0F0", "0F1", ...], ...]}``); a dump of a :class:`~schedsim.ir.Program` (comm
+  tokens included) loads as its compute schedule.
+- ``.csv``: torch.distributed.pipelining's schedule CSV (see
+  :mod:`schedsim.interop.torch_format`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .errors import ParseError, ScenarioError, SchedsimError
+from .ir import Program, Schedule
+
+
+def load_schedule_file(path: str | Path, *, placement: str | None = None,
+                       stages: int | None = None, microbatches: int | None = None) -> Schedule:
+    """Load a compute schedule from ``.json`` or torch ``.csv``.
+
+    For CSV, ``placement`` (``loop`` or ``v``), ``stages`` and ``microbatches`` say how to
+    read it (defaults: loop, one stage per rank or two for v, the largest mb + 1).
+    Raises :class:`ScenarioError` or :class:`ParseError` naming what is wrong.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such schedule file")
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ParseError(f"{path}: malformed JSON: {e}") from None
+        try:
+            if isinstance(data, dict) and any(
+                    isinstance(t, str) and not _is_compute(t)
+                    for row in data.get("ranks", []) for t in row):
+                return Program.model_validate(data).schedule()
+            return Schedule.model_validate(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise ParseError(f"{path}: '{loc}': {err['msg']}") from None
+        except SchedsimError as e:
+            raise ParseError(f"{path}: {e}") from None
+    if suffix == ".csv":
+        from .interop.torch_format import read_torch_csv
+
+        return read_torch_csv(path, placement=placement or "loop", stages=stages,
+                              microbatches=microbatches)
+    raise ScenarioError(f"{path}: unknown schedule format {suffix!r} (expected .json or .csv)")
+
+
+def _is_compute(tok: str) -> bool:
+    from .tokens import parse_op
+
+    try:
+        parse_op(tok)
+        return True
+    except ParseError:
+        return False

@@ -1,0 +1,226 @@
+"""Timeline: what an executor (simulator or real replay) produces, and its JSON contract.
+
+JSON (stable; extend only compatibly)::
+
+    {"schedule", "ranks", "stages", "microbatches", "semantics", "comm_stream", "unit",
+     "source": "simulated"|"measured", "makespan",
+     "per_rank": [{"rank", "busy", "idle", "bubble_ratio", "first_start", "last_end"}],
+     "spans":    [{"rank", "kind", "mb", "chunk", "stage", "start", "end", "index",
+                   "parts": null | [{"kind", "mb", "chunk", "stage"}, ...]}],
+     "messages": [{"kind": "F"|"B", "src", "dst", "mb", "stage", "bytes", "send_posted",
+                   "recv_posted", "start", "arrival", "send_done", "recv_done",
+                   "send_index", "recv_index"}],
+     "waits":    [{"rank", "index", "kind", "start", "end", "comms"}],
+     "deadlock": null | {"message", "blocked": [...], "cycle": [...]}}
+
+Times are in ``unit``. ``index`` fields are instruction positions in the rank's program.
+A span's ``mb``/``chunk``/``stage`` are its forward part's for ``FB``. A message's
+``stage`` is the stage that produced it. ``waits`` has one record per blocking instruction
+(``COMMIT``, ``WAIT``, ``END`` = the implicit wait for outstanding ops at program end,
+``DATA`` = a compute op waiting for its inputs under ``data`` semantics).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(slots=True)
+class Part:
+    """One half of an ``FB`` span."""
+
+    kind: str
+    mb: int
+    chunk: int
+    stage: int
+
+
+@dataclass(slots=True)
+class Span:
+    """One compute op executed on ``rank`` from ``start`` to ``end``."""
+
+    rank: int
+    kind: str
+    mb: int
+    chunk: int
+    stage: int
+    start: float
+    end: float
+    index: int = -1
+    parts: list[Part] | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class Message:
+    """One P2P message: when each side posted, when it moved, when each side completed.
+
+    ``recv_posted`` is None under ``data`` semantics (no recv instruction) and for
+    measured timelines that did not record it; ``start`` is when the transfer began.
+    """
+
+    kind: str
+    src: int
+    dst: int
+    mb: int
+    stage: int
+    bytes: float = 0.0
+    send_posted: float | None = None
+    recv_posted: float | None = None
+    start: float | None = None
+    arrival: float | None = None
+    send_done: float | None = None
+    recv_done: float | None = None
+    send_index: int = -1
+    recv_index: int = -1
+
+    def label(self) -> str:
+        return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"
+
+
+@dataclass(slots=True)
+class WaitRecord:
+    """A blocking instruction: the rank reached it at ``start`` and went on at ``end``."""
+
+    rank: int
+    index: int
+    kind: str
+    start: float
+    end: float
+    comms: list[str] = field(default_factory=list)
+
+
+class RankSummary(BaseModel):
+    """Per-rank totals. ``idle = makespan - busy``; ``bubble_ratio = idle / makespan``."""
+
+    rank: int
+    busy: float
+    idle: float
+    bubble_ratio: float
+    first_start: float | None = None
+    last_end: float | None = None
+
+
+class BlockedRank(BaseModel):
+    """A rank that can never go on: where it is stuck and what it waits for."""
+
+    rank: int
+    index: int
+    instruction: str
+    since: float
+    waiting_for: list[str]
+
+
+class CycleStep(BaseModel):
+    """One edge of the wait-for cycle: ``rank`` (stuck at ``instruction``) waits for
+    ``waits_for`` (an op of ``peer``), which ``peer`` cannot reach because of ``because``."""
+
+    rank: int
+    index: int
+    instruction: str
+    waits_for: str
+    peer: int
+    because: str
+
+
+class Deadlock(BaseModel):
+    message: str
+    blocked: list[BlockedRank]
+    cycle: list[CycleStep]
+
+
+class Timeline(BaseModel):
+    """Spans, messages and waits of one execution, with summary statistics."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schedule: str
+    ranks: int
+    stages: int
+    microbatches: int
+    semantics: str
+    comm_stream: str = "none"
+    unit: str = "slot"
+    source: Literal["simulated", "measured"] = "simulated"
+    placement: str = "loop"
+    makespan: float
+    per_rank: list[RankSummary]
+    spans: list[Span]
+    messages: list[Message] = Field(default_factory=list)
+    waits: list[WaitRecord] = Field(default_factory=list)
+    deadlock: Deadlock | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @staticmethod
+    def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:
+        """Makespan (end of the last span) and per-rank busy/idle/bubble ratio."""
+        makespan = max((s.end for s in spans), default=0.0)
+        busy = [0.0] * ranks
+        first: list[float | None] = [None] * ranks
+        last: list[float | None] = [None] * ranks
+        for s in spans:
+            busy[s.rank] += s.end - s.start
+            f = first[s.rank]
+            if f is None or s.start < f:
+                first[s.rank] = s.start
+            l_ = last[s.rank]
+            if l_ is None or s.end > l_:
+                last[s.rank] = s.end
+        rows = []
+        for r in range(ranks):
+            idle = makespan - busy[r]
+            rows.append(RankSummary(rank=r, busy=busy[r], idle=idle,
+                                    bubble_ratio=idle / makespan if makespan > 0 else 0.0,
+                                    first_start=first[r], last_end=last[r]))
+        return makespan, rows
+
+    def bubble_ratio(self) -> float:
+        """Makespan-based bubble ratio over all ranks: total idle / (ranks x makespan)."""
+        if self.makespan <= 0:
+            return 0.0
+        return sum(r.idle for r in self.per_rank) / (self.ranks * self.makespan)
+
+    def find_span(self, rank: int, kind: str, mb: int, stage: int | None = None) -> Span:
+        """The span of ``kind`` for ``mb`` on ``rank`` (an FB span matches by its parts).
+
+        Raises KeyError if there is none.
+        """
+        for s in self.spans:
+            if s.rank != rank:
+                continue
+            parts = s.parts or [s]
+            for p in parts:
+                if p.kind == kind and p.mb == mb and (stage is None or p.stage == stage):
+                    return s
+        raise KeyError(f"no {kind} of mb {mb} on rank {rank}")
+
+    def spans_of(self, rank: int) -> list[Span]:
+        return sorted((s for s in self.spans if s.rank == rank), key=lambda s: s.start)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent)
+
+    def write_json(self, path: str | Path) -> None:
+        """Write the JSON atomically (no partial file on failure)."""
+        from .io import atomic_write_text
+
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> "Timeline":
+        from .errors import ScenarioError
+
+        try:
+            return cls.model_validate_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise ScenarioError(f"{path}: no such file") from None
+        except ValueError as e:
+            first = str(e).splitlines()
+            raise ScenarioError(f"{path}: not a schedsim timeline JSON "
+                                f"({first[0] if first else e})") from None

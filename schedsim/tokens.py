@@ -1,0 +1,130 @@
+"""The program text form: torch-style action tokens with schedsim's kinds.
+
+Grammar (one token, no spaces)::
+
+    compute   {stage}{F|B|W|BW}{mb}          0F1  3BW0  2B4  2W4
+    overlap   ({stage}F{mb};{stage}{B|BW}{mb})[OVERLAP_F_B]   (0F3;3BW1)
+    comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      (the stage that sends or
+                                                              receives, as torch writes it)
+    commit    COMMIT                          wait for all posted since the last COMMIT
+    wait      WAIT[{comm}+{comm}...]          wait for the named posted comm ops
+
+Unlike torch's own format, ``B`` here is the input-gradient backward and ``BW`` the full
+backward (torch writes ``I`` and ``B``); :mod:`schedsim.interop.torch_format` converts.
+A program file has one line per rank, optionally prefixed ``rank N:``; ``#`` starts a
+comment.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import ParseError
+from .ir import Comm, Commit, Compute, Instr, Op, Post, Wait
+
+_COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
+_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
+_FB = re.compile(r"\((\d+)F(\d+);(\d+)(BW|B)(\d+)\)(?:OVERLAP_F_B)?")
+_WAIT = re.compile(r"WAIT\[([^\]]*)\]")
+_RANK = re.compile(r"\s*rank\s+(\d+)\s*:(.*)", re.IGNORECASE)
+
+_EXPECTED = ("expected {stage}{F|B|W|BW}{mb}, (sF m;sBW m), {stage}{SEND_F|RECV_F|SEND_B|"
+             "RECV_B}{mb}, COMMIT or WAIT[...]")
+
+
+def parse_op(tok: str) -> Op:
+    """Parse a compute token (``0F1``, ``3BW0``, ``(0F3;3BW1)``) into an :class:`Op`.
+
+    Raises :class:`ParseError` naming the token when it is not a compute token.
+    """
+    m = _COMPUTE.fullmatch(tok)
+    if m:
+        return Op(m.group(2), int(m.group(1)), int(m.group(3)))
+    m = _FB.fullmatch(tok)
+    if m:
+        f = Op("F", int(m.group(1)), int(m.group(2)))
+        b = Op(m.group(4), int(m.group(3)), int(m.group(5)))
+        return Op.fb(f, b)
+    raise ParseError(f"bad compute token {tok!r}: expected {{stage}}{{F|B|W|BW}}{{mb}} "
+                     f"or (sFm;sBWm)")
+
+
+def parse_comm(tok: str) -> Comm:
+    """Parse a comm token (``2SEND_F0``) into a :class:`Comm`; :class:`ParseError` if not."""
+    m = _COMM.fullmatch(tok)
+    if not m:
+        raise ParseError(f"bad comm token {tok!r}: expected {{stage}}{{SEND_F|RECV_F|"
+                         f"SEND_B|RECV_B}}{{mb}}")
+    return Comm(m.group(2), int(m.group(1)), int(m.group(3)))
+
+
+def parse_instr(tok: str) -> Instr:
+    """Parse any program token into an instruction. Raises :class:`ParseError`."""
+    if tok == "COMMIT":
+        return Commit()
+    m = _COMM.fullmatch(tok)
+    if m:
+        return Post(Comm(m.group(2), int(m.group(1)), int(m.group(3))))
+    m = _WAIT.fullmatch(tok)
+    if m:
+        body = m.group(1)
+        if not body:
+            raise ParseError(f"bad token {tok!r}: WAIT[...] names no comm op")
+        return Wait(tuple(parse_comm(t) for t in body.split("+")))
+    try:
+        return Compute(parse_op(tok))
+    except ParseError:
+        raise ParseError(f"bad token {tok!r}: {_EXPECTED}") from None
+
+
+def format_op(op: Op) -> str:
+    """Token of a compute op (inverse of :func:`parse_op`)."""
+    if op.kind == "FB":
+        f, b = op.parts
+        return f"({f.stage}F{f.mb};{b.stage}{b.kind}{b.mb})"
+    return f"{op.stage}{op.kind}{op.mb}"
+
+
+def format_instr(ins: Instr | Op | str) -> str:
+    """Token of an instruction (inverse of :func:`parse_instr`)."""
+    if isinstance(ins, str):
+        return ins
+    if isinstance(ins, Op):
+        return format_op(ins)
+    if isinstance(ins, Compute):
+        return format_op(ins.op)
+    if isinstance(ins, Post):
+        return str(ins.comm)
+    if isinstance(ins, Commit):
+        return "COMMIT"
+    if isinstance(ins, Wait):
+        return "WAIT[" + "+".join(str(c) for c in ins.comms) + "]"
+    raise TypeError(f"not an instruction: {ins!r}")
+
+
+def parse_program_text(text: str) -> list[list[Instr]]:
+    """Parse a program file: one line per rank (``rank N:`` prefix optional, in order).
+
+    Blank lines and ``#`` comments are ignored. Raises :class:`ParseError` naming the line
+    and token on a bad token, or a missing/duplicate/out-of-order ``rank N:`` prefix.
+    """
+    rows: list[list[Instr]] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _RANK.fullmatch(line)
+        if m:
+            if int(m.group(1)) != len(rows):
+                raise ParseError(f"line {lineno}: 'rank {m.group(1)}:' out of order, "
+                                 f"expected rank {len(rows)}")
+            line = m.group(2)
+        row = []
+        for col, tok in enumerate(line.split(), 1):
+            try:
+                row.append(parse_instr(tok))
+            except ParseError as e:
+                raise ParseError(f"line {lineno}, token {col}: {e}") from None
+        rows.append(row)
+    if not rows:
+        raise ParseError("program text has no rank lines")
+    return rows
