@@ -1,0 +1,106 @@
+"""Activation and parameter memory per rank.
+
+Unit: the activations one microbatch leaves on *one rank's share of the model when each
+rank holds 1/P of it* (``M_B`` in the zero-bubble paper). A stage of a placement with S
+stages on P ranks is P/S of that share, so with ``scale="auto"`` every delta is multiplied
+by ``ranks / stages`` (1 for 1F1B and DualPipe, 1/2 for interleaved with 2 chunks, ZB-V
+and DualPipeV) — exactly how the zero-bubble reference counts a chunk pass as 1/2.
+
+Models (per op kind, in that unit):
+
+- ``zb`` (default; Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Section 3.1,
+  ``mem_f=2, mem_b=-1, mem_w=-1`` in half units): F +1, B -1/2 (frees the activations,
+  keeps what W needs), W -1/2, BW -1.
+- ``inflight``: counts microbatches between their F and their last backward: F +1, B 0,
+  W -1, BW -1 (the DualPipe README's "activation memory" column).
+
+Allocation happens when an op starts, release when it ends. ``FB`` applies its forward
+part's delta and its backward part's delta in ``fb_order``: ``alloc-then-free`` (both
+live at once, the conservative order) or ``free-then-alloc``.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ScenarioError
+from .ir import Placement
+from .timeline import Timeline
+
+PRESETS: dict[str, dict[str, float]] = {
+    "zb": {"F": 1.0, "B": -0.5, "W": -0.5, "BW": -1.0},
+    "inflight": {"F": 1.0, "B": 0.0, "W": -1.0, "BW": -1.0},
+}
+
+
+class MemoryModel(BaseModel):
+    """Activation deltas per kind (see module docstring). ``scale``: ``"auto"`` or a
+    factor applied to every delta."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    F: float = 1.0
+    B: float = -0.5
+    W: float = -0.5
+    BW: float = -1.0
+    fb_order: Literal["alloc-then-free", "free-then-alloc"] = "alloc-then-free"
+    scale: Literal["auto"] | float = "auto"
+
+    @classmethod
+    def preset(cls, name: str, **kw: object) -> "MemoryModel":
+        """``zb`` or ``inflight`` deltas (plus overrides). Raises :class:`ScenarioError`."""
+        if name not in PRESETS:
+            raise ScenarioError(f"unknown memory model {name!r}: expected "
+                                f"{' or '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **kw})
+
+    def factor(self, ranks: int, stages: int) -> float:
+        return ranks / stages if self.scale == "auto" else float(self.scale)
+
+
+def memory_curves(tl: Timeline, model: MemoryModel | None = None
+                  ) -> list[list[tuple[float, float]]]:
+    """Per rank, the activation level as a step function: ``[(time, level after), ...]``
+    starting at ``(0, 0)``, in time order (allocations at op start, frees at op end)."""
+    model = model or MemoryModel()
+    k = model.factor(tl.ranks, tl.stages)
+    events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.ranks)]
+    for s in sorted(tl.spans, key=lambda s: (s.rank, s.start, s.end)):
+        ev = events[s.rank]
+        parts = [(p.kind) for p in s.parts] if s.parts else [s.kind]
+        for j, kind in enumerate(parts):
+            d = getattr(model, kind) * k
+            if s.parts and model.fb_order == "free-then-alloc":
+                # backward part frees at the op's start, then the forward allocates
+                ev.append((s.start, 0 if j == 1 else 1, d))
+            elif d >= 0:
+                ev.append((s.start, 1, d))
+            else:
+                ev.append((s.end, 0, d))
+    curves = []
+    for ev in events:
+        ev.sort(key=lambda e: (e[0], e[1]))
+        level, pts = 0.0, [(0.0, 0.0)]
+        for t, _, d in ev:
+            level += d
+            pts.append((t, level))
+        curves.append(pts)
+    return curves
+
+
+def peak_activation(tl: Timeline, model: MemoryModel | None = None) -> list[float]:
+    """Peak activation memory per rank (in the unit above)."""
+    return [max(v for _, v in c) for c in memory_curves(tl, model)]
+
+
+def param_memory(placement: Placement) -> list[float]:
+    """Parameter memory per rank in stage-parameter units (1 = 1/P of the model).
+
+    A rank holding c stages of an S-stage model holds ``c x P / S``; DualPipe holds two
+    full copies of its stage (one per direction): 2.
+    """
+    if placement.kind == "dual":
+        return [2.0] * placement.ranks
+    share = placement.ranks / placement.stages
+    return [len(placement.stages_of(r)) * share for r in range(placement.ranks)]
