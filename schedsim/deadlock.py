@@ -23,18 +23,21 @@ def _instr_token(cp: Compiled, r: int, idx: int) -> str:
     return format_instr(row[idx])
 
 
-def _why(cp: Compiled, st: RunState, h: int, seen: set[int]) -> tuple[int, int, str]:
-    """Trace handle ``h`` to (rank that must act, handle it must post, a clause that
-    explains the chain, starting with ``h``'s own token)."""
+def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
+         ) -> tuple[list[tuple[int, int]], str]:
+    """Trace handle ``h`` to the ranks it waits on: ``(hops, clause)``. ``hops`` lists
+    ``(rank, handle)`` in order: a rank whose comm stream holds a queued op, ..., and last
+    the rank that must post (or run) something; ``clause`` explains the chain, starting
+    with ``h``'s own token."""
     m = h >> 1
     tok = cp.handle_token(h)
     if cp.data_mode:
         q, i = cp.msrc[m], cp.hindex[2 * m]
-        return q, 2 * m, (f"its input from instr {i} ({_instr_token(cp, q, i)}) on rank "
-                          f"{q}, which has not run")
+        return [(q, 2 * m)], (f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
+                              f"rank {q}, which has not run")
     owner = cp.msrc[m] if h & 1 == 0 else cp.mdst[m]
     if st.hpost[h] is None:
-        return owner, h, f"{tok}, which rank {owner} posts only at instr {cp.hindex[h]}"
+        return [(owner, h)], f"{tok}, which rank {owner} posts only at instr {cp.hindex[h]}"
     if st.hact[h] is None:   # posted, but queued on the owner's comm stream
         u = cp.hunit[h]
         head = st.stream_busy.get(cp.unit_stream[u], -1)
@@ -42,16 +45,16 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]) -> tuple[int, int, 
             for h2 in cp.unit_handles[head]:
                 if st.hdone[h2] is None and h2 not in seen:
                     seen.add(h2)
-                    q, hq, txt = _why(cp, st, h2, seen)
-                    return q, hq, (f"{tok}, queued on rank {owner}'s comm stream behind "
-                                   f"{txt}")
-        return owner, h, f"{tok}, queued on rank {owner}'s comm stream"
+                    hops, txt = _why(cp, st, h2, seen)
+                    return [(owner, h)] + hops, (f"{tok}, queued on rank {owner}'s comm "
+                                                 f"stream behind {txt}")
+        return [(owner, h)], f"{tok}, queued on rank {owner}'s comm stream"
     partner = h ^ 1
     if partner in seen:
-        return owner, h, f"{tok}, which waits for {cp.handle_token(partner)}"
+        return [(owner, h)], f"{tok}, which waits for {cp.handle_token(partner)}"
     seen.add(partner)
-    q, hq, txt = _why(cp, st, partner, seen)
-    return q, hq, f"{tok}, which needs its partner {txt}"
+    hops, txt = _why(cp, st, partner, seen)
+    return hops, f"{tok}, which needs its partner {txt}"
 
 
 def diagnose(cp: Compiled, st: RunState) -> Deadlock:
@@ -72,9 +75,13 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
         for h in hs:
             if st.hdone[h] is not None:
                 continue
-            q, hq, txt = _why(cp, st, h, {h})
+            hops, txt = _why(cp, st, h, {h})
             waiting.append(txt)
-            edges.setdefault(r, []).append((q, hq, txt))
+            prev = r
+            for q, hq in hops:
+                if q != prev:
+                    edges.setdefault(prev, []).append((q, hq, txt))
+                    prev = q
         since = st.reach[r] if st.reach[r] is not None else st.times[r]
         blocked.append(BlockedRank(rank=r, index=idx, instruction=tok, since=since,
                                    waiting_for=waiting))
@@ -99,7 +106,7 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
     for c in cycle:
         e = g.edges[c.rank, c.peer]
         lines.append(f"rank {c.rank} waits at instr {c.index} ({c.instruction}) for "
-                     f"{e['text']}; rank {c.peer} is stuck before it, at instr "
+                     f"{e['text']}; rank {c.peer} is blocked at instr "
                      f"{where[c.peer][0]} ({where[c.peer][1]})")
     if not lines:
         lines = [f"rank {b.rank} is blocked at instr {b.index} ({b.instruction})"

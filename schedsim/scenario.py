@@ -123,12 +123,35 @@ class Scenario(BaseModel):
         return prog
 
 
+def _allowed_keys(loc: tuple) -> list[str]:
+    """Field names allowed at the parent of ``loc`` in the Scenario model tree."""
+    import typing
+
+    model: object = Scenario
+    for part in loc[:-1]:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or not isinstance(part, str) or part not in fields:
+            if isinstance(part, int) or fields is None:
+                continue
+            return []
+        ann = fields[part].annotation
+        for arg in (ann, *typing.get_args(ann)):
+            for sub in (arg, *typing.get_args(arg)):
+                if isinstance(sub, type) and hasattr(sub, "model_fields"):
+                    model = sub
+                    break
+    fields = getattr(model, "model_fields", {})
+    return [k for k in fields if k != "base_dir"]
+
+
 def _fmt_validation(e: ValidationError, source: str) -> str:
     msgs = []
     for err in e.errors()[:3]:
         loc = ".".join(str(x) for x in err["loc"])
         if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key '{loc}'")
+            allowed = _allowed_keys(tuple(err["loc"]))
+            hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+            msgs.append(f"unknown key '{loc}'{hint}")
         else:
             msgs.append(f"'{loc}': {err['msg']}")
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
