@@ -30,6 +30,9 @@ from .ir import Comm, Commit, Compute, Op, Post, Program, Wait
 from .tokens import format_instr
 
 _COMPUTE, _POST, _WAIT = 0, 1, 2
+#: comm kind -> (message kind, side (0 send, 1 recv), producing stage - comm stage)
+_POST_KEY = {"SEND_F": ("F", 0, 0), "RECV_F": ("F", 1, -1), "SEND_B": ("B", 0, 0),
+             "RECV_B": ("B", 1, 1)}
 
 
 @dataclass
@@ -211,15 +214,9 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
             t = type(ins)
             if t is Post:
                 c: Comm = ins.comm
-                ck, s, mb = c.kind, c.stage, c.mb
-                if ck == "SEND_F":
-                    key, side = ("F", s, mb), 0
-                elif ck == "RECV_F":
-                    key, side = ("F", s - 1, mb), 1
-                elif ck == "SEND_B":
-                    key, side = ("B", s, mb), 0
-                else:
-                    key, side = ("B", s + 1, mb), 1
+                kk, side, off = _POST_KEY[c.kind]
+                mb = c.mb
+                key = (kk, c.stage + off, mb)
                 m = key_m.get(key)
                 if m is None:
                     m = key_m[key] = _new_message(cp, key, S, M, rank_of, r, i, ins)
@@ -244,7 +241,7 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 run = []
             if t is Compute:
                 op = ins.op
-                for a in op.atoms():
+                for a in (op.parts if op.parts else (op,)):
                     for need in needs(a, S):
                         if need in made_here:
                             continue

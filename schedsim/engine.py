@@ -26,7 +26,7 @@ from .compile import Compiled, compile_program
 from .costs import CommModel, CostModel, LinkModel
 from .errors import DeadlockError
 from .io import no_gc
-from .ir import Program
+from .ir import Op, Program
 from .timeline import Message, Part, Span, Timeline, WaitRecord
 
 
@@ -240,11 +240,31 @@ def run(cp: Compiled) -> RunState:
                 if ins[2]:
                     for u in ins[2]:
                         enqueue(u, t)
-                else:
+                    if ready_streams:
+                        settle()
+                elif strict:
                     for h in hs:
                         activate(h, t)
-                if ready_streams:
-                    settle()
+                else:
+                    # activate() inlined for the common case (no stream, no link queue)
+                    for h in hs:
+                        hact[h] = t
+                        m = h >> 1
+                        if h & 1 == 0:
+                            if meager[m]:
+                                do_transfer(m, t)
+                            else:
+                                ra = hact[h + 1]
+                                if ra is not None:
+                                    do_transfer(m, t if t > ra else ra)
+                        elif meager[m]:
+                            a = marr[m]
+                            if a is not None:
+                                set_done(h, a if a > t else t)
+                        else:
+                            sa = hact[h - 1]
+                            if sa is not None:
+                                do_transfer(m, t if t > sa else sa)
                 pc += 1
             else:
                 cnt = 0
@@ -280,29 +300,27 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
     """Turn raw run results into a :class:`Timeline` (spans, messages, waits, summary)."""
     prog = cp.program
     pl = prog.placement
-    chunk_of = pl.chunk_of
-    spans = []
+    chunk_of = pl.chunk_fn()
     sstart, send_ = st.sstart, st.send
-    for sid, (r, op, idx) in enumerate(cp.span_meta):
-        if send_[sid] < 0:   # never ran: the program deadlocked before it
-            continue
-        if op.kind == "FB":
-            parts = [Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
-        else:
-            parts = None
-        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage,
-                          sstart[sid], send_[sid], idx, parts))
-    msgs = []
-    hpost, hdone = st.hpost, st.hdone
-    hindex = cp.hindex
-    dm = cp.data_mode
-    for m, (kind, s, mb) in enumerate(cp.mkey):
-        msgs.append(Message(kind, cp.msrc[m], cp.mdst[m], mb, s, cp.mbytes[m],
-                            send_posted=st.hact[2 * m] if dm else hpost[2 * m],
-                            recv_posted=None if dm else hpost[2 * m + 1],
-                            start=st.mstart[m], arrival=st.marr[m],
-                            send_done=hdone[2 * m], recv_done=hdone[2 * m + 1],
-                            send_index=hindex[2 * m], recv_index=hindex[2 * m + 1]))
+    ran = [sid for sid, e in enumerate(send_) if e >= 0.0]   # deadlock: skip unreached ops
+    meta = cp.span_meta
+
+    def part(p: Op) -> Part:
+        return Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage)
+
+    spans = [Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, sstart[sid],
+                  send_[sid], idx, [part(p) for p in op.parts] if op.parts else None)
+             for sid in ran for r, op, idx in (meta[sid],)]
+    n = cp.num_messages
+    hpost, hdone, hindex = st.hpost, st.hdone, cp.hindex
+    if cp.data_mode:
+        sposts, rposts = st.hact[0::2], [None] * n
+    else:
+        sposts, rposts = hpost[0::2], hpost[1::2]
+    msgs = list(map(Message, [k[0] for k in cp.mkey], cp.msrc, cp.mdst,
+                    [k[2] for k in cp.mkey], [k[1] for k in cp.mkey], cp.mbytes, sposts,
+                    rposts, st.mstart, st.marr, hdone[0::2], hdone[1::2], hindex[0::2],
+                    hindex[1::2]))
     waits = []
     for (r, pc, kind, t0, t1, hs) in st.waits:
         idx = _instr_index(cp, r, pc)
