@@ -13,10 +13,11 @@ Handles: message m has a send handle ``2m`` (owned by its source rank) and a rec
 
 Compiled instruction tuples (per rank, in program order):
 
-- ``(0, cost, span_id, recv_handles, send_handles)``: compute; the handle tuples are
-  non-empty only under ``data`` semantics (inputs to wait for, outputs to send);
+- ``(0, cost, span_id, (), send_handles)``: compute; ``send_handles`` is non-empty only
+  under ``data`` semantics (the outputs it sends when it ends);
 - ``(1, handles, units)``: a run of consecutive posts (one batch);
-- ``(2, handles, kind)``: block until every handle completed (``WAIT``/``COMMIT``/``END``).
+- ``(2, handles, kind, index)``: block until every handle completed (``WAIT``/``COMMIT``/
+  ``END``, and ``DATA`` before a compute op under ``data`` semantics).
 """
 from __future__ import annotations
 
@@ -181,8 +182,10 @@ def _compile_data(cp: Compiled, program: Program, costs: CostModel) -> None:
                     ins_h.append(2 * m + 1)
             sid = len(cp.span_meta)
             cp.span_meta.append((r, op, i))
+            if ins_h:     # block until the inputs arrived (recorded as a DATA wait)
+                code.append((_WAIT, tuple(ins_h), "DATA", i))
             code_pos[(r, i)] = len(code)
-            code.append((_COMPUTE, cost(op), sid, tuple(ins_h), ()))
+            code.append((_COMPUTE, cost(op), sid, (), ()))
     for src, hs in outs.items():
         code = cp.code[src[0]]
         j = code_pos[src]

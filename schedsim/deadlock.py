@@ -67,7 +67,7 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
         if pc >= len(code):
             continue
         ins = code[pc]
-        hs = ins[3] if ins[0] == 0 else ins[1]
+        hs = ins[1]
         idx = _instr_index(cp, r, pc)
         tok = _instr_token(cp, r, idx)
         where[r] = (idx, tok)

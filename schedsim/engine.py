@@ -196,31 +196,6 @@ def run(cp: Compiled) -> RunState:
             ins = rc[pc]
             op = ins[0]
             if op == 0:
-                deps = ins[3]
-                if deps:
-                    cnt = 0
-                    tmax = t
-                    for h in deps:
-                        d = hdone[h]
-                        if d is None:
-                            waiter[h] = r
-                            cnt += 1
-                        elif d > tmax:
-                            tmax = d
-                    if cnt:
-                        wcnt[r] = cnt
-                        wmax[r] = tmax
-                        if reach[r] is None:
-                            reach[r] = t
-                        break
-                    t0 = reach[r]
-                    if t0 is not None:
-                        reach[r] = None
-                    else:
-                        t0 = t
-                    if tmax > t0:
-                        waits.append((r, pc, "DATA", t0, tmax, deps))
-                    t = tmax
                 end = t + ins[1]
                 sid = ins[2]
                 sstart[sid] = t

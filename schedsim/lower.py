@@ -5,9 +5,13 @@ A comm *policy* decides where each rank posts its sends and recvs and where it w
 - ``async`` (default): each send is posted right after the op that produced its data;
   the recvs an op needs are posted one op early (before the previous compute, so the
   transfer overlaps it) and waited right before the op. Sends are waited at the end of
-  the program (the implicit ``END``).
+  the program (the implicit ``END``). Recvs are posted in each link's send order (see
+  :func:`link_ordered_recvs`), so they match when a rank consumes a peer's messages out
+  of order.
 
-Other policies register themselves in :data:`POLICIES` (see :func:`register_policy`).
+``torch`` and ``commit`` live in :mod:`schedsim.policies` (imported at the end of this
+module); other policies register themselves in :data:`POLICIES` (see
+:func:`register_policy`).
 """
 from __future__ import annotations
 
@@ -61,20 +65,74 @@ def has_backward(schedule: Schedule) -> bool:
     return any(a.kind != "F" for row in schedule.ranks for op in row for a in op.atoms())
 
 
+def link_ordered_recvs(schedule: Schedule) -> list[list[list[Comm]]]:
+    """``out[r][k]``: the RECVs rank r posts for op k, in *link order*.
+
+    P2P ops match in posting order per directed link, and a policy that posts each send
+    right after its producer fixes the send order of every link. When rank r consumes
+    messages from one peer in a different order than that peer sent them, it must post
+    the earlier messages' recvs first: so for op k this lists, for each input it needs
+    from another rank, every not yet posted recv on that link up to and including it,
+    in the sender's order. Equal to :func:`op_recvs` when consumers follow the send
+    order (1F1B, GPipe, DualPipe).
+    """
+    pl = schedule.placement
+    bw = has_backward(schedule)
+    rank_of = pl.rank_fn()
+    seq: dict[tuple[int, int], list[tuple[str, int, int]]] = {}
+    pos: dict[tuple[str, int, int], int] = {}
+    for r, ops in enumerate(schedule.ranks):
+        for op in ops:
+            for c in op_sends(op, r, pl, bw):
+                key = c.message_key()
+                link = (r, rank_of(consumer_stage(key), key[2]))
+                lst = seq.setdefault(link, [])
+                pos[key] = len(lst)
+                lst.append(key)
+    out: list[list[list[Comm]]] = []
+    for r, ops in enumerate(schedule.ranks):
+        nxt: dict[tuple[int, int], int] = {}
+        posted: set[tuple[str, int, int]] = set()
+        row = []
+        for op in ops:
+            batch: list[Comm] = []
+            for c in op_recvs(op, r, pl):
+                key = c.message_key()
+                if key in posted:
+                    continue
+                link = (rank_of(key[1], key[2]), r)
+                i = pos.get(key)
+                if i is None or seq[link][i] != key:     # no such send: keep the recv
+                    batch.append(c)
+                    posted.add(key)
+                    continue
+                while nxt.get(link, 0) <= i:
+                    k2 = seq[link][nxt.get(link, 0)]
+                    nxt[link] = nxt.get(link, 0) + 1
+                    if k2 not in posted:
+                        batch.append(recv_comm(k2))
+                        posted.add(k2)
+            row.append(batch)
+        out.append(row)
+    return out
+
+
 @register_policy("async")
 def lower_async(schedule: Schedule) -> Program:
     """The ``async`` policy (module docstring)."""
     pl = schedule.placement
     bw = has_backward(schedule)
+    posts = link_ordered_recvs(schedule)
     rows: list[list[Instr]] = []
     for r, ops in enumerate(schedule.ranks):
-        recvs = [op_recvs(op, r, pl) for op in ops]
+        recvs = posts[r]
         row: list[Instr] = [Post(c) for c in (recvs[0] if ops else [])]
         for k, op in enumerate(ops):
             if k + 1 < len(ops):
                 row.extend(Post(c) for c in recvs[k + 1])
-            if recvs[k]:
-                row.append(Wait(tuple(recvs[k])))
+            need = op_recvs(op, r, pl)
+            if need:
+                row.append(Wait(tuple(need)))
             row.append(Compute(op))
             row.extend(Post(c) for c in op_sends(op, r, pl, bw))
         rows.append(row)
@@ -92,3 +150,7 @@ def lower(schedule: Schedule, policy: str = "async") -> Program:
         raise ScheduleError(f"unknown comm policy {policy!r}: expected one of "
                             f"{', '.join(sorted(POLICIES))}")
     return fn(schedule)
+
+
+# the ``torch`` and ``commit`` policies register themselves on import
+from . import policies as _policies  # noqa: E402,F401

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ScenarioError
 from .ir import Placement
@@ -54,6 +54,33 @@ class MemoryModel(BaseModel):
             raise ScenarioError(f"unknown memory model {name!r}: expected "
                                 f"{' or '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **kw})
+
+    @classmethod
+    def from_spec(cls, spec: object = None) -> "MemoryModel":
+        """A model from what users write: None/True (the default ``zb``), a preset name,
+        a scenario ``[memory]`` table (``model = "zb"|"inflight"`` plus any field:
+        ``F``, ``B``, ``W``, ``BW``, ``fb_order``, ``scale``) or a model.
+        Raises :class:`ScenarioError` naming the bad key or value."""
+        if spec is None or spec is True:
+            return cls()
+        if isinstance(spec, MemoryModel):
+            return spec
+        if isinstance(spec, str):
+            return cls.preset(spec)
+        if isinstance(spec, dict):
+            kw = dict(spec)
+            name = kw.pop("model", None)
+            try:
+                return cls.preset(name, **kw) if name else cls(**kw)
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                what = ("unknown key" if err["type"] == "extra_forbidden" else
+                        f"bad value ({err['msg']}) for")
+                raise ScenarioError(f"[memory]: {what} '{loc}' (keys: model, F, B, W, BW, "
+                                    f"fb_order, scale)") from None
+        raise ScenarioError(f"bad memory model {spec!r}: expected a preset name "
+                            f"({', '.join(PRESETS)}) or a [memory] table")
 
     def factor(self, ranks: int, stages: int) -> float:
         return ranks / stages if self.scale == "auto" else float(self.scale)

@@ -11,7 +11,8 @@ Example (``schedules/dualpipe-figure.toml``)::
     # generator parameters go here too (chunks = 2, variant = "megatron", ...);
     # comm_policy = "async" lowers compute-only schedules;
     # program = "file.txt" (with placement/stages) or schedule_file = "x.json|x.csv"
-    # load a hand-written program or schedule instead of a generator.
+    # load a hand-written program or schedule instead of a generator. A torch CSV with
+    # SEND/RECV cells runs with those comms unless comm_policy is set.
 
     [costs]                    # schedsim.costs.CostModel
     F = 1
@@ -101,6 +102,15 @@ class Scenario(BaseModel):
                                      microbatches=s.microbatches,
                                      comm_policy=s.comm_policy)
         if s.schedule_file:
+            path = self.resolve(s.schedule_file)
+            if path.suffix.lower() == ".csv" and s.comm_policy is None:
+                # a compute+comms torch CSV runs with its own SEND/RECV order
+                from .interop.torch_format import read_torch_csv_program
+
+                prog = read_torch_csv_program(path, s.placement or "loop", stages=s.stages,
+                                              microbatches=s.microbatches)
+                if prog is not None:
+                    return prog
             from .lower import lower
             from .schedule_io import load_schedule_file
             from .validate import validate_schedule
@@ -114,11 +124,18 @@ class Scenario(BaseModel):
                                 "file or a schedule_file")
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
-        from .generators import build_program
+        from .generators import build_program, get as get_generator
         from .validate import validate_schedule
 
-        prog = build_program(s.name, s.ranks, s.microbatches, s.comm_policy,
-                             **s.generator_params())
+        params = s.generator_params()
+        # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
+        # scenario's cost and link models as the `costs` / `link` parameters
+        takes = get_generator(s.name).accepted()
+        if "costs" in takes:
+            params.setdefault("costs", self.costs)
+        if "link" in takes:
+            params.setdefault("link", self.link)
+        prog = build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
         validate_schedule(prog.schedule())
         return prog
 
@@ -235,3 +252,24 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
 
         return lower(prog.schedule(), comm_policy or "async")
     return prog
+
+
+def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
+    """``scenario`` with its ``[costs]`` and ``[link]`` replaced by those of a cost file
+    (a TOML fragment such as ``schedsim calibrate`` writes; a table the file lacks is
+    kept). Raises :class:`ScenarioError` for a missing or malformed file, or a file with
+    neither table."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ScenarioError(f"{path}: no such cost file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+    extra = sorted(set(data) - {"costs", "link"})
+    if extra or not data:
+        raise ScenarioError(f"{path}: a cost file holds only [costs] and [link] tables (got "
+                            f"{', '.join(extra) or 'nothing'})")
+    merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True)
+    merged.update(data)
+    return parse_scenario(merged, str(path), scenario.base_dir)

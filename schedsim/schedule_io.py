@@ -24,7 +24,9 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
 
     For CSV, ``placement`` (``loop`` or ``v``), ``stages`` and ``microbatches`` say how to
     read it (defaults: loop, one stage per rank or two for v, the largest mb + 1).
-    Raises :class:`ScenarioError` or :class:`ParseError` naming what is wrong.
+    Every loaded schedule is validated (:func:`schedsim.validate.validate_schedule`).
+    Raises :class:`ScenarioError` or :class:`ParseError` naming what is wrong, or
+    :class:`~schedsim.errors.ScheduleError` naming the file and first offending action.
     """
     path = Path(path)
     if not path.is_file():
@@ -39,14 +41,21 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
             if isinstance(data, dict) and any(
                     isinstance(t, str) and not _is_compute(t)
                     for row in data.get("ranks", []) for t in row):
-                return Program.model_validate(data).schedule()
-            return Schedule.model_validate(data)
+                sched = Program.model_validate(data).schedule()
+            else:
+                sched = Schedule.model_validate(data)
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])
             raise ParseError(f"{path}: '{loc}': {err['msg']}") from None
         except SchedsimError as e:
             raise ParseError(f"{path}: {e}") from None
+        from .tokens import format_op
+        from .validate import validate_schedule
+
+        validate_schedule(sched, locate=lambda r, i: (
+            f"{path}: rank {r}, op {i} ({format_op(sched.ranks[r][i])})"))
+        return sched
     if suffix == ".csv":
         from .interop.torch_format import read_torch_csv
 

@@ -12,6 +12,8 @@ token):
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from .dataflow import needs, produces
 from .errors import ScheduleError
 from .ir import Op, Schedule
@@ -22,8 +24,14 @@ def _where(r: int, i: int, op: Op) -> str:
     return f"rank {r}, op {i} ({format_op(op)})"
 
 
-def validate_schedule(schedule: Schedule) -> None:
-    """Check ``schedule`` against the rules above. Raises :class:`ScheduleError`."""
+def validate_schedule(schedule: Schedule,
+                      locate: Callable[[int, int], str] | None = None) -> None:
+    """Check ``schedule`` against the rules above. Raises :class:`ScheduleError` naming the
+    first offending action (ranks in order, each rank's ops in order) as ``rank r, op i
+    (token)``, or as ``locate(r, i)`` when given (file readers use it to name the cell).
+    An op absent from every rank is named by its stage, microbatch and expected rank.
+    """
+    where = locate or (lambda r, i: _where(r, i, schedule.ranks[r][i]))
     pl = schedule.placement
     S, M = pl.stages, schedule.microbatches
     if len(schedule.ranks) != pl.ranks:
@@ -37,44 +45,58 @@ def validate_schedule(schedule: Schedule) -> None:
     for r, row in enumerate(schedule.ranks):
         for i, op in enumerate(row):
             if op.kind not in ("F", "B", "W", "BW", "FB"):
-                raise ScheduleError(f"{_where(r, i, op)}: unknown kind {op.kind!r}")
+                raise ScheduleError(f"{where(r, i)}: unknown kind {op.kind!r}")
             if op.kind == "FB" and (len(op.parts) != 2 or op.parts[0].kind != "F"
                                     or op.parts[1].kind not in ("B", "BW")):
-                raise ScheduleError(f"{_where(r, i, op)}: FB needs a forward part and a "
+                raise ScheduleError(f"{where(r, i)}: FB needs a forward part and a "
                                     f"B or BW part")
             for a in op.atoms():
                 if not (0 <= a.stage < S and 0 <= a.mb < M):
                     raise ScheduleError(
-                        f"{_where(r, i, op)}: stage must be in [0, {S}) and microbatch in "
+                        f"{where(r, i)}: stage must be in [0, {S}) and microbatch in "
                         f"[0, {M})")
                 want = pl.rank_of(a.stage, a.mb)
                 if want != r:
                     raise ScheduleError(
-                        f"{_where(r, i, op)}: stage {a.stage} (mb {a.mb}) runs on rank "
+                        f"{where(r, i)}: stage {a.stage} (mb {a.mb}) runs on rank "
                         f"{want} under {pl.kind} placement, not on rank {r}")
                 key = (a.kind, a.stage, a.mb)
                 if key in pos:
-                    raise ScheduleError(f"{_where(r, i, op)}: duplicate {a.kind} of stage "
-                                        f"{a.stage} mb {a.mb}")
+                    fr, fi = pos[key]
+                    raise ScheduleError(f"{where(r, i)}: duplicate {a.kind} of stage "
+                                        f"{a.stage} mb {a.mb} (first at {where(fr, fi)})")
                 pos[key] = (r, i)
                 if a.kind != "F":
                     has_backward = True
+    # completeness, named at the first action of an incomplete (stage, mb)
+    for r, row in enumerate(schedule.ranks):
+        for i, op in enumerate(row):
+            for a in op.atoms():
+                k, s, mb = a.kind, a.stage, a.mb
+                bw = ("BW", s, mb) in pos
+                b, w = ("B", s, mb) in pos, ("W", s, mb) in pos
+                if k != "F" and ("F", s, mb) not in pos:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no F (expected on rank {r})")
+                if k == "F" and has_backward and not (bw or b or w):
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no BW (or B and W), expected on rank {r}")
+                if (k == "BW" and (b or w)) or (k in ("B", "W") and bw):
+                    other = pos[("BW", s, mb)] if k != "BW" else \
+                        pos[("B", s, mb) if b else ("W", s, mb)]
+                    raise ScheduleError(f"{where(r, i)}: stage {s} mb {mb} has both BW and "
+                                        f"a split B/W ({where(*other)})")
+                if k == "B" and not w:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no W for this B (expected on rank {r})")
+                if k == "W" and not b:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no B for this W (expected on rank {r})")
     for s in range(S):
         for mb in range(M):
-            home = pl.rank_of(s, mb)
             if ("F", s, mb) not in pos:
                 raise ScheduleError(f"missing op: stage {s} mb {mb} has no F (expected on "
-                                    f"rank {home})")
-            if not has_backward:
-                continue
-            bw = ("BW", s, mb) in pos
-            b, w = ("B", s, mb) in pos, ("W", s, mb) in pos
-            if bw and (b or w):
-                raise ScheduleError(f"stage {s} mb {mb} has both BW and a split B/W")
-            if not bw and not (b and w):
-                miss = "W" if b else ("B" if w else "BW (or B and W)")
-                raise ScheduleError(f"missing op: stage {s} mb {mb} has no {miss} (expected "
-                                    f"on rank {home})")
+                                    f"rank {pl.rank_of(s, mb)})")
     # order: same-rank producers first
     made: dict[tuple[str, int, int], tuple[int, int]] = {}
     for (kind, s, mb), (r, i) in pos.items():
@@ -91,5 +113,5 @@ def validate_schedule(schedule: Schedule) -> None:
                     if src[1] >= i:
                         what = "forward" if need[0] == "F" else "input-gradient backward"
                         raise ScheduleError(
-                            f"{_where(r, i, op)} comes before the {what} of stage {need[1]} "
-                            f"mb {need[2]} it needs (op {src[1]} on the same rank)")
+                            f"{where(r, i)} comes before the {what} of stage {need[1]} "
+                            f"mb {need[2]} it needs ({where(*src)})")

@@ -19,7 +19,10 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,
+                      highlight=False)
     raise typer.Exit(code)
 
 

@@ -37,6 +37,11 @@ def print_summary(tl: Timeline) -> None:
     console.print(t)
     console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {tl.unit}   bubble ratio "
                   f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
+    from ..metrics import bubble_rate_paper, stage_spans
+
+    console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
+                  f"(span - busy) / span, span "
+                  f"{_fmt(max(stage_spans(tl), default=0.0))})", highlight=False)
 
 
 @app.command()
@@ -62,12 +67,23 @@ def simulate(
     schedule_file: ScheduleFileOpt = None,
     stages: StagesOpt = None,
     placement: PlacementOpt = None,
+    costs_file: Annotated[Optional[Path], typer.Option(
+        "--costs-file", help="Cost file (TOML \\[costs]/\\[link], e.g. from 'schedsim "
+        "calibrate'); its tables replace the scenario's.")] = None,
     gantt: Annotated[Optional[Path], typer.Option(
         "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")] = None,
     json_out: Annotated[Optional[Path], typer.Option(
         "--json", help="Write the Timeline JSON (written even on deadlock).")] = None,
     trace: Annotated[Optional[Path], typer.Option(
         "--trace", help="Write a Perfetto / Chrome trace JSON.")] = None,
+    arrows: Annotated[bool, typer.Option(
+        "--arrows", help="With --gantt: an arrow per message (red: the receiver waited).")
+    ] = False,
+    memory: Annotated[bool, typer.Option(
+        "--memory", help="With --gantt: an activation-memory panel per rank (model from "
+        "the scenario's [memory], default zb).")] = False,
+    stalls: Annotated[bool, typer.Option(
+        "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
@@ -88,9 +104,20 @@ def simulate(
                         latency=latency, bandwidth=bandwidth, comm_policy=comm_policy,
                         program=program, schedule_file=schedule_file, stages=stages,
                         placement=placement)
+    if costs_file is not None:
+        from ..scenario import apply_costs_file
+
+        sc = apply_costs_file(sc, costs_file)
     for out in (gantt, trace):
         if out is not None and out.suffix.lower() not in (".png", ".svg", ".pdf", ".json"):
             raise ScenarioError(f"{out}: unsupported output format {out.suffix!r}")
+    if gantt is not None:
+        from .render import check_figure_path
+
+        check_figure_path(gantt)
+    elif arrows or memory or stalls:
+        raise ScenarioError("--arrows, --memory and --stalls draw on the Gantt chart: add "
+                            "--gantt FILE.png")
     prog = sc.build_program()
     tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
     if tl.deadlock is not None:
@@ -102,13 +129,24 @@ def simulate(
     if json_out:
         tl.write_json(json_out)
     if gantt:
-        from ..plot import gantt as draw, save_figure
+        from ..plot import gantt as draw, resolve_model, save_figure
+        from .render import gantt_options
 
-        save_figure(draw(tl), gantt)
+        model = resolve_model(sc.memory or True) if memory else None
+        save_figure(draw(tl, **gantt_options(arrows, model, stalls)), gantt)
     if trace:
         from ..interop.perfetto import write_trace
 
         write_trace(trace, [tl])
+
+
+def _flag(param: str) -> str:
+    """How a generator parameter is given on the command line."""
+    if param in ("chunks", "variant", "mem_limit"):
+        return "--" + param.replace("_", "-")
+    if param in ("costs", "link"):
+        return f"plans with --{'cost' if param == 'costs' else 'latency/--bandwidth'}"
+    return f"--param {param}=..."
 
 
 @app.command("list")
@@ -117,13 +155,17 @@ def list_schedules() -> None:
     """List the schedules with their placement, parameters, constraints and source."""
     from ..generators import GENERATORS, names
 
-    t = Table(title="schedules", show_lines=True)
-    for col in ("name", "what", "placement", "parameters", "constraints", "source"):
-        t.add_column(col, overflow="fold")
+    t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
+              expand=True)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("what, placement, parameters, constraints, source", ratio=1)
     for n in names():
         g = GENERATORS[n]
-        ps = "\n".join(f"{k}: {v}" for k, v in g.params.items()) or "-"
-        t.add_row(n, g.summary, g.placement, ps, g.constraints, g.source)
+        lines = [g.summary, f"[dim]placement:[/] {g.placement}",
+                 f"[dim]constraints:[/] {g.constraints}"]
+        lines += [f"[dim]{_flag(k)}:[/] {v}" for k, v in g.params.items()]
+        lines.append(f"[dim]source:[/] {g.source}")
+        t.add_row(n, "\n".join(lines))
     console.print(t)
 
 

@@ -1,0 +1,123 @@
+"""Lookup tables over one Timeline shared by the analysis modules.
+
+A message is identified by its key ``(kind, producing stage, mb)`` (see
+:mod:`schedsim.dataflow`); an op atom by ``(kind, stage, mb)``, FB spans being indexed by
+both of their parts.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from functools import cached_property
+
+from ..dataflow import Key, needs, recv_comm, send_comm
+from ..ir import Comm, Op
+from ..timeline import Message, Span, Timeline
+from ..tokens import parse_comm
+
+EPS = 1e-9
+
+
+def fmt_t(x: float | None) -> str:
+    """A time for humans: ``12`` for whole numbers, else 4 significant digits."""
+    if x is None:
+        return "-"
+    return f"{x:g}" if abs(x - round(x)) < 1e-9 else f"{x:.4g}"
+
+
+def span_atoms(s: Span) -> list[tuple[str, int, int]]:
+    """``(kind, stage, mb)`` of each non-overlapped op a span performs."""
+    if s.parts:
+        return [(p.kind, p.stage, p.mb) for p in s.parts]
+    return [(s.kind, s.stage, s.mb)]
+
+
+def span_token(s: Span) -> str:
+    """Program token of a span's op: ``5W0``, ``(2F15;5BW1)``."""
+    if s.parts:
+        f, b = s.parts
+        return f"({f.stage}F{f.mb};{b.stage}{b.kind}{b.mb})"
+    return f"{s.stage}{s.kind}{s.mb}"
+
+
+def key_label(key: Key) -> str:
+    """``F mb3 (stage 4 output)`` / ``B mb0 (input grad of stage 5)``."""
+    kind, s, mb = key
+    if kind == "F":
+        return f"activation of stage {s} mb {mb}"
+    return f"input gradient of stage {s} mb {mb}"
+
+
+class TimelineIndex:
+    """Spans by (rank, index) and by atom, messages by key, waits by rank."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.tl = tl
+        self.by_instr: dict[tuple[int, int], Span] = {}
+        self.by_atom: dict[tuple[str, int, int], Span] = {}
+        self.rank_spans: list[list[Span]] = [[] for _ in range(tl.ranks)]
+        for s in tl.spans:
+            self.by_instr[(s.rank, s.index)] = s
+            for a in span_atoms(s):
+                self.by_atom[a] = s
+            self.rank_spans[s.rank].append(s)
+        for row in self.rank_spans:
+            row.sort(key=lambda s: (s.start, s.index))
+        self.msgs: dict[Key, Message] = {(m.kind, m.stage, m.mb): m for m in tl.messages}
+        self.rank_waits: list[list] = [[] for _ in range(tl.ranks)]
+        for w in tl.waits:
+            self.rank_waits[w.rank].append(w)
+        for row in self.rank_waits:
+            row.sort(key=lambda w: (w.start, w.index))
+
+    @cached_property
+    def _by_index(self) -> list[tuple[list[int], list[Span]]]:
+        out = []
+        for row in self.rank_spans:
+            srt = sorted(row, key=lambda s: s.index)
+            out.append(([s.index for s in srt], srt))
+        return out
+
+    def span_after(self, rank: int, index: int) -> Span | None:
+        """The first compute span of ``rank`` whose instruction index is > ``index``."""
+        keys, spans = self._by_index[rank]
+        k = bisect_right(keys, index)
+        return spans[k] if k < len(spans) else None
+
+    def span_before(self, rank: int, index: int) -> Span | None:
+        """The last compute span of ``rank`` whose instruction index is < ``index``."""
+        keys, spans = self._by_index[rank]
+        k = bisect_left(keys, index)
+        return spans[k - 1] if k > 0 else None
+
+    def producer(self, key: Key) -> Span | None:
+        """The span that produced message ``key`` (F for an activation, B/BW a gradient)."""
+        kind, s, mb = key
+        if kind == "F":
+            return self.by_atom.get(("F", s, mb))
+        return self.by_atom.get(("B", s, mb)) or self.by_atom.get(("BW", s, mb))
+
+    def consumer(self, key: Key) -> Span | None:
+        """The span that consumes message ``key`` on the receiving rank."""
+        kind, s, mb = key
+        if kind == "F":
+            return self.by_atom.get(("F", s + 1, mb))
+        return self.by_atom.get(("B", s - 1, mb)) or self.by_atom.get(("BW", s - 1, mb))
+
+    def needs_of(self, span: Span) -> set[Key]:
+        """Message keys ``span`` consumes (cross-rank or not)."""
+        out: set[Key] = set()
+        for k, st, mb in span_atoms(span):
+            out.update(needs(Op(k, st, mb), self.tl.stages))
+        return out
+
+
+def comm_of(token: str) -> tuple[Comm, Key, bool]:
+    """Parse a comm token: ``(Comm, message key, is_send)``."""
+    c = parse_comm(token)
+    return c, c.message_key(), c.is_send
+
+
+def partner_token(token: str) -> str:
+    """The token of the other side of a comm (``5SEND_B0`` -> ``4RECV_B0``)."""
+    c, key, is_send = comm_of(token)
+    return str(recv_comm(key) if is_send else send_comm(key))

@@ -1,0 +1,124 @@
+"""Send/recv alignment: for every message, the life of its data from producer to consumer.
+
+One row per message: when the data was *ready* (its producer op ended), when the sender
+*posted* the send, when the receiver posted the recv, when the transfer *started* and
+*arrived*, when the recv *completed* and when the *consumer* op started. With whole-number
+costs the slot view names instants the way papers draw them: data ready at 11 is "end of
+T10", a consumer starting at 12 runs "in T12".
+
+Flags:
+
+- ``late-send``: the send was posted after the data was ready (by ``send_posted - ready``);
+- ``late-recv``: under rendezvous the transfer waited for the receiver to post its recv;
+- ``queued``: the transfer started after it could have (link FIFO or comm stream).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..timeline import Timeline
+from ._index import EPS, TimelineIndex, fmt_t, span_token
+from .stalls import transfer_ready
+
+
+@dataclass
+class AlignRow:
+    """One message's timeline (times in the timeline's unit; None when not recorded)."""
+
+    kind: str
+    mb: int
+    stage: int
+    src: int
+    dst: int
+    producer: str
+    ready: float | None
+    send_posted: float | None
+    recv_posted: float | None
+    start: float | None
+    arrival: float | None
+    recv_done: float | None
+    consumer: str
+    consumer_start: float | None
+    send_index: int = -1
+    recv_index: int = -1
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"
+
+    @property
+    def send_delay(self) -> float:
+        """How long after the data was ready the send was posted."""
+        if self.ready is None or self.send_posted is None:
+            return 0.0
+        return max(0.0, self.send_posted - self.ready)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def alignment(tl: Timeline, late_threshold: float = 0.0) -> list[AlignRow]:
+    """One :class:`AlignRow` per message, in order of data-ready time.
+
+    ``late_threshold``: a send posted more than this after its data was ready is flagged
+    ``late-send``.
+    """
+    idx = TimelineIndex(tl)
+    rows = []
+    for m in tl.messages:
+        key = (m.kind, m.stage, m.mb)
+        prod, cons = idx.producer(key), idx.consumer(key)
+        row = AlignRow(m.kind, m.mb, m.stage, m.src, m.dst,
+                       span_token(prod) if prod else "-", prod.end if prod else None,
+                       m.send_posted, m.recv_posted, m.start, m.arrival, m.recv_done,
+                       span_token(cons) if cons else "-", cons.start if cons else None,
+                       m.send_index, m.recv_index)
+        if row.send_delay > late_threshold + EPS:
+            row.flags.append("late-send")
+        rp, sp = m.recv_posted, m.send_posted
+        if (tl.semantics == "rendezvous" and rp is not None and sp is not None
+                and rp > sp + EPS and m.start is not None and m.start >= rp - EPS):
+            row.flags.append("late-recv")
+        ready = transfer_ready(tl, m)
+        if m.start is not None and ready is not None and m.start > ready + EPS:
+            row.flags.append("queued")
+        rows.append(row)
+    rows.sort(key=lambda r: (r.ready if r.ready is not None else float("inf"), r.src,
+                             r.dst))
+    return rows
+
+
+def is_slotted(tl: Timeline) -> bool:
+    """True if every span starts and ends on a whole number (the T0, T1, ... view)."""
+    return all(float(s.start).is_integer() and float(s.end).is_integer() for s in tl.spans)
+
+
+def slot_end(t: float | None) -> str:
+    """An instant that ends a slot: 11 -> ``end T10``."""
+    if t is None:
+        return "-"
+    return "start" if t == 0 else f"end T{int(t) - 1}"
+
+
+def slot_at(t: float | None) -> str:
+    """An instant at which an op starts: 12 -> ``T12``."""
+    return "-" if t is None else f"T{int(t)}"
+
+
+def row_cells(r: AlignRow, slotted: bool) -> list[str]:
+    """Table cells of one row: message, producer, ready, posts, transfer, consumer, flags."""
+    if slotted and r.ready is not None and float(r.ready).is_integer():
+        ready = f"{fmt_t(r.ready)} ({slot_end(r.ready)})"
+        cons = (f"{r.consumer} {fmt_t(r.consumer_start)} ({slot_at(r.consumer_start)})"
+                if r.consumer_start is not None else r.consumer)
+    else:
+        ready = fmt_t(r.ready)
+        cons = f"{r.consumer} {fmt_t(r.consumer_start)}"
+    return [r.label, r.producer, ready, fmt_t(r.send_posted), fmt_t(r.recv_posted),
+            f"{fmt_t(r.start)}-{fmt_t(r.arrival)}", fmt_t(r.recv_done), cons,
+            ", ".join(r.flags)]
+
+
+ALIGN_COLUMNS = ("message", "producer", "data ready", "send posted", "recv posted",
+                 "transfer", "recv done", "consumer start", "flags")

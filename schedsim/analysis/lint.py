@@ -1,0 +1,252 @@
+"""Lints on programs: P2P patterns that cost time or can hang.
+
+Rules (each :class:`Finding` has a ``rule``, a ``severity`` and a message naming the
+instructions):
+
+- ``late-send``: a send posted after another compute op ran since its data was made (the
+  data waits on the sender while the receiver may be idle). Static; with a timeline the
+  message also says how long after the data was ready it was posted.
+- ``unrelated-recv``: a wait (a ``COMMIT`` batch or a ``WAIT`` on several ops) before op X
+  whose release was set by a recv X does not need, whose data was not there when the rank
+  reached the wait (its producer, or the sender's post, is gated by compute on the other
+  rank). Needs a timeline; reports how long X was held.
+- ``crossed-order``: two messages between the same two ranks whose posting orders differ
+  between the two sides, in different batches. On one directed link this is an
+  ``error`` (P2P ops match in posting order per link); in opposite directions it is a
+  ``deadlock`` when each side waits for its first op before posting the second (both
+  first ops sends: deadlocks under rendezvous only; a recv among them: always), else,
+  when each side posts them in two different batches, a ``stream-risk`` (deadlocks on a
+  shared comm stream under rendezvous). Within one batch on either side the order is
+  free (``batch_isend_irecv`` launches them together).
+"""
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from dataclasses import asdict, dataclass
+
+from ..dataflow import produces
+from ..ir import Commit, Compute, Post, Program, Wait
+from ..timeline import Timeline
+from ..tokens import format_instr
+from ._index import EPS, TimelineIndex, comm_of, fmt_t, span_token
+
+SEVERITY_ORDER = {"error": 0, "deadlock": 1, "stream-risk": 2, "warning": 3, "info": 4}
+
+
+@dataclass
+class Finding:
+    """One lint finding on ``rank`` at instruction ``index``."""
+
+    rule: str
+    severity: str
+    rank: int
+    index: int
+    message: str
+    cost: float = 0.0     # time it cost in the timeline (0 when unknown)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def lint(program: Program, tl: Timeline | None = None,
+         late_threshold: float = 0.0) -> list[Finding]:
+    """Run every rule on ``program`` (``tl``: a run of it under comm semantics, used by
+    the timed rules; a ``data`` run is ignored, its posts carry no timing). Findings are sorted by severity, then cost (largest first)."""
+    timed = tl if tl is not None and tl.semantics != "data" else None
+    out = late_sends(program, timed, late_threshold) + crossed_orders(program)
+    if timed is not None:
+        out += unrelated_recvs(program, timed)
+    out.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -f.cost, f.rank, f.index))
+    return out
+
+
+def _waited_at(row: list) -> dict[int, int]:
+    """Post instruction index -> index of the first wait that covers it (COMMIT after it,
+    or a WAIT naming it); ``len(row)`` (END) when none does."""
+    out: dict[int, int] = {}
+    pending: list[int] = []
+    by_comm: dict = {}
+    for i, ins in enumerate(row):
+        if isinstance(ins, Post):
+            pending.append(i)
+            by_comm[ins.comm] = i
+        elif isinstance(ins, Commit):
+            for j in pending:
+                out.setdefault(j, i)
+            pending = []
+        elif isinstance(ins, Wait):
+            for c in ins.comms:
+                j = by_comm.get(c)
+                if j is not None:
+                    out.setdefault(j, i)
+    for j in by_comm.values():
+        out.setdefault(j, len(row))
+    return out
+
+
+def late_sends(program: Program, tl: Timeline | None = None,
+               late_threshold: float = 0.0) -> list[Finding]:
+    """Rule ``late-send`` (module docstring)."""
+    idx = TimelineIndex(tl) if tl is not None else None
+    out = []
+    for r, row in enumerate(program.ranks):
+        computes: list[tuple[int, str]] = []     # (instr index, token) in program order
+        made: dict = {}                          # key -> position in computes of producer
+        for i, ins in enumerate(row):
+            if isinstance(ins, Compute):
+                computes.append((i, format_instr(ins)))
+                for a in ins.op.atoms():
+                    k = produces(a)
+                    if k is not None:
+                        made[k] = len(computes) - 1
+            elif isinstance(ins, Post) and ins.comm.is_send:
+                key = ins.comm.message_key()
+                pos = made.get(key)
+                if pos is None or pos == len(computes) - 1:
+                    continue
+                between = computes[pos + 1:pos + 4]
+                cost = 0.0
+                timing = ""
+                if idx is not None:
+                    m, prod = idx.msgs.get(key), idx.producer(key)
+                    if m is not None and prod is not None and m.send_posted is not None:
+                        cost = max(0.0, m.send_posted - prod.end)
+                        timing = (f"; in the run it was posted at {fmt_t(m.send_posted)}, "
+                                  f"{fmt_t(cost)} after the data was ready "
+                                  f"({span_token(prod)} ended {fmt_t(prod.end)})")
+                if idx is not None and cost <= late_threshold + EPS:
+                    continue
+                ops = ", ".join(f"{t} (instr {j})" for j, t in between)
+                j, t = computes[pos]
+                out.append(Finding(
+                    "late-send", "warning", r, i,
+                    f"rank {r} instr {i}: {ins.comm} is posted after {ops} although its data "
+                    f"was made by {t} (instr {j}){timing}", cost))
+    return out
+
+
+def unrelated_recvs(program: Program, tl: Timeline) -> list[Finding]:
+    """Rule ``unrelated-recv`` (module docstring); needs a comm-semantics timeline."""
+    idx = TimelineIndex(tl)
+    out = []
+    for w in tl.waits:
+        if w.kind not in ("COMMIT", "WAIT") or len(w.comms) < 2:
+            continue
+        nxt = idx.span_after(w.rank, w.index)
+        if nxt is None:
+            continue
+        needed = idx.needs_of(nxt)
+        members = []
+        for tok in w.comms:
+            _, key, is_send = comm_of(tok)
+            m = idx.msgs.get(key)
+            done = None if m is None else (m.send_done if is_send else m.recv_done)
+            members.append((tok, key, is_send, m, done))
+        need_done = max([d for _, k, s, _, d in members if not s and k in needed
+                         and d is not None] + [w.start])
+        for tok, key, is_send, m, done in members:
+            if is_send or key in needed or done is None or m is None:
+                continue
+            if done >= w.end - EPS and done > need_done + EPS:
+                prod = idx.producer(key)
+                why = (f"rank {m.src} posted the send at {fmt_t(m.send_posted)} (instr "
+                       f"{m.send_index})" + (f", its data made by {span_token(prod)} ended "
+                                             f"{fmt_t(prod.end)}" if prod else ""))
+                out.append(Finding(
+                    "unrelated-recv", "warning", w.rank, w.index,
+                    f"rank {w.rank} instr {w.index} ({w.kind}): {tok} is batched before "
+                    f"{span_token(nxt)}, which does not need it, and holds it from "
+                    f"{fmt_t(need_done)} to {fmt_t(w.end)}: {why}", w.end - need_done))
+    return out
+
+
+def crossed_orders(program: Program) -> list[Finding]:
+    """Rule ``crossed-order`` (module docstring); static."""
+    rank_of = program.placement.rank_fn()
+    S = program.placement.stages
+    # per rank: [(instr index, message key, is_send, peer)]
+    posts: list[list[tuple[int, tuple, bool, int]]] = []
+    waited: list[dict[int, int]] = []
+    runs: list[dict[int, int]] = []      # post instruction -> post run (batch) id
+    for r, row in enumerate(program.ranks):
+        lst = []
+        for i, ins in enumerate(row):
+            if isinstance(ins, Post):
+                key = ins.comm.message_key()
+                to = key[1] + 1 if key[0] == "F" else key[1] - 1
+                if not (0 <= key[1] < S and 0 <= to < S):
+                    continue
+                src, dst = rank_of(key[1], key[2]), rank_of(to, key[2])
+                lst.append((i, key, ins.comm.is_send, dst if ins.comm.is_send else src))
+        posts.append(lst)
+        waited.append(_waited_at(row))
+        run_id, k, prev_post = {}, 0, False
+        for i, ins in enumerate(row):
+            is_post = isinstance(ins, Post)
+            if is_post and not prev_post:
+                k += 1
+            if is_post:
+                run_id[i] = k
+            prev_post = is_post
+        runs.append(run_id)
+    out = []
+    seen = set()
+    for a, lst in enumerate(posts):
+        by_peer: dict[int, list] = {}
+        for e in lst:
+            by_peer.setdefault(e[3], []).append(e)
+        for b, mine in by_peer.items():
+            if b <= a:
+                continue
+            theirs = {e[1]: e for e in posts[b] if e[3] == a}
+            seen_b: list[int] = []                      # b's positions of a's earlier posts
+            at_b: dict[int, tuple] = {}
+            for ey in mine:                             # in a's posting order
+                fy = theirs.get(ey[1])
+                if fy is None:
+                    continue
+                k = bisect_right(seen_b, fy[0])
+                later = seen_b[k:]                      # posted earlier by a, later by b
+                insort(seen_b, fy[0])
+                at_b[fy[0]] = ey
+                for pb in later:
+                    ex = at_b[pb]
+                    fx = theirs[ex[1]]
+                    blocked = (waited[a].get(ex[0], -1) < ey[0]
+                               and waited[b].get(fy[0], -1) < fx[0])
+                    split = runs[a][ex[0]] != runs[a][ey[0]] and \
+                        runs[b][fy[0]] != runs[b][fx[0]]
+                    pair = (a, b, ex[1], ey[1])
+                    if pair in seen:
+                        continue
+                    seen.add(pair)
+                    out.append(_crossed(program, a, b, ex, ey, fx, fy, blocked, split))
+    return [f for f in out if f is not None]
+
+
+def _crossed(program: Program, a: int, b: int, ex, ey, fx, fy, blocked: bool,
+             split: bool) -> Finding | None:
+    tok = lambda r, e: format_instr(program.ranks[r][e[0]])  # noqa: E731
+    same_dir = ex[2] == ey[2]
+    where = (f"rank {a} posts {tok(a, ex)} (instr {ex[0]}) before {tok(a, ey)} (instr "
+             f"{ey[0]}) but rank {b} posts {tok(b, fy)} (instr {fy[0]}) before {tok(b, fx)} "
+             f"(instr {fx[0]})")
+    if same_dir:
+        return Finding("crossed-order", "error", a, ex[0],
+                       f"{where}: on one directed link P2P ops match in posting order, so "
+                       f"the two sides pair different messages", 0.0)
+    if blocked:
+        both_sends = ex[2] and fy[2]
+        what = ("deadlocks under rendezvous (each send waits for a recv the peer posts "
+                "only after its own send completed); eager completes" if both_sends else
+                "deadlocks under any semantics (a recv waits for a send the peer posts "
+                "only after its own first op completed)")
+        return Finding("crossed-order", "deadlock", a, ex[0],
+                       f"{where}, and each side waits for its first op before posting the "
+                       f"second: {what}", 0.0)
+    if split:
+        return Finding("crossed-order", "stream-risk", a, ex[0],
+                       f"{where}, each side in two batches: on a shared comm stream under "
+                       f"rendezvous each side's second batch queues behind a first batch "
+                       f"the other side has not matched yet", 0.0)
+    return None

@@ -1,0 +1,262 @@
+"""Counterfactual queries: does X delay Y, by how much, and through which waits?
+
+The answer is measured, not inferred: the program is simulated once as it is and once
+with the cause made *free*, and the delay is the difference of the effect's time, so
+indirect effects (a later wait, a queued link) count. Free means:
+
+- an op: it costs 0;
+- a message (selected by either of its comm ops): under ``eager``/``rendezvous`` each side
+  completes the moment it is posted (no rank waits for it, it occupies no link or comm
+  stream); under ``data`` semantics, where there are no comm ops, it costs nothing on the
+  link (its consumer still waits for its producer).
+
+The effect's time is an op's start, or a comm op's completion. Besides the delay each
+answer carries the *binding wait* (the instruction the effect's rank was blocked on right
+before the effect, with each awaited message and when it completed) and the *chain*: the
+binding dependencies that link the cause to the effect in the actual run (empty when none
+does). Several causes can be freed together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..compile import compile_program
+from ..costs import CommModel, CostModel, LinkModel
+from ..engine import build_timeline, run
+from ..io import no_gc
+from ..ir import Program
+from ..timeline import Timeline
+from ._index import EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token
+from .critical import condense
+from .graph import build_graph
+from .select import Target
+
+SEMANTICS = ("data", "eager", "rendezvous")
+
+
+def simulate_free(program: Program, costs: CostModel, link: LinkModel, comm: CommModel,
+                  causes: list[Target]) -> Timeline:
+    """Simulate ``program`` with every cause made free (module docstring).
+
+    Works on the compiled program (no engine change): a free op gets cost 0; a free
+    message loses its handles from every post, comm-stream unit and wait (comm
+    semantics) or its link cost (data semantics). Raises what :func:`simulate` raises.
+    """
+    with no_gc():
+        cp = compile_program(program, costs, link, comm)
+        free_ops = {(t.rank, t.index) for t in causes if t.op is not None}
+        keys = {t.message_key for t in causes if t.comm is not None}
+        free_m = {m for m, k in enumerate(cp.mkey) if k in keys}
+        for r, code in enumerate(cp.code):
+            for j, ins in enumerate(code):
+                if ins[0] == 0 and (r, cp.span_meta[ins[2]][2]) in free_ops:
+                    code[j] = (0, 0.0, ins[2], ins[3], ins[4])
+        if free_m:
+            if cp.data_mode:
+                for m in free_m:
+                    cp.mocc[m] = 0.0
+                    cp.mlat[m] = 0.0
+            else:
+                _drop_messages(cp, free_m)
+        st = run(cp)
+        tl = build_timeline(cp, st, comm, costs.unit)
+    return tl
+
+
+def _drop_messages(cp, free_m: set[int]) -> None:
+    """Remove the handles of messages ``free_m`` from posts, stream units and waits."""
+    gone = {2 * m for m in free_m} | {2 * m + 1 for m in free_m}
+    emptied = set()
+    for u, hs in enumerate(cp.unit_handles):
+        kept = tuple(h for h in hs if h not in gone)
+        if len(kept) != len(hs):
+            cp.unit_handles[u] = kept
+            if not kept:
+                emptied.add(u)
+    for r, code in enumerate(cp.code):
+        new = []
+        for ins in code:
+            if ins[0] == 1:
+                hs = tuple(h for h in ins[1] if h not in gone)
+                if not hs:
+                    continue
+                units = tuple(u for u in ins[2] if u not in emptied)
+                new.append((1, hs, units))
+            elif ins[0] == 2:
+                new.append((2, tuple(h for h in ins[1] if h not in gone), ins[2], ins[3]))
+            else:
+                new.append(ins)
+        cp.code[r] = new
+
+
+def effect_time(tl: Timeline, target: Target) -> float | None:
+    """When ``target`` happened in ``tl``: an op's start, a comm op's completion."""
+    if target.op is not None:
+        for s in tl.spans:
+            if s.rank == target.rank and s.index == target.index:
+                return s.start
+        return None
+    key = target.message_key
+    for m in tl.messages:
+        if (m.kind, m.stage, m.mb) == key:
+            return m.send_done if target.comm.is_send else m.recv_done
+    return None
+
+
+def binding_wait(tl: Timeline, target: Target) -> dict | None:
+    """The wait ``target``'s rank was blocked on right before ``target`` (an op), with
+    each awaited comm op, its message and when it completed; None if the op started as
+    soon as the previous one ended."""
+    if target.op is None:
+        return None
+    idx = TimelineIndex(tl)
+    span = idx.by_instr.get((target.rank, target.index))
+    if span is None:
+        return None
+    prev = idx.span_before(target.rank, span.index)
+    prev_idx = -1 if prev is None else prev.index
+    cands = [w for w in idx.rank_waits[target.rank]
+             if (w.kind == "DATA" and w.index == span.index)
+             or (w.kind != "DATA" and prev_idx < w.index < span.index)]
+    cands = [w for w in cands if w.end >= span.start - EPS]
+    if not cands:
+        return None
+    w = max(cands, key=lambda w: w.index)
+    comms = []
+    for tok in w.comms:
+        _, key, is_send = comm_of(tok)
+        m = idx.msgs.get(key)
+        done = None if m is None else (m.send_done if is_send else m.recv_done)
+        comms.append({
+            "comm": tok, "message": key_label(key),
+            "src": None if m is None else m.src, "dst": None if m is None else m.dst,
+            "posted": None if m is None else (m.send_posted if is_send else m.recv_posted),
+            "partner": partner_token(tok),
+            "partner_posted": None if m is None else (m.recv_posted if is_send
+                                                      else m.send_posted),
+            "done": done, "binding": done is not None and done >= w.end - EPS})
+    return {"rank": w.rank, "index": w.index, "kind": w.kind, "reached": w.start,
+            "released": w.end, "comms": comms}
+
+
+def cause_nodes(target: Target, tl: Timeline) -> set:
+    """Graph nodes that stand for a cause (its op, or every event of its message)."""
+    if target.op is not None:
+        return {("S", target.rank, target.index), ("E", target.rank, target.index)}
+    key = target.message_key
+    nodes = {("T", key), ("A", key), ("DS", key), ("DR", key)}
+    for m in tl.messages:
+        if (m.kind, m.stage, m.mb) == key:
+            if m.send_index >= 0:
+                nodes.add(("P", m.src, m.send_index))
+            if m.recv_index >= 0:
+                nodes.add(("P", m.dst, m.recv_index))
+    return nodes
+
+
+@dataclass
+class Answer:
+    """One semantics' answer (see the module docstring); times in the costs' unit."""
+
+    semantics: str
+    effect: str
+    causes: list[str]
+    effect_start: float | None
+    counterfactual_start: float | None
+    delay: float | None
+    makespan: float
+    counterfactual_makespan: float
+    makespan_delta: float
+    binding_wait: dict | None
+    chain: list[dict] = field(default_factory=list)
+    deadlock: str | None = None
+
+    @property
+    def delays(self) -> bool:
+        return self.delay is not None and self.delay > EPS
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def answer(program: Program, effect: Target, causes: list[Target], costs: CostModel,
+           link: LinkModel, comm: CommModel) -> Answer:
+    """Answer "do ``causes`` delay ``effect``" under ``comm``'s semantics.
+
+    ``delay = effect time - effect time with the causes free``; ``makespan_delta =
+    makespan - makespan with the causes free`` (both >= 0 when freeing helps). A program
+    that deadlocks under these semantics is answered with ``deadlock`` set and no delay.
+    """
+    from ..engine import simulate
+
+    tl = simulate(program, costs, link, comm, raise_on_deadlock=False)
+    names = [str(c) for c in causes]
+    if tl.deadlock is not None:
+        return Answer(comm.semantics, str(effect), names, None, None, None, tl.makespan,
+                      tl.makespan, 0.0, None, [], tl.deadlock.message)
+    cf = simulate_free(program, costs, link, comm, causes)
+    t0, t1 = effect_time(tl, effect), effect_time(cf, effect)
+    delay = None if t0 is None or t1 is None else t0 - t1
+    chain: list[dict] = []
+    G = build_graph(tl, program, link, comm)
+    target = (("S", effect.rank, effect.index) if effect.op is not None else
+              ("DS" if effect.comm.is_send else "DR", effect.message_key))
+    sources = set().union(*(cause_nodes(c, tl) for c in causes)) if causes else set()
+    if target in G.time:
+        path = G.tight_path(sources & set(G.time), target)
+        if path is not None:
+            chain = [s.to_dict() for s in condense(G, path)]
+    return Answer(comm.semantics, str(effect), names, t0, t1,
+                  None if delay is None else (0.0 if abs(delay) < EPS else delay),
+                  tl.makespan, cf.makespan,
+                  0.0 if abs(tl.makespan - cf.makespan) < EPS else tl.makespan - cf.makespan,
+                  binding_wait(tl, effect), chain)
+
+
+def explain(a: Answer) -> list[str]:
+    """The answer in a few plain sentences (what the CLI prints under the table)."""
+    lines = []
+    if a.deadlock:
+        return [f"{a.semantics}: {a.deadlock}"]
+    causes = " + ".join(a.causes)
+    if a.delay is None:
+        lines.append(f"{a.semantics}: the effect did not run")
+        return lines
+    verdict = (f"delays it by {fmt_t(a.delay)}" if a.delays else "does not delay it")
+    mk = ("the makespan does not move" if abs(a.makespan_delta) < EPS else
+          f"the makespan moves by {fmt_t(a.makespan_delta)} "
+          f"({fmt_t(a.counterfactual_makespan)} instead of {fmt_t(a.makespan)})")
+    lines.append(f"{a.semantics}: {causes} {verdict} ({a.effect} starts at "
+                 f"{fmt_t(a.effect_start)}, {fmt_t(a.counterfactual_start)} with the cause "
+                 f"free); {mk}.")
+    bw = a.binding_wait
+    if bw:
+        parts = []
+        for c in bw["comms"]:
+            flag = " <- binding" if c["binding"] else ""
+            parts.append(f"{c['comm']} done {fmt_t(c['done'])} (partner {c['partner']} "
+                         f"posted {fmt_t(c['partner_posted'])}){flag}")
+        what = "its inputs" if bw["kind"] == "DATA" else f"{bw['kind']} at instr {bw['index']}"
+        lines.append(f"  blocked on {what} from {fmt_t(bw['reached'])} to "
+                     f"{fmt_t(bw['released'])}: " + "; ".join(parts))
+    else:
+        lines.append("  not blocked: it started as soon as the previous op ended")
+    if a.chain:
+        lines.append("  chain: " + " -> ".join(_step_text(s) for s in a.chain))
+    else:
+        lines.append("  chain: none (no binding dependency links the cause to the effect)")
+    return lines
+
+
+def _step_text(s: dict) -> str:
+    if s["kind"] == "op":
+        return f"{s['what']}@r{s['rank']} [{fmt_t(s['start'])},{fmt_t(s['end'])}]"
+    if s["kind"] == "message":
+        return f"msg {s['what']} ({fmt_t(s['end'])})"
+    if s["kind"] == "post":
+        return f"r{s['rank']} posts {s['what']} ({fmt_t(s['start'])})"
+    if s["kind"] == "wait":
+        return f"r{s['rank']} {s['what']}#{s['index']} ({fmt_t(s['start'])})"
+    return f"{s['what']} ({fmt_t(s['start'])})"

@@ -1,0 +1,291 @@
+"""Stall attribution: every idle interval of every rank, with a named cause.
+
+A rank is *idle* whenever its compute stream runs no op, between time 0 and the makespan.
+Each idle interval is cut at the blocking instructions the engine recorded
+(``Timeline.waits``: the rank reached a ``COMMIT``/``WAIT``/``END`` or, under ``data``
+semantics, an op waited for its inputs) and each piece gets one cause:
+
+==============  ===========================================================================
+``warmup``      before the rank's first op: no op could run yet (the detail says which
+                message the first op waited for)
+``cooldown``    after the rank's last op: no op left to run while other ranks finish
+``wait-recv``   the next op's input had not arrived: which message, from which rank, made
+                by which op, and when the sender posted it
+``wait-send``   a send not yet accepted: under rendezvous it completes only once the
+                receiver posts the matching recv
+``wait-batch``  a commit-and-wait (a wait on several P2P ops) held by a member the next op
+                does not itself need
+``head-of-line`` the awaited transfer was queued behind another one on the same link (or
+                behind earlier P2P ops on the rank's comm stream)
+``transfer``    a send whose bytes were still on the wire (finite bandwidth or latency)
+``deadlock``    the rank is blocked for ever (the timeline ends in a deadlock)
+``host``        idle time no recorded wait explains (measured timelines: host overhead)
+==============  ===========================================================================
+
+The binding member of a wait is the op that completed last (at the wait's release time);
+``detail`` names it and the mechanism that made it late.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..ir import Program
+from ..timeline import Message, Span, Timeline, WaitRecord
+from ._index import (EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token,
+                     span_token)
+
+#: cause -> one-line meaning (shown by ``schedsim stalls --help`` and the README)
+CAUSES: dict[str, str] = {
+    "warmup": "before the rank's first op: no op could run yet",
+    "cooldown": "after the rank's last op: nothing left to run",
+    "wait-recv": "the next op's input had not arrived",
+    "wait-send": "a send not yet accepted by its receiver (rendezvous)",
+    "wait-batch": "a commit-and-wait held by a member the next op does not need",
+    "head-of-line": "a transfer queued behind another on the same link or comm stream",
+    "transfer": "a send whose bytes were still on the wire",
+    "deadlock": "blocked for ever",
+    "host": "idle time no recorded wait explains",
+}
+
+
+@dataclass
+class Stall:
+    """One idle interval ``[start, end)`` of ``rank`` (times in the timeline's unit).
+
+    ``cause`` is a key of :data:`CAUSES`; ``detail`` explains it in one sentence.
+    ``index``/``instruction`` name the blocking instruction (-1/"" when none), ``comms``
+    its binding members (program tokens such as ``5RECV_F3``).
+    """
+
+    rank: int
+    start: float
+    end: float
+    cause: str
+    detail: str
+    index: int = -1
+    instruction: str = ""
+    comms: list[str] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Member:
+    """One comm op a wait waited for, with its message."""
+
+    token: str
+    key: tuple[str, int, int]
+    is_send: bool
+    msg: Message | None
+    done: float | None
+
+
+def _members(idx: TimelineIndex, w: WaitRecord) -> list[Member]:
+    out = []
+    for tok in w.comms:
+        _, key, is_send = comm_of(tok)
+        msg = idx.msgs.get(key)
+        done = None if msg is None else (msg.send_done if is_send else msg.recv_done)
+        out.append(Member(tok, key, is_send, msg, done))
+    return out
+
+
+def transfer_ready(tl: Timeline, msg: Message) -> float | None:
+    """When ``msg`` could start moving: its send post (eager, data) or, when the transfer
+    waited for the recv (rendezvous), the later of the two posts."""
+    sp, rp, st = msg.send_posted, msg.recv_posted, msg.start
+    if sp is None:
+        return None
+    if tl.semantics == "rendezvous" and rp is not None and st is not None and st >= rp - EPS:
+        return max(sp, rp)
+    return sp
+
+
+def queued_behind(tl: Timeline, msg: Message) -> list[Message]:
+    """Messages on the same directed link that started before ``msg`` and were still
+    moving after ``msg`` was ready (what it queued behind)."""
+    ready = transfer_ready(tl, msg)
+    if ready is None or msg.start is None:
+        return []
+    return [m for m in tl.messages
+            if m is not msg and m.src == msg.src and m.dst == msg.dst and m.start is not None
+            and m.start < msg.start - EPS and (m.arrival or 0) > ready + EPS]
+
+
+def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
+    """``(cause, sentence)`` explaining why member ``m`` completed when it did."""
+    tl = idx.tl
+    msg = m.msg
+    if msg is None:
+        return "wait-recv", f"{m.token}: no such message in the timeline"
+    prod = idx.producer(m.key)
+    made = (f"made by {span_token(prod)} on rank {msg.src}, ended {fmt_t(prod.end)}"
+            if prod is not None else f"from rank {msg.src}, never made")
+    if m.done is None:
+        return "deadlock", f"{m.token} ({key_label(m.key)}) never completes"
+    ready = transfer_ready(tl, msg)
+    if msg.start is not None and ready is not None and msg.start > ready + EPS:
+        behind = queued_behind(tl, msg)
+        what = (", ".join(f"{b.label()} (started {fmt_t(b.start)})" for b in behind[:3])
+                if behind else f"earlier P2P ops on rank "
+                f"{msg.src if m.is_send else msg.dst}'s comm stream")
+        return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to move "
+                                f"at {fmt_t(ready)} but started only at {fmt_t(msg.start)}, "
+                                f"queued behind {what}")
+    if not m.is_send:
+        sp = msg.send_posted
+        txt = f"{m.token} waits for the {key_label(m.key)} from rank {msg.src} ({made})"
+        if (tl.semantics != "data" and prod is not None and sp is not None
+                and sp > prod.end + EPS):
+            txt += (f"; rank {msg.src} posted {partner_token(m.token)} only at {fmt_t(sp)} "
+                    f"(instr {msg.send_index}), {fmt_t(sp - prod.end)} after the data was "
+                    f"ready")
+        elif sp is not None and tl.semantics != "data":
+            txt += f"; rank {msg.src} posted {partner_token(m.token)} at {fmt_t(sp)}"
+        txt += f"; it completed at {fmt_t(m.done)}"
+        return "wait-recv", txt
+    rp, sp = msg.recv_posted, msg.send_posted
+    if (rp is not None and sp is not None and rp > sp + EPS and m.done >= rp - EPS
+            and (msg.start is None or msg.start >= rp - EPS)):
+        return "wait-send", (f"{m.token} ({key_label(m.key)}) was not accepted until rank "
+                             f"{msg.dst} posted {partner_token(m.token)} at {fmt_t(rp)} "
+                             f"(instr {msg.recv_index}); it completed at {fmt_t(m.done)}")
+    return "transfer", (f"{m.token} ({key_label(m.key)}) was on the wire from "
+                        f"{fmt_t(msg.start if msg.start is not None else sp)} to "
+                        f"{fmt_t(m.done)}")
+
+
+def explain_wait(idx: TimelineIndex, w: WaitRecord, next_span: Span | None
+                 ) -> tuple[str, str, list[str]]:
+    """``(cause, detail, binding tokens)`` of one recorded wait."""
+    members = _members(idx, w)
+    if not members:
+        return "host", f"{w.kind} at instr {w.index} with nothing to wait for", []
+    # the member(s) that completed last bound the wait (in a simulated run they complete
+    # exactly at its release; in a measured one the wait returns a little later)
+    last = max((float("inf") if m.done is None else m.done) for m in members)
+    binding = [m for m in members if m.done is None or m.done >= last - EPS]
+    needed = idx.needs_of(next_span) if next_span is not None else set()
+    needed_binding = [m for m in binding if not m.is_send and m.key in needed]
+    where = f"{w.kind} at instr {w.index}" if w.kind != "DATA" else "its inputs"
+    toks = [m.token for m in binding]
+    if len(members) > 1 and next_span is not None and not needed_binding:
+        parts = "; ".join(mechanism(idx, m)[1] for m in binding)
+        return "wait-batch", (f"{where} waits for {len(members)} P2P ops and is held by "
+                              f"{', '.join(toks)}, which the next op "
+                              f"{span_token(next_span)} does not need: {parts}"), toks
+    m = needed_binding[0] if needed_binding else binding[0]
+    cause, txt = mechanism(idx, m)
+    if (next_span is not None and not m.is_send and m.key not in needed
+            and cause == "wait-recv"):
+        txt += f" (the next op {span_token(next_span)} does not need it)"
+    if len(binding) > 1:
+        txt += f"; completing at the same time: {', '.join(t for t in toks if t != m.token)}"
+    return cause, f"{where}: {txt}" if w.kind != "DATA" else txt, toks
+
+
+def _pieces(a: float, b: float, waits: list[WaitRecord]) -> list[tuple[float, float,
+                                                                         WaitRecord | None]]:
+    """Cut ``[a, b)`` at the waits overlapping it; uncovered parts get ``None``."""
+    out: list[tuple[float, float, WaitRecord | None]] = []
+    t = a
+    for w in waits:
+        s, e = max(w.start, a), min(w.end, b)
+        if e <= s + EPS or e <= t + EPS:
+            continue
+        s = max(s, t)
+        if s > t + EPS:
+            out.append((t, s, None))
+        out.append((s, e, w))
+        t = e
+    if b > t + EPS:
+        out.append((t, b, None))
+    return out
+
+
+def attribute_stalls(tl: Timeline, program: Program | None = None) -> list[Stall]:
+    """Classify every idle interval of every rank in ``[0, makespan]``.
+
+    Returns the stalls sorted by (rank, start); on each rank they and the spans tile
+    ``[0, makespan]`` exactly. ``program`` (optional) lets details quote the blocking
+    instruction's token; everything else comes from the timeline's spans, messages and
+    waits. Causes are listed in :data:`CAUSES` (module docstring).
+    """
+    idx = TimelineIndex(tl)
+    M = tl.makespan
+    blocked = {b.rank: b for b in (tl.deadlock.blocked if tl.deadlock else [])}
+    out: list[Stall] = []
+    for r in range(tl.ranks):
+        spans = idx.rank_spans[r]
+        waits = idx.rank_waits[r]
+        gaps: list[tuple[float, float, Span | None, str]] = []
+        t = 0.0
+        for k, s in enumerate(spans):
+            if s.start > t + EPS:
+                gaps.append((t, s.start, s, "warmup" if k == 0 else ""))
+            t = max(t, s.end)
+        if M > t + EPS:
+            gaps.append((t, M, None, "deadlock" if r in blocked else
+                         ("cooldown" if spans else "warmup")))
+        for a, b, nxt, pos in gaps:
+            for s0, s1, w in _pieces(a, b, waits):
+                out.append(_stall(idx, program, r, s0, s1, w, nxt, pos, spans, blocked))
+    out.sort(key=lambda s: (s.rank, s.start))
+    return out
+
+
+def _instr_token(program: Program | None, r: int, i: int, fallback: str) -> str:
+    if program is not None and 0 <= i < len(program.ranks[r]):
+        from ..tokens import format_instr
+
+        return format_instr(program.ranks[r][i])
+    return fallback
+
+
+def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: float,
+           w: WaitRecord | None, nxt: Span | None, pos: str, spans: list[Span],
+           blocked: dict) -> Stall:
+    if pos == "deadlock":
+        b = blocked[r]
+        return Stall(r, s0, s1, "deadlock",
+                     f"blocked at instr {b.index} ({b.instruction}) since {fmt_t(b.since)}, "
+                     f"waiting for " + "; ".join(b.waiting_for), b.index, b.instruction,
+                     [])
+    if w is None:
+        cause = pos or "host"
+        if pos == "cooldown":
+            detail = (f"no op left on rank {r}: its last op "
+                      f"{span_token(spans[-1])} ended at {fmt_t(s0)}")
+        elif pos == "warmup":
+            detail = ("no op could run yet" if nxt is None else
+                      f"no op could run yet; first op {span_token(nxt)} starts at "
+                      f"{fmt_t(nxt.start)}")
+        else:
+            detail = "no recorded wait covers this interval (host-side time between ops)"
+        return Stall(r, s0, s1, cause, detail)
+    cause, detail, toks = explain_wait(idx, w, nxt)
+    tok = ("DATA" if w.kind == "DATA" else
+           _instr_token(program, r, w.index, w.kind if w.kind != "WAIT" else
+                        "WAIT[" + "+".join(w.comms) + "]"))
+    if pos == "warmup":
+        detail = (f"before its first op {span_token(nxt)}: {detail}" if nxt is not None
+                  else detail)
+        cause = "warmup"
+    elif pos == "cooldown":
+        detail = (f"after its last op {span_token(spans[-1])} (ended "
+                  f"{fmt_t(spans[-1].end)}), the rank only waits: {detail}")
+        cause = "cooldown"
+    return Stall(r, s0, s1, cause, detail, w.index, tok, toks)
+
+
+def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:
+    """Total stalled time per cause per rank: ``{cause: [time of rank 0, ...]}``."""
+    out: dict[str, list[float]] = {}
+    for s in stalls:
+        out.setdefault(s.cause, [0.0] * ranks)[s.rank] += s.duration
+    return out

@@ -1,0 +1,346 @@
+"""``schedsim stalls``, ``align``, ``critical-path``, ``query`` and ``lint``: explain a run.
+
+Every command takes a scenario (TOML file and/or the same flags as ``simulate``), runs it
+through the simulator and explains the result; ``--json FILE`` writes the full records.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis._index import fmt_t
+from ..costs import CommModel
+from ..errors import ScenarioError
+from ..io import atomic_write_text
+from ..scenario import Scenario
+from . import app
+from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
+                     MemLimitOpt, ParamOpt, PlacementOpt, PolicyOpt, ProgramOpt, RanksOpt,
+                     ScenarioArg, ScheduleFileOpt, ScheduleOpt, SemanticsOpt, StagesOpt,
+                     StreamOpt, ThresholdOpt, VariantOpt, build_scenario, console, fail,
+                     handle_errors)
+
+JsonOpt = Annotated[Optional[Path], typer.Option(
+    "--json", help="Write the records as JSON (atomically).")]
+
+#: the scenario flags every analysis command shares with ``schedsim simulate``
+_SCENARIO_PARAMS: list[tuple[str, Any]] = [
+    ("scenario", ScenarioArg), ("schedule", ScheduleOpt), ("ranks", RanksOpt),
+    ("microbatches", MbOpt), ("chunks", ChunksOpt), ("variant", VariantOpt),
+    ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
+    ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
+    ("eager_threshold", ThresholdOpt), ("message_bytes", BytesOpt),
+    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
+    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
+    ("placement", PlacementOpt),
+]
+_NAMES = [n for n, _ in _SCENARIO_PARAMS]
+
+
+def scenario_command(fn: Callable) -> Callable:
+    """Give ``fn(sc: Scenario, **own)`` the shared scenario flags: the wrapper builds the
+    :class:`Scenario` from them and passes it as ``sc``. A command with an
+    ``all_semantics`` parameter also accepts ``--semantics all``."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(annotation=hints.get(n, p.annotation))
+           for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
+    takes_all = any(p.name == "all_semantics" for p in own)
+
+    @functools.wraps(fn)
+    def wrapper(**kw: Any) -> Any:
+        shared = {n: kw.pop(n) for n in _NAMES}
+        if not any(shared[n] is not None for n in
+                   ("scenario", "schedule", "program", "schedule_file")):
+            fail("give a scenario file, --schedule NAME, --program FILE or "
+                 "--schedule-file FILE")
+        if takes_all and shared["semantics"] == "all":
+            shared["semantics"] = None
+            kw["all_semantics"] = True
+        return fn(build_scenario(**shared), **kw)
+
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                annotation=a) for n, a in _SCENARIO_PARAMS]
+    sig = inspect.Signature(
+        params + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
+    wrapper.__signature__ = sig
+    wrapper.__annotations__ = {n: p.annotation for n, p in sig.parameters.items()}
+    del wrapper.__wrapped__
+    return wrapper
+
+
+def run_scenario(sc: Scenario, comm: CommModel | None = None):
+    """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""
+    from ..engine import simulate
+
+    prog = sc.build_program()
+    tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
+    return prog, tl
+
+
+def write_json(path: Path | None, data: Any) -> None:
+    if path is not None:
+        atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def _title(tl) -> str:
+    return (f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
+            f"{tl.semantics} semantics"
+            + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def stalls(
+    sc: Scenario,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Classify every idle interval of every rank and say why it happened.
+
+    Causes: warmup, cooldown, wait-recv (input not arrived: which message, from which
+    rank, made by which op), wait-send (send not accepted, rendezvous), wait-batch (a
+    commit-and-wait held by a member the next op does not need), head-of-line (transfer
+    queued behind another), transfer, deadlock, host. --json writes a list of {rank,
+    start, end, cause, detail, index, instruction, comms}.
+
+    Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
+    """
+    from ..analysis.stalls import attribute_stalls, stalls_summary
+
+    prog, tl = run_scenario(sc)
+    st = attribute_stalls(tl, prog)
+    write_json(json_out, [s.to_dict() for s in st])
+    shown = [s for s in st if rank is None or s.rank == rank]
+    t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
+    for col in ("rank", "start", "end", "len", "cause", "detail"):
+        t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
+                     "left", overflow="fold")
+    for s in shown:
+        t.add_row(str(s.rank), fmt_t(s.start), fmt_t(s.end), fmt_t(s.duration), s.cause,
+                  escape(s.detail))
+    console.print(t)
+    tot = stalls_summary(st, tl.ranks)
+    console.print("idle by cause (all ranks): " + ", ".join(
+        f"{c} {fmt_t(sum(v))}" for c, v in sorted(tot.items(), key=lambda kv: -sum(kv[1]))),
+        highlight=False)
+    if tl.deadlock is not None:
+        fail(tl.deadlock.message, 3)
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def align(
+    sc: Scenario,
+    rank: Annotated[Optional[int], typer.Option(
+        "--rank", help="Only messages sent or received by this rank.")] = None,
+    flagged: Annotated[bool, typer.Option(
+        "--flagged", help="Only messages with a flag (late-send, late-recv, queued).")
+    ] = False,
+    late_threshold: Annotated[float, typer.Option(
+        "--late-threshold", help="Flag sends posted more than this after their data was "
+        "ready.")] = 0.0,
+    json_out: JsonOpt = None,
+) -> None:
+    """Send/recv alignment: per message, data ready, send posted, recv posted, transfer,
+    recv done and consumer start, flagging late posts.
+
+    With whole-number costs, data ready at 11 reads "end T10" and a consumer starting at
+    12 "T12" (the slot diagrams of the papers).
+
+    Example: schedsim align schedules/dualpipe-issue-t10-t12.toml --semantics rendezvous --rank 5
+    """
+    from ..analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
+
+    _, tl = run_scenario(sc)
+    rows = alignment(tl, late_threshold)
+    write_json(json_out, [r.to_dict() for r in rows])
+    if rank is not None:
+        rows = [r for r in rows if rank in (r.src, r.dst)]
+    if flagged:
+        rows = [r for r in rows if r.flags]
+    slotted = is_slotted(tl)
+    t = Table(title=f"send/recv alignment of {_title(tl)}")
+    for col in ALIGN_COLUMNS:
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*[escape(c) for c in row_cells(r, slotted)])
+    console.print(t)
+    n = sum(1 for r in alignment(tl, late_threshold) if r.flags)
+    console.print(f"{n} of {len(tl.messages)} messages flagged", highlight=False)
+    if tl.deadlock is not None:
+        fail(tl.deadlock.message, 3)
+
+
+@app.command("critical-path")
+@handle_errors
+@scenario_command
+def critical_path_cmd(
+    sc: Scenario,
+    slack: Annotated[bool, typer.Option(
+        "--slack", help="Also print every op's slack (time it can slip before the "
+        "makespan moves).")] = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """The chain of ops, messages and waits that sets the makespan, and each op's slack.
+
+    Built with networkx over the dependency graph of the run (program order, data,
+    posts, partner posts, link FIFO, comm streams). --json writes {"makespan", "path":
+    [...], "slack": [...]}.
+    """
+    from ..analysis.critical import critical_path, op_slack
+    from ..analysis.graph import build_graph
+
+    prog, tl = run_scenario(sc)
+    if tl.deadlock is not None:
+        fail(tl.deadlock.message, 3)
+    G = build_graph(tl, prog, sc.link, sc.comm)
+    path = critical_path(G)
+    sl = op_slack(G)
+    write_json(json_out, {"makespan": tl.makespan, "path": [s.to_dict() for s in path],
+                          "slack": [o.to_dict() for o in sl]})
+    t = Table(title=f"critical path of {_title(tl)} (makespan {fmt_t(tl.makespan)})")
+    for col in ("step", "rank", "what", "start", "end", "detail"):
+        t.add_column(col, overflow="fold")
+    for s in path:
+        t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
+                  escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
+                  fmt_t(s.start), fmt_t(s.end), escape(s.detail))
+    console.print(t)
+    busy = sum(s.end - s.start for s in path if s.kind == "op")
+    console.print(f"{sum(1 for s in path if s.kind == 'op')} ops on the path, compute "
+                  f"{fmt_t(busy)} of makespan {fmt_t(tl.makespan)}; "
+                  f"{sum(1 for o in sl if o.slack == 0)} of {len(sl)} ops have zero slack",
+                  highlight=False)
+    if slack:
+        ts = Table(title="slack per op")
+        for col in ("rank", "op", "instr", "start", "end", "slack"):
+            ts.add_column(col, justify="right")
+        for o in sl:
+            ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_t(o.start),
+                       fmt_t(o.end), fmt_t(o.slack))
+        console.print(ts)
+
+
+_SELECTOR_HELP = ("Selector: terms 'rank=N mb=N stage=N chunk=N index=N' and a kind F, B, "
+                  "W, BW, FB, SEND_F, RECV_F, SEND_B, RECV_B, or a program token (5W0, "
+                  "5SEND_B0). Must name exactly one instruction.")
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def query(
+    sc: Scenario,
+    effect: Annotated[str, typer.Option(
+        "--effect", help="The op (its start) or comm op (its completion) that may be "
+        "delayed. " + _SELECTOR_HELP)] = "",
+    cause: Annotated[Optional[list[str]], typer.Option(
+        "--cause", help="What may delay it (repeatable: freed together). A comm op frees "
+        "its message, an op costs 0. " + _SELECTOR_HELP)] = None,
+    all_semantics: Annotated[bool, typer.Option(
+        "--all-semantics", help="Answer under data, eager and rendezvous side by side "
+        "(same as --semantics all).")] = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Does CAUSE delay EFFECT? By how much, through which waits, and does the makespan
+    move?
+
+    The delay is measured by re-simulating with the cause made free (a message: each
+    side completes when posted; under data semantics: no link cost; an op: zero cost),
+    so indirect effects count. --semantics all answers under data, eager and
+    rendezvous side by side. --json writes one record per semantics: semantics,
+    effect_start, counterfactual_start, delay, makespan, makespan_delta, binding_wait,
+    chain.
+
+    Selector grammar: space-separated terms, any order, case-insensitive:
+    rank=N mb=N stage=N chunk=N index=N, one kind (F B W BW FB SEND_F RECV_F SEND_B
+    RECV_B), or a program token (5W0, 5SEND_B0, (2F15;5BW1)). A comm op is named as the
+    rank that posts it names it: "rank=5 SEND_B mb=0" is rank 5's send of the input
+    gradient of stage 5, mb 0.
+
+    Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
+    --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
+    """
+    from ..analysis.query import SEMANTICS, answer, explain
+    from ..analysis.select import select
+
+    if not effect:
+        raise ScenarioError("query needs --effect SELECTOR (e.g. --effect \"rank=5 W mb=0\")")
+    if not cause:
+        raise ScenarioError("query needs at least one --cause SELECTOR (e.g. --cause "
+                            "\"rank=5 SEND_B mb=0\")")
+    prog = sc.build_program()
+    eff = select(prog, effect, "--effect")
+    causes = [select(prog, c, "--cause") for c in cause]
+    sems = list(SEMANTICS) if all_semantics else [sc.comm.semantics]
+    answers = []
+    for sem in sems:
+        comm = sc.comm.model_copy(update={"semantics": sem})
+        answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
+    write_json(json_out, [a.to_dict() for a in answers])
+    t = Table(title=f"does {' + '.join(str(c) for c in causes)} delay {eff}?")
+    data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
+    cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
+                                         len(answers) > 1 else [])
+    for col in cols + ["cause free", "delay", "makespan", "makespan delta"]:
+        t.add_column(col, justify="left" if col == "semantics" else "right")
+    for a in answers:
+        vs = ([] if len(cols) == 2 else
+              [fmt_t(None if a.effect_start is None else a.effect_start - data_t)])
+        t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
+                  "deadlock" if a.deadlock else fmt_t(a.delay), fmt_t(a.makespan),
+                  fmt_t(a.makespan_delta))
+    console.print(t)
+    for a in answers:
+        for line in explain(a):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def lint(
+    sc: Scenario,
+    late_threshold: Annotated[float, typer.Option(
+        "--late-threshold", help="Report sends posted more than this after their data "
+        "was ready.")] = 0.0,
+    json_out: JsonOpt = None,
+) -> None:
+    """Lint a program: late sends, unrelated recvs holding a batch, crossed posting
+    orders between two ranks (positional mismatch, deadlock, comm-stream risk).
+
+    The timed rules run the program under the scenario's semantics (eager when it says
+    data, since data semantics ignores comm instructions). Exit code 0 even with
+    findings; 2 for bad input.
+    """
+    from ..analysis.lint import lint as run_lint
+
+    prog = sc.build_program()
+    comm = sc.comm if sc.comm.semantics != "data" else \
+        sc.comm.model_copy(update={"semantics": "eager"})
+    _, tl = run_scenario(sc, comm)
+    found = run_lint(prog, tl if tl.deadlock is None else None, late_threshold)
+    write_json(json_out, [f.to_dict() for f in found])
+    t = Table(title=f"lint of {prog.name} ({comm.semantics} run"
+                    + (", deadlocks" if tl.deadlock is not None else "") + ")")
+    for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
+        t.add_column(col, overflow="fold")
+    for f in found:
+        t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_t(f.cost),
+                  escape(f.message))
+    console.print(t)
+    by = {}
+    for f in found:
+        by[f.rule] = by.get(f.rule, 0) + 1
+    console.print(f"{len(found)} findings" + (": " + ", ".join(
+        f"{k} {v}" for k, v in sorted(by.items())) if by else ""), highlight=False)

@@ -1,0 +1,281 @@
+"""``schedsim compare``, ``schedsim diff`` and ``schedsim memory``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis._index import fmt_t
+from ..costs import CommModel, CostModel, parse_cost_string
+from ..errors import ScenarioError
+from ..memory import MemoryModel
+from ..scenario import Scenario, load_scenario, parse_scenario
+from . import app
+from .analysis import JsonOpt, run_scenario, scenario_command, write_json
+from .common import (BandwidthOpt, BytesOpt, CostOpt, LatencyOpt, MbOpt, RanksOpt,
+                     SemanticsOpt, StreamOpt, ThresholdOpt, console, fail, handle_errors)
+
+MemModelOpt = Annotated[Optional[str], typer.Option(
+    "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
+    "BW -1) or inflight (F +1, W/BW -1).")]
+FbOrderOpt = Annotated[Optional[str], typer.Option(
+    "--fb-order", help="How an overlapped FB pair counts: alloc-then-free (default) or "
+    "free-then-alloc.")]
+
+
+def _memory_model(spec: object, model: str | None, fb_order: str | None) -> MemoryModel:
+    mm = MemoryModel.from_spec(spec or None)
+    upd = {}
+    if model is not None:
+        mm = MemoryModel.from_spec({**(spec if isinstance(spec, dict) else {}),
+                                    "model": model})
+    if fb_order is not None:
+        if fb_order not in ("alloc-then-free", "free-then-alloc"):
+            raise ScenarioError(f"bad --fb-order {fb_order!r}: expected alloc-then-free or "
+                                f"free-then-alloc")
+        upd["fb_order"] = fb_order
+    return mm.model_copy(update=upd)
+
+
+def _scaled(costs: CostModel, k: float) -> CostModel:
+    """``costs`` with every compute cost multiplied by ``k``."""
+    if k == 1:
+        return costs
+    d = costs.model_dump()
+    for n in ("F", "B", "W", "BW", "FB"):
+        if d[n] is not None:
+            d[n] *= k
+    for st in d["stage"].values():
+        for n in ("F", "B", "W", "BW", "FB"):
+            if st[n] is not None:
+                st[n] *= k
+    for o in d["overrides"]:
+        o["cost"] *= k
+    return CostModel.model_validate(d)
+
+
+@app.command()
+@handle_errors
+def compare(
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    cost: CostOpt = None,
+    schedules: Annotated[Optional[str], typer.Option(
+        "--schedules", help="Comma-separated schedule names (default: every registered "
+        "schedule that accepts the size).")] = None,
+    semantics: SemanticsOpt = None,
+    comm_stream: StreamOpt = None,
+    eager_threshold: ThresholdOpt = None,
+    message_bytes: BytesOpt = None,
+    latency: LatencyOpt = None,
+    bandwidth: BandwidthOpt = None,
+    memory_model: MemModelOpt = None,
+    fb_order: FbOrderOpt = None,
+    per_rank_costs: Annotated[bool, typer.Option(
+        "--per-rank-costs", help="Costs are for one rank's share of the model: a schedule "
+        "with S stages on P ranks runs each op at P/S of them (default: costs per op, as "
+        "the DualPipe table counts DualPipeV's 2P stages).")] = False,
+    scenario: Annotated[Optional[Path], typer.Option(
+        "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
+        "(its \\[schedule] is ignored).")] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
+    peak activation and parameter memory side by side.
+
+    Schedules whose constraints reject the size are listed as skipped with the reason.
+    For the schedules of DualPipe's README table the table's closed form is printed
+    beside the simulated value. Activation: one microbatch's activations of 1/ranks of
+    the model; parameters: 1/ranks of the model (DualPipe holds 2).
+
+    Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
+    """
+    from ..analysis.compare import compare as run_compare, spread
+
+    if ranks is None or microbatches is None:
+        fail("compare needs --ranks and --microbatches")
+    if scenario is not None:
+        sc = load_scenario(scenario)
+        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True)
+        mem_spec: object = sc.memory or None
+    else:
+        data, mem_spec = {}, None
+    if cost is not None:
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+    if message_bytes is not None:
+        data.setdefault("costs", {})["message_bytes"] = message_bytes
+    comm = data.setdefault("comm", {})
+    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
+                 ("eager_threshold_bytes", eager_threshold)):
+        if v is not None:
+            comm[k] = v
+    link = data.setdefault("link", {})
+    if latency is not None:
+        link["latency"] = latency
+    if bandwidth is not None:
+        link["bandwidth"] = bandwidth
+    base = parse_scenario(data, "compare options")
+    mm = _memory_model(mem_spec, memory_model, fb_order)
+    names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
+    if per_rank_costs:
+        rows = []
+        skipped = dict(res.skipped)
+        for r in res.rows:
+            k = ranks / r.stages
+            if k == 1:
+                rows.append(r)
+                continue
+            one = run_compare(ranks, microbatches, _scaled(base.costs, k), base.link,
+                              base.comm, [r.schedule], mm)
+            rows += one.rows
+            skipped.update(one.skipped)
+        res.rows, res.skipped = rows, skipped
+    write_json(json_out, [{"schedule": r.schedule, "makespan": r.makespan, "idle": r.idle,
+                           "bubble_ratio": r.bubble_ratio,
+                           "span_bubble_rate": r.span_bubble_rate,
+                           "peak_activation": r.peak_activation,
+                           "param_memory": r.param_memory, "stages": r.stages,
+                           "table_formula": r.formula} for r in res.rows])
+    t = Table(title=f"{ranks} ranks x {microbatches} microbatches, {res.semantics} "
+                    f"semantics, costs {_cost_text(base.costs)}, memory: {_mem_text(mm)}")
+    for col in ("schedule", "stages", "makespan", "idle/rank", "bubble", "span bubble",
+                "peak act", "params", "table idle", "table act, params"):
+        t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
+                     else "right", overflow="fold")
+    for r in res.rows:
+        f = r.formula
+        tidle = "-" if f is None else (f"{f['idle']} = {fmt_t(f['idle_value'])}"
+                                       + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
+        tact = "-" if f is None else (f"{f['activation']} = {fmt_t(f['activation_value'])}"
+                                      f", {f['params']}")
+        t.add_row(r.schedule, str(r.stages), fmt_t(r.makespan), spread(r.idle),
+                  f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
+                  spread(r.peak_activation), spread(r.param_memory), tidle, tact)
+    console.print(t)
+    if any(r.formula for r in res.rows):
+        console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
+                      "its activation counts stage activations, chunk activations for "
+                      "2-chunk placements: 17 chunks = 8.5 here)", highlight=False)
+    for n, why in res.skipped.items():
+        console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+
+
+def _cost_text(c: CostModel) -> str:
+    parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
+    if c.BW is not None:
+        parts.append(f"BW={fmt_t(c.BW)}")
+    if c.FB is not None:
+        parts.append(f"FB={fmt_t(c.FB)}")
+    return ",".join(parts)
+
+
+def _mem_text(m: MemoryModel) -> str:
+    return (f"F {fmt_t(m.F)} B {fmt_t(m.B)} W {fmt_t(m.W)} BW {fmt_t(m.BW)}, FB "
+            f"{m.fb_order}")
+
+
+def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenario:
+    """A scenario from a TOML file, a schedule file (.json/.csv), a program (.txt) or a
+    schedule name."""
+    p = Path(spec)
+    suffix = p.suffix.lower()
+    if suffix == ".toml":
+        return load_scenario(p)
+    if suffix in (".json", ".csv"):
+        return parse_scenario({"schedule": {"schedule_file": str(p.resolve())}}, spec)
+    if suffix == ".txt":
+        return parse_scenario({"schedule": {"program": str(p.resolve())}}, spec)
+    if ranks is None or microbatches is None:
+        raise ScenarioError(f"{spec!r} is not a .toml/.json/.csv/.txt file; as a schedule "
+                            f"name it needs --ranks and --microbatches")
+    return parse_scenario({"schedule": {"name": spec, "ranks": ranks,
+                                        "microbatches": microbatches}}, spec)
+
+
+@app.command()
+@handle_errors
+def diff(
+    a: Annotated[str, typer.Argument(help="Schedule A: scenario .toml, schedule .json/.csv, "
+                                          "program .txt or a schedule name.")],
+    b: Annotated[str, typer.Argument(help="Schedule B, same forms.")],
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    cost: CostOpt = None,
+    semantics: SemanticsOpt = None,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="List every op, not only those that moved or shifted.")] = False,
+    json_out: JsonOpt = None,
+) -> None:
+    """Per-op start deltas and the makespan delta of B against A (same ops, matched by
+    identity, not position). Costs, links and semantics come from A's scenario (if a
+    .toml), then --cost/--semantics.
+
+    Example: schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
+    """
+    from ..analysis.diff import diff_timelines
+    from ..engine import simulate
+
+    sa, sb = _load_side(a, ranks, microbatches), _load_side(b, ranks, microbatches)
+    costs = parse_cost_string(cost, sa.costs) if cost is not None else sa.costs
+    comm = sa.comm if semantics is None else sa.comm.model_copy(
+        update={"semantics": CommModel(semantics=semantics).semantics})
+    tla = simulate(sa.build_program(), costs, sa.link, comm)
+    tlb = simulate(sb.build_program(), costs, sa.link, comm)
+    d = diff_timelines(tla, tlb)
+    write_json(json_out, d.to_dict())
+    rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
+    t = Table(title=f"{tlb.schedule} (B) against {tla.schedule} (A)")
+    for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
+                "moved"):
+        t.add_column(col, justify="right")
+    for o in rows:
+        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_t(o.start_a),
+                  fmt_t(o.start_b), fmt_t(o.delta), "moved" if o.moved else "")
+    console.print(t)
+    moved_f = [o for o in d.moved() if o.op.endswith(tuple("0123456789")) and "F" in o.op
+               and "BW" not in o.op and o.pos_b < o.pos_a]
+    console.print(f"{len(d.moved())} ops change position ({len(moved_f)} forwards run "
+                  f"earlier in B: " + ", ".join(f"{o.op}@r{o.rank}" for o in moved_f[:12])
+                  + (" ..." if len(moved_f) > 12 else "") + f"); {len(d.shifted())} ops "
+                  f"start at another time", highlight=False)
+    console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
+                  f"[bold]{fmt_t(d.makespan_delta)}[/] {tla.unit}", highlight=False)
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def memory(
+    sc: Scenario,
+    memory_model: MemModelOpt = None,
+    fb_order: FbOrderOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Peak activation memory and parameter memory per rank (--json adds the activation
+    level over time per rank: a list of \\[time, level after] points).
+
+    The model comes from the scenario's \\[memory] table (model = "zb" | "inflight", or
+    deltas F, B, W, BW, fb_order, scale), then --memory-model/--fb-order. Units: one
+    microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
+    """
+    from ..memory import memory_curves, param_memory, peak_activation
+
+    prog, tl = run_scenario(sc)
+    if tl.deadlock is not None:
+        fail(tl.deadlock.message, 3)
+    mm = _memory_model(sc.memory or None, memory_model, fb_order)
+    peaks = peak_activation(tl, mm)
+    params = param_memory(prog.placement)
+    write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
+                          "param_memory": params,
+                          "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})
+    t = Table(title=f"memory of {tl.schedule} ({_mem_text(mm)})")
+    for col in ("rank", "peak activation", "parameters"):
+        t.add_column(col, justify="right")
+    for r in range(tl.ranks):
+        t.add_row(str(r), fmt_t(peaks[r]), fmt_t(params[r]))
+    console.print(t)

@@ -1,0 +1,302 @@
+"""``schedsim replay``, ``schedsim calibrate`` and ``schedsim import-trace``.
+
+This module imports without torch: the launcher starts the ranks as child processes
+(``python -m schedsim.replay``), and a missing torch is reported as one line, exit 2.
+Exit codes: 0 ok, 1 the replay failed (a rank raised or timed out — the message names it
+— or the gradient check failed), 2 bad input.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import ScenarioError
+from . import app
+from .common import (ChunksOpt, MbOpt, ParamOpt, PolicyOpt, RanksOpt, ScenarioArg,
+                     ScheduleOpt, VariantOpt, _value, build_scenario, console, fail,
+                     handle_errors, write_text_out)
+
+NprocOpt = Annotated[Optional[int], typer.Option(
+    "--nproc", help="Local processes to start (default: the program's ranks).")]
+BackendOpt = Annotated[Optional[str], typer.Option(
+    "--backend", help="gloo (CPU) | nccl (one GPU per rank); default: \\[replay] backend or "
+    "gloo.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--timeout", help="Seconds for the whole run, process start included (default: "
+    "\\[replay] timeout or 120). Every rank is stopped when it passes.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Override a \\[replay] key, KEY=VALUE (repeatable), e.g. --set hidden=128 "
+    "--set dtype=float64.")]
+
+
+def _scenario(scenario: Path | None, set_: list[str] | None, **kw: Any) -> Any:
+    from ..replay.config import require_torch
+
+    require_torch()
+    if scenario is None and kw.get("schedule") is None:
+        fail("give a scenario file or --schedule NAME (with --ranks and --microbatches)")
+    sc = build_scenario(scenario, **kw)
+    table = dict(sc.replay)
+    for item in set_ or []:
+        if "=" not in item:
+            fail(f"bad --set {item!r}: expected KEY=VALUE, e.g. hidden=128")
+        k, v = item.split("=", 1)
+        table[k.strip().replace("-", "_")] = _value(v.strip())
+    return sc.model_copy(update={"replay": table})
+
+
+def _check_nproc(spec: Any, nproc: int | None) -> int:
+    p = spec.program["placement"]["ranks"]
+    if nproc is not None and nproc != p:
+        raise ScenarioError(f"--nproc {nproc} does not match the program's {p} ranks (one "
+                            f"process per rank): use --nproc {p}")
+    return p
+
+
+def _check_figure(path: Path | None) -> None:
+    if path is not None and path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ScenarioError(f"{path}: unsupported figure format {path.suffix!r} (use .png, "
+                            f".svg or .pdf)")
+
+
+def _print_grad_check(gc: dict[str, Any]) -> None:
+    t = Table(title=f"gradient check vs single-process reference ({gc['dtype']}, tolerance "
+                    f"{gc['tolerance']:g})")
+    for col in ("stage", "copies", "max rel error"):
+        t.add_column(col, justify="right")
+    for s in gc["per_stage"]:
+        t.add_row(str(s["stage"]), str(s["copies"]), f"{s['max_rel_error']:.2e}")
+    console.print(t)
+    console.print(f"loss {gc['loss']:.6g} (reference {gc['ref_loss']:.6g}, rel error "
+                  f"{gc['loss_rel_error']:.2e}) — gradient check "
+                  f"[bold]{'passed' if gc['passed'] else 'FAILED'}[/]", highlight=False,
+                  soft_wrap=True)
+
+
+@app.command()
+@handle_errors
+def replay(
+    scenario: ScenarioArg = None,
+    schedule: ScheduleOpt = None,
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    chunks: ChunksOpt = None,
+    variant: VariantOpt = None,
+    param: ParamOpt = None,
+    comm_policy: PolicyOpt = None,
+    nproc: NprocOpt = None,
+    backend: BackendOpt = None,
+    check_grads: Annotated[bool, typer.Option(
+        "--check-grads", help="Compare loss and every parameter gradient with a "
+        "single-process reference; exit 1 above tolerance.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the measured Timeline JSON (with grad_check, backend, "
+        "world_size).")] = None,
+    gantt: Annotated[Optional[Path], typer.Option(
+        "--gantt", help="Write a Gantt chart of the measured timeline.")] = None,
+    compare: Annotated[bool, typer.Option(
+        "--compare", help="Calibrate, replay, simulate with the calibrated costs; write "
+        "both timelines, the cost file and the overlay figure to --out-dir.")] = False,
+    costs_file: Annotated[Optional[Path], typer.Option(
+        "--costs-file", help="With --compare: predict with this cost file instead of "
+        "calibrating.")] = None,
+    out_dir: Annotated[Path, typer.Option(
+        "--out-dir", help="With --compare: folder for NAME-measured.json, "
+        "NAME-predicted.json, NAME-costs.toml, NAME-overlay.png.")] = Path("."),
+    semantics: Annotated[str, typer.Option(
+        "--semantics", help="With --compare: comm semantics of the prediction.")] = "eager",
+    timeout: TimeoutOpt = None,
+    set_: SetOpt = None,
+    profile_dir: Annotated[Optional[Path], typer.Option(
+        "--profile-dir", help="Record the measured step with torch.profiler; write "
+        "DIR/rank{r}.json (read back with 'schedsim import-trace').")] = None,
+    inject_fault: Annotated[Optional[str], typer.Option(
+        "--inject-fault", hidden=True, help="Testing aid: RANK[:INDEX[:raise|hang]].")
+    ] = None,
+) -> None:
+    """Run a schedule for real on torch.distributed (local processes) and measure it.
+
+    Examples:
+      schedsim replay schedules/replay-1f1b.toml --check-grads --json measured.json
+      schedsim replay --schedule dualpipe --ranks 4 --microbatches 8 --check-grads
+      schedsim replay schedules/replay-1f1b.toml --compare --out-dir out/
+
+    Exit codes: 0 ok, 1 a rank failed or timed out (named) or the gradient check failed,
+    2 bad input.
+    """
+    from ..replay.config import Fault, ReplayError, spec_from_scenario
+    from ..replay.launch import launch
+    from ..timeline import Timeline
+    from .simulate import print_summary
+
+    sc = _scenario(scenario, set_, schedule=schedule, ranks=ranks,
+                   microbatches=microbatches, chunks=chunks, variant=variant, param=param,
+                   comm_policy=comm_policy)
+    _check_figure(gantt)
+    if costs_file is not None and not compare:
+        fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
+             "--costs-file')")
+    if semantics not in ("data", "eager", "rendezvous"):
+        fail(f"unknown --semantics {semantics!r}: expected data, eager or rendezvous")
+    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, check_grads=check_grads,
+                              calibrate=compare and costs_file is None,
+                              profile_dir=str(profile_dir.resolve()) if profile_dir else None,
+                              fault=Fault.parse(inject_fault) if inject_fault else None)
+    if costs_file is not None:
+        from ..scenario import apply_costs_file
+
+        predict_sc = apply_costs_file(sc, costs_file)
+    n = _check_nproc(spec, nproc)
+    res = launch(spec, n)
+    tl = Timeline.model_validate(res["timeline"])
+    print_summary(tl)
+    steps = res["timeline"].get("step_makespans") or []
+    if len(steps) > 1:
+        console.print(f"{len(steps)} measured steps, makespans "
+                      f"{', '.join(f'{x:.4g}' for x in steps)} ms: kept step "
+                      f"{res['timeline']['step']} (the median)", highlight=False,
+                      soft_wrap=True)
+    gc = res["timeline"].get("grad_check")
+    if gc is not None:
+        _print_grad_check(gc)
+    if json_out:
+        tl.write_json(json_out)
+    if gantt:
+        from ..plot import gantt as draw, save_figure
+
+        save_figure(draw(tl), gantt)
+    if compare:
+        _compare(sc if costs_file is None else predict_sc, spec, res, tl, out_dir,
+                 semantics, calibrated=costs_file is None)
+    if gc is not None and not gc["passed"]:
+        raise ReplayError(f"gradient check failed: max relative error "
+                          f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
+
+
+def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Path,
+             semantics: str, calibrated: bool) -> None:
+    from ..costs import CommModel
+    from ..engine import simulate
+    from ..ir import Program
+    from ..io import atomic_write_text
+    from ..replay.calibrate import Calibration
+    from ..replay.compare import compare_metrics, summary_line, write_overlay
+
+    prog = Program.model_validate(spec.program)
+    name = prog.name
+    if calibrated:
+        cal = Calibration.model_validate(res["calibration"])
+        costs, link = cal.cost_model(), cal.link_model()
+        atomic_write_text(out_dir / f"{name}-costs.toml", cal.to_toml(name))
+    else:
+        costs, link = sc.costs, sc.link
+    comm = CommModel(semantics=semantics)
+    pred = simulate(prog, costs, link, comm)
+    m = compare_metrics(pred, measured)
+    measured.write_json(out_dir / f"{name}-measured.json")
+    pred.write_json(out_dir / f"{name}-predicted.json")
+    write_overlay(pred, measured, out_dir / f"{name}-overlay.png",
+                  title=f"{name}: predicted ({semantics}, "
+                        f"{'calibrated' if calibrated else 'given'} costs) vs measured "
+                        f"({measured.semantics}, {measured.ranks} ranks)")
+    console.print(summary_line(m, measured.unit), highlight=False, soft_wrap=True)
+    files = [f"{name}-measured.json", f"{name}-predicted.json"]
+    files += [f"{name}-costs.toml"] if calibrated else []
+    files += [f"{name}-overlay.png"]
+    console.print("wrote " + ", ".join(str(out_dir / f) for f in files), highlight=False,
+                  soft_wrap=True, markup=False)
+
+
+@app.command()
+@handle_errors
+def calibrate(
+    scenario: ScenarioArg = None,
+    schedule: ScheduleOpt = None,
+    ranks: RanksOpt = None,
+    microbatches: MbOpt = None,
+    chunks: ChunksOpt = None,
+    variant: VariantOpt = None,
+    param: ParamOpt = None,
+    nproc: NprocOpt = None,
+    backend: BackendOpt = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Cost file to write (default: stdout).")] = None,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", min=1, help="Timed rounds per op and per message size.")] = 5,
+    timeout: TimeoutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Measure per-stage F, B, W, BW, FB costs and link latency/bandwidth on the real
+    ranks; write a cost file for 'schedsim simulate --costs-file'.
+
+    Example:
+      schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
+      schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml --semantics eager
+    """
+    from ..replay.calibrate import Calibration
+    from ..replay.config import spec_from_scenario
+    from ..replay.launch import launch
+
+    sc = _scenario(scenario, set_, schedule=schedule, ranks=ranks,
+                   microbatches=microbatches, chunks=chunks, variant=variant, param=param)
+    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
+                              replay=False, calib_repeats=repeats)
+    res = launch(spec, _check_nproc(spec, nproc))
+    cal = Calibration.model_validate(res["calibration"])
+    t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
+                    f"{cal.world_size} ranks")
+    for col in ("stage", "F", "B", "W", "BW", "FB"):
+        t.add_column(col, justify="right")
+    for s in sorted(cal.stages):
+        c = cal.stages[s]
+        t.add_row(str(s), *(f"{c[k]:.4g}" for k in ("F", "B", "W", "BW", "FB")))
+    lat, bw = cal.link()
+    name = spec.program.get("name", "")
+    if out is not None:
+        console.print(t)
+        console.print(f"link: latency {lat:.4g} ms, bandwidth "
+                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}",
+                      highlight=False)
+    write_text_out(out, cal.to_toml(name))
+
+
+@app.command("import-trace")
+@handle_errors
+def import_trace(
+    traces: Annotated[list[Path], typer.Argument(
+        help="Per-rank Kineto/Chrome trace files (rank from the file's distributedInfo, "
+        "else argument order).", show_default=False)],
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the measured Timeline JSON.")] = None,
+    gantt: Annotated[Optional[Path], typer.Option(
+        "--gantt", help="Write a Gantt chart.")] = None,
+    placement: Annotated[Optional[str], typer.Option(
+        "--placement", help="loop | v | dual (default: inferred from where stages ran).")
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="Schedule name in the Timeline.")
+                    ] = "imported",
+) -> None:
+    """Read torch.profiler traces (schedsim replay's 'schedsim:<token>' ranges, torch
+    pipelining's 'PP:<action>' ranges) into a measured Timeline.
+
+    Example:
+      schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
+      schedsim import-trace prof/rank*.json --json imported.json --gantt imported.png
+    """
+    from ..replay.trace_import import import_traces
+    from .simulate import print_summary
+
+    if placement is not None and placement not in ("loop", "v", "dual"):
+        fail(f"unknown --placement {placement!r}: expected loop, v or dual")
+    _check_figure(gantt)
+    tl = import_traces(list(traces), placement=placement, name=name)
+    print_summary(tl)
+    if json_out:
+        tl.write_json(json_out)
+    if gantt:
+        from ..plot import gantt as draw, save_figure
+
+        save_figure(draw(tl), gantt)

@@ -1,0 +1,256 @@
+"""torch.distributed.pipelining action strings and schedule CSV, read and written.
+
+Action grammar (torch 2.13 ``_Action.__repr__`` / ``_Action.from_str`` in
+``torch/distributed/pipelining/schedules.py``), one action per CSV cell::
+
+    compute      {stage}{F|I|W|B}{mb}               0F1  2I0  2W0  1B3
+    overlap      ({stage}F{mb};{stage}{I|B}{mb})OVERLAP_F_B      (0F3;3B1)OVERLAP_F_B
+    comm         {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}        3SEND_F1  4RECV_B0
+    bookkeeping  {stage}{UNSHARD|RESHARD|REDUCE_GRAD}  (FSDP / grad reduction: read, dropped)
+
+torch's ``I`` (backward for inputs) is schedsim's ``B``; torch's ``B`` (full backward) is
+schedsim's ``BW``. A CSV has one row per rank (row 1 = rank 0) and one cell per action in
+execution order; an empty cell is an idle step (torch's ``None``) and is skipped. A
+*compute-only* CSV (torch's ``format="compute_only"``) holds compute actions; a
+*compute+comms* CSV (``"compute_comms"``, what ``_PipelineScheduleRuntime._dump_csv``
+writes) also holds SEND/RECV actions, and runs as torch's runtime runs it: each action is
+posted where it stands, a compute waits the RECVs of its inputs right before it, sends are
+waited at the end. Parsing is strict: a cell must be exactly one action (torch itself
+accepts ``0F0junk`` as ``0F0``); errors name the cell.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from ..errors import ParseError, ScenarioError, ScheduleError
+from ..ir import Comm, Compute, Op, Placement, Post, Program, Schedule
+
+_COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
+_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
+_BOOK = re.compile(r"(\d+)(UNSHARD|RESHARD|REDUCE_GRAD)")
+_OVERLAP = re.compile(r"\((\d+)(F|I|B)(\d+);(\d+)(F|I|B)(\d+)\)OVERLAP_F_B")
+_FROM_TORCH = {"F": "F", "I": "B", "W": "W", "B": "BW"}
+_TO_TORCH = {"F": "F", "B": "I", "W": "W", "BW": "B"}
+
+EXPECTED = ("expected one torch action: {stage}{F|I|W|B}{mb}, ({stage}F{mb};{stage}{I|B}{mb})"
+            "OVERLAP_F_B, {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}, "
+            "{stage}{UNSHARD|RESHARD|REDUCE_GRAD} or an empty cell")
+
+Action = Op | Comm
+
+
+def parse_torch_action(text: str) -> Action | None:
+    """Parse one torch action string into an :class:`Op` (compute, torch kinds converted)
+    or a :class:`Comm`; ``None`` for an empty cell or a bookkeeping action.
+
+    Surrounding whitespace is ignored; anything else must match the grammar exactly.
+    Raises :class:`ParseError` naming the text and the expected forms.
+    """
+    t = text.strip()
+    if not t or _BOOK.fullmatch(t):
+        return None
+    m = _COMPUTE.fullmatch(t)
+    if m:
+        return Op(_FROM_TORCH[m.group(2)], int(m.group(1)), int(m.group(3)))
+    m = _COMM.fullmatch(t)
+    if m:
+        return Comm(m.group(2), int(m.group(1)), int(m.group(3)))
+    m = _OVERLAP.fullmatch(t)
+    if m:
+        a = Op(_FROM_TORCH[m.group(2)], int(m.group(1)), int(m.group(3)))
+        b = Op(_FROM_TORCH[m.group(5)], int(m.group(4)), int(m.group(6)))
+        if a.kind != "F":
+            a, b = b, a
+        if a.kind == "F" and b.kind in ("B", "BW"):
+            return Op.fb(a, b)
+        raise ParseError(f"bad action {text!r}: OVERLAP_F_B pairs one forward (F) with one "
+                         f"backward (I or B)")
+    raise ParseError(f"bad action {text!r}: {EXPECTED}")
+
+
+def format_torch_action(x: Action) -> str:
+    """torch's string for a compute op or comm op (inverse of :func:`parse_torch_action`).
+
+    Raises :class:`ScheduleError` for an op kind torch cannot express."""
+    if isinstance(x, Comm):
+        return f"{x.stage}{x.kind}{x.mb}"
+    if x.kind == "FB":
+        f, b = x.parts
+        return f"({format_torch_action(f)};{format_torch_action(b)})OVERLAP_F_B"
+    kind = _TO_TORCH.get(x.kind)
+    if kind is None:
+        raise ScheduleError(f"op {x}: kind {x.kind!r} has no torch action")
+    return f"{x.stage}{kind}{x.mb}"
+
+
+def parse_torch_csv(text: str, source: str = "CSV") -> tuple[list[list[Action]],
+                                                               list[list[int]]]:
+    """Parse torch CSV text: per rank, its actions (empty cells and bookkeeping dropped),
+    and for each action its 1-based CSV column.
+
+    Trailing empty rows are ignored. Raises :class:`ParseError` naming the cell
+    (``row R (rank R-1), column C``), its text and what was expected.
+    """
+    raw = list(csv.reader(io.StringIO(text)))
+    while raw and not any(c.strip() for c in raw[-1]):
+        raw.pop()
+    if not raw:
+        raise ParseError(f"{source}: no rows (expected one row of actions per rank)")
+    rows: list[list[Action]] = []
+    cols: list[list[int]] = []
+    for r, cells in enumerate(raw):
+        row, col = [], []
+        for c, cell in enumerate(cells, 1):
+            try:
+                a = parse_torch_action(cell)
+            except ParseError as e:
+                raise ParseError(f"{source}: row {r + 1} (rank {r}), column {c}: {e}") from None
+            if a is not None:
+                row.append(a)
+                col.append(c)
+        rows.append(row)
+        cols.append(col)
+    return rows, cols
+
+
+def _write_rows(rows: list[list[str]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+def schedule_to_torch_csv(schedule: Schedule) -> str:
+    """A compute-only torch CSV of ``schedule`` (one row per rank, no idle cells), loadable
+    with torch's ``_load_csv(..., format="compute_only")``."""
+    return _write_rows([[format_torch_action(op) for op in row] for row in schedule.ranks])
+
+
+def program_to_torch_csv(program: Program) -> str:
+    """A compute+comms torch CSV of ``program``: its compute ops and posted SEND/RECV in
+    program order (``_load_csv(..., format="compute_comms")``).
+
+    Waits and commits are not part of torch's format: torch's runtime waits each RECV right
+    before its consumer and the sends at the end, so reading the file back gives the
+    ``torch`` runtime's waits, not the program's batches."""
+    rows = []
+    for row in program.ranks:
+        out = []
+        for ins in row:
+            if isinstance(ins, Compute):
+                out.append(format_torch_action(ins.op))
+            elif isinstance(ins, Post):
+                out.append(format_torch_action(ins.comm))
+        rows.append(out)
+    return _write_rows(rows)
+
+
+def _read(path: str | Path) -> tuple[Path, str]:
+    path = Path(path)
+    try:
+        return path, path.read_text()
+    except (FileNotFoundError, IsADirectoryError):
+        raise ScenarioError(f"{path}: no such schedule file") from None
+    except UnicodeDecodeError:
+        raise ParseError(f"{path}: not a text CSV file") from None
+
+
+def _placement(path: Path, rows: list[list[Action]], placement: str, stages: int | None,
+               microbatches: int | None) -> tuple[Placement, int]:
+    """The placement and microbatch count a CSV is read with (defaults inferred)."""
+    if placement not in ("loop", "v"):
+        raise ScenarioError(f"{path}: unknown placement {placement!r} for a torch CSV: "
+                            f"expected loop or v")
+    p = len(rows)
+    atoms = [(r, a) for r, row in enumerate(rows) for x in row
+             for a in (x.atoms() if isinstance(x, Op) else (x,))]
+    if not any(isinstance(a, Op) for _, a in atoms):
+        raise ParseError(f"{path}: no compute action in any row")
+    if stages is None:
+        stages = 2 * p if placement == "v" else max(a.stage for _, a in atoms) + 1
+        if placement == "loop" and stages % p:
+            stages += p - stages % p
+    m = microbatches or max(a.mb for _, a in atoms) + 1
+    try:
+        pl = Placement(kind=placement, ranks=p, stages=stages)
+    except ScheduleError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+    # a stage found on the wrong rank: say which placement the file follows
+    for r, a in atoms:
+        if isinstance(a, Op) and a.stage < stages and pl.rank_of(a.stage) != r:
+            other = "v" if placement == "loop" else "loop"
+            try:
+                alt = Placement(kind=other, ranks=p,
+                                stages=2 * p if other == "v" else max(
+                                    x.stage for _, x in atoms if isinstance(x, Op)) + 1)
+                fits = all(alt.rank_of(x.stage) == rr for rr, x in atoms
+                           if isinstance(x, Op) and x.stage < alt.stages)
+            except ScheduleError:
+                fits = False
+            hint = f"; the file follows the {other} placement: pass --placement {other}" \
+                if fits else ""
+            raise ScheduleError(f"{path}: row {r + 1} (rank {r}) runs stage {a.stage}, which "
+                                f"the {placement} placement puts on rank "
+                                f"{pl.rank_of(a.stage)}{hint}")
+    return pl, m
+
+
+def _located_validate(path: Path, sched: Schedule, cols: list[list[int]]) -> None:
+    from ..validate import validate_schedule
+
+    def locate(r: int, i: int) -> str:
+        return (f"{path}: row {r + 1} (rank {r}), column {cols[r][i]} "
+                f"({format_torch_action(sched.ranks[r][i])})")
+
+    validate_schedule(sched, locate=locate)
+
+
+def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None = None,
+                   microbatches: int | None = None) -> Schedule:
+    """Read a torch CSV (compute-only, or compute+comms with its comm cells dropped) as a
+    validated :class:`Schedule`.
+
+    ``placement`` is ``loop`` (stage s on rank s mod p) or ``v``; ``stages`` defaults to
+    the largest stage + 1 (rounded up to a multiple of the ranks) for loop and 2 x ranks
+    for v; ``microbatches`` to the largest microbatch + 1. Raises :class:`ParseError` for
+    a bad cell (row, column, text, expected forms), :class:`ScheduleError` for a schedule
+    that breaks a rule of :func:`schedsim.validate.validate_schedule` (naming the cell of
+    the first offending action) or a stage on the wrong rank for the placement,
+    :class:`ScenarioError` for a missing file or bad option.
+    """
+    path, text = _read(path)
+    rows, cols = parse_torch_csv(text, str(path))
+    pl, m = _placement(path, rows, placement, stages, microbatches)
+    ops, ocols = [], []
+    for row, col in zip(rows, cols):
+        keep = [(x, c) for x, c in zip(row, col) if isinstance(x, Op)]
+        ops.append([x for x, _ in keep])
+        ocols.append([c for _, c in keep])
+    sched = Schedule(name=path.stem, placement=pl, microbatches=m, ranks=ops,
+                     params={"source": str(path)})
+    _located_validate(path, sched, ocols)
+    return sched
+
+
+def read_torch_csv_program(path: str | Path, placement: str = "loop",
+                           stages: int | None = None,
+                           microbatches: int | None = None) -> Program | None:
+    """Read a compute+comms torch CSV as the :class:`Program` torch's runtime runs
+    (``_PipelineScheduleRuntime._step_microbatches``: posts where the actions stand, each
+    compute waits its RECVs right before it, sends waited at the end). Returns ``None``
+    when the file has no SEND/RECV action (a compute-only CSV).
+
+    Same defaults and errors as :func:`read_torch_csv`; a missing or misplaced SEND/RECV
+    is reported when the program is compiled (:class:`~schedsim.errors.ProgramError`).
+    """
+    from ..policies import runtime_rows
+
+    sched = read_torch_csv(path, placement, stages, microbatches)
+    rows, _ = parse_torch_csv(Path(path).read_text(), str(path))
+    if not any(isinstance(x, Comm) for row in rows for x in row):
+        return None
+    return Program(name=sched.name, placement=sched.placement,
+                   microbatches=sched.microbatches,
+                   ranks=runtime_rows(sched.placement, rows), params=dict(sched.params))

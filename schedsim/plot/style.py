@@ -1,0 +1,119 @@
+"""Colours, hatches, titles and time axes shared by every schedsim figure."""
+from __future__ import annotations
+
+import colorsys
+import math
+from typing import Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
+
+from ..timeline import Timeline
+
+#: base colour per compute kind (colour-blind-safe palette); FB is drawn as its two parts
+KIND_COLORS = {
+    "F": "#4C72B0",   # blue
+    "B": "#55A868",   # green
+    "W": "#DD8452",   # orange
+    "BW": "#8172B3",  # purple
+}
+KIND_NAMES = {"F": "F (forward)", "B": "B (input grad)", "W": "W (weight grad)",
+              "BW": "BW (full backward)"}
+#: background of the rows: idle time shows as this grey
+IDLE_COLOR = "#f4f4f4"
+
+#: (hatch, colour) per stall cause of :func:`schedsim.analysis.stalls.attribute_stalls`;
+#: unknown causes get :data:`OTHER_STALL`
+STALL_STYLES = {
+    "warmup": ("//", "#9e9e9e"),
+    "cooldown": ("\\\\", "#9e9e9e"),
+    "wait-recv": ("xx", "#d62728"),
+    "wait-send": ("..", "#e377c2"),
+    "wait-batch": ("++", "#bcbd22"),
+    "head-of-line": ("oo", "#17becf"),
+    "transfer": ("||", "#1f77b4"),
+    "deadlock": ("xxxx", "#000000"),
+    "host": ("--", "#8c564b"),
+}
+OTHER_STALL = ("--", "#7f7f7f")
+#: arrow colours: the receiver had to wait for the message, or the data was there first
+ARROW_WAITED = "#d62728"
+ARROW_READY = "#555555"
+
+
+def stall_style(cause: str) -> tuple[str, str]:
+    """``(hatch, colour)`` for a stall cause."""
+    return STALL_STYLES.get(cause, OTHER_STALL)
+
+
+def shade(color: str, chunk: int, chunks: int = 2) -> tuple[float, float, float]:
+    """Colour for a chunk/direction: chunk 0 as is, later chunks progressively lighter.
+
+    ``chunks`` is the number of chunks in the figure; the lightening step shrinks as it
+    grows so that the last chunk stays distinguishable from the idle background.
+    """
+    r, g, b = to_rgb(color)
+    h, l_, s = colorsys.rgb_to_hls(r, g, b)
+    step = 0.24 if chunks <= 2 else 0.42 / (chunks - 1)
+    l_ = min(0.85, l_ + step * chunk)
+    return colorsys.hls_to_rgb(h, l_, s)
+
+
+def text_color(rgb: Sequence[float]) -> str:
+    """Black or white, whichever reads better on ``rgb`` (relative luminance)."""
+    r, g, b = rgb[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "white"
+
+
+def fmt_time(x: float) -> str:
+    """A time as short text: whole numbers without decimals, else 4 significant digits."""
+    return f"{x:g}" if float(x).is_integer() else f"{x:.4g}"
+
+
+def is_integral(tl: Timeline) -> bool:
+    """True when every span starts and ends on a whole number (slot diagrams)."""
+    return all(float(s.start).is_integer() and float(s.end).is_integer() for s in tl.spans)
+
+
+def unit_label(tl: Timeline, value: float) -> str:
+    """``value`` with the timeline's unit (``66 slots``, ``12.5 ms``)."""
+    plural = tl.unit == "slot" and value != 1
+    return f"{fmt_time(value)} {tl.unit}{'s' if plural else ''}"
+
+
+def default_title(tl: Timeline) -> str:
+    """Schedule, ranks, microbatches, semantics, makespan and bubble ratio."""
+    sem = tl.semantics + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream")
+    src = "" if tl.source == "simulated" else f" ({tl.source})"
+    return (f"{tl.schedule}{src}: {tl.ranks} ranks, {tl.microbatches} microbatches, "
+            f"{sem} semantics — makespan {unit_label(tl, tl.makespan)}, bubble "
+            f"{tl.bubble_ratio():.1%}")
+
+
+def time_axis(ax: Axes, tl: Timeline, span_t: float, integral: bool, *,
+              labels: bool = True, fontsize: float = 7.0) -> None:
+    """Slot grid with ``T0, T1, ...`` labels (centred on each slot) when the times are
+    whole numbers and there are at most 600 slots, else a plain time axis in the unit."""
+    if integral and span_t <= 600:
+        n = int(math.ceil(span_t))
+        step = max(1, int(round(n / 40)))
+        if step > 1:          # round to 2, 5, 10, ... so labels land on readable slots
+            step = min((s for s in (2, 5, 10, 20, 25, 50) if s >= step), default=step)
+        ticks = [t for t in range(0, n, step)]
+        ax.set_xticks([t + 0.5 for t in ticks],
+                      [f"T{t}" for t in ticks] if labels else [], fontsize=fontsize)
+        if n <= 150:     # one grid line per slot while slots are wide enough to see
+            ax.set_xticks(range(0, n + 1), minor=True)
+            ax.grid(axis="x", which="minor", color="#d9d9d9", linewidth=0.4)
+        else:
+            ax.set_xticks(ticks, minor=True)
+            ax.grid(axis="x", which="minor", color="#d9d9d9", linewidth=0.4)
+        ax.tick_params(axis="x", which="both", length=0)
+        if labels:
+            ax.set_xlabel("time slot (1 slot = 1 unit of cost)", fontsize=8)
+    else:
+        ax.grid(axis="x", which="major", color="#d9d9d9", linewidth=0.4)
+        ax.tick_params(axis="x", labelsize=fontsize)
+        if labels:
+            ax.set_xlabel(f"time ({tl.unit})", fontsize=8)
+    ax.set_axisbelow(True)

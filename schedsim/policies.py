@@ -1,0 +1,340 @@
+"""Lowering policies ``torch`` and ``commit``: one compute schedule, run the way a framework
+runs it. Registered in :data:`schedsim.lower.POLICIES` (``async`` lives in
+:mod:`schedsim.lower`).
+
+``commit`` (DualPipe style, deepseek-ai/DualPipe ``dualpipe/comm.py`` +
+``_commit_and_wait_comm``): after each compute op the rank posts that op's sends and the
+recvs the next op needs (in link order, see :func:`schedsim.lower.link_ordered_recvs`);
+everything posted since the last compute is committed and waited (one
+``batch_isend_irecv`` + ``wait()``) right before the next compute, and once more at the
+end. A commit waits its sends too, so under ``rendezvous`` semantics a schedule whose
+ranks commit sends to each other before posting the matching recvs deadlocks, as it would
+on NCCL; the simulator reports the cycle.
+
+``torch`` (torch 2.13, ``torch/distributed/pipelining/schedules.py``), as torch runs the
+schedule:
+
+- a one-stage-per-rank schedule whose order is 1F1B's (and m >= p, which torch's
+  ``Schedule1F1B`` requires) runs ``Schedule1F1B._step_microbatches``: warmup forwards
+  wait their recv, post their send and wait the previous send; the last warmup send is
+  batched with the first backward's recv; in steady state each backward's send is batched
+  with the next forward's recv and each forward's send with the next backward's recv,
+  every batch waited at once; cooldown backwards wait their recv and the previous send.
+  Reproduces ``../shared/refs/torch/Schedule1F1B_pp4_mb8.json`` token for token;
+- a one-stage-per-rank schedule whose order is GPipe's runs
+  ``ScheduleGPipe._step_microbatches``: every op posts and waits its recv, posts its send;
+  forward sends are waited after the last forward, backward sends at the end;
+- every other schedule runs as ``_PipelineScheduleRuntime``: comm actions are placed by
+  ``_add_send_recv`` (a lock-step sweep over the ranks in which a rank's next action is
+  taken once its input was produced; the producer's SEND goes right after it and the
+  consumer's RECV is appended to the consumer's list at that moment), with the FSDP and
+  grad-reduction bookkeeping actions torch inserts (``UNSHARD``/``RESHARD``, max 3 active
+  stages; ``REDUCE_GRAD`` after a stage's last backward) occupying their sweep steps;
+  each RECV is waited right before the op that consumes it, sends at the end.
+
+Consecutive posts form one batch in schedsim's program model; torch launches its
+single-op posts separately, which only matters under a shared comm stream.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from .errors import ScheduleError
+from .ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Program, Schedule, Wait
+from .lower import (has_backward, link_ordered_recvs, op_recvs, op_sends,
+                    register_policy)
+
+
+def _program(schedule: Schedule, rows: list[list[Instr]]) -> Program:
+    return Program(name=schedule.name, placement=schedule.placement,
+                   microbatches=schedule.microbatches, ranks=rows,
+                   params=dict(schedule.params))
+
+
+# -- commit ---------------------------------------------------------------------------
+@register_policy("commit")
+def lower_commit(schedule: Schedule) -> Program:
+    """The ``commit`` policy (module docstring): posts between two computes form one batch,
+    committed right before the next compute. Recvs are posted in link order
+    (:func:`schedsim.lower.link_ordered_recvs`)."""
+    pl = schedule.placement
+    bw = has_backward(schedule)
+    recvs = link_ordered_recvs(schedule)
+    rows: list[list[Instr]] = []
+    for r, ops in enumerate(schedule.ranks):
+        row: list[Instr] = [Post(c) for c in (recvs[r][0] if ops else [])]
+        pending = bool(row)
+        for k, op in enumerate(ops):
+            if pending:
+                row.append(Commit())
+            row.append(Compute(op))
+            posts = op_sends(op, r, pl, bw)
+            if k + 1 < len(ops):
+                posts = posts + recvs[r][k + 1]
+            row.extend(Post(c) for c in posts)
+            pending = bool(posts)
+        if pending:
+            row.append(Commit())
+        rows.append(row)
+    return _program(schedule, rows)
+
+
+# -- torch ----------------------------------------------------------------------------
+@register_policy("torch")
+def lower_torch(schedule: Schedule) -> Program:
+    """The ``torch`` policy (module docstring). Raises :class:`ScheduleError` if the
+    schedule cannot be lowered (an op waits for data no rank ever produces first)."""
+    runtime = torch_runtime_kind(schedule)
+    if runtime == "1F1B":
+        return _program(schedule, [_run_1f1b(schedule, r) for r in range(len(schedule.ranks))])
+    if runtime == "GPipe":
+        return _program(schedule, [_run_gpipe(schedule, r) for r in range(len(schedule.ranks))])
+    return _program(schedule, runtime_rows(schedule.placement,
+                                           add_send_recv(schedule)))
+
+
+def torch_runtime_kind(schedule: Schedule) -> str:
+    """Which torch executor runs ``schedule``: ``1F1B`` (``Schedule1F1B``), ``GPipe``
+    (``ScheduleGPipe``) or ``runtime`` (``_PipelineScheduleRuntime``)."""
+    from .generators.basic import gpipe, one_f_one_b
+
+    pl, p, m = schedule.placement, schedule.placement.ranks, schedule.microbatches
+    if pl.kind != "loop" or pl.stages != p:
+        return "runtime"
+    if m >= p and schedule.ranks == one_f_one_b(p, m).ranks:
+        return "1F1B"
+    if schedule.ranks == gpipe(p, m).ranks:
+        return "GPipe"
+    return "runtime"
+
+
+class _Run:
+    """Builds one rank's instructions with torch's batch/wait helpers."""
+
+    def __init__(self, schedule: Schedule, rank: int) -> None:
+        self.pl, self.r, self.out = schedule.placement, rank, []
+        self.s = rank                      # one stage per rank
+        self.bw = has_backward(schedule)
+
+    def recv(self, kind: str, mb: int) -> list[Comm]:
+        return op_recvs(Op(kind, self.s, mb), self.r, self.pl)[:1]
+
+    def send(self, kind: str, mb: int) -> list[Comm]:
+        return op_sends(Op(kind, self.s, mb), self.r, self.pl, self.bw)
+
+    def post(self, comms: list[Comm]) -> list[Comm]:
+        self.out.extend(Post(c) for c in comms)
+        return comms
+
+    def wait(self, comms: list[Comm]) -> None:
+        if comms:
+            self.out.append(Wait(tuple(comms)))
+
+    def compute(self, kind: str, mb: int) -> None:
+        self.out.append(Compute(Op(kind, self.s, mb)))
+
+
+def _run_1f1b(schedule: Schedule, rank: int) -> list[Instr]:
+    """``Schedule1F1B._step_microbatches`` for one rank (see module docstring)."""
+    x, m = _Run(schedule, rank), schedule.microbatches
+    warmup = min(m, schedule.placement.stages - rank)
+    f = b = 0
+    send_work: list[Comm] = []
+    fwd_sends: list[Comm] = []
+    for _ in range(warmup):
+        x.wait(x.post(x.recv("F", f)))
+        x.compute("F", f)
+        x.wait(send_work)
+        fwd_sends = x.send("F", f)
+        if f != warmup - 1:
+            send_work = x.post(fwd_sends)
+        f += 1
+    while True:
+        x.wait(x.post(fwd_sends + x.recv("BW", b)))
+        x.compute("BW", b)
+        bwd_sends = x.send("BW", b)
+        b += 1
+        if f == m:
+            break
+        x.wait(x.post(bwd_sends + x.recv("F", f)))
+        x.compute("F", f)
+        fwd_sends = x.send("F", f)
+        f += 1
+    send_work = x.post(bwd_sends)
+    while b < m:
+        x.wait(x.post(x.recv("BW", b)))
+        x.compute("BW", b)
+        x.wait(send_work)
+        send_work = x.post(x.send("BW", b))
+        b += 1
+    x.wait(send_work)
+    return x.out
+
+
+def _run_gpipe(schedule: Schedule, rank: int) -> list[Instr]:
+    """``ScheduleGPipe._step_microbatches`` for one rank (see module docstring)."""
+    x, m = _Run(schedule, rank), schedule.microbatches
+    for kind in ("F", "BW"):
+        sends: list[list[Comm]] = []
+        for i in range(m):
+            x.wait(x.post(x.recv(kind, i)))
+            x.compute(kind, i)
+            sends.append(x.post(x.send(kind, i)))
+        for s in sends:
+            x.wait(s)
+    return x.out
+
+
+# torch's bookkeeping actions, kept only as placeholders that take a sweep step
+_BOOKKEEPING = "bookkeeping"
+
+
+def torch_bookkeeping(ops: Sequence[Op], microbatches: int,
+                      max_active_stages: int = 3) -> list[Op | str]:
+    """One rank's compute list with torch's ``UNSHARD``/``RESHARD`` (``_add_unshard_reshard``)
+    and ``REDUCE_GRAD`` (``_add_reduce_grad``) actions inserted as placeholder strings.
+
+    Only their positions matter here: in ``_add_send_recv`` each takes one sweep step.
+    """
+    n = len(ops)
+    # rest[i]: the distinct stages of ops[i:] in order of first appearance when there are
+    # fewer than max_active_stages of them (then torch's scan below reads to the end and
+    # returns exactly these); None when there are more (then scan, it stops early)
+    rest: list[list[int] | None] = [None] * (n + 1)
+    rest[n] = []
+    for i in range(n - 1, -1, -1):
+        nxt = rest[i + 1]
+        if nxt is None:
+            continue
+        cur = [a.stage for a in ops[i].atoms()]
+        cur = list(dict.fromkeys(cur + nxt))
+        rest[i] = cur if len(cur) < max_active_stages else None
+
+    def stages_ahead(i: int) -> list[int]:
+        if rest[i] is not None:
+            return rest[i]
+        seen: list[int] = []
+        for op in ops[i:]:
+            for a in op.atoms():
+                if a.stage not in seen:
+                    seen.append(a.stage)
+                    if op.kind != "FB" and len(seen) == max_active_stages:
+                        return seen
+            if op.kind == "FB" and len(seen) >= max_active_stages:
+                return seen
+        return seen
+
+    out: list[Op | str] = []
+    active: set[int] = set()
+    done: dict[int, int] = defaultdict(int)
+    for i, op in enumerate(ops):
+        ahead = stages_ahead(i)
+        for s in [s for s in active if s not in ahead]:
+            active.discard(s)
+            out.append(_BOOKKEEPING)                 # RESHARD
+        for s in ahead:
+            if s not in active:
+                active.add(s)
+                out.append(_BOOKKEEPING)             # UNSHARD
+        out.append(op)
+        for a in op.atoms():                         # torch counts W and full B
+            if a.kind in ("W", "BW"):
+                done[a.stage] += 1
+                if done[a.stage] == microbatches:
+                    out.append(_BOOKKEEPING)         # REDUCE_GRAD
+    out.extend(_BOOKKEEPING for _ in active)         # final RESHARDs
+    return out
+
+
+def add_send_recv(schedule: Schedule) -> list[list[Op | Comm]]:
+    """torch's ``_add_send_recv`` on ``schedule`` (with its bookkeeping placeholders):
+    per rank, compute ops and SEND/RECV comms in the order torch's runtime issues them.
+
+    Raises :class:`ScheduleError` naming the stuck ranks if no rank can make progress.
+    """
+    pl = schedule.placement
+    S = pl.stages
+    rank_of = pl.rank_fn()
+    queues = [torch_bookkeeping(ops, schedule.microbatches) for ops in schedule.ranks]
+    heads = [0] * len(queues)
+    out: list[list[Op | Comm]] = [[] for _ in queues]
+    have: list[set] = [set() for _ in queues]     # ops done and comms placed, per rank
+
+    def ready(r: int, a: Op) -> bool:
+        # torch's _ready_to_schedule: the input was received, or made by the previous
+        # stage on this rank (the V turn-around)
+        if a.kind == "F":
+            return (a.stage == 0 or Comm("RECV_F", a.stage, a.mb) in have[r]
+                    or Op("F", a.stage - 1, a.mb) in have[r])
+        if a.kind in ("B", "BW"):
+            return (a.stage == S - 1 or Comm("RECV_B", a.stage, a.mb) in have[r]
+                    or Op("B", a.stage + 1, a.mb) in have[r]
+                    or Op("BW", a.stage + 1, a.mb) in have[r])
+        return True
+
+    left = sum(len(q) for q in queues)
+    while left:
+        progress = False
+        for r, q in enumerate(queues):
+            if heads[r] >= len(q):
+                continue
+            act = q[heads[r]]
+            if isinstance(act, Op):
+                if not all(ready(r, a) for a in act.atoms()):
+                    continue
+                out[r].append(act)
+                for a in act.atoms():
+                    have[r].add(a)
+                    for c in _comm_pairs(a, S, rank_of):
+                        send, recv, dst = c
+                        out[r].append(send)
+                        have[r].add(send)
+                        out[dst].append(recv)
+                        have[dst].add(recv)
+            heads[r] += 1
+            left -= 1
+            progress = True
+        if not progress:
+            stuck = ", ".join(f"rank {r} at {q[heads[r]]}" for r, q in enumerate(queues)
+                              if heads[r] < len(q))
+            raise ScheduleError(f"torch policy: cannot place sends/recvs, every rank waits "
+                                f"for an input no rank produces first ({stuck})")
+    return out
+
+
+def _comm_pairs(a: Op, S: int, rank_of) -> list[tuple[Comm, Comm, int]]:
+    """(send, recv, receiving rank) for atom ``a``'s output if it crosses ranks
+    (torch's ``_has_comms``/``_get_comms``)."""
+    r = rank_of(a.stage, a.mb)
+    if a.kind == "F" and a.stage < S - 1 and rank_of(a.stage + 1, a.mb) != r:
+        return [(Comm("SEND_F", a.stage, a.mb), Comm("RECV_F", a.stage + 1, a.mb),
+                 rank_of(a.stage + 1, a.mb))]
+    if a.kind in ("B", "BW") and a.stage > 0 and rank_of(a.stage - 1, a.mb) != r:
+        return [(Comm("SEND_B", a.stage, a.mb), Comm("RECV_B", a.stage - 1, a.mb),
+                 rank_of(a.stage - 1, a.mb))]
+    return []
+
+
+def runtime_rows(placement: Placement, rows: list[list[Op | Comm]]) -> list[list[Instr]]:
+    """Instructions of torch's ``_PipelineScheduleRuntime._step_microbatches`` for
+    compute+comm action rows: SEND and RECV are posted where they stand, each compute
+    waits the RECVs posted for its inputs right before it runs, sends are waited at the
+    end (the program's implicit END)."""
+    out: list[list[Instr]] = []
+    for r, acts in enumerate(rows):
+        row: list[Instr] = []
+        posted: set[Comm] = set()
+        for act in acts:
+            if isinstance(act, Comm):
+                row.append(Post(act))
+                if not act.is_send:
+                    posted.add(act)
+                continue
+            waits = [c for c in op_recvs(act, r, placement) if c in posted]
+            posted.difference_update(waits)
+            if waits:
+                row.append(Wait(tuple(waits)))
+            row.append(Compute(act))
+        out.append(row)
+    return out

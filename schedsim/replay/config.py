@@ -1,0 +1,182 @@
+"""Replay settings (the scenario's ``[replay]`` table), the job spec handed to each rank,
+and the replay's error type. Imports without torch.
+
+``[replay]`` keys (all optional)::
+
+    workload = "mlp"          # mlp | transformer
+    hidden = 64               # hidden size
+    layers_per_stage = 2      # blocks per stage (model chunk)
+    seq = 16                  # sequence length
+    microbatch_size = 2       # samples per microbatch
+    heads = 4                 # attention heads (transformer)
+    ffn_mult = 4              # MLP inner size = ffn_mult x hidden
+    dtype = "float32"         # float32 | float64
+    seed = 0                  # parameter init and data
+    backend = "gloo"          # gloo (CPU) | nccl (one GPU per rank)
+    timeout = 120             # seconds for the whole run, process start included
+    warmup = 1                # untimed steps before the measured steps
+    steps = 1                 # measured steps; the one with the median makespan is kept
+    threads = 1               # torch threads per rank
+
+Activations and gradients crossing a stage boundary have shape
+``(microbatch_size, seq, hidden)``.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import ScenarioError, SchedsimError
+
+
+class ReplayError(SchedsimError):
+    """A replay failed at run time: a rank raised or timed out, or the gradient check
+    failed. Exit code 1 from the CLI (2 stays "bad input")."""
+
+    exit_code = 1
+
+
+def require_torch() -> None:
+    """Raise :class:`ScenarioError` with the install command when torch is missing."""
+    if importlib.util.find_spec("torch") is None:
+        raise ScenarioError("the replay needs torch, which is not installed: pip install "
+                            "'schedsim[replay]' (or pip install torch)")
+
+
+class ReplayConfig(BaseModel):
+    """The workload and run settings of a replay (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: Literal["mlp", "transformer"] = "mlp"
+    hidden: int = Field(default=64, ge=1)
+    layers_per_stage: int = Field(default=2, ge=1)
+    seq: int = Field(default=16, ge=1)
+    microbatch_size: int = Field(default=2, ge=1)
+    heads: int = Field(default=4, ge=1)
+    ffn_mult: int = Field(default=4, ge=1)
+    dtype: Literal["float32", "float64"] = "float32"
+    seed: int = 0
+    backend: Literal["gloo", "nccl"] = "gloo"
+    timeout: float = Field(default=120.0, gt=0)
+    warmup: int = Field(default=1, ge=0)
+    steps: int = Field(default=1, ge=1)
+    threads: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ReplayConfig":
+        if self.workload == "transformer" and self.hidden % self.heads:
+            raise ValueError(f"transformer: hidden ({self.hidden}) must be a multiple of "
+                             f"heads ({self.heads})")
+        return self
+
+    @property
+    def activation_shape(self) -> tuple[int, int, int]:
+        """Shape of every boundary tensor: ``(microbatch_size, seq, hidden)``."""
+        return (self.microbatch_size, self.seq, self.hidden)
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.dtype == "float32" else 8
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of one activation or gradient message."""
+        b, s, h = self.activation_shape
+        return b * s * h * self.itemsize
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], source: str = "[replay]",
+                   **overrides: Any) -> "ReplayConfig":
+        """Validate a ``[replay]`` table with CLI ``overrides`` (None = keep) on top.
+
+        Raises :class:`ScenarioError` naming the bad key.
+        """
+        data = dict(table)
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "[replay]"
+            if err["type"] == "extra_forbidden":
+                msg = (f"unknown key '{loc}' (expected one of "
+                       f"{', '.join(cls.model_fields)})")
+            else:
+                msg = f"'{loc}': {err['msg']}"
+            raise ScenarioError(f"{source}: {msg}") from None
+
+
+class Fault(BaseModel):
+    """A fault to inject (testing aid): rank ``rank`` raises (or hangs) when it reaches
+    instruction ``index`` of the measured step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0)
+    index: int = Field(default=0, ge=0)
+    kind: Literal["raise", "hang"] = "raise"
+
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        """``RANK[:INDEX[:raise|hang]]`` -> Fault. Raises :class:`ScenarioError`."""
+        parts = text.split(":")
+        try:
+            if not 1 <= len(parts) <= 3:
+                raise ValueError
+            kw: dict[str, Any] = {"rank": int(parts[0])}
+            if len(parts) > 1:
+                kw["index"] = int(parts[1])
+            if len(parts) > 2:
+                kw["kind"] = parts[2]
+            return cls(**kw)
+        except (ValueError, ValidationError):
+            raise ScenarioError(f"bad --inject-fault {text!r}: expected RANK[:INDEX[:raise|"
+                                f"hang]], e.g. 1:5") from None
+
+
+class JobSpec(BaseModel):
+    """Everything a rank needs: the program, the workload and what to do.
+
+    ``program`` is the :class:`~schedsim.ir.Program` JSON. ``deadline`` is a wall-clock
+    ``time.time()`` by which every rank must be done (None: now + ``config.timeout`` when
+    the rank starts). ``calibrate`` measures costs (and ``link`` ping-pong) before the
+    replay; ``replay`` runs the measured step; ``out_dir`` receives ``result.json`` from
+    rank 0 and ``error-rank{r}.json`` from a failing rank.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    program: dict[str, Any]
+    config: ReplayConfig = Field(default_factory=ReplayConfig)
+    check_grads: bool = False
+    replay: bool = True
+    calibrate: bool = False
+    calib_repeats: int = Field(default=5, ge=1)
+    calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
+    clock: Literal["auto", "shared", "estimate"] = "auto"
+    profile_dir: str | None = None
+    fault: Fault | None = None
+    deadline: float | None = None
+    out_dir: str | None = None
+
+
+def spec_from_scenario(scenario: Any, *, backend: str | None = None,
+                       timeout: float | None = None, check_grads: bool = False,
+                       **fields: Any) -> JobSpec:
+    """A :class:`JobSpec` for a :class:`~schedsim.scenario.Scenario`: its program, its
+    ``[replay]`` table with ``backend``/``timeout`` overrides, and extra JobSpec
+    ``fields``. Raises :class:`ScenarioError` / other :class:`SchedsimError`\\ s for a bad
+    scenario."""
+    from ..engine import simulate
+    from ..costs import CommModel
+
+    prog = scenario.build_program()
+    # the compile step's checks (matching, producers, waits) before any process starts
+    # (and a program that can never finish is refused here, not found by a timeout)
+    simulate(prog, comm=CommModel(semantics="eager"))
+    cfg = ReplayConfig.from_table(scenario.replay, backend=backend, timeout=timeout)
+    return JobSpec(program=prog.model_dump(mode="json"), config=cfg,
+                   check_grads=check_grads, **fields)

@@ -1,0 +1,325 @@
+"""One rank's program run for real: :class:`RankExecutor`.
+
+Instruction mapping (DESIGN.md, "Executors share the program"):
+
+- a **run of consecutive posts** (``Post`` instructions with nothing between them) is one
+  ``torch.distributed.batch_isend_irecv`` call of one ``P2POp`` per post, in program
+  order — the simulator (:mod:`schedsim.engine`) likewise treats such a run as one batch.
+  On gloo the batch is a loop of ``isend``/``irecv`` (one ``Work`` each); on NCCL it is
+  coalesced (the batch's works cover all its ops, and waiting for one op waits for the
+  batch). Tag 0 everywhere: P2P ops match per directed link in posting order, as in the
+  simulator;
+- ``COMMIT`` waits for every op posted since the previous ``COMMIT`` (DualPipe's
+  ``batch_isend_irecv`` + ``wait()``); ``WAIT[...]`` waits for the named ops; the implicit
+  ``END`` waits for everything still outstanding;
+- compute ops run the rank's model chunks (:mod:`schedsim.replay.workload`): ``F`` the
+  forward (plus the loss on the last stage), ``B`` the input gradient with the weight
+  gradient deferred, ``W`` the deferred weight gradient, ``BW`` both, ``FB`` its forward
+  part then its backward part (sequentially).
+
+Where an input comes from: stage 0's forward reads the microbatch, the last stage's
+backward seeds ``1/M`` into its loss; any other input is the received message with that
+key if the rank posted a recv for it, else the local output of the neighbouring stage
+(the V placement's turn on the last rank, or two adjacent stages on one rank).
+
+Every wait has a deadline: ``Work.wait(timeout)`` with the time left, so a rank whose peer
+died or hangs raises :class:`RankFailure` naming its instruction instead of hanging.
+"""
+from __future__ import annotations
+
+import re
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ..ir import Comm, Commit, Compute, Op, Post, Program
+from ..tokens import format_instr
+from .config import Fault, ReplayConfig
+from .timing import Clock
+from .workload import (DTYPES, WEIGHT_GRADS, build_stage, loss_fn, microbatch_input,
+                       microbatch_target)
+
+
+class RankFailure(RuntimeError):
+    """A rank could not go on. ``origin`` is True when this rank caused the failure (an
+    exception in its own work) and False when it only saw a peer fail or timed out."""
+
+    def __init__(self, message: str, origin: bool) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
+class InjectedFault(RuntimeError):
+    """The fault asked for with ``--inject-fault`` (testing aid)."""
+
+
+class RankExecutor:
+    """Runs rank ``rank``'s instruction list of ``program`` on torch.distributed.
+
+    Holds one :class:`~schedsim.replay.workload.StageModule` per (stage, direction) the
+    rank computes — DualPipe's ``dual`` placement gives a rank two copies of stage
+    parameters, one per direction — built on ``device`` from the shared seed. ``step()``
+    runs the program once and returns the raw timing records; ``grads()``/``losses``
+    give the results. ``group`` is the process group (default: the world).
+    """
+
+    def __init__(self, program: Program, rank: int, cfg: ReplayConfig,
+                 device: torch.device | str = "cpu", clock: Clock | None = None,
+                 group: Any = None, profile: bool = False) -> None:
+        self.program = program
+        self.rank = rank
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.group = group
+        self.clock = clock or Clock(self.device)
+        self.profile = profile
+        pl = program.placement
+        self.pl = pl
+        self.S, self.M = pl.stages, program.microbatches
+        self.rank_of = pl.rank_fn()
+        self.row = program.ranks[rank]
+        self.tokens = [format_instr(i) for i in self.row] + ["END"]
+        atoms = [a for i in self.row if type(i) is Compute for a in i.op.atoms()]
+        keys = sorted({self.key(a.stage, a.mb) for a in atoms})
+        self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
+        self.dtype = DTYPES[cfg.dtype]
+        self.scale = torch.tensor(1.0 / self.M, dtype=self.dtype, device=self.device)
+        self.data = {a.mb: microbatch_input(cfg, a.mb, self.device)
+                     for a in atoms if a.kind == "F" and a.stage == 0}
+        self.targets = {a.mb: microbatch_target(cfg, a.mb, self.device)
+                        for a in atoms if a.kind == "F" and a.stage == self.S - 1}
+        self.losses: dict[int, float] = {}
+        self._dispatch: dict[str, Callable[[Op], None]] = {
+            "F": self._forward, "B": self._backward, "BW": self._backward,
+            "W": self._weight}
+
+    def key(self, stage: int, mb: int) -> tuple[int, int]:
+        """Module key of (stage, mb): ``(stage, direction)``."""
+        return (stage, self.pl.direction(mb))
+
+    # -- results --------------------------------------------------------------------
+    def grads(self) -> dict[tuple[int, int], list[torch.Tensor]]:
+        """Parameter gradients per module key, ``named_parameters`` order (zeros if
+        a parameter got none)."""
+        return {k: [p.grad if p.grad is not None else torch.zeros_like(p)
+                    for p in m.parameters()] for k, m in self.modules.items()}
+
+    def zero_grad(self) -> None:
+        for m in self.modules.values():
+            for p in m.parameters():
+                p.grad = None
+
+    # -- compute --------------------------------------------------------------------
+    def _forward(self, op: Op) -> None:
+        s, mb = op.stage, op.mb
+        if s == 0:
+            x = self.data[mb]
+        else:
+            buf = self.recvd.pop(("F", s - 1, mb), None)
+            x = buf if buf is not None else self.acts.pop((s - 1, mb))
+            x.requires_grad_(True)
+        out = self.modules[self.key(s, mb)](x)
+        self.inputs[(s, mb)] = x
+        if s == self.S - 1:
+            loss = loss_fn(out, self.targets[mb])
+            self.outputs[(s, mb)] = loss
+            self.loss_t[mb] = loss
+        else:
+            self.outputs[(s, mb)] = out
+            self.acts[(s, mb)] = out.detach()
+
+    def _backward(self, op: Op) -> None:
+        s, mb = op.stage, op.mb
+        out = self.outputs.pop((s, mb))
+        if s == self.S - 1:
+            g = self.scale
+        else:
+            g = self.recvd.pop(("B", s + 1, mb), None)
+            if g is None:
+                g = self.in_grads.pop((s + 1, mb))
+        if op.kind == "B":
+            with WEIGHT_GRADS.capture() as fns:
+                torch.autograd.backward(out, g)
+            self.deferred[(self.key(s, mb), mb)] = fns
+        else:
+            torch.autograd.backward(out, g)
+        x = self.inputs.pop((s, mb))
+        if s > 0:
+            self.in_grads[(s, mb)] = x.grad
+
+    def _weight(self, op: Op) -> None:
+        for fn in self.deferred.pop((self.key(op.stage, op.mb), op.mb)):
+            fn()
+
+    def _compute(self, op: Op) -> None:
+        for a in op.atoms():
+            self._dispatch[a.kind](a)
+
+    # -- comm -----------------------------------------------------------------------
+    def _p2p(self, c: Comm) -> tuple[Any, Any, tuple[str, int, int]]:
+        """(P2POp, tensor, message key) of a post."""
+        k = c.kind
+        s, mb = c.stage, c.mb
+        if k == "SEND_F":
+            t, peer, op = self.acts.pop((s, mb)).contiguous(), self.rank_of(s + 1, mb), \
+                dist.isend
+        elif k == "SEND_B":
+            t, peer, op = self.in_grads.pop((s, mb)).contiguous(), self.rank_of(s - 1, mb), \
+                dist.isend
+        else:
+            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.device)
+            peer = self.rank_of(s - 1 if k == "RECV_F" else s + 1, mb)
+            op = dist.irecv
+        return dist.P2POp(op, t, peer, self.group), t, c.message_key()
+
+    def _post_run(self, comms: list[Comm]) -> None:
+        ops = [self._p2p(c) for c in comms]
+        works = dist.batch_isend_irecv([o[0] for o in ops])
+        per_op = len(works) == len(ops)
+        for j, (c, (_, t, key)) in enumerate(zip(comms, ops)):
+            self.works[c] = [works[j]] if per_op else list(works)
+            self.tensors[c] = (t, key)
+            self.pending.append(c)
+            self.since_commit.append(c)
+
+    def _wait(self, comms: list[Comm], index: int) -> None:
+        for c in comms:
+            ws = self.works.pop(c, None)
+            if ws is None:      # already waited (a batch-wide work on NCCL, or twice)
+                continue
+            for w in ws:
+                left = self.deadline - time.time()
+                try:
+                    if left <= 0:
+                        raise RuntimeError("Timed out: the run's deadline has passed")
+                    w.wait(timeout=timedelta(seconds=left))
+                except RuntimeError as e:
+                    what = "timed out" if "Timed out" in str(e) else "comm failed"
+                    why = re.sub(r"^\[[^\]]*\]\s*", "", str(e).splitlines()[0])[:300]
+                    raise RankFailure(
+                        f"rank {self.rank} {what} at instr {index} ({self.tokens[index]}) "
+                        f"waiting for {c}: {why}", False) from None
+            t, key = self.tensors.pop(c)
+            if not c.is_send:
+                self.recvd[key] = t
+
+    # -- the step -------------------------------------------------------------------
+    def step(self, deadline: float | None = None, fault: Fault | None = None
+             ) -> dict[str, Any]:
+        """Run the program once. Returns the raw records (stamps are the clock's).
+
+        ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
+        "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
+        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``.
+        Raises :class:`RankFailure` (or :class:`InjectedFault`).
+        """
+        self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
+        self.inputs: dict = {}
+        self.outputs: dict = {}
+        self.acts: dict = {}
+        self.in_grads: dict = {}
+        self.recvd: dict = {}
+        self.deferred: dict = {}
+        self.loss_t: dict[int, torch.Tensor] = {}
+        self.works: dict[Comm, list] = {}
+        self.tensors: dict[Comm, tuple] = {}
+        self.pending: list[Comm] = []
+        self.since_commit: list[Comm] = []
+        stamp = self.clock.stamp
+        spans: list[tuple] = []
+        posts: list[tuple] = []
+        waits: list[tuple] = []
+        comm_post: dict[str, tuple[int, Any]] = {}
+        comm_done: dict[str, Any] = {}
+        comm_bytes: dict[str, int] = {}
+        tok_of: dict[Comm, str] = {}
+        prof = self.profile
+        row = self.row
+        n = len(row)
+        fault_at = fault.index if fault is not None and fault.rank == self.rank else -1
+        begin = stamp()
+        i = 0
+        while i <= n:
+            if i == fault_at:
+                self._inject(fault, i)   # type: ignore[arg-type]
+            if i == n:                     # END: everything still outstanding
+                comms = [c for c in self.pending if c in self.works]
+                if not comms:
+                    break
+                ctx = _record("schedsim:END") if prof else nullcontext()
+                t0 = stamp()
+                with ctx:
+                    self._wait(comms, n)
+                t1 = stamp()
+                toks = [tok_of[c] for c in comms]
+                waits.append((n, "END", t0, t1, toks))
+                for tok in toks:
+                    comm_done.setdefault(tok, t1)
+                break
+            ins = row[i]
+            t = type(ins)
+            if t is Compute:
+                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
+                t0 = stamp()
+                with ctx:
+                    self._compute(ins.op)
+                spans.append((i, t0, stamp()))
+                i += 1
+            elif t is Post:
+                j = i
+                while j < n and type(row[j]) is Post:
+                    j += 1
+                comms = [row[k].comm for k in range(i, j)]
+                name = "schedsim:POST[" + "+".join(self.tokens[i:j]) + "]"
+                ctx = _record(name) if prof else nullcontext()
+                t0 = stamp()
+                with ctx:
+                    self._post_run(comms)
+                posts.append((i, j - 1, t0, stamp()))
+                for k, c in zip(range(i, j), comms):
+                    tok = self.tokens[k]
+                    tok_of[c] = tok
+                    comm_post[tok] = (k, t0)
+                    tt = self.tensors[c][0]
+                    comm_bytes[tok] = tt.numel() * tt.element_size()
+                i = j
+            else:
+                if t is Commit:
+                    comms, kind = self.since_commit, "COMMIT"
+                    self.since_commit = []
+                else:
+                    comms, kind = list(ins.comms), "WAIT"
+                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
+                t0 = stamp()
+                with ctx:
+                    self._wait(comms, i)
+                t1 = stamp()
+                toks = [tok_of.get(c) or str(c) for c in comms]
+                waits.append((i, kind, t0, t1, toks))
+                for tok in toks:
+                    comm_done.setdefault(tok, t1)
+                i += 1
+        self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
+        leftover = [k for k, v in self.deferred.items() if v]
+        if leftover:
+            raise RankFailure(f"rank {self.rank}: program ended with weight gradients of "
+                              f"{len(leftover)} B op(s) never run by a W", True)
+        return {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
+                "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
+
+    def _inject(self, fault: Fault, i: int) -> None:
+        tok = self.tokens[i]
+        if fault.kind == "hang":
+            while True:            # until the launcher kills this process
+                time.sleep(1.0)
+        raise InjectedFault(f"injected fault at instr {i} ({tok})")
+
+
+def _record(name: str) -> Any:
+    from torch.profiler import record_function
+
+    return record_function(name)

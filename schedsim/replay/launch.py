@@ -1,0 +1,156 @@
+"""Start P local ranks, watch them, stop them all on the first failure. Imports without
+torch (the parent process never imports it).
+
+Each rank is ``python -m schedsim.replay --spec FILE`` in its own session (process group),
+with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and ``MASTER_ADDR=127.0.0.1`` plus a free
+``MASTER_PORT`` in its environment, its output in a log file. The parent polls every 20
+ms. The run ends when every rank exited 0; or when one exits non-zero — then every other
+rank's process group is killed (SIGKILL) at once; or at the deadline (``timeout`` seconds
+after launch, process start-up included) — then all are killed. Every child is reaped
+before :func:`launch` returns or raises, so none survives, whatever happened (also on
+KeyboardInterrupt).
+
+Which rank failed and why: a failing rank writes ``error-rank{r}.json``; a rank whose own
+work raised is reported before ranks that only saw a peer's connection drop; a rank that
+died without a report is named with its exit code and the last line of its output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import JobSpec, ReplayError
+
+POLL_S = 0.02
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every still-running child's process group, then reap all children."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:   # pragma: no cover - SIGKILL cannot be ignored
+            p.kill()
+            p.wait()
+
+
+def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
+                     timed_out: bool, timeout: float) -> str:
+    errors = []
+    for f in out.glob("error-rank*.json"):
+        try:
+            errors.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    errors.sort(key=lambda e: (not e.get("origin", True), e.get("time", 0.0)))
+    reported = {e["rank"] for e in errors}
+    if errors and errors[0].get("origin", True):
+        first = errors[0]
+        others = sorted(reported - {first["rank"]})
+        tail = f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else ""
+        return f"{first['message']}{tail}"
+    bad = [(r, p.returncode) for r, p in enumerate(procs)
+           if r not in reported and p.returncode not in (0, None, -signal.SIGKILL)]
+    if bad:
+        r, rc = bad[0]
+        return f"rank {r} exited with code {rc}: {_last_line(logs[r]) or 'no output'}"
+    silent = [r for r, p in enumerate(procs) if r not in reported and p.returncode != 0]
+    if timed_out or silent:
+        msg = f"timed out after {timeout:g} s"
+        if silent:
+            msg += (f": rank(s) {', '.join(map(str, silent))} did not finish and reported "
+                    f"nothing (hung?)")
+        if errors:
+            msg += f"; {errors[0]['message']}"
+        return msg + " (raise --timeout if the run is just slow)"
+    if errors:
+        return errors[0]["message"]
+    return "the replay failed without a report"   # pragma: no cover
+
+
+def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
+           python: str | None = None) -> dict[str, Any]:
+    """Run ``spec`` on ``nproc`` local processes; return rank 0's result dict.
+
+    Raises :class:`ReplayError` naming the failed rank and the reason (exception,
+    timeout) after every child has been stopped and reaped.
+    """
+    timeout = timeout if timeout is not None else spec.config.timeout
+    out = Path(tempfile.mkdtemp(prefix="schedsim-replay-"))
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    try:
+        start = time.time()
+        # ranks give up (and report where they wait) a little before the parent kills
+        margin = min(1.0, 0.1 * timeout)
+        spec = spec.model_copy(update={"out_dir": str(out),
+                                       "deadline": start + timeout - margin})
+        spec_path = out / "spec.json"
+        spec_path.write_text(spec.model_dump_json())
+        port = free_port()
+        for r in range(nproc):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc),
+                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), OMP_NUM_THREADS=str(spec.config.threads))
+            log = out / f"rank{r}.log"
+            logs.append(log)
+            with open(log, "wb") as fh:
+                procs.append(subprocess.Popen(
+                    [python or sys.executable, "-m", "schedsim.replay", "--spec",
+                     str(spec_path)], env=env, stdout=fh, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True))
+        failed = timed_out = False
+        while True:
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                failed = True
+                break
+            if all(c == 0 for c in codes):
+                break
+            if time.time() >= start + timeout - 0.2 * margin:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
+        if failed or timed_out:
+            time.sleep(POLL_S)          # let a rank that is reporting finish its file
+            _kill(procs)
+            raise ReplayError("replay failed: " + _failure_message(out, procs, logs,
+                                                                   timed_out, timeout))
+        try:
+            return json.loads((out / "result.json").read_text())
+        except (OSError, ValueError):
+            raise ReplayError(f"replay failed: rank 0 wrote no result "
+                              f"({_last_line(logs[0]) or 'no output'})") from None
+    finally:
+        _kill(procs)
+        shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,180 @@
+"""Clocks of the replay and assembly of the measured :class:`~schedsim.timeline.Timeline`.
+
+- CPU: ``time.perf_counter_ns`` (``CLOCK_MONOTONIC`` on Linux: one clock for every
+  process of a host, so ranks on one host need no alignment).
+- GPU: a CUDA event is recorded on the current stream at every stamp and resolved after
+  the step as ``host time of a base event + elapsed_time(base, event)``, so compute spans
+  are GPU execution times and comm waits end when the stream got its data.
+- Several hosts: each rank's offset to rank 0's clock is estimated by ping-pong with rank
+  0 (Cristian's algorithm: ``offset = t_rank0 - (t_send + t_recv) / 2`` from the round
+  trip with the smallest delay, error at most half that round trip).
+
+Measured Timeline: times in milliseconds from the earliest rank's start of the step
+(each rank's first stamp after the start barrier); ``source = "measured"``,
+``semantics`` = the backend. Spans are compute instructions (``index`` = instruction
+position, as in the simulator). Messages carry ``send_posted``/``recv_posted`` (start of
+the post run that launched each side), ``send_done``/``recv_done`` (end of the first wait
+covering each side) and the indices; ``start``/``arrival`` are not observable and stay
+null. ``waits`` has one record per ``COMMIT``/``WAIT``/``END`` instruction, whatever its
+length. An extra field ``posts`` lists each post run (``{rank, index, last_index, start,
+end}``: the host time spent launching its ``isend``/``irecv`` calls), which the simulator
+takes as free.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..ir import Compute, Program
+from ..timeline import Message, Part, Span, Timeline, WaitRecord
+from ..tokens import parse_comm
+
+
+class Clock:
+    """Stamps on ``device``'s timeline; :meth:`resolve` turns a stamp into host ns."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.base_ev = torch.cuda.Event(enable_timing=True)
+            self.base_ev.record()
+            torch.cuda.synchronize(self.device)
+            self.base_ns = time.perf_counter_ns()
+
+    def stamp(self) -> Any:
+        """Now (CPU: an int of ns; GPU: a recorded CUDA event)."""
+        if not self.cuda:
+            return time.perf_counter_ns()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def resolve(self, st: Any) -> int:
+        """Host-clock ns of a stamp (GPU: call after :meth:`sync`)."""
+        if not self.cuda:
+            return int(st)
+        return self.base_ns + int(round(self.base_ev.elapsed_time(st) * 1e6))
+
+    def sync(self) -> None:
+        """Wait until every stamped event has happened (no-op on CPU)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def resolve_records(rec: dict[str, Any], clock: Clock, offset_ns: int) -> dict[str, Any]:
+    """Records of :meth:`RankExecutor.step` with every stamp as int ns on rank 0's clock."""
+    clock.sync()
+    r = clock.resolve
+
+    def f(x: Any) -> int:
+        return r(x) + offset_ns
+
+    return {
+        "spans": [(i, f(a), f(b)) for i, a, b in rec["spans"]],
+        "posts": [(i, j, f(a), f(b)) for i, j, a, b in rec["posts"]],
+        "waits": [(i, k, f(a), f(b), c) for i, k, a, b, c in rec["waits"]],
+        "comm_post": {k: (i, f(t)) for k, (i, t) in rec["comm_post"].items()},
+        "comm_done": {k: f(t) for k, t in rec["comm_done"].items()},
+        "comm_bytes": dict(rec["comm_bytes"]),
+        "begin": f(rec["begin"]),
+    }
+
+
+def same_host(group: Any = None) -> bool:
+    """True if every rank of the group runs on this host (hostnames gathered)."""
+    names: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(names, socket.gethostname(), group=group)
+    return len(set(names)) == 1
+
+
+def estimate_offsets(rounds: int = 8, group: Any = None, device: Any = "cpu") -> int:
+    """This rank's offset (ns) to add to its ``perf_counter_ns`` to get rank 0's.
+
+    Collective: every rank must call it. Rank 0 answers ``rounds`` pings from each other
+    rank in turn; a rank keeps the sample with the smallest round trip (Cristian 1989).
+    Rank 0 returns 0.
+    """
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    buf = torch.zeros(1, dtype=torch.int64, device=device)
+    if rank == 0:
+        for peer in range(1, world):
+            for _ in range(rounds):
+                dist.recv(buf, peer, group=group)
+                buf.fill_(time.perf_counter_ns())
+                dist.send(buf, peer, group=group)
+        return 0
+    best: tuple[int, int] | None = None
+    for _ in range(rounds):
+        t1 = time.perf_counter_ns()
+        buf.fill_(t1)
+        dist.send(buf, 0, group=group)
+        dist.recv(buf, 0, group=group)
+        t2 = time.perf_counter_ns()
+        rtt, off = t2 - t1, int(buf.item()) - (t1 + t2) // 2
+        if best is None or rtt < best[0]:
+            best = (rtt, off)
+    assert best is not None
+    return best[1]
+
+
+def measured_timeline(program: Program, records: list[dict[str, Any]], *,
+                      backend: str, **extra: Any) -> Timeline:
+    """Assemble the measured Timeline from every rank's resolved records (rank order).
+
+    ``extra`` fields (``world_size``, ``grad_check``, ...) are added to the Timeline.
+    """
+    pl = program.placement
+    chunk_of, rank_of = pl.chunk_of, pl.rank_fn()
+    origin = min(rec["begin"] for rec in records)
+
+    def ms(t: int | None) -> float | None:
+        return None if t is None else (t - origin) / 1e6
+
+    spans: list[Span] = []
+    waits: list[WaitRecord] = []
+    posts: list[dict[str, Any]] = []
+    msgs: dict[tuple[str, int, int], Message] = {}
+    for r, rec in enumerate(records):
+        row = program.ranks[r]
+        for i, t0, t1 in rec["spans"]:
+            op = row[i].op
+            assert type(row[i]) is Compute
+            parts = None
+            if op.kind == "FB":
+                parts = [Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage)
+                         for p in op.parts]
+            spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage,
+                              ms(t0), ms(t1), i, parts))
+        for i, j, t0, t1 in rec["posts"]:
+            posts.append({"rank": r, "index": i, "last_index": j, "start": ms(t0),
+                          "end": ms(t1)})
+        for i, kind, t0, t1, comms in rec["waits"]:
+            waits.append(WaitRecord(r, i, kind, ms(t0), ms(t1), list(comms)))
+        for tok, (i, tp) in rec["comm_post"].items():
+            c = parse_comm(tok)
+            key = c.message_key()
+            m = msgs.get(key)
+            if m is None:
+                to = key[1] + 1 if key[0] == "F" else key[1] - 1
+                m = msgs[key] = Message(key[0], rank_of(key[1], key[2]), rank_of(to, key[2]),
+                                        key[2], key[1], float(rec["comm_bytes"][tok]))
+            done = ms(rec["comm_done"].get(tok))
+            if c.is_send:
+                m.send_posted, m.send_done, m.send_index = ms(tp), done, i
+            else:
+                m.recv_posted, m.recv_done, m.recv_index = ms(tp), done, i
+    spans.sort(key=lambda s: (s.rank, s.start))
+    makespan, per_rank = Timeline.summarize(pl.ranks, spans)
+    return Timeline(schedule=program.name, ranks=pl.ranks, stages=pl.stages,
+                    microbatches=program.microbatches, semantics=backend, unit="ms",
+                    source="measured", placement=pl.kind, makespan=makespan,
+                    per_rank=per_rank, spans=spans,
+                    messages=sorted(msgs.values(), key=lambda m: (m.src, m.send_index)),
+                    waits=waits, params=dict(program.params), backend=backend,
+                    posts=posts, **extra)

@@ -1,0 +1,179 @@
+"""What each rank's process runs: :func:`run_rank` (under ``schedsim replay``'s own
+launcher or under ``torchrun``; both set ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT`` and, for NCCL, ``LOCAL_RANK``).
+
+Sequence: process group (timeout = the time left to the deadline) -> clock offsets ->
+optional calibration -> ``warmup`` untimed steps -> ``steps`` measured steps (each after
+a barrier; one with ``--profile-dir``) -> gather records (and the last step's gradients
+and losses) on rank 0 -> rank 0 keeps the step with the median makespan as the measured
+Timeline (``step``, ``step_makespans`` record the choice), runs the gradient check and
+writes ``result.json``. A rank that fails writes
+``error-rank{r}.json`` (``{rank, origin, message}``), prints one line and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_text
+from .config import JobSpec, ReplayError
+
+
+def _env_int(name: str) -> int:
+    v = os.environ.get(name)
+    if v is None:
+        raise ReplayError(f"{name} is not set: run under 'schedsim replay --nproc P' or "
+                          f"torchrun, which set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
+    return int(v)
+
+
+def run_rank(spec: JobSpec) -> dict[str, Any] | None:
+    """Run this process's rank of ``spec``. Returns rank 0's result dict (None on other
+    ranks). Raises on failure (see :func:`main_worker` for the reporting)."""
+    import torch
+    import torch.distributed as dist
+
+    from ..ir import Program
+    from .executor import RankExecutor
+    from .timing import Clock, estimate_offsets, measured_timeline, resolve_records, same_host
+
+    cfg = spec.config
+    deadline = spec.deadline or (time.time() + cfg.timeout)
+    torch.set_num_threads(cfg.threads)
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if cfg.backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ReplayError("backend nccl needs CUDA GPUs, and torch sees none: use "
+                              "--backend gloo")
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    left = max(deadline - time.time(), 1.0)
+    dist.init_process_group(cfg.backend, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=left),
+                            **({"device_id": device} if device.type == "cuda" else {}))
+    try:
+        program = Program.model_validate(spec.program)
+        if world != program.placement.ranks:
+            raise ReplayError(f"the program has {program.placement.ranks} ranks but "
+                              f"{world} processes were started: use --nproc "
+                              f"{program.placement.ranks}")
+        dist.barrier()
+        mode = spec.clock
+        if mode == "auto":
+            mode = "shared" if same_host() else "estimate"
+        offset = estimate_offsets(device=device) if mode == "estimate" else 0
+        clock = Clock(device)
+        ex = RankExecutor(program, rank, cfg, device, clock,
+                          profile=spec.profile_dir is not None)
+        calib = None
+        if spec.calibrate:
+            from .measure import calibrate_rank
+
+            calib = calibrate_rank(ex, spec)
+        result: dict[str, Any] | None = None
+        if spec.replay:
+            for _ in range(cfg.warmup):
+                dist.barrier()
+                ex.step(deadline)
+                ex.zero_grad()
+            recs = []
+            steps = 1 if spec.profile_dir else cfg.steps
+            for k in range(steps):
+                if k:
+                    ex.zero_grad()
+                dist.barrier()
+                fault = spec.fault if k == 0 else None
+                if spec.profile_dir:
+                    from torch.profiler import ProfilerActivity, profile
+
+                    acts = [ProfilerActivity.CPU] + (
+                        [ProfilerActivity.CUDA] if device.type == "cuda" else [])
+                    with profile(activities=acts) as prof:
+                        rec = ex.step(deadline, fault)
+                    Path(spec.profile_dir).mkdir(parents=True, exist_ok=True)
+                    prof.export_chrome_trace(str(Path(spec.profile_dir) / f"rank{rank}.json"))
+                else:
+                    rec = ex.step(deadline, fault)
+                recs.append(resolve_records(rec, clock, offset))
+            grads = ({k: [g.detach().cpu() for g in gs] for k, gs in ex.grads().items()}
+                     if spec.check_grads else None)
+            payload = (recs, grads, ex.losses, offset)
+            got: list[Any] = [None] * world if rank == 0 else []
+            dist.gather_object(payload, got if rank == 0 else None, dst=0)
+            if rank == 0:
+                extra: dict[str, Any] = {"world_size": world, "device": str(device.type),
+                                         "clock": mode,
+                                         "clock_offsets_ns": [g[3] for g in got]}
+                if spec.check_grads:
+                    from .gradcheck import grad_check
+
+                    extra["grad_check"] = grad_check(
+                        cfg, program.placement.stages, program.microbatches,
+                        [g[1] for g in got], [g[2] for g in got], device)
+                # several measured steps: keep the one with the median makespan
+                tls = [measured_timeline(program, [g[0][k] for g in got],
+                                         backend=cfg.backend) for k in range(steps)]
+                order = sorted(range(steps), key=lambda k: tls[k].makespan)
+                keep = order[(steps - 1) // 2]
+                tl = measured_timeline(program, [g[0][keep] for g in got],
+                                       backend=cfg.backend, step=keep,
+                                       step_makespans=[t.makespan for t in tls], **extra)
+                result = {"timeline": json.loads(tl.to_json())}
+        if rank == 0:
+            result = result or {}
+            if calib is not None:
+                result["calibration"] = calib
+            if spec.out_dir:
+                atomic_write_text(Path(spec.out_dir) / "result.json", json.dumps(result))
+        return result if rank == 0 else None
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:   # noqa: BLE001 - a failed run may leave the group broken
+            pass
+
+
+def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
+    """Write ``error-rank{r}.json`` (if the spec has an out_dir) and print one line."""
+    from .executor import InjectedFault, RankFailure
+
+    rank = os.environ.get("RANK", "?")
+    origin = not isinstance(exc, RankFailure) or exc.origin
+    if isinstance(exc, (RankFailure, InjectedFault, ReplayError)):
+        msg = str(exc)
+    else:
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
+    if not msg.startswith(f"rank {rank}"):
+        msg = f"rank {rank}: {msg}"
+    if spec is not None and spec.out_dir:
+        try:
+            atomic_write_text(Path(spec.out_dir) / f"error-rank{rank}.json",
+                              json.dumps({"rank": int(rank) if rank.isdigit() else -1,
+                                          "origin": origin, "message": msg,
+                                          "time": time.time()}))
+        except OSError:
+            pass
+    print(f"schedsim replay: {msg}", file=sys.stderr, flush=True)
+
+
+def main_worker(spec_path: str) -> int:
+    """Entry of a rank started by :mod:`schedsim.replay.launch`. Returns the exit code."""
+    spec = None
+    try:
+        spec = JobSpec.model_validate_json(Path(spec_path).read_text())
+        run_rank(spec)
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure is reported, then exit 1
+        report_failure(spec, e)
+        return 1

@@ -1,0 +1,64 @@
+"""The analysis commands as users run them: JSON contracts, exit codes, no partial files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import SCHEDULES
+from schedsim.cli import app
+
+runner = CliRunner()
+DP = str(SCHEDULES / "dualpipe-issue-t10-t12.toml")
+
+
+def test_stalls_json(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["stalls", DP, "--semantics", "eager", "--rank", "5", "--json",
+                            str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert {"rank", "start", "end", "cause", "detail"} <= set(d[0])
+    assert len({x["rank"] for x in d}) == 8         # --rank filters the table, not the JSON
+    s = next(x for x in d if x["rank"] == 5 and x["start"] == 11)
+    assert (s["end"], s["cause"], s["comms"]) == (12, "wait-batch", ["5RECV_F3"])
+    assert sum(x["end"] - x["start"] for x in d) == 8 * 6     # 6 idle per rank
+    assert "idle by cause" in r.stdout
+
+
+def test_stalls_on_a_deadlock_exits_3_with_json(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["stalls", str(SCHEDULES / "crossed-sends.toml"), "--json",
+                            str(out)])
+    assert r.exit_code == 3 and "deadlock" in r.output
+    assert isinstance(json.loads(out.read_text()), list)
+
+
+def test_critical_path_json(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    r = runner.invoke(app, ["critical-path", str(SCHEDULES / "1f1b.toml"), "--slack",
+                            "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    ops = [s for s in d["path"] if s["kind"] == "op"]
+    assert d["makespan"] == 33 and len(ops) == 22
+    assert ops[0]["what"] == "0F0" and ops[-1]["what"] == "0BW7"
+    assert len(d["slack"]) == 32 * 2 and min(s["slack"] for s in d["slack"]) == 0
+    assert "22 ops on the path" in r.stdout
+    r = runner.invoke(app, ["critical-path", str(SCHEDULES / "crossed-sends.toml")])
+    assert r.exit_code == 3
+
+
+def test_bad_input_exit_2_no_file(tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    for args in (["stalls", str(tmp_path / "missing.toml"), "--json", str(out)],
+                 ["align", DP, "--semantics", "psychic", "--json", str(out)],
+                 ["critical-path", "--json", str(out)],
+                 ["lint", DP, "--cost", "F=-1", "--json", str(out)],
+                 ["diff", "nope", DP, "--json", str(out)],
+                 ["memory", DP, "--fb-order", "sideways", "--json", str(out)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "Traceback" not in r.output and "error:" in r.output
+        assert not out.exists()

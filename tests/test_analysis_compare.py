@@ -1,0 +1,113 @@
+"""`compare` reproduces DualPipe's README table by simulation, `diff` shows the Megatron
+paper's 1F1B figure order against Megatron's code order."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FIGURE_COSTS, SCHEDULES
+from schedsim import CostModel, build_program, simulate
+from schedsim.analysis.compare import compare
+from schedsim.analysis.diff import diff_timelines
+from schedsim.cli import app
+from schedsim.errors import ScheduleError
+from schedsim.generators import names
+
+FIG = CostModel(**FIGURE_COSTS)
+
+
+def test_dualpipe_table_8_ranks_20_microbatches() -> None:
+    want = ["1f1b", "zb-1p", "dualpipe", "dualpipev"]
+    missing = [n for n in want if n not in names()]
+    if missing:
+        pytest.skip(f"schedules not registered yet: {missing}")
+    res = compare(8, 20, FIG, schedules=want)
+    assert not res.skipped
+    rows = {r.schedule: r for r in res.rows}
+    # idle per rank = the table's formulas, B meaning the full backward (our BW = 2):
+    # 1F1B (PP-1)(F+B) = 21, ZB1P (PP-1)(F+B-2W) = 7, DualPipe (PP/2-1)(F&B+B-3W) = 6
+    assert rows["1f1b"].idle == [21.0] * 8
+    assert rows["zb-1p"].idle == [7.0] * 8
+    assert rows["dualpipe"].idle == [6.0] * 8
+    for n, v in (("1f1b", 21), ("zb-1p", 7), ("dualpipe", 6)):
+        assert rows[n].formula["idle_value"] == v
+    # activation PP, PP, PP+1 (busiest rank) and parameters 1x, 1x, 2x
+    assert [max(rows[n].peak_activation) for n in ("1f1b", "zb-1p", "dualpipe")] == [8, 8, 9]
+    assert [max(rows[n].param_memory) for n in ("1f1b", "zb-1p", "dualpipe")] == [1, 1, 2]
+    # DualPipeV: 16 stages on 8 ranks; the simulator and the table (PP = 16) agree on 14
+    v = rows["dualpipev"]
+    assert v.stages == 16 and v.idle == [14.0] * 8 and v.formula["idle_value"] == 14
+    assert v.formula["PP"] == 16 and v.formula["activation_value"] == 17
+    assert max(v.peak_activation) == 8.5        # 17 chunk activations of half a stage
+
+
+def test_compare_skips_what_the_constraints_reject() -> None:
+    res = compare(3, 4, FIG, schedules=["1f1b", "dualpipe", "gpipe"])
+    assert [r.schedule for r in res.rows] == ["1f1b", "gpipe"]
+    assert "dualpipe" in res.skipped and "even" in res.skipped["dualpipe"]
+
+
+def test_compare_cli(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    r = CliRunner().invoke(app, ["compare", "--ranks", "8", "--microbatches", "20",
+                                 "--cost", "F=1,B=1,W=1,BW=2,FB=3", "--schedules",
+                                 "1f1b,dualpipe,dualpipev", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert [x["schedule"] for x in d] == ["1f1b", "dualpipe", "dualpipev"]
+    for x in d:
+        assert {"schedule", "makespan", "idle", "bubble_ratio", "peak_activation",
+                "param_memory"} <= set(x)
+    assert d[1]["makespan"] == 66 and d[1]["idle"] == [6] * 8
+    r = CliRunner().invoke(app, ["compare", "--ranks", "8", "--microbatches", "20",
+                                 "--schedules", "nope", "--json", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "unknown schedule 'nope'" in r.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_per_rank_costs_scale_chunked_schedules() -> None:
+    r = CliRunner().invoke(app, ["compare", "--ranks", "4", "--microbatches", "8",
+                                 "--cost", "F=1,B=1,W=1", "--schedules", "dualpipev",
+                                 "--per-rank-costs", "--json", "/dev/null"])
+    assert r.exit_code == 0, r.output
+    res = compare(4, 8, CostModel(F=0.5, B=0.5, W=0.5), schedules=["dualpipev"])
+    assert f"{res.rows[0].makespan:g}" in r.stdout
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 20), (4, 4), (3, 10)])
+def test_megatron_figure_vs_code_same_makespan(p: int, m: int) -> None:
+    c = CostModel(F=1, BW=2)
+    code = simulate(build_program("1f1b", p, m), c)
+    fig = simulate(build_program("1f1b-megatron-figure", p, m), c)
+    d = diff_timelines(code, fig)
+    assert code.makespan == fig.makespan == (m + p - 1) * 3
+    assert d.makespan_delta == 0
+    # the forwards that move: on rank r every forward from F(p-r) on runs one position
+    # earlier (before the backward it followed in the code's order)
+    moved_f = sorted((o.rank, o.op) for o in d.moved() if "BW" not in o.op)
+    want = sorted((r, f"{r}F{k}") for r in range(p) for k in range(p - r, m))
+    assert moved_f == want
+    assert all(o.pos_b == o.pos_a - 1 for o in d.moved() if "BW" not in o.op)
+
+
+def test_diff_cli_megatron_figure(tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    r = CliRunner().invoke(app, ["diff", str(SCHEDULES / "1f1b.toml"),
+                                 str(SCHEDULES / "1f1b-megatron-figure.toml"),
+                                 "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "delta 0" in r.stdout and "0F4@r0" in r.stdout
+    d = json.loads(out.read_text())
+    assert (d["makespan_a"], d["makespan_b"], d["makespan_delta"]) == (33, 33, 0)
+    assert {(x["rank"], x["op"]) for x in d["moved"] if "BW" not in x["op"]} == \
+        {(r, f"{r}F{k}") for r in range(4) for k in range(4 - r, 8)}
+
+
+def test_diff_needs_the_same_ops() -> None:
+    a = simulate(build_program("1f1b", 4, 8), CostModel(F=1, BW=2))
+    b = simulate(build_program("1f1b", 4, 6), CostModel(F=1, BW=2))
+    with pytest.raises(ScheduleError, match="do not run the same ops .*0F6 on rank 0"):
+        diff_timelines(a, b)

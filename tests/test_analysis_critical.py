@@ -1,0 +1,100 @@
+"""Dependency graph, critical path and slack.
+
+The graph must reproduce every time of the run it was built from (spans, transfers,
+waits) under every semantics, comm stream and link setting; the 1F1B critical path is the
+textbook chain; and slack is checked against the simulator itself: stretching an op by
+its slack leaves the makespan, stretching it by one more moves it by one.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIGURE_COSTS
+from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+from schedsim.analysis.critical import critical_path, op_slack
+from schedsim.analysis.graph import build_graph
+from schedsim.costs import CostOverride
+from schedsim.errors import ProgramError
+
+FIG = CostModel(**FIGURE_COSTS, message_bytes=1.0)
+
+
+def _assert_reproduces(tl, G) -> None:
+    for s in tl.spans:
+        assert G.time[("S", s.rank, s.index)] == pytest.approx(s.start, abs=1e-9)
+        assert G.time[("E", s.rank, s.index)] == pytest.approx(s.end, abs=1e-9)
+    for m in tl.messages:
+        k = (m.kind, m.stage, m.mb)
+        assert G.time[("T", k)] == pytest.approx(m.start, abs=1e-9)
+        assert G.time[("A", k)] == pytest.approx(m.arrival, abs=1e-9)
+        assert G.time[("DR", k)] == pytest.approx(m.recv_done, abs=1e-9)
+        if ("DS", k) in G.time:
+            assert G.time[("DS", k)] == pytest.approx(m.send_done, abs=1e-9)
+    for w in tl.waits:
+        if w.kind != "DATA":
+            assert G.time[("W", w.rank, w.index)] == pytest.approx(w.end, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["dualpipe", "dualpipev", "zb-1p"])
+@pytest.mark.parametrize("sem,stream", [("data", "none"), ("eager", "none"),
+                                        ("rendezvous", "none"), ("eager", "per-peer"),
+                                        ("rendezvous", "per-rank")])
+@pytest.mark.parametrize("link", [LinkModel(), LinkModel(latency=0.3, bandwidth=2.0)],
+                         ids=["free", "slow"])
+def test_graph_reproduces_the_run(name, sem, stream, link) -> None:
+    prog = build_program(name, 4, 8)
+    comm = CommModel(semantics=sem, comm_stream=stream)
+    tl = simulate(prog, FIG, link, comm, raise_on_deadlock=False)
+    if tl.deadlock is not None:
+        with pytest.raises(ProgramError, match="deadlock"):
+            build_graph(tl, prog, link, comm)
+        return
+    G = build_graph(tl, prog, link, comm)
+    _assert_reproduces(tl, G)
+    path = critical_path(G)
+    ops = [s for s in path if s.kind == "op"]
+    assert ops[-1].end == tl.makespan
+    # consecutive steps never go back in time
+    assert all(a.end <= b.start + 1e-9 or a.kind != "op" or b.kind != "op"
+               for a, b in zip(ops, ops[1:]))
+
+
+def test_1f1b_critical_path_is_the_textbook_chain() -> None:
+    p, m = 4, 8
+    prog = build_program("1f1b", p, m)
+    tl = simulate(prog, CostModel(F=1, BW=2))
+    G = build_graph(tl, prog)
+    ops = [(s.rank, s.what) for s in critical_path(G) if s.kind == "op"]
+    expect = [(r, f"{r}F0") for r in range(p - 1)]
+    for i in range(m):
+        expect += [(p - 1, f"{p - 1}F{i}"), (p - 1, f"{p - 1}BW{i}")]
+    expect += [(r, f"{r}BW{m - 1}") for r in range(p - 2, -1, -1)]
+    assert ops == expect
+    # the path is busy from 0 to the makespan: (m + p - 1)(F + BW) = 33
+    assert sum(s.end - s.start for s in critical_path(G) if s.kind == "op") == 33
+    sl = {(o.rank, o.op): o.slack for o in op_slack(G)}
+    assert all(sl[k] == 0 for k in expect)
+    # rank 0's last warm-up forward ends at 4 but rank 1 runs 1F3 only after 1BW0 (8-10):
+    # it can slip by 6; 0BW0 follows the gradient chain and has none
+    assert sl[(0, "0F3")] == 6 and sl[(0, "0BW0")] == 0
+
+
+@pytest.mark.parametrize("sem", ["data", "eager", "rendezvous"])
+def test_slack_matches_resimulation(sem: str) -> None:
+    prog = build_program("dualpipe", 8, 20)
+    comm = CommModel(semantics=sem)
+    costs = CostModel(**FIGURE_COSTS)
+    tl = simulate(prog, costs, comm=comm)
+    sl = op_slack(build_graph(tl, prog, comm=comm))
+    pos = [o for o in sl if o.slack > 0]
+    picked = pos[::max(1, len(pos) // 6)][:6] + [o for o in sl if o.slack == 0][::97][:2]
+    assert len(picked) == 8
+    for o in picked:
+        span = next(s for s in tl.spans if s.rank == o.rank and s.index == o.index)
+        kind = span.kind
+        base = costs.cost(prog.ranks[o.rank][o.index].op)
+        for extra, moved in ((o.slack, 0.0), (o.slack + 1, 1.0)):
+            c = CostModel(**FIGURE_COSTS, overrides=[CostOverride(
+                stage=span.stage, mb=span.mb, kind=kind, cost=base + extra)])
+            t2 = simulate(prog, c, comm=comm)
+            assert t2.makespan - tl.makespan == pytest.approx(moved), (o, extra)

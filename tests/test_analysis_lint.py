@@ -1,0 +1,116 @@
+"""Program lints, and the crossed-sends must-show: a two-rank interleaved program whose
+blocking sends cross deadlocks under rendezvous (the cycle is reported), completes under
+eager, and the lint names the crossing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import FIGURE_COSTS, SCHEDULES
+from schedsim import CommModel, CostModel, build_program, load_scenario, simulate
+from schedsim.analysis.lint import crossed_orders, late_sends, lint, unrelated_recvs
+from schedsim.cli import app
+from schedsim.scenario import program_from_rows
+from schedsim.tokens import parse_program_text
+
+FIG = CostModel(**FIGURE_COSTS)
+runner = CliRunner()
+
+
+def test_crossed_sends_rendezvous_deadlocks_eager_completes(tmp_path: Path) -> None:
+    sc = load_scenario(SCHEDULES / "crossed-sends.toml")
+    prog = sc.build_program()
+    assert prog.placement.stages_of(0) == [0, 2] and prog.placement.stages_of(1) == [1, 3]
+    tl = simulate(prog, sc.costs, comm=CommModel(semantics="rendezvous"),
+                  raise_on_deadlock=False)
+    cyc = [(c.rank, c.instruction, c.waits_for, c.peer) for c in tl.deadlock.cycle]
+    assert sorted(cyc) == [(0, "WAIT[2SEND_F0]", "3RECV_F0", 1),
+                           (1, "WAIT[1SEND_F1]", "2RECV_F1", 0)]
+    ok = simulate(prog, sc.costs, comm=CommModel(semantics="eager"))
+    assert ok.deadlock is None and len(ok.spans) == 16    # 4 stages x 2 mb x (F, BW)
+    r = runner.invoke(app, ["simulate", str(SCHEDULES / "crossed-sends.toml")])
+    assert r.exit_code == 3 and "rank 0 waits at instr 8 (WAIT[2SEND_F0])" in r.output
+    r = runner.invoke(app, ["simulate", str(SCHEDULES / "crossed-sends.toml"),
+                            "--semantics", "eager", "-q"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["stalls", str(SCHEDULES / "crossed-sends.toml"), "--semantics",
+                            "eager", "--message-bytes", "1", "--bandwidth", "2",
+                            "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    st = json.loads(out.read_text())
+    assert {(s["rank"], s["instruction"], s["cause"]) for s in st
+            if "SEND" in s["instruction"]} == {(0, "WAIT[2SEND_F0]", "transfer"),
+                                               (1, "WAIT[1SEND_F1]", "transfer")}
+    f = crossed_orders(prog)
+    assert [(x.severity, x.rank, x.index) for x in f] == [("deadlock", 0, 7)]
+    assert "deadlocks under rendezvous" in f[0].message and "eager completes" in f[0].message
+
+
+def _prog(text: str):
+    return program_from_rows(parse_program_text(text), "loop")
+
+
+def test_crossed_order_error_and_stream_risk() -> None:
+    # both activations on link 0->1: rank 0 sends mb 0 then 1, rank 1 receives 1 then 0
+    rows = parse_program_text("""
+rank 0: 0F0 0F1 0SEND_F0 COMMIT 0SEND_F1 COMMIT
+rank 1: 1RECV_F1 COMMIT 1RECV_F0 COMMIT 1F0 1F1
+""")
+    from schedsim.ir import Placement, Program
+
+    prog = Program(placement=Placement(kind="loop", ranks=2, stages=2), microbatches=2,
+                   ranks=rows)
+    f = crossed_orders(prog)
+    assert [(x.severity, x.rank) for x in f] == [("error", 0)]
+    # opposite directions, each side in two batches, no wait between: a comm-stream risk
+    prog = _prog("""
+rank 0: 0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 WAIT[0RECV_B0] 0BW0 0RECV_B1 WAIT[0RECV_B1] 0BW1
+rank 1: 1RECV_F0 WAIT[1RECV_F0] 1F0 1RECV_F1 1BW0 1SEND_B0 WAIT[1RECV_F1] 1F1 1BW1 1SEND_B1
+""")
+    f = crossed_orders(prog)
+    assert [(x.severity, x.rank, x.index) for x in f] == [("stream-risk", 0, 2)]
+    c = CostModel(F=1, BW=2)
+    assert simulate(prog, c, comm=CommModel(semantics="rendezvous")).deadlock is None
+    tl = simulate(prog, c, comm=CommModel(semantics="rendezvous", comm_stream="per-peer"),
+                  raise_on_deadlock=False)
+    assert tl.deadlock is not None
+
+
+def test_late_sends_in_dualpipe() -> None:
+    prog = build_program("dualpipe", 8, 20)
+    tl = simulate(prog, FIG, comm=CommModel(semantics="rendezvous"))
+    f = late_sends(prog, tl)
+    hit = next(x for x in f if x.rank == 4 and x.index == 33)
+    assert hit.cost == 1 and "4SEND_F3 is posted after 3F14 (instr 32)" in hit.message
+    assert "its data was made by 4F3 (instr 31)" in hit.message
+    assert len(f) == 16 and sum(x.cost for x in f) == 18
+    # statically (no timeline) every send posted after another compute is reported
+    assert len(late_sends(prog)) >= len(f)
+
+
+def test_unrelated_recv_holds_rank5_batch() -> None:
+    prog = build_program("dualpipe", 8, 20)
+    tl = simulate(prog, FIG, comm=CommModel(semantics="eager"))
+    f = unrelated_recvs(prog, tl)
+    hit = next(x for x in f if x.rank == 5)
+    assert (hit.index, hit.cost) == (38, 1)
+    assert "5RECV_F3 is batched before 5W0" in hit.message
+    assert "rank 4 posted the send at 12 (instr 33)" in hit.message
+    assert lint(prog, simulate(prog, FIG))[0].rule == "late-send"   # data: static rules
+
+
+def test_lint_cli(tmp_path: Path) -> None:
+    out = tmp_path / "l.json"
+    r = runner.invoke(app, ["lint", str(SCHEDULES / "crossed-sends.toml"), "--json",
+                            str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert [(x["rule"], x["severity"]) for x in d] == [("crossed-order", "deadlock")]
+    r = runner.invoke(app, ["lint", str(SCHEDULES / "dualpipe-issue-t10-t12.toml"),
+                            "--json", str(out)])
+    assert r.exit_code == 0
+    rules = {x["rule"] for x in json.loads(out.read_text())}
+    assert rules == {"late-send", "unrelated-recv"}

@@ -1,0 +1,196 @@
+"""Overlay, compare and memory figures, and the `render` command / simulate's figure flags."""
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from conftest import SCHEDULES
+from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+from schedsim.cli import app
+from schedsim.errors import ScenarioError
+from schedsim.memory import peak_activation
+from schedsim.plot import compare, memory_plot, op_start_errors, overlay
+from schedsim.timeline import Timeline
+
+FIG = CostModel(F=1, B=1, W=1, BW=2, FB=3)
+runner = CliRunner()
+
+
+def sim(name, ranks=4, mb=8, costs=FIG, semantics="data", **params):
+    return simulate(build_program(name, ranks, mb, **params), costs, LinkModel(),
+                    CommModel(semantics=semantics))
+
+
+def png(fig) -> np.ndarray:
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig.savefig(buf, format="png")
+    px = np.asarray(Image.open(buf))[..., :3].astype(float)
+    assert px.std() > 20 and 0.1 < (px.min(axis=2) < 235).mean() < 0.97
+    return px
+
+
+def shifted(tl: Timeline, rank: int, index: int, by: float) -> Timeline:
+    """A copy of ``tl`` whose ``index``-th span of ``rank`` starts ``by`` later."""
+    d = tl.model_dump()
+    spans = [s for s in d["spans"] if s["rank"] == rank]
+    spans.sort(key=lambda s: s["start"])
+    spans[index]["start"] += by
+    spans[index]["end"] += by
+    d["makespan"] = max(s["end"] for s in d["spans"])
+    return Timeline.model_validate(d)
+
+
+def test_op_start_errors_exact():
+    a = sim("1f1b", 4, 8, CostModel(F=1, BW=2))
+    b = shifted(a, 0, 15, 2.0)          # the last op of rank 0, 2 slots later
+    errs = op_start_errors(a, b)
+    assert len(errs) == len(a.spans)
+    moved = [e for e in errs if e.delta != 0]
+    assert [(e.rank, e.kind, e.mb, e.delta) for e in moved] == [(0, "BW", 7, 2.0)]
+    fig = overlay(a, b, names=["predicted", "measured"])
+    title = fig.axes[0].get_title()
+    assert "makespan 33 vs 35 (error +2 slots (+6.1%))" in title
+    assert "max +2 (0BW7 on rank 0), 1/64 ops moved" in title
+    png(fig)
+    # the moved op is outlined in red, every other one is not
+    ops = [c for c in fig.axes[0].collections if c.get_gid() == "ops"][0]
+    red = [tuple(e[:3]) for e in ops.get_edgecolors() if np.allclose(e[:3], (214 / 255,
+                                                                            39 / 255,
+                                                                            40 / 255))]
+    assert len(red) == 1
+    assert len(ops.get_paths()) == 2 * len(a.spans)
+
+
+def test_overlay_dualpipe_data_vs_rendezvous_counts_fb_parts():
+    a = sim("dualpipe", 4, 8)
+    b = sim("dualpipe", 4, 8, semantics="rendezvous")
+    errs = op_start_errors(a, b)
+    n_atoms = sum(len(s.parts or [s]) for s in a.spans)
+    assert len(errs) == n_atoms
+    # every start error is the difference of the two spans holding the op
+    for e in errs[:20]:
+        assert e.start_a == a.find_span(e.rank, e.kind, e.mb, e.stage).start
+        assert e.start_b == b.find_span(e.rank, e.kind, e.mb, e.stage).start
+    png(overlay(a, b))
+
+
+def test_overlay_refuses_different_ops():
+    with pytest.raises(ScenarioError, match="different ops.*only in the first"):
+        overlay(sim("1f1b"), sim("zb-h1"))
+    with pytest.raises(ScenarioError, match="4 and 2 ranks"):
+        overlay(sim("1f1b"), sim("1f1b", 2, 8))
+
+
+def test_compare_stacks_one_gantt_per_timeline():
+    tls = [sim("1f1b", 4, 8), sim("zb-h1", 4, 8), sim("zbv", 4, 8)]
+    fig = compare(tls)
+    assert len(fig.axes) == 3
+    for ax, tl in zip(fig.axes, tls):
+        ops = [c for c in ax.collections if c.get_gid() == "ops"][0]
+        assert len(ops.get_paths()) == len(tl.spans)
+        assert ax.get_xlim()[1] == max(t.makespan for t in tls)   # one time scale
+    png(fig)
+
+
+def test_memory_plot_peaks_match_the_memory_model():
+    tls = [sim("1f1b", 4, 8, CostModel(F=1, BW=2)), sim("zbv", 4, 8)]
+    fig = memory_plot(tls)
+    for ax, tl in zip(fig.axes, tls):
+        peaks = peak_activation(tl)
+        assert len(ax.lines) == tl.ranks
+        assert [max(line.get_ydata()) for line in ax.lines] == pytest.approx(peaks)
+    # 1F1B: rank r holds p - r microbatches at its peak
+    assert peak_activation(tls[0]) == [4, 3, 2, 1]
+    assert "1f1b: peak 4 on rank 0" in fig.axes[0].get_title()
+    png(fig)
+
+
+def test_memory_panel_heat_map_above_16_ranks():
+    from schedsim.plot import gantt
+
+    tl = sim("1f1b", 20, 24, CostModel(F=1, BW=2))
+    fig = gantt(tl, memory=True, dpi=50)
+    mesh = [c for c in fig.axes[1].collections if c.__class__.__name__ == "QuadMesh"]
+    assert len(mesh) == 1 and mesh[0].get_array().shape[0] == 20
+    assert float(mesh[0].get_array().max()) == max(peak_activation(tl))
+    png(fig)
+
+
+# -- CLI ---------------------------------------------------------------------------------
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def timelines(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("tl")
+    a, b = d / "data.json", d / "rdv.json"
+    for path, sem in ((a, "data"), (b, "rendezvous")):
+        r = run("simulate", "--schedule", "dualpipe", "-p", "4", "-m", "8", "--cost",
+                "F=1,B=1,W=1,BW=2,FB=3", "--semantics", sem, "--json", path, "-q")
+        assert r.exit_code == 0, r.output
+    return a, b
+
+
+def test_render_gantt_and_overlay(tmp_path, timelines):
+    a, b = timelines
+    out = tmp_path / "g.png"
+    r = run("render", a, "--out", out, "--arrows", "--memory", "--stalls")
+    assert r.exit_code == 0, r.output
+    assert Image.open(out).size[0] > 800
+    out2 = tmp_path / "o.svg"
+    r = run("render", a, "--overlay", b, "--out", out2, "--names", "data,rendezvous")
+    assert r.exit_code == 0, r.output
+    assert "data (upper half-row) vs rendezvous" in out2.read_text()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--out", "x.jpg"], "unsupported figure format"),
+    (["--out", "x.png", "--names", "a,b"], "--names needs --overlay"),
+    (["--out", "x.png", "--overlay", "OTHER", "--memory"], "single timeline"),
+    (["--out", "x.png", "--overlay", "OTHER", "--names", "a"], "bad --names"),
+])
+def test_render_errors_exit_2_without_output(tmp_path, timelines, args, msg):
+    a, b = timelines
+    args = [str(b) if x == "OTHER" else (str(tmp_path / x) if x.startswith("x.") else x)
+            for x in args]
+    r = run("render", a, *args)
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_bad_json_and_different_ops(tmp_path, timelines):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = run("render", bad, "--out", tmp_path / "x.png")
+    assert r.exit_code == 2 and "not a schedsim timeline" in r.output
+    other = tmp_path / "other.json"
+    r = run("simulate", "--schedule", "1f1b", "-p", "4", "-m", "8", "--json", other, "-q")
+    r = run("render", timelines[0], "--overlay", other, "--out", tmp_path / "x.png")
+    assert r.exit_code == 2 and "different ops" in r.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_simulate_figure_flags(tmp_path):
+    out, trace = tmp_path / "g.png", tmp_path / "t.json"
+    r = run("simulate", SCHEDULES / "dualpipe-figure.toml", "--gantt", out, "--arrows",
+            "--memory", "--stalls", "--trace", trace, "-q")
+    assert r.exit_code == 0, r.output
+    assert Image.open(out).size[1] > 500
+    assert json.loads(trace.read_text())["traceEvents"]
+    r = run("simulate", SCHEDULES / "dualpipe-figure.toml", "--arrows", "-q")
+    assert r.exit_code == 2 and "add --gantt" in r.output
+    r = run("simulate", SCHEDULES / "dualpipe-figure.toml", "--gantt", tmp_path / "g.json",
+            "-q")
+    assert r.exit_code == 2 and "unsupported figure format" in r.output
+    assert not (tmp_path / "g.json").exists()
