@@ -149,7 +149,6 @@ def _input_error(program: Program, r: int, i: int, ins: object,
 
 def _compile_data(cp: Compiled, program: Program, costs: CostModel) -> None:
     S = program.placement.stages
-    rank_of = program.placement.rank_fn()
     cost = costs.cost_fn()
     made = _made_map(program)
     key_m: dict[tuple[str, int, int], int] = {}

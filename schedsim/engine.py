@@ -217,29 +217,9 @@ def run(cp: Compiled) -> RunState:
                         enqueue(u, t)
                     if ready_streams:
                         settle()
-                elif strict:
+                else:
                     for h in hs:
                         activate(h, t)
-                else:
-                    # activate() inlined for the common case (no stream, no link queue)
-                    for h in hs:
-                        hact[h] = t
-                        m = h >> 1
-                        if h & 1 == 0:
-                            if meager[m]:
-                                do_transfer(m, t)
-                            else:
-                                ra = hact[h + 1]
-                                if ra is not None:
-                                    do_transfer(m, t if t > ra else ra)
-                        elif meager[m]:
-                            a = marr[m]
-                            if a is not None:
-                                set_done(h, a if a > t else t)
-                        else:
-                            sa = hact[h - 1]
-                            if sa is not None:
-                                do_transfer(m, t if t > sa else sa)
                 pc += 1
             else:
                 cnt = 0

@@ -274,7 +274,18 @@ InstrRows = Annotated[list[list[Instr]], BeforeValidator(_instrs_in),
                       PlainSerializer(_tokens_out)]
 
 
-class Schedule(BaseModel):
+class _PerRank(BaseModel):
+    """Fields shared by :class:`Schedule` and :class:`Program` (rows are per rank)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    placement: Placement
+    microbatches: int = Field(ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Schedule(_PerRank):
     """Compute order per rank plus placement: what a schedule generator produces.
 
     ``ranks[r]`` is rank r's ops in execution order. In JSON the ops are tokens
@@ -283,32 +294,20 @@ class Schedule(BaseModel):
     :func:`schedsim.lower.lower`.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "custom"
-    placement: Placement
-    microbatches: int = Field(ge=1)
     ranks: OpRows
-    params: dict[str, Any] = Field(default_factory=dict)
 
     def num_ops(self) -> int:
         return sum(len(r) for r in self.ranks)
 
 
-class Program(BaseModel):
+class Program(_PerRank):
     """Per-rank instruction lists: compute, post send/recv, wait and commit.
 
     This is what both executors run (the simulator in :mod:`schedsim.engine`, the torch
     replay in :mod:`schedsim.replay`). ``params`` carries the generator's parameters.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "custom"
-    placement: Placement
-    microbatches: int = Field(ge=1)
     ranks: InstrRows
-    params: dict[str, Any] = Field(default_factory=dict)
 
     def num_instructions(self) -> int:
         return sum(len(r) for r in self.ranks)

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .costs import CommModel, CostModel, LinkModel
 from .errors import ScenarioError, SchedsimError
-from .ir import Placement, Program, Schedule
+from .ir import Placement, Program
 
 if sys.version_info >= (3, 11):
     import tomllib

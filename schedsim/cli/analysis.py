@@ -5,12 +5,9 @@ through the simulator and explains the result; ``--json FILE`` writes the full r
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import json
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -22,59 +19,10 @@ from ..errors import ScenarioError
 from ..io import atomic_write_text
 from ..scenario import Scenario
 from . import app
-from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
-                     MemLimitOpt, ParamOpt, PlacementOpt, PolicyOpt, ProgramOpt, RanksOpt,
-                     ScenarioArg, ScheduleFileOpt, ScheduleOpt, SemanticsOpt, StagesOpt,
-                     StreamOpt, ThresholdOpt, VariantOpt, build_scenario, console, fail,
-                     handle_errors)
+from .common import console, fail, handle_errors, scenario_command
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically).")]
-
-#: the scenario flags every analysis command shares with ``schedsim simulate``
-_SCENARIO_PARAMS: list[tuple[str, Any]] = [
-    ("scenario", ScenarioArg), ("schedule", ScheduleOpt), ("ranks", RanksOpt),
-    ("microbatches", MbOpt), ("chunks", ChunksOpt), ("variant", VariantOpt),
-    ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
-    ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
-    ("eager_threshold", ThresholdOpt), ("message_bytes", BytesOpt),
-    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
-    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
-    ("placement", PlacementOpt),
-]
-_NAMES = [n for n, _ in _SCENARIO_PARAMS]
-
-
-def scenario_command(fn: Callable) -> Callable:
-    """Give ``fn(sc: Scenario, **own)`` the shared scenario flags: the wrapper builds the
-    :class:`Scenario` from them and passes it as ``sc``. A command with an
-    ``all_semantics`` parameter also accepts ``--semantics all``."""
-    hints = typing.get_type_hints(fn, include_extras=True)
-    own = [p.replace(annotation=hints.get(n, p.annotation))
-           for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
-    takes_all = any(p.name == "all_semantics" for p in own)
-
-    @functools.wraps(fn)
-    def wrapper(**kw: Any) -> Any:
-        shared = {n: kw.pop(n) for n in _NAMES}
-        if not any(shared[n] is not None for n in
-                   ("scenario", "schedule", "program", "schedule_file")):
-            fail("give a scenario file, --schedule NAME, --program FILE or "
-                 "--schedule-file FILE")
-        if takes_all and shared["semantics"] == "all":
-            shared["semantics"] = None
-            kw["all_semantics"] = True
-        return fn(build_scenario(**shared), **kw)
-
-    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                annotation=a) for n, a in _SCENARIO_PARAMS]
-    sig = inspect.Signature(
-        params + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
-    wrapper.__signature__ = sig
-    wrapper.__annotations__ = {n: p.annotation for n, p in sig.parameters.items()}
-    del wrapper.__wrapped__
-    return wrapper
-
 
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
     """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""

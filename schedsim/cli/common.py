@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -159,3 +161,58 @@ def write_text_out(path: Path | None, text: str) -> None:
     from ..io import atomic_write_text
 
     atomic_write_text(path, text)
+
+
+#: the scenario flags shared by simulate, the analysis commands, replay and calibrate
+_SCENARIO_PARAMS: list[tuple[str, Any]] = [
+    ("scenario", ScenarioArg), ("schedule", ScheduleOpt), ("ranks", RanksOpt),
+    ("microbatches", MbOpt), ("chunks", ChunksOpt), ("variant", VariantOpt),
+    ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
+    ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
+    ("eager_threshold", ThresholdOpt), ("message_bytes", BytesOpt),
+    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
+    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
+    ("placement", PlacementOpt),
+]
+#: the flags that only say which program to run (no costs, links or semantics)
+PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",
+                 "mem_limit", "param", "comm_policy", "program", "schedule_file", "stages",
+                 "placement")
+
+
+def scenario_command(fn: Callable | None = None, *,
+                     flags: tuple[str, ...] | None = None) -> Callable:
+    """Give ``fn(sc: Scenario, **own)`` the shared scenario flags: the wrapper builds the
+    :class:`Scenario` from them (a scenario file, then the flags on top) and passes it as
+    ``sc``; the command's own parameters follow. ``flags`` limits the shared flags (e.g.
+    :data:`PROGRAM_FLAGS`). A command with an ``all_semantics`` parameter also accepts
+    ``--semantics all``. Use as ``@scenario_command`` or ``@scenario_command(flags=...)``."""
+    if fn is None:
+        return functools.partial(scenario_command, flags=flags)
+    shared_params = [(n, a) for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
+    names = [n for n, _ in shared_params]
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(annotation=hints.get(n, p.annotation))
+           for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
+    takes_all = any(p.name == "all_semantics" for p in own)
+
+    @functools.wraps(fn)
+    def wrapper(**kw: Any) -> Any:
+        shared = {n: kw.pop(n) for n in names}
+        if not any(shared.get(n) is not None for n in
+                   ("scenario", "schedule", "program", "schedule_file")):
+            fail("give a scenario file, --schedule NAME, --program FILE or "
+                 "--schedule-file FILE")
+        if takes_all and shared.get("semantics") == "all":
+            shared["semantics"] = None
+            kw["all_semantics"] = True
+        return fn(build_scenario(**shared), **kw)
+
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                annotation=a) for n, a in shared_params]
+    sig = inspect.Signature(
+        params + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
+    wrapper.__signature__ = sig
+    wrapper.__annotations__ = {n: p.annotation for n, p in sig.parameters.items()}
+    del wrapper.__wrapped__
+    return wrapper

@@ -14,9 +14,10 @@ from ..errors import ScenarioError
 from ..memory import MemoryModel
 from ..scenario import Scenario, load_scenario, parse_scenario
 from . import app
-from .analysis import JsonOpt, run_scenario, scenario_command, write_json
+from .analysis import JsonOpt, run_scenario, write_json
 from .common import (BandwidthOpt, BytesOpt, CostOpt, LatencyOpt, MbOpt, RanksOpt,
-                     SemanticsOpt, StreamOpt, ThresholdOpt, console, fail, handle_errors)
+                     SemanticsOpt, StreamOpt, ThresholdOpt, console, fail, handle_errors,
+                     scenario_command)
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from ..errors import ScenarioError
 from . import app
-from .common import (ChunksOpt, MbOpt, ParamOpt, PolicyOpt, RanksOpt, ScenarioArg,
-                     ScheduleOpt, VariantOpt, _value, build_scenario, console, fail,
-                     handle_errors, write_text_out)
+from ..scenario import Scenario
+from .common import (PROGRAM_FLAGS, _value, console, fail, handle_errors, scenario_command,
+                     write_text_out)
 
 NprocOpt = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local processes to start (default: the program's ranks).")]
@@ -32,13 +32,11 @@ SetOpt = Annotated[Optional[list[str]], typer.Option(
     "--set dtype=float64.")]
 
 
-def _scenario(scenario: Path | None, set_: list[str] | None, **kw: Any) -> Any:
+def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
+    """``sc`` with ``--set KEY=VALUE`` applied to its ``[replay]`` table (torch needed)."""
     from ..replay.config import require_torch
 
     require_torch()
-    if scenario is None and kw.get("schedule") is None:
-        fail("give a scenario file or --schedule NAME (with --ranks and --microbatches)")
-    sc = build_scenario(scenario, **kw)
     table = dict(sc.replay)
     for item in set_ or []:
         if "=" not in item:
@@ -78,15 +76,9 @@ def _print_grad_check(gc: dict[str, Any]) -> None:
 
 @app.command()
 @handle_errors
+@scenario_command(flags=PROGRAM_FLAGS)
 def replay(
-    scenario: ScenarioArg = None,
-    schedule: ScheduleOpt = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    param: ParamOpt = None,
-    comm_policy: PolicyOpt = None,
+    sc: Scenario,
     nproc: NprocOpt = None,
     backend: BackendOpt = None,
     check_grads: Annotated[bool, typer.Option(
@@ -132,9 +124,7 @@ def replay(
     from ..timeline import Timeline
     from .simulate import print_summary
 
-    sc = _scenario(scenario, set_, schedule=schedule, ranks=ranks,
-                   microbatches=microbatches, chunks=chunks, variant=variant, param=param,
-                   comm_policy=comm_policy)
+    sc = _with_replay_keys(sc, set_)
     _check_figure(gantt)
     if costs_file is not None and not compare:
         fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
@@ -212,14 +202,9 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
 
 @app.command()
 @handle_errors
+@scenario_command(flags=PROGRAM_FLAGS)
 def calibrate(
-    scenario: ScenarioArg = None,
-    schedule: ScheduleOpt = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    param: ParamOpt = None,
+    sc: Scenario,
     nproc: NprocOpt = None,
     backend: BackendOpt = None,
     out: Annotated[Optional[Path], typer.Option(
@@ -240,8 +225,7 @@ def calibrate(
     from ..replay.config import spec_from_scenario
     from ..replay.launch import launch
 
-    sc = _scenario(scenario, set_, schedule=schedule, ranks=ranks,
-                   microbatches=microbatches, chunks=chunks, variant=variant, param=param)
+    sc = _with_replay_keys(sc, set_)
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
                               replay=False, calib_repeats=repeats)
     res = launch(spec, _check_nproc(spec, nproc))

@@ -11,11 +11,10 @@ from ..engine import simulate as run_simulation
 from ..errors import ScenarioError
 from ..timeline import Timeline
 from . import app
-from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
-                     MemLimitOpt, ParamOpt, PlacementOpt, PolicyOpt, ProgramOpt, RanksOpt,
-                     ScenarioArg, ScheduleFileOpt, ScheduleOpt, SemanticsOpt, StagesOpt,
-                     StreamOpt, ThresholdOpt, VariantOpt, build_scenario, console, fail,
-                     handle_errors, write_text_out)
+from ..scenario import Scenario
+from .common import (ChunksOpt, MbOpt, MemLimitOpt, ParamOpt, PolicyOpt, RanksOpt,
+                     VariantOpt, build_scenario, console, fail, handle_errors,
+                     scenario_command, write_text_out)
 
 
 def _fmt(x: float | None) -> str:
@@ -46,27 +45,9 @@ def print_summary(tl: Timeline) -> None:
 
 @app.command()
 @handle_errors
+@scenario_command
 def simulate(
-    scenario: ScenarioArg = None,
-    schedule: ScheduleOpt = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    mem_limit: MemLimitOpt = None,
-    param: ParamOpt = None,
-    cost: CostOpt = None,
-    semantics: SemanticsOpt = None,
-    comm_stream: StreamOpt = None,
-    eager_threshold: ThresholdOpt = None,
-    message_bytes: BytesOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    comm_policy: PolicyOpt = None,
-    program: ProgramOpt = None,
-    schedule_file: ScheduleFileOpt = None,
-    stages: StagesOpt = None,
-    placement: PlacementOpt = None,
+    sc: Scenario,
     costs_file: Annotated[Optional[Path], typer.Option(
         "--costs-file", help="Cost file (TOML \\[costs]/\\[link], e.g. from 'schedsim "
         "calibrate'); its tables replace the scenario's.")] = None,
@@ -95,15 +76,6 @@ def simulate(
 
     Exit codes: 0 ok, 2 bad input, 3 deadlock (the cycle is printed; --json still written).
     """
-    if scenario is None and schedule is None and program is None and schedule_file is None:
-        fail("give a scenario file, --schedule NAME, --program FILE or --schedule-file FILE")
-    sc = build_scenario(scenario, schedule=schedule, ranks=ranks, microbatches=microbatches,
-                        chunks=chunks, variant=variant, mem_limit=mem_limit, param=param,
-                        cost=cost, semantics=semantics, comm_stream=comm_stream,
-                        eager_threshold=eager_threshold, message_bytes=message_bytes,
-                        latency=latency, bandwidth=bandwidth, comm_policy=comm_policy,
-                        program=program, schedule_file=schedule_file, stages=stages,
-                        placement=placement)
     if costs_file is not None:
         from ..scenario import apply_costs_file
 
