@@ -62,6 +62,7 @@ class Compiled:
     hunit: list[int] = field(default_factory=list)
     num_streams: int = 0
     num_links: int = 0
+    launch_cost: float = 0.0
 
     @property
     def num_messages(self) -> int:
@@ -94,7 +95,8 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
         raise ProgramError(f"program has {len(program.ranks)} rank rows but the placement "
                            f"has {P} ranks")
     data_mode = comm.semantics == "data"
-    cp = Compiled(program=program, data_mode=data_mode, code=[[] for _ in range(P)])
+    cp = Compiled(program=program, data_mode=data_mode, code=[[] for _ in range(P)],
+                  launch_cost=0.0 if data_mode else comm.launch_cost)
     if data_mode:
         _compile_data(cp, program, costs)
     else:

@@ -211,6 +211,10 @@ class CommModel(BaseModel):
     - ``comm_stream``: ``none`` (each P2P op progresses on its own), ``per-peer`` or
       ``per-rank`` (a rank's P2P launches run one after another on one stream per peer or
       per rank; a run of consecutive posts is one batch and runs as one unit).
+    - ``launch_cost``: host time (in the cost unit) to launch one batch (a run of
+      consecutive posts: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
+      busy for it and its ops count as posted when it ends. Default 0; ``schedsim
+      calibrate`` measures it. Not used under ``data`` semantics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -218,6 +222,7 @@ class CommModel(BaseModel):
     semantics: Semantics = "data"
     comm_stream: CommStream = "none"
     eager_threshold_bytes: float | None = Field(default=None, ge=0)
+    launch_cost: float = Field(default=0.0, ge=0)
 
     @field_validator("comm_stream", mode="before")
     @classmethod

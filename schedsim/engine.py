@@ -1,7 +1,8 @@
 """Discrete-event simulator: Program + costs -> Timeline.
 
 Model (DESIGN.md, "Comm semantics"): each rank's host runs its program in order; a compute
-op occupies the rank for its cost; posting a send/recv does not block; ``WAIT``/``COMMIT``
+op occupies the rank for its cost; posting a send/recv does not block (launching a batch
+costs ``CommModel.launch_cost`` of host time, 0 by default); ``WAIT``/``COMMIT``
 block until the named ops complete; at the end of its program a rank waits for everything
 it posted. Each directed link carries messages FIFO in the order they start, occupying the
 link ``bytes/bandwidth`` and arriving ``latency`` later. Under ``eager`` a send completes
@@ -78,6 +79,8 @@ def run(cp: Compiled) -> RunState:
     squeue = st.stream_queue
     sfree: dict[int, float] = {}
     ready_streams: list[int] = []
+    launch_cost = cp.launch_cost
+    launched = [False] * P
 
     if data_mode:   # implicit recvs are always posted
         for m in range(cp.num_messages):
@@ -122,13 +125,14 @@ def run(cp: Compiled) -> RunState:
             set_done(2 * m, arr)
             set_done(2 * m + 1, arr)
 
-    def ready(m: int, tc: float) -> None:
+    def queue_transfer(m: int, tc: float) -> None:
         nonlocal seq
-        if strict:
-            heappush(heap, (tc, seq, ~m))
-            seq += 1
-        else:
-            do_transfer(m, tc)
+        heappush(heap, (tc, seq, ~m))
+        seq += 1
+
+    # a transfer whose conditions hold at tc: start it now, or (a link is a shared
+    # resource) when the event loop reaches tc
+    ready = queue_transfer if strict else do_transfer
 
     def activate(h: int, ta: float) -> None:
         hact[h] = ta
@@ -209,6 +213,16 @@ def run(cp: Compiled) -> RunState:
                     seq += 1
                     break
             elif op == 1:
+                if launch_cost:      # the host is busy launching the batch
+                    if strict and not launched[r]:
+                        launched[r] = True      # resume at the launch's end, in time order
+                        heappush(heap, (t + launch_cost, seq, r))
+                        seq += 1
+                        break
+                    if launched[r]:
+                        launched[r] = False
+                    else:
+                        t += launch_cost
                 hs = ins[1]
                 for h in hs:
                     hpost[h] = t

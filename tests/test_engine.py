@@ -214,3 +214,20 @@ def _check_spans(tl, prog, costs) -> None:
         for s in spans:
             op = prog.ranks[r][s.index].op
             assert s.end - s.start == pytest.approx(costs.cost(op))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_launch_cost(strict: bool) -> None:
+    """Launching a batch of posts keeps the host busy: rank 0 posts its send of F0 at 1.5
+    and starts F1 only then; rank 1's first batch (both recvs) is posted at 0.5."""
+    costs = CostModel(F=1, message_bytes=1 if strict else 0)
+    link = LinkModel(bandwidth=1e12 if strict else float("inf"))
+    tl = simulate(lower(_forward_only(2, 2)), costs, link,
+                  CommModel(semantics="eager", launch_cost=0.5))
+    assert [s.start for s in tl.spans_of(0)] == [0, pytest.approx(1.5)]
+    assert [s.start for s in tl.spans_of(1)] == [pytest.approx(1.5), pytest.approx(3.0)]
+    m0 = min(tl.messages, key=lambda m: m.mb)
+    assert (m0.send_posted, m0.recv_posted) == (pytest.approx(1.5), 0.5)
+    data = simulate(lower(_forward_only(2, 2)), costs, link,
+                    CommModel(semantics="data", launch_cost=0.5))
+    assert data.makespan == pytest.approx(3.0)     # no comm instructions: no launch cost

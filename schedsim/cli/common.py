@@ -69,6 +69,9 @@ StreamOpt = Annotated[Optional[str], typer.Option(
 ThresholdOpt = Annotated[Optional[float], typer.Option(
     "--eager-threshold", help="Under rendezvous, messages of at most this many bytes are "
     "eager.")]
+LaunchCostOpt = Annotated[Optional[float], typer.Option(
+    "--launch-cost", help="Host time to launch one batch of sends/recvs, in the cost "
+    "unit (default 0; 'schedsim calibrate' measures it).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
@@ -106,6 +109,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    mem_limit: float | None = None, param: list[str] | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
+                   launch_cost: float | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -140,7 +144,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
         data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold)):
+                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -169,7 +173,8 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("microbatches", MbOpt), ("chunks", ChunksOpt), ("variant", VariantOpt),
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
-    ("eager_threshold", ThresholdOpt), ("message_bytes", BytesOpt),
+    ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
+    ("message_bytes", BytesOpt),
     ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
     ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
     ("placement", PlacementOpt),
