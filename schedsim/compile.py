@@ -98,6 +98,9 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     cp = Compiled(program=program, data_mode=data_mode, code=[[] for _ in range(P)],
                   launch_cost=0.0 if data_mode else comm.launch_cost)
     if data_mode:
+        if program.has_comm():     # the comm instructions are ignored, but must be right
+            _compile_comm(Compiled(program=program, data_mode=False,
+                                   code=[[] for _ in range(P)]), program, costs, comm)
         _compile_data(cp, program, costs)
     else:
         _compile_comm(cp, program, costs, comm)
@@ -133,6 +136,11 @@ def _made_map(program: Program) -> dict[tuple[str, int, int], tuple[int, int]]:
                 for a in ins.op.atoms():
                     k = produces(a)
                     if k is not None:
+                        if k in made:
+                            q, j = made[k]
+                            raise ProgramError(f"{_where(r, i, ins)}: runs a second time "
+                                               f"(first at rank {q}, instr {j}; each op "
+                                               f"runs once)")
                         made[k] = (r, i)
     return made
 
@@ -165,6 +173,8 @@ def _compile_data(cp: Compiled, program: Program, costs: CostModel) -> None:
             op = ins.op
             ins_h: list[int] = []
             for a in op.atoms():
+                if not (0 <= a.stage < S and 0 <= a.mb < program.microbatches):
+                    raise _range_error(r, i, ins, S, program.microbatches)
                 for need in needs(a, S):
                     src = made.get(need)
                     if src is None or (src[0] == r and src[1] >= i):
@@ -246,6 +256,8 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
             if t is Compute:
                 op = ins.op
                 for a in (op.parts if op.parts else (op,)):
+                    if not (0 <= a.stage < S and 0 <= a.mb < M):
+                        raise _range_error(r, i, ins, S, M)
                     for need in needs(a, S):
                         if need in made_here:
                             continue
@@ -254,6 +266,9 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                         raise _need_error(cp, program, key_m, rank_of, r, i, ins, need)
                     k = produces(a)
                     if k is not None:
+                        if k in made_here:
+                            raise ProgramError(f"{_where(r, i, ins)}: runs a second time on "
+                                               f"this rank (each op runs once)")
                         made_here.add(k)
                 sid = len(span_meta)
                 span_meta.append((r, op, i))
@@ -287,6 +302,11 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
         code.append((_WAIT, all_h, "END", len(row)))
     _check_matching(cp, program)
     cp.num_streams = P + P * P
+
+
+def _range_error(r: int, i: int, ins: object, S: int, M: int) -> ProgramError:
+    return ProgramError(f"{_where(r, i, ins)}: stage must be in [0, {S}) and microbatch in "
+                        f"[0, {M})")
 
 
 def _new_message(cp: Compiled, key: tuple[str, int, int], S: int, M: int, rank_of,

@@ -23,11 +23,11 @@ class KindCosts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    F: float | None = Field(default=None, ge=0)
-    B: float | None = Field(default=None, ge=0)
-    W: float | None = Field(default=None, ge=0)
-    BW: float | None = Field(default=None, ge=0)
-    FB: float | None = Field(default=None, ge=0)
+    F: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    B: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    W: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    BW: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    FB: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class CostOverride(BaseModel):
@@ -38,7 +38,7 @@ class CostOverride(BaseModel):
     stage: int = Field(ge=0)
     mb: int = Field(ge=0)
     kind: KindName
-    cost: float = Field(ge=0)
+    cost: float = Field(ge=0, allow_inf_nan=False)
 
 
 class CostModel(BaseModel):
@@ -54,14 +54,14 @@ class CostModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    F: float = Field(default=1.0, ge=0)
-    B: float = Field(default=1.0, ge=0)
-    W: float = Field(default=1.0, ge=0)
-    BW: float | None = Field(default=None, ge=0)
-    FB: float | None = Field(default=None, ge=0)
+    F: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    B: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    W: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    BW: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    FB: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     stage: dict[int, KindCosts] = Field(default_factory=dict)
     overrides: list[CostOverride] = Field(default_factory=list)
-    message_bytes: float = Field(default=0.0, ge=0)
+    message_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     stage_bytes: dict[int, float] = Field(default_factory=dict)
     unit: str = "slot"
 
@@ -143,6 +143,7 @@ def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
     Raises :class:`ScenarioError` on an unknown key or a value that is not a number >= 0.
     """
     data = base.model_dump() if base else {}
+    seen: set[str] = set()
     for item in filter(None, (x.strip() for x in text.split(","))):
         if "=" not in item:
             raise ScenarioError(f"bad cost {item!r}: expected KIND=VALUE, e.g. F=1,BW=2")
@@ -150,6 +151,9 @@ def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
         if k not in _KINDS:
             raise ScenarioError(f"unknown cost key {k!r}: expected one of "
                                 f"{', '.join(_KINDS)}")
+        if k in seen:
+            raise ScenarioError(f"cost {k} given twice in {text!r}")
+        seen.add(k)
         try:
             val = float(v)
         except ValueError:
@@ -167,7 +171,7 @@ class LinkOverride(BaseModel):
 
     src: int = Field(ge=0)
     dst: int = Field(ge=0)
-    latency: float | None = Field(default=None, ge=0)
+    latency: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     bandwidth: float | None = Field(default=None, gt=0)
 
 
@@ -181,7 +185,7 @@ class LinkModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    latency: float = Field(default=0.0, ge=0)
+    latency: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     bandwidth: float = Field(default=math.inf, gt=0)
     links: list[LinkOverride] = Field(default_factory=list)
 
@@ -221,8 +225,8 @@ class CommModel(BaseModel):
 
     semantics: Semantics = "data"
     comm_stream: CommStream = "none"
-    eager_threshold_bytes: float | None = Field(default=None, ge=0)
-    launch_cost: float = Field(default=0.0, ge=0)
+    eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    launch_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @field_validator("comm_stream", mode="before")
     @classmethod

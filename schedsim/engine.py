@@ -21,11 +21,12 @@ left and a rank has not finished, the program is deadlocked and
 """
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 
 from .compile import Compiled, compile_program
 from .costs import CommModel, CostModel, LinkModel
-from .errors import DeadlockError
+from .errors import DeadlockError, ScenarioError
 from .io import no_gc
 from .ir import Op, Program
 from .timeline import Message, Part, Span, Timeline, WaitRecord
@@ -330,6 +331,9 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
         cp = compile_program(program, costs, link, comm)
         st = run(cp)
         tl = build_timeline(cp, st, comm, costs.unit)
+    if not math.isfinite(tl.makespan):
+        raise ScenarioError(f"times overflow to {tl.makespan}: the costs, latencies or "
+                            f"message sizes are too large for floating point")
     if any(st.pcs[r] < len(cp.code[r]) for r in range(len(cp.code))):
         from .deadlock import diagnose
 

@@ -1,5 +1,6 @@
 """Atomic output files: written to a temporary file beside the target, then renamed, so a
-failed run never leaves a partial file behind."""
+failed run never leaves a partial file behind; :func:`output_group` does the same for
+several files of one command."""
 from __future__ import annotations
 
 import os
@@ -9,23 +10,50 @@ from pathlib import Path
 from typing import Iterator
 
 
+def check_output_path(path: str | Path) -> Path:
+    """``path`` as a Path if a file can be written there: its folder exists and is
+    writable and it is not itself a folder. Raises :class:`ScenarioError` naming the path
+    (call it before long work, so a typo fails fast and nothing is half-written)."""
+    from .errors import ScenarioError
+
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise ScenarioError(f"{path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ScenarioError(f"{path}: folder {parent} is not writable")
+    return path
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success rename it to ``path``.
 
     The temporary file keeps the target's suffix (matplotlib picks the format from it).
-    On an exception the temporary file is removed and ``path`` is left untouched.
+    On an exception the temporary file is removed and ``path`` is left untouched. The
+    folder must exist (it is not created: a typo in it is an error, not a new folder).
+    Raises :class:`ScenarioError` naming ``path`` when it cannot be written.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    from .errors import ScenarioError
+
+    path = check_output_path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
+                                   dir=path.parent)
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; give the usual file mode
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -35,6 +63,63 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+class OutputGroup:
+    """Several output files that appear together or not at all.
+
+    ``group.path(final)`` checks ``final`` and returns a temporary path beside it to write
+    to; :meth:`commit` renames every temporary file to its final name (after all were
+    written), :meth:`discard` removes them. Use :func:`output_group`.
+    """
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, Path]] = []
+
+    def path(self, final: str | Path) -> Path:
+        from .errors import ScenarioError
+
+        final = check_output_path(final)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=final.suffix,
+                                       dir=final.parent)
+        except OSError as e:
+            raise ScenarioError(f"{final}: cannot write ({e.strerror})") from None
+        os.close(fd)
+        os.unlink(tmp)          # writers create it; an unwritten output is simply skipped
+        self._files.append((Path(tmp), final))
+        return Path(tmp)
+
+    def commit(self) -> None:
+        for tmp, final in self._files:
+            if tmp.exists():
+                os.chmod(tmp, 0o666 & ~_umask())
+                os.replace(tmp, final)
+        self._files = []
+
+    def discard(self) -> None:
+        for tmp, _ in self._files:
+            if tmp.exists():
+                tmp.unlink()
+        self._files = []
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+@contextmanager
+def output_group() -> Iterator[OutputGroup]:
+    """Context in which outputs are written to temporary files and all renamed into place
+    at the end; on an exception none of them appears."""
+    group = OutputGroup()
+    try:
+        yield group
+        group.commit()
+    finally:
+        group.discard()
 
 
 @contextmanager

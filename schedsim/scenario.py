@@ -31,6 +31,7 @@ Example (``schedules/dualpipe-figure.toml``)::
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
     # eager_threshold_bytes = 65536
+    # launch_cost = 0.2        host time per launched batch of sends/recvs
 
 Relative paths are resolved against the scenario file's folder. Every unknown key is an
 error that names it.
@@ -91,10 +92,50 @@ class Scenario(BaseModel):
         return p if p.is_absolute() else Path(self.base_dir) / p
 
     def build_program(self) -> Program:
-        """The program this scenario runs (generated, or loaded from its file).
+        """The program this scenario runs (generated, or loaded from its file), validated
+        (:func:`~schedsim.validate.validate_schedule` on its compute order) and checked
+        against the scenario (every stage, microbatch and rank the scenario names exists).
 
         Raises :class:`SchedsimError` subclasses for anything missing or invalid.
         """
+        from .validate import validate_schedule
+
+        s = self.schedule
+        sources = [k for k, v in (("name", s.name), ("program", s.program),
+                                  ("schedule_file", s.schedule_file)) if v]
+        if len(sources) > 1:
+            raise ScenarioError(f"[schedule] sets {' and '.join(sources)}: give one of a "
+                                f"generator name, a program file or a schedule file")
+        if s.name and (s.placement or s.stages):
+            raise ScenarioError(f"[schedule] {s.name}: placement and stages are fixed by the "
+                                f"generator; they apply to a program or schedule file only")
+        prog = self._build_program()
+        validate_schedule(prog.schedule())
+        self.check_references(prog)
+        return prog
+
+    def check_references(self, prog: Program) -> None:
+        """Every stage, microbatch and rank named in ``[costs]``/``[link]`` exists in
+        ``prog``. Raises :class:`ScenarioError` naming the key."""
+        S, M, P = prog.placement.stages, prog.microbatches, prog.placement.ranks
+        for st in self.costs.stage:
+            if not 0 <= st < S:
+                raise ScenarioError(f"[costs.stage.{st}]: the program has stages 0..{S - 1}")
+        for st in self.costs.stage_bytes:
+            if not 0 <= st < S:
+                raise ScenarioError(f"[costs.stage_bytes] {st}: the program has stages "
+                                    f"0..{S - 1}")
+        for o in self.costs.overrides:
+            if not (0 <= o.stage < S and 0 <= o.mb < M):
+                raise ScenarioError(f"[[costs.overrides]] stage {o.stage} mb {o.mb}: the "
+                                    f"program has stages 0..{S - 1} and microbatches "
+                                    f"0..{M - 1}")
+        for lk in self.link.links:
+            if not (lk.src < P and lk.dst < P) or lk.src == lk.dst:
+                raise ScenarioError(f"[[link.links]] src {lk.src} dst {lk.dst}: need two "
+                                    f"different ranks in 0..{P - 1}")
+
+    def _build_program(self) -> Program:
         s = self.schedule
         if s.program:
             return load_program_file(self.resolve(s.program), s.placement or "loop",
@@ -113,11 +154,9 @@ class Scenario(BaseModel):
                     return prog
             from .lower import lower
             from .schedule_io import load_schedule_file
-            from .validate import validate_schedule
 
             sched = load_schedule_file(self.resolve(s.schedule_file), placement=s.placement,
                                        stages=s.stages, microbatches=s.microbatches)
-            validate_schedule(sched)
             return lower(sched, s.comm_policy or "async")
         if not s.name:
             raise ScenarioError("[schedule] needs a name (see 'schedsim list'), a program "
@@ -125,7 +164,6 @@ class Scenario(BaseModel):
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
         from .generators import build_program, get as get_generator
-        from .validate import validate_schedule
 
         params = s.generator_params()
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
@@ -135,9 +173,7 @@ class Scenario(BaseModel):
             params.setdefault("costs", self.costs)
         if "link" in takes:
             params.setdefault("link", self.link)
-        prog = build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
-        validate_schedule(prog.schedule())
-        return prog
+        return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -220,6 +256,8 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
         text = path.read_text()
     except (FileNotFoundError, IsADirectoryError):
         raise ScenarioError(f"{path}: no such program file") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a program text file") from None
     rows = parse_program_text(text)
     return program_from_rows(rows, placement, ranks=ranks, stages=stages,
                              microbatches=microbatches, comm_policy=comm_policy,
@@ -238,12 +276,26 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
         raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
     if placement not in ("loop", "v", "dual"):
         raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
-    mbs = [a.mb for row in rows for i in row if isinstance(i, Compute) for a in i.op.atoms()]
-    mbs += [i.comm.mb for row in rows for i in row if isinstance(i, Post)]
-    mbs += [c.mb for row in rows for i in row if isinstance(i, Wait) for c in i.comms]
-    m = microbatches or (max(mbs) + 1 if mbs else 1)
+    used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
+            for a in i.op.atoms()]
+    used += [(i.comm.stage, i.comm.mb) for row in rows for i in row if isinstance(i, Post)]
+    used += [(c.stage, c.mb) for row in rows for i in row if isinstance(i, Wait)
+             for c in i.comms]
+    top_mb = max((mb for _, mb in used), default=0)
+    top_stage = max((st for st, _ in used), default=0)
+    if microbatches is not None and top_mb >= microbatches:
+        raise ScenarioError(f"the program uses microbatch {top_mb} but microbatches = "
+                            f"{microbatches}: pass --microbatches {top_mb + 1} or more")
+    m = microbatches or top_mb + 1
     if stages is None:
-        stages = 2 * ranks if placement == "v" else ranks
+        if placement == "loop":     # the fewest stages, a multiple of ranks, that fit
+            stages = ranks * max(1, -(-(top_stage + 1) // ranks))
+        else:
+            stages = 2 * ranks if placement == "v" else ranks
+    if top_stage >= stages:
+        raise ScenarioError(f"the program uses stage {top_stage} but the {placement} "
+                            f"placement has {stages} stages on {ranks} ranks: pass --stages "
+                            f"{ranks * -(-(top_stage + 1) // ranks)} (or another placement)")
     pl = Placement(kind=placement, ranks=ranks, stages=stages,
                    microbatches=m if placement == "dual" else None)
     prog = Program(name=name, placement=pl, microbatches=m, ranks=rows)
@@ -257,8 +309,12 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
 def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     """``scenario`` with its ``[costs]`` and ``[link]`` replaced by those of a cost file
     (a TOML fragment such as ``schedsim calibrate`` writes; a table the file lacks is
-    kept). Raises :class:`ScenarioError` for a missing or malformed file, or a file with
-    neither table."""
+    kept) and, if the file has a ``[comm]`` table, its ``launch_cost`` (host time per
+    launched batch, in the cost unit; the scenario's comm semantics and streams are kept).
+
+    Raises :class:`ScenarioError` for a missing or malformed file, a file with none of
+    these tables, another table, or a ``[comm]`` key other than ``launch_cost`` (named).
+    """
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -266,10 +322,20 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: no such cost file") from None
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: malformed TOML: {e}") from None
-    extra = sorted(set(data) - {"costs", "link"})
+    extra = sorted(set(data) - {"costs", "link", "comm"})
     if extra or not data:
-        raise ScenarioError(f"{path}: a cost file holds only [costs] and [link] tables (got "
-                            f"{', '.join(extra) or 'nothing'})")
+        raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "
+                            f"tables (got {', '.join(extra) or 'nothing'})")
     merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True)
+    comm = data.pop("comm", None)
+    if comm is not None:
+        if not isinstance(comm, dict):
+            raise ScenarioError(f"{path}: 'comm' must be a table ([comm] with launch_cost)")
+        bad = sorted(set(comm) - {"launch_cost"})
+        if bad:
+            raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
+                                f"{', '.join(bad)}; set semantics and streams in the "
+                                f"scenario or with --semantics / --comm-stream)")
+        merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)
     return parse_scenario(merged, str(path), scenario.base_dir)

@@ -35,8 +35,19 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
     if suffix == ".json":
         try:
             data = json.loads(path.read_text())
+        except UnicodeDecodeError:
+            raise ParseError(f"{path}: not a text file") from None
         except json.JSONDecodeError as e:
             raise ParseError(f"{path}: malformed JSON: {e}") from None
+        if isinstance(data, dict) and "spans" in data:
+            raise ParseError(f"{path}: this is a Timeline JSON (simulate --json), not a "
+                             f"schedule; write a schedule with 'schedsim generate NAME "
+                             f"--format json'")
+        if not (isinstance(data, dict) and isinstance(data.get("ranks"), list)
+                and all(isinstance(row, list) for row in data["ranks"])):
+            raise ParseError(f"{path}: not a schedsim schedule JSON (expected an object with "
+                             f"placement, microbatches and ranks: one list of tokens per "
+                             f"rank)")
         try:
             if isinstance(data, dict) and any(
                     isinstance(t, str) and not _is_compute(t)

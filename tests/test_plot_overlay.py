@@ -58,8 +58,12 @@ def test_op_start_errors_exact():
     assert [(e.rank, e.kind, e.mb, e.delta) for e in moved] == [(0, "BW", 7, 2.0)]
     fig = overlay(a, b, names=["predicted", "measured"])
     title = fig.axes[0].get_title()
-    assert "makespan 33 vs 35 (error +2 slots (+6.1%))" in title
-    assert "max +2 (0BW7 on rank 0), 1/64 ops moved" in title
+    # error of the first (predicted) against the second (measured): (33 - 35) / 35
+    assert "makespan predicted 33 vs measured 35 slots: error -2 slots, -5.7% of measured" \
+        in title
+    # mean |error| = 2 / 64 ops, as % of the measured makespan: 100 * 2 / 64 / 35
+    assert "mean |predicted - measured| 0.0312 slots, 0.1% of measured makespan" in title
+    assert "max -2 (0BW7 on rank 0); 1/64 ops moved" in title
     png(fig)
     # the moved op is outlined in red, every other one is not
     ops = [c for c in fig.axes[0].collections if c.get_gid() == "ops"][0]

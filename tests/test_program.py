@@ -141,3 +141,24 @@ def test_placements() -> None:
         Placement(kind="loop", ranks=4, stages=6)
     with pytest.raises(ScheduleError, match="2 x ranks"):
         Placement(kind="v", ranks=4, stages=4)
+
+
+@pytest.mark.parametrize("sem", ["data", "eager"])
+def test_duplicate_compute_is_an_error(sem: str) -> None:
+    prog = program("0F0 0F0\n1F0", 2, 2, 1)
+    with pytest.raises(ProgramError, match="runs a second time"):
+        simulate(prog, comm=CommModel(semantics=sem))
+
+
+def test_data_semantics_still_checks_the_comm_instructions() -> None:
+    """Under data semantics the comm instructions are ignored for timing, but a wrong one
+    (a WAIT on a token never posted) is still an error."""
+    prog = program("0F0 0SEND_F0 WAIT[0SEND_F1]\n1RECV_F0 COMMIT 1F0", 2, 2, 2)
+    with pytest.raises(ProgramError, match="has not posted"):
+        simulate(prog, comm=CommModel(semantics="data"))
+
+
+def test_out_of_range_op_is_a_program_error() -> None:
+    prog = program("0F0 0SEND_F0\n1RECV_F0 COMMIT 1F0 3F0", 2, 2, 1)
+    with pytest.raises(ProgramError, match=r"stage must be in \[0, 2\)"):
+        simulate(prog, comm=CommModel(semantics="eager"))

@@ -193,6 +193,7 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
     assert p.returncode == 0, p.stderr
     text = " ".join(p.stdout.split())
     assert "gradient check passed" in text and "makespan: predicted" in text
+    assert "per batch; without it: makespan" in text     # the launch cost's share
     data = json.loads((tmp_path / "m.json").read_text())
     assert data["source"] == "measured" and data["backend"] == "gloo"
     assert data["world_size"] == 2 and data["grad_check"]["passed"] is True
@@ -208,7 +209,9 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
                                str(tmp_path / "p.json")], capture_output=True, text=True,
                         timeout=60)
     assert p2.returncode == 0, p2.stderr
+    # the calibrated launch cost reaches the prediction and simulate --costs-file
     assert Timeline.read_json(tmp_path / "p.json").makespan == pytest.approx(pred.makespan)
+    assert "\n[comm]\nlaunch_cost = " in (out / "1f1b-costs.toml").read_text()
     p3 = subprocess.run(cmd + ["import-trace", str(tmp_path / "prof" / "rank1.json"),
                                str(tmp_path / "prof" / "rank0.json"), "--json",
                                str(tmp_path / "i.json")], capture_output=True, text=True,
@@ -225,7 +228,8 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
 
 def test_cli_calibrate_writes_cost_file(tmp_path):
     """schedsim calibrate on DualPipeV: every stage measured (two per rank), FB written
-    (its pairs are (F;BW)), a link fitted from rank 0 <-> 1; simulate reads the file."""
+    (its pairs are (F;BW)), a link fitted from rank 0 <-> 1, a launch cost from the
+    program's batch compositions; simulate reads the file and charges the launches."""
     cmd = [sys.executable, "-m", "schedsim"]
     out = tmp_path / "c.toml"
     sched = ["--schedule", "dualpipev", "--ranks", "2", "--microbatches", "4"]
@@ -242,6 +246,18 @@ def test_cli_calibrate_writes_cost_file(tmp_path):
     for c in data["costs"]["stage"].values():
         assert set(c) == {"F", "B", "W", "BW", "FB"} and all(v > 0 for v in c.values())
     assert data["link"]["latency"] >= 0
+    assert set(data["comm"]) == {"launch_cost"} and data["comm"]["launch_cost"] > 0
+    text = out.read_text()
+    # single send, single recv, pair and every composition of the program's batches
+    # measured by both ranks (2 repeats x 10 rounds each)
+    from schedsim.replay.calibrate import post_runs
+
+    runs = post_runs(parse_scenario({"schedule": {"name": "dualpipev", "ranks": 2,
+                                                  "microbatches": 4}}).build_program())
+    for k in {"1+0", "0+1", "1+1", *runs}:
+        assert f"{k}: " in text.split("# launch time per batch")[1].split("\n")[0], k
+    assert "# the program's batches (sends+recvs: count): " + ", ".join(
+        f"{k}: {c}" for k, c in sorted(runs.items())) in text
     p2 = subprocess.run(cmd + ["simulate", *sched, "--costs-file", str(out), "--semantics",
                                "eager", "-q", "--json", str(tmp_path / "p.json")],
                         capture_output=True, text=True, timeout=60)
@@ -249,3 +265,11 @@ def test_cli_calibrate_writes_cost_file(tmp_path):
     tl = Timeline.read_json(tmp_path / "p.json")
     fb = next(s for s in tl.spans if s.kind == "FB")
     assert fb.end - fb.start == pytest.approx(data["costs"]["stage"][str(fb.stage)]["FB"])
+    # without the [comm] table the same program is shorter
+    (tmp_path / "nc.toml").write_text(text.split("\n[comm]")[0])
+    p3 = subprocess.run(cmd + ["simulate", *sched, "--costs-file", str(tmp_path / "nc.toml"),
+                               "--semantics", "eager", "-q", "--json",
+                               str(tmp_path / "p0.json")],
+                        capture_output=True, text=True, timeout=60)
+    assert p3.returncode == 0, p3.stderr
+    assert Timeline.read_json(tmp_path / "p0.json").makespan < tl.makespan

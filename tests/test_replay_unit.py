@@ -160,7 +160,7 @@ def test_cost_file_round_trip(tmp_path):
     assert "# FB = 3" in cal_b.to_toml()
     bad = tmp_path / "bad.toml"
     bad.write_text("[schedule]\nname='x'\n")
-    with pytest.raises(ScenarioError, match="only \\[costs\\] and \\[link\\]"):
+    with pytest.raises(ScenarioError, match="only \\[costs\\], \\[link\\] and \\[comm\\]"):
         apply_costs_file(sc, bad)
 
 

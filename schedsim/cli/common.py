@@ -154,7 +154,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
         link["latency"] = latency
     if bandwidth is not None:
         link["bandwidth"] = bandwidth
-    return parse_scenario(data, str(scenario) if scenario else "options", base)
+    return parse_scenario(data, str(scenario) if scenario else "command line", base)
 
 
 def write_text_out(path: Path | None, text: str) -> None:

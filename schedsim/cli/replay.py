@@ -90,8 +90,10 @@ def replay(
     gantt: Annotated[Optional[Path], typer.Option(
         "--gantt", help="Write a Gantt chart of the measured timeline.")] = None,
     compare: Annotated[bool, typer.Option(
-        "--compare", help="Calibrate, replay, simulate with the calibrated costs; write "
-        "both timelines, the cost file and the overlay figure to --out-dir.")] = False,
+        "--compare", help="Calibrate, replay, simulate with the calibrated costs, link and "
+        "launch cost; print makespan error = (predicted - measured) / measured and the "
+        "mean per-op start error (% of the measured makespan); write both timelines, the "
+        "cost file and the overlay figure to --out-dir.")] = False,
     costs_file: Annotated[Optional[Path], typer.Option(
         "--costs-file", help="With --compare: predict with this cost file instead of "
         "calibrating.")] = None,
@@ -168,6 +170,9 @@ def replay(
 
 def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Path,
              semantics: str, calibrated: bool) -> None:
+    """Simulate the program with the calibrated (or given) costs, link and launch cost;
+    print the prediction error (also without the launch cost, to show its share) and write
+    the timelines, the cost file and the overlay."""
     from ..costs import CommModel
     from ..engine import simulate
     from ..ir import Program
@@ -180,19 +185,29 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     if calibrated:
         cal = Calibration.model_validate(res["calibration"])
         costs, link = cal.cost_model(), cal.link_model()
+        comm = cal.comm_model(semantics)
         atomic_write_text(out_dir / f"{name}-costs.toml", cal.to_toml(name))
     else:
         costs, link = sc.costs, sc.link
-    comm = CommModel(semantics=semantics)
+        comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
     pred = simulate(prog, costs, link, comm)
     m = compare_metrics(pred, measured)
     measured.write_json(out_dir / f"{name}-measured.json")
     pred.write_json(out_dir / f"{name}-predicted.json")
+    lc = comm.launch_cost if semantics != "data" else 0.0
     write_overlay(pred, measured, out_dir / f"{name}-overlay.png",
                   title=f"{name}: predicted ({semantics}, "
-                        f"{'calibrated' if calibrated else 'given'} costs) vs measured "
+                        f"{'calibrated' if calibrated else 'given'} costs, launch cost "
+                        f"{lc:.3g} {costs.unit}/batch) vs measured "
                         f"({measured.semantics}, {measured.ranks} ranks)")
     console.print(summary_line(m, measured.unit), highlight=False, soft_wrap=True)
+    if lc > 0:
+        m0 = compare_metrics(simulate(prog, costs, link, comm.model_copy(
+            update={"launch_cost": 0.0})), measured)
+        console.print(f"launch cost {lc:.3g} {costs.unit} per batch; without it: makespan "
+                      f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
+                      f"{m0['makespan_error_pct']:+.1f}%), mean start error "
+                      f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)
     files = [f"{name}-measured.json", f"{name}-predicted.json"]
     files += [f"{name}-costs.toml"] if calibrated else []
     files += [f"{name}-overlay.png"]
@@ -214,8 +229,9 @@ def calibrate(
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Measure per-stage F, B, W, BW, FB costs and link latency/bandwidth on the real
-    ranks; write a cost file for 'schedsim simulate --costs-file'.
+    """Measure per-stage F, B, W, BW, FB costs, link latency/bandwidth and the host time
+    of launching a batch of sends/recvs on the real ranks; write a cost file for
+    'schedsim simulate --costs-file'.
 
     Example:
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
@@ -242,8 +258,8 @@ def calibrate(
     if out is not None:
         console.print(t)
         console.print(f"link: latency {lat:.4g} ms, bandwidth "
-                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}",
-                      highlight=False)
+                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
+                      f"cost {cal.launch_cost():.4g} ms per batch", highlight=False)
     write_text_out(out, cal.to_toml(name))
 
 

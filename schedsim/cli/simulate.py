@@ -5,10 +5,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..engine import simulate as run_simulation
 from ..errors import ScenarioError
+from ..io import check_output_path, output_group
 from ..timeline import Timeline
 from . import app
 from ..scenario import Scenario
@@ -20,13 +22,16 @@ from .common import (ChunksOpt, MbOpt, MemLimitOpt, ParamOpt, PolicyOpt, RanksOp
 def _fmt(x: float | None) -> str:
     if x is None:
         return "-"
-    return f"{x:g}" if abs(x - round(x)) < 1e-9 else f"{x:.4g}"
+    if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)):
+        return str(int(round(x)))
+    return f"{x:.4f}".rstrip("0") if abs(x) < 1e4 else f"{x:.1f}"
 
 
 def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
-    t = Table(title=f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
-                    f"{tl.semantics} semantics"
+    how = (f"measured on {tl.semantics}" if tl.source == "measured"
+           else f"{tl.semantics} semantics")
+    t = Table(title=f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
                     + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
@@ -49,8 +54,9 @@ def print_summary(tl: Timeline) -> None:
 def simulate(
     sc: Scenario,
     costs_file: Annotated[Optional[Path], typer.Option(
-        "--costs-file", help="Cost file (TOML \\[costs]/\\[link], e.g. from 'schedsim "
-        "calibrate'); its tables replace the scenario's.")] = None,
+        "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, "
+        "e.g. from 'schedsim calibrate'); its tables replace the scenario's (and these "
+        "flags), its launch_cost the scenario's.")] = None,
     gantt: Annotated[Optional[Path], typer.Option(
         "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")] = None,
     json_out: Annotated[Optional[Path], typer.Option(
@@ -62,7 +68,7 @@ def simulate(
     ] = False,
     memory: Annotated[bool, typer.Option(
         "--memory", help="With --gantt: an activation-memory panel per rank (model from "
-        "the scenario's [memory], default zb).")] = False,
+        "the scenario's \\[memory], default zb).")] = False,
     stalls: Annotated[bool, typer.Option(
         "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
@@ -80,9 +86,6 @@ def simulate(
         from ..scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    for out in (gantt, trace):
-        if out is not None and out.suffix.lower() not in (".png", ".svg", ".pdf", ".json"):
-            raise ScenarioError(f"{out}: unsupported output format {out.suffix!r}")
     if gantt is not None:
         from .render import check_figure_path
 
@@ -90,26 +93,35 @@ def simulate(
     elif arrows or memory or stalls:
         raise ScenarioError("--arrows, --memory and --stalls draw on the Gantt chart: add "
                             "--gantt FILE.png")
+    if trace is not None and trace.suffix.lower() != ".json":
+        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
+    for out in (json_out, gantt, trace):
+        if out is not None:
+            check_output_path(out)       # fail before simulating, not after
     prog = sc.build_program()
     tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
-    if tl.deadlock is not None:
-        if json_out:
-            tl.write_json(json_out)
-        fail(tl.deadlock.message, 3)
-    if not quiet:
+    if tl.deadlock is None and not quiet:
         print_summary(tl)
-    if json_out:
-        tl.write_json(json_out)
-    if gantt:
-        from ..plot import gantt as draw, resolve_model, save_figure
-        from .render import gantt_options
+    with output_group() as outs:      # all outputs appear together, or none does
+        if json_out:
+            tl.write_json(outs.path(json_out))
+        if gantt:
+            from ..plot import gantt as draw, resolve_model, save_figure
+            from .render import gantt_options
 
-        model = resolve_model(sc.memory or True) if memory else None
-        save_figure(draw(tl, **gantt_options(arrows, model, stalls)), gantt)
-    if trace:
-        from ..interop.perfetto import write_trace
+            model = resolve_model(sc.memory or True) if memory else None
+            opts = gantt_options(arrows, model, stalls)
+            if tl.deadlock is not None:   # draw what ran before the program got stuck
+                blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
+                opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "
+                                 f"(blocked ranks {blocked}); what ran before it")
+            save_figure(draw(tl, **opts), outs.path(gantt))
+        if trace and tl.deadlock is None:
+            from ..interop.perfetto import write_trace
 
-        write_trace(trace, [tl])
+            write_trace(outs.path(trace), [tl])
+    if tl.deadlock is not None:
+        fail(tl.deadlock.message, 3)
 
 
 def _flag(param: str) -> str:
@@ -133,10 +145,10 @@ def list_schedules() -> None:
     t.add_column("what, placement, parameters, constraints, source", ratio=1)
     for n in names():
         g = GENERATORS[n]
-        lines = [g.summary, f"[dim]placement:[/] {g.placement}",
-                 f"[dim]constraints:[/] {g.constraints}"]
-        lines += [f"[dim]{_flag(k)}:[/] {v}" for k, v in g.params.items()]
-        lines.append(f"[dim]source:[/] {g.source}")
+        lines = [escape(g.summary), f"[dim]placement:[/] {escape(g.placement)}",
+                 f"[dim]constraints:[/] {escape(g.constraints)}"]
+        lines += [f"[dim]{_flag(k)}:[/] {escape(v)}" for k, v in g.params.items()]
+        lines.append(f"[dim]source:[/] {escape(g.source)}")
         t.add_row(n, "\n".join(lines))
     console.print(t)
 

@@ -74,7 +74,29 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     if ranks < 1 or microbatches < 1:
         raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
                             f"{microbatches})")
-    return spec.fn(ranks, microbatches, **params)
+    return spec.fn(ranks, microbatches, **_coerce(spec, params))
+
+
+def _coerce(spec: GeneratorSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters converted to the generator's annotated types (``"no"`` -> False for a
+    bool, ``"3"`` -> 3 for an int). Raises :class:`ScheduleError` naming a bad value."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    hints = typing.get_type_hints(spec.fn)
+    out = {}
+    for k, v in params.items():
+        ann = hints.get(k)
+        if ann is None or k in ("costs", "link"):
+            out[k] = v
+            continue
+        try:
+            out[k] = TypeAdapter(ann).validate_python(v)
+        except ValidationError as e:
+            raise ScheduleError(f"schedule {spec.name!r}: bad value {k}={v!r}: "
+                                f"{e.errors()[0]['msg']}") from None
+    return out
 
 
 def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | None = None,

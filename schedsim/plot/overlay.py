@@ -1,93 +1,50 @@
 """Overlay of two timelines of the same ops (predicted vs measured, two semantics, two
-schedules with the same ops), and a stack of several Gantt charts on one time axis."""
+schedules with the same ops), and a stack of several Gantt charts on one time axis.
+
+The overlay's errors follow :mod:`schedsim.analysis.accuracy` (the first timeline is the
+prediction, the second the reference: makespan error ``(first - second) / second``);
+:class:`OpError` and :func:`op_start_errors` are re-exported from there."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from ..analysis.accuracy import OpError, op_start_errors, prediction_error
 from ..errors import ScenarioError
-from ..timeline import Span, Timeline
+from ..timeline import Timeline
 from .gantt import (auto_width, draw_gantt, legend_columns, legend_handles, row_height,
                     row_major)
 from .style import (IDLE_COLOR, KIND_COLORS, KIND_NAMES, default_title, fmt_time,
                     is_integral, shade, time_axis)
 
 
-@dataclass(frozen=True)
-class OpError:
-    """Start time of one op in both timelines (``delta = start_b - start_a``)."""
-
-    rank: int
-    kind: str
-    stage: int
-    mb: int
-    start_a: float
-    start_b: float
-
-    @property
-    def delta(self) -> float:
-        return self.start_b - self.start_a
-
-    def label(self) -> str:
-        return f"{self.stage}{self.kind}{self.mb} on rank {self.rank}"
-
-
-def _keyed(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
-    out: dict[tuple[int, str, int, int], Span] = {}
-    for s in tl.spans:
-        for p in (s.parts or [s]):
-            out[(s.rank, p.kind, p.stage, p.mb)] = s
-    return out
-
-
-def op_start_errors(a: Timeline, b: Timeline) -> list[OpError]:
-    """Per op (an FB span counts as its two parts), its start in ``a`` and in ``b``.
-
-    Ops are matched by ``(rank, kind, stage, microbatch)``. Raises
-    :class:`ScenarioError` when the timelines have different ranks or different ops
-    (naming a few of the ops found in only one of them).
-    """
-    if a.ranks != b.ranks:
-        raise ScenarioError(f"cannot overlay timelines with {a.ranks} and {b.ranks} ranks: "
-                            "overlay needs two timelines of the same program")
-    ka, kb = _keyed(a), _keyed(b)
-    if ka.keys() != kb.keys():
-        only_a = sorted(ka.keys() - kb.keys())
-        only_b = sorted(kb.keys() - ka.keys())
-
-        def show(keys: list) -> str:
-            txt = ", ".join(f"{s}{k}{m}@rank{r}" for r, k, s, m in keys[:3])
-            return txt + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
-        msg = []
-        if only_a:
-            msg.append(f"{len(only_a)} ops only in the first ({show(only_a)})")
-        if only_b:
-            msg.append(f"{len(only_b)} ops only in the second ({show(only_b)})")
-        raise ScenarioError("cannot overlay timelines of different ops: " + "; ".join(msg)
-                            + " — overlay needs two timelines of the same ops")
-    return [OpError(k[0], k[1], k[2], k[3], ka[k].start, kb[k].start) for k in sorted(ka)]
-
-
 def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
-                  tol: float = 1e-9) -> str:
-    """One line: makespan error and per-op start error statistics."""
-    dm = b.makespan - a.makespan
-    rel = f" ({dm / a.makespan:+.1%})" if a.makespan > 0 else ""
-    moved = [e for e in errors if abs(e.delta) > tol]
-    mean = sum(abs(e.delta) for e in errors) / len(errors) if errors else 0.0
-    text = (f"makespan {fmt_time(a.makespan)} vs {fmt_time(b.makespan)} "
-            f"(error {dm:+.4g} {a.unit}{'s' if a.unit == 'slot' else ''}{rel}); op start "
-            f"error: mean |Δ| {mean:.3g}")
-    if moved:
-        worst = max(moved, key=lambda e: abs(e.delta))
-        text += (f", max {worst.delta:+.4g} ({worst.label()}), {len(moved)}/{len(errors)} "
-                 "ops moved")
+                  tol: float = 1e-9, names: Sequence[str] = ("predicted", "measured")
+                  ) -> str:
+    """Two lines: the makespan error and the per-op start error of ``a`` (the prediction)
+    against ``b`` (the reference), as defined in :mod:`schedsim.analysis.accuracy`:
+    makespan error ``a - b`` and ``(a - b) / b`` in %; start error ``mean |start_a -
+    start_b|`` and as % of ``b``'s makespan, the largest signed ``start_a - start_b``.
+    ``names`` label the two timelines (``tol``: a smaller start difference is no move).
+    """
+    na, nb = names
+    u = f" {a.unit}{'s' if a.unit == 'slot' else ''}"
+    dm = a.makespan - b.makespan
+    text = (f"makespan {na} {fmt_time(a.makespan)} vs {nb} {fmt_time(b.makespan)}{u}: "
+            f"error {dm:+.4g}{u}")
+    if not errors or b.makespan <= 0:
+        return text + f"\nop start error: {len(errors)} ops"
+    pe = prediction_error(a, b, tol, list(errors))
+    text += (f", {pe.makespan_error_pct:+.1f}% of {nb}\nop start error: mean |{na} - {nb}| "
+             f"{pe.mean_start_error:.3g}{u}, {pe.mean_start_error_pct:.1f}% of {nb} makespan")
+    if pe.moved:
+        text += (f"; max {pe.max_start_error:+.4g} ({pe.worst_op}); {pe.moved}/{pe.ops} ops "
+                 "moved")
     else:
-        text += f", all {len(errors)} ops start at the same time"
+        text += f"; all {pe.ops} ops start at the same time"
     return text
 
 
@@ -97,7 +54,8 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
     """Two timelines of the same ops on one figure: per rank the upper half-row is ``a``,
     the lower half-row ``b``; ops of ``b`` that start more than ``tol`` away from their
     start in ``a`` are outlined in red. The title carries the makespan error and the
-    per-op start error (:func:`error_summary`).
+    per-op start error of ``a`` against ``b`` (``b`` is the reference, e.g. the
+    measurement: :func:`error_summary`).
 
     ``names`` default to each timeline's ``source`` and semantics. Raises
     :class:`ScenarioError` if the timelines do not hold the same ops.
@@ -145,7 +103,7 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
     head = title if title is not None else (
         f"{a.schedule}: {na} (upper half-row) vs {nb} (lower half-row), {n} ranks, "
         f"{a.microbatches} microbatches")
-    ax.set_title(head + "\n" + error_summary(a, b, errors, tol), fontsize=10)
+    ax.set_title(head + "\n" + error_summary(a, b, errors, tol, (na, nb)), fontsize=10)
     handles: list[Any] = [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k])
                           for k in ("F", "B", "W", "BW") if k in kinds]
     if nch > 1:

@@ -3,10 +3,30 @@
 The measurements come from :mod:`schedsim.replay.measure` (run on the real ranks by
 ``schedsim calibrate`` or ``schedsim replay --compare``). The cost file is a TOML
 fragment with ``[costs]`` (unit ``ms``, global F/B/W/BW = mean over stages, a
-``[costs.stage.N]`` table per stage, ``message_bytes`` = one activation) and ``[link]``
-(``latency`` in ms, ``bandwidth`` in bytes per ms). Read it with
-``schedsim simulate SCENARIO --costs-file FILE`` (its tables replace the scenario's) or
-paste it into a scenario.
+``[costs.stage.N]`` table per stage, ``message_bytes`` = one activation), ``[link]``
+(``latency`` in ms, ``bandwidth`` in bytes per ms) and ``[comm]`` (``launch_cost`` in ms:
+host time to launch one batch of sends/recvs, :attr:`CommModel.launch_cost
+<schedsim.costs.CommModel>`). Read it with ``schedsim simulate SCENARIO --costs-file
+FILE`` (its ``[costs]`` and ``[link]`` replace the scenario's, its ``launch_cost`` the
+scenario's; the comm semantics stay the scenario's) or paste it into a scenario.
+
+Launch cost: every run of consecutive posts of the program is one launched batch with
+some number of sends and recvs (its *composition*). The ranks measure, at the workload's
+message size, the host time of launching a batch of each composition the program uses
+(plus a single ``isend``, a single ``irecv`` and a send+recv pair);
+``launch_cost`` is the upper quartile of each composition's samples, averaged over the
+program's post runs (so a program of many single posts and a few 4-op batches gets the
+cost of its own mix: the simulator charges one constant per batch, and this average
+makes a rank's summed launch time right).
+
+Why the upper quartile: checked against the post runs (field ``posts``) of 8 replays of
+``schedules/replay-1f1b.toml`` and ``replay-dualpipev.toml`` on 2 shared vCPUs, the
+calibration's median was 0-40% below the replay's median post run in every run (the
+calibration loop launches with its code and data hot; in the replay each launch follows
+a compute op), the upper quartile within -28% to +27% of it (about -10% on average), and
+the mean, dominated by launches that lose the CPU for milliseconds, from +3% to +95%
+above the replay's mean post run. Such preemptions are not a cost of the launch and do
+not repeat from run to run.
 
 FB is written per stage only when every FB op of the program pairs a forward with a full
 backward (``(F;BW)``, what was measured); otherwise it is left unset, so an FB costs its
@@ -15,13 +35,42 @@ forward part plus its backward part, which is what the sequential CPU replay run
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..costs import CostModel, LinkModel
+from ..costs import CommModel, CostModel, LinkModel, Semantics
+from ..ir import Post, Program
 
 _KINDS = ("F", "B", "W", "BW", "FB")
+
+
+def composition_key(sends: int, recvs: int) -> str:
+    """``"S+R"``: the key of a batch of ``sends`` isends and ``recvs`` irecvs."""
+    return f"{sends}+{recvs}"
+
+
+def post_runs(program: Program) -> dict[str, int]:
+    """How many runs of consecutive posts (launched batches) ``program`` has, by
+    composition: ``{"S+R": count}`` (``S`` sends and ``R`` recvs), over all ranks."""
+    out: dict[str, int] = {}
+    for row in program.ranks:
+        i, n = 0, len(row)
+        while i < n:
+            if not isinstance(row[i], Post):
+                i += 1
+                continue
+            sends = recvs = 0
+            while i < n and isinstance(row[i], Post):
+                if row[i].comm.is_send:
+                    sends += 1
+                else:
+                    recvs += 1
+                i += 1
+            k = composition_key(sends, recvs)
+            out[k] = out.get(k, 0) + 1
+    return out
 
 
 def fit_link(samples: list[list[float]]) -> tuple[float, float]:
@@ -46,6 +95,14 @@ def fit_link(samples: list[list[float]]) -> tuple[float, float]:
     return max(my - slope * mx, 0.0), 1.0 / slope
 
 
+def upper_quartile(samples: list[float]) -> float:
+    """The 75th percentile of ``samples`` (linear interpolation between the closest ranks,
+    ``statistics.quantiles(method="inclusive")``; one sample: itself)."""
+    if len(samples) < 2:
+        return float(samples[0])
+    return statistics.quantiles(samples, n=4, method="inclusive")[2]
+
+
 class Calibration(BaseModel):
     """Measured per-stage op costs (ms) and link samples of one workload and backend."""
 
@@ -59,6 +116,10 @@ class Calibration(BaseModel):
     world_size: int = 1
     fb_backward_kinds: list[str] = Field(default_factory=list)
     workload: dict[str, Any] = Field(default_factory=dict)
+    #: host time (ms) of launching one batch, by composition ``"S+R"`` (all samples)
+    launch_samples: dict[str, list[float]] = Field(default_factory=dict)
+    #: the program's post runs by composition ``"S+R"`` -> count (:func:`post_runs`)
+    post_runs: dict[str, int] = Field(default_factory=dict)
 
     @property
     def write_fb(self) -> bool:
@@ -72,6 +133,28 @@ class Calibration(BaseModel):
     def link(self) -> tuple[float, float]:
         """``(latency ms, bandwidth bytes/ms)`` fitted to the samples."""
         return fit_link(self.link_samples)
+
+    def launch_quartiles(self) -> dict[str, float]:
+        """Upper quartile (:func:`upper_quartile`) of the launch time (ms) of each measured
+        composition ``"S+R"``."""
+        return {k: upper_quartile(v) for k, v in self.launch_samples.items() if v}
+
+    def launch_cost(self) -> float:
+        """Host time (ms) to launch one batch: each composition's upper-quartile launch
+        time, averaged over the program's post runs (module docstring). A composition that
+        was not measured counts with the upper quartile of all samples; 0 when nothing
+        was measured (one rank) or the program posts nothing."""
+        q = self.launch_quartiles()
+        if not q or not self.post_runs:
+            return 0.0
+        pooled = upper_quartile([x for v in self.launch_samples.values() for x in v])
+        total = sum(self.post_runs.values())
+        return sum(c * q.get(k, pooled) for k, c in self.post_runs.items()) / total
+
+    def comm_model(self, semantics: Semantics = "eager", **fields: Any) -> CommModel:
+        """A :class:`CommModel` with the measured :meth:`launch_cost` (other fields:
+        ``semantics`` and ``fields``)."""
+        return CommModel(semantics=semantics, launch_cost=self.launch_cost(), **fields)
 
     def cost_model(self) -> CostModel:
         """The :class:`CostModel` the cost file describes."""
@@ -93,7 +176,9 @@ class Calibration(BaseModel):
                  f"{w.get('layers_per_stage', '?')} layers/stage, seq {w.get('seq', '?')}, "
                  f"microbatch {w.get('microbatch_size', '?')}, {w.get('dtype', '?')}",
                  "# op costs: median per stage (ms); link: least-squares fit of the one-way "
-                 "ping-pong time", "", "[costs]", f'unit = "{self.unit}"']
+                 "ping-pong time; launch cost: upper quartile of the host time of launching "
+                 "a batch of sends/recvs, averaged over the program's batches",
+                 "", "[costs]", f'unit = "{self.unit}"']
         for k in ("F", "B", "W", "BW"):
             lines.append(f"{k} = {self.mean(k):.6g}")
         lines.append(f"message_bytes = {self.message_bytes:.0f}")
@@ -118,4 +203,18 @@ class Calibration(BaseModel):
         if self.link_samples:
             lines.append("# samples (bytes: one-way ms): " + ", ".join(
                 f"{b:.0f}: {t:.4g}" for b, t in self.link_samples))
+        lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launched "
+                  "batch (a run of consecutive posts)"]
+        q = self.launch_quartiles()
+        if q:
+            med = {k: statistics.median(v) for k, v in self.launch_samples.items() if v}
+            lines.append("# launch time per batch (sends+recvs: upper quartile ms, median ms, "
+                         "samples): " + ", ".join(f"{k}: {q[k]:.4g}, {med[k]:.4g}, "
+                                                  f"{len(self.launch_samples[k])}"
+                                                  for k in sorted(q)))
+        else:
+            lines.append("# launch cost not measured (one rank): 0")
+        if self.post_runs:
+            lines.append("# the program's batches (sends+recvs: count): " + ", ".join(
+                f"{k}: {c}" for k, c in sorted(self.post_runs.items())))
         return "\n".join(lines) + "\n"

@@ -15,6 +15,20 @@ where it is the first), ``warmup`` + ``repeats`` rounds of:
 The median of the rounds is kept (ms). Link: rank 0 and rank 1 ping-pong blocking
 send/recv of each size in ``calib_sizes`` (2 warm-up + ``calib_repeats`` x 3 round
 trips); one-way time = median round trip / 2.
+
+Launch: rank 0 and rank 1 launch batches of sends/recvs to each other at the workload's
+message size, one composition (S sends + R recvs; the peer launches R sends + S recvs) at
+a time: a single ``isend``, a single ``irecv``, a send+recv pair and every composition of
+the program's post runs. Each round both ranks run a forward of their first stage module
+(a post run of the replay follows a compute op), then time on the host clock what a post
+run does (:meth:`RankExecutor._post_run
+<schedsim.replay.executor.RankExecutor._post_run>`: make the ``P2POp``\ s, a fresh
+``torch.empty`` buffer per recv, and call ``batch_isend_irecv``), then wait for the
+batch. 4 warm-up + ``calib_repeats`` x 10 timed rounds per composition pair; all samples
+are kept (ms); the statistic is chosen in :meth:`Calibration.launch_cost
+<schedsim.replay.calibrate.Calibration.launch_cost>`. (Two other set-ups, timing only
+the rank whose peer had already posted and was computing, or only the rank whose peer
+was blocked waiting, gave the same medians within the run-to-run noise.)
 """
 from __future__ import annotations
 
@@ -25,6 +39,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..ir import Program
+from .calibrate import composition_key, post_runs
 from .config import JobSpec
 from .executor import RankExecutor
 from .workload import WEIGHT_GRADS, loss_fn, microbatch_input, microbatch_target
@@ -110,12 +126,59 @@ def _pingpong(sizes: list[int], repeats: int, device: Any, dtype: torch.dtype
     return out
 
 
+def _launch(ex: RankExecutor, comps: list[tuple[int, int]], repeats: int, warmup: int = 4
+            ) -> dict[str, list[float]]:
+    """Launch-time samples (ms) of this rank (0 or 1) by composition ``"S+R"`` (module
+    docstring). ``comps`` are rank 0's compositions; rank 1 launches the mirror."""
+    rank = dist.get_rank()
+    peer = 1 - rank
+    shape, dt, dev = ex.cfg.activation_shape, ex.dtype, ex.device
+    mod = ex.modules[min(ex.modules, key=lambda k: (k[1], k[0]))]
+    x = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
+    payload = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
+    isend, irecv, P2POp, batch = dist.isend, dist.irecv, dist.P2POp, dist.batch_isend_irecv
+    now = time.perf_counter_ns
+    out: dict[str, list[float]] = {}
+    for ns, nr in comps:
+        mine = (ns, nr) if rank == 0 else (nr, ns)
+        samples = out.setdefault(composition_key(*mine), [])
+        dist.barrier()
+        for k in range(warmup + 10 * repeats):
+            with torch.no_grad():
+                mod(x)
+            t0 = now()
+            ops = [P2POp(isend, payload.contiguous(), peer) for _ in range(mine[0])]
+            ops += [P2POp(irecv, torch.empty(shape, dtype=dt, device=dev), peer)
+                    for _ in range(mine[1])]
+            works = batch(ops)
+            t1 = now()
+            for w in works:
+                w.wait()
+            if k >= warmup:
+                samples.append((t1 - t0) / 1e6)
+    return out
+
+
+def _launch_compositions(program: Program) -> list[tuple[int, int]]:
+    """Single send, single recv, a send+recv pair and the program's post-run compositions
+    (as rank 0 launches them), without mirror duplicates."""
+    comps: list[tuple[int, int]] = [(1, 0), (0, 1), (1, 1)]
+    for k in post_runs(program):
+        s, r = (int(x) for x in k.split("+"))
+        if (s, r) not in comps and (r, s) not in comps:
+            comps.append((s, r))
+    return comps
+
+
 def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
-    """Measure this rank's stage costs (in turn) and, on ranks 0/1, the link. Collective.
+    """Measure this rank's stage costs (in turn) and, on ranks 0/1, the link and the
+    launch time. Collective.
 
     Returns, on rank 0, ``{"unit": "ms", "stages": {stage: {F, B, W, BW, FB}},
     "link_samples": [[bytes, one-way ms], ...], "message_bytes", "backend",
-    "world_size", "fb_backward_kinds": [...]}``; None on other ranks.
+    "world_size", "fb_backward_kinds": [...], "workload": {...}, "launch_samples":
+    {"S+R": [ms, ...]}, "post_runs": {"S+R": count}}`` (the fields of
+    :class:`~schedsim.replay.calibrate.Calibration`); None on other ranks.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     mine: dict[int, dict[str, float]] = {}
@@ -132,12 +195,18 @@ def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
     dist.barrier()
     samples = (_pingpong(spec.calib_sizes, spec.calib_repeats, ex.device, ex.dtype)
                if world > 1 and rank < 2 else [])
+    dist.barrier()
+    launch = (_launch(ex, _launch_compositions(ex.program), spec.calib_repeats)
+              if world > 1 and rank < 2 else {})
     got: list[Any] = [None] * world if rank == 0 else []
-    dist.gather_object((mine, samples), got if rank == 0 else None, dst=0)
+    dist.gather_object((mine, samples, launch), got if rank == 0 else None, dst=0)
     if rank != 0:
         return None
     stages: dict[int, dict[str, float]] = {}
-    for m, _ in got:
+    launch_samples: dict[str, list[float]] = {}
+    for m, _, ls in got:
+        for k, v in ls.items():
+            launch_samples.setdefault(k, []).extend(v)
         for s, c in m.items():
             stages.setdefault(s, c)
     prog = ex.program
@@ -147,4 +216,5 @@ def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
             "link_samples": got[0][1], "message_bytes": ex.cfg.message_bytes,
             "backend": ex.cfg.backend, "world_size": world, "fb_backward_kinds": fb_kinds,
             "workload": ex.cfg.model_dump(include={"workload", "hidden", "layers_per_stage",
-                                                   "seq", "microbatch_size", "dtype"})}
+                                                   "seq", "microbatch_size", "dtype"}),
+            "launch_samples": launch_samples, "post_runs": post_runs(prog)}

@@ -1,0 +1,132 @@
+"""How far one timeline is from another of the same ops: the prediction error.
+
+One definition, used by ``schedsim replay --compare``'s console line, the overlay figure
+(:func:`schedsim.plot.overlay`, ``schedsim render A --overlay B``) and the README. The
+first timeline is the *prediction*, the second the *reference* (the measurement):
+
+- makespan error ``= (predicted - measured) / measured``, in % (negative: the prediction
+  is too short);
+- per-op start error: ops matched by ``(rank, kind, stage, microbatch)`` (an ``FB`` span
+  counts as its two ops, both starting at its start); the error of an op is
+  ``start_predicted - start_measured``; the mean of ``|error|`` over all ops and the
+  largest ``|error|`` are given as % of the measured makespan.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import ScenarioError
+from ..timeline import Span, Timeline
+
+
+@dataclass(frozen=True)
+class OpError:
+    """Start time of one op in both timelines: ``start_a`` (predicted), ``start_b``
+    (measured). ``error = start_a - start_b``; ``delta = start_b - start_a``."""
+
+    rank: int
+    kind: str
+    stage: int
+    mb: int
+    start_a: float
+    start_b: float
+
+    @property
+    def delta(self) -> float:
+        return self.start_b - self.start_a
+
+    @property
+    def error(self) -> float:
+        """Predicted minus measured start (negative: predicted too early)."""
+        return self.start_a - self.start_b
+
+    def label(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb} on rank {self.rank}"
+
+
+def _keyed(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
+    out: dict[tuple[int, str, int, int], Span] = {}
+    for s in tl.spans:
+        for p in (s.parts or [s]):
+            out[(s.rank, p.kind, p.stage, p.mb)] = s
+    return out
+
+
+def op_start_errors(a: Timeline, b: Timeline) -> list[OpError]:
+    """Per op (an FB span counts as its two parts), its start in ``a`` and in ``b``,
+    sorted by ``(rank, kind, stage, microbatch)``.
+
+    Ops are matched by ``(rank, kind, stage, microbatch)``. Raises
+    :class:`ScenarioError` when the timelines have different ranks or different ops
+    (naming a few of the ops found in only one of them).
+    """
+    if a.ranks != b.ranks:
+        raise ScenarioError(f"cannot overlay timelines with {a.ranks} and {b.ranks} ranks: "
+                            "overlay needs two timelines of the same program")
+    ka, kb = _keyed(a), _keyed(b)
+    if ka.keys() != kb.keys():
+        only_a = sorted(ka.keys() - kb.keys())
+        only_b = sorted(kb.keys() - ka.keys())
+
+        def show(keys: list) -> str:
+            txt = ", ".join(f"{s}{k}{m}@rank{r}" for r, k, s, m in keys[:3])
+            return txt + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+        msg = []
+        if only_a:
+            msg.append(f"{len(only_a)} ops only in the first ({show(only_a)})")
+        if only_b:
+            msg.append(f"{len(only_b)} ops only in the second ({show(only_b)})")
+        raise ScenarioError("cannot overlay timelines of different ops: " + "; ".join(msg)
+                            + " — overlay needs two timelines of the same ops")
+    return [OpError(k[0], k[1], k[2], k[3], ka[k].start, kb[k].start) for k in sorted(ka)]
+
+
+@dataclass(frozen=True)
+class PredictionError:
+    """The prediction error of a timeline against a reference (module docstring).
+
+    Times in the timelines' unit; ``*_pct`` in %. ``worst_op`` is the op with the largest
+    ``|start error|`` (``"1F7 on rank 1"``), ``max_start_error`` its signed error
+    (predicted - measured). ``moved``: ops whose starts differ by more than the ``tol``
+    given to :func:`prediction_error`.
+    """
+
+    makespan_predicted: float
+    makespan_measured: float
+    makespan_error: float
+    makespan_error_pct: float
+    mean_start_error: float
+    mean_start_error_pct: float
+    max_start_error: float
+    max_start_error_pct: float
+    worst_op: str
+    ops: int
+    moved: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prediction_error(predicted: Timeline, measured: Timeline, tol: float = 1e-9,
+                     errors: list[OpError] | None = None) -> PredictionError:
+    """:class:`PredictionError` of ``predicted`` against ``measured`` (module docstring).
+
+    ``errors``: the :func:`op_start_errors` of the pair, if already computed. Raises
+    :class:`ScenarioError` if the timelines hold different ops, or the measured makespan
+    is not positive (no relative error).
+    """
+    errs = op_start_errors(predicted, measured) if errors is None else errors
+    mk = measured.makespan
+    if not errs:
+        raise ScenarioError("cannot compare: the timelines hold no ops")
+    if mk <= 0:
+        raise ScenarioError("cannot compare: the measured makespan is 0")
+    worst = max(errs, key=lambda e: abs(e.error))
+    mean = sum(abs(e.error) for e in errs) / len(errs)
+    dm = predicted.makespan - mk
+    return PredictionError(
+        makespan_predicted=predicted.makespan, makespan_measured=mk, makespan_error=dm,
+        makespan_error_pct=100.0 * dm / mk, mean_start_error=mean,
+        mean_start_error_pct=100.0 * mean / mk, max_start_error=worst.error,
+        max_start_error_pct=100.0 * abs(worst.error) / mk, worst_op=worst.label(),
+        ops=len(errs), moved=sum(abs(e.error) > tol for e in errs))
