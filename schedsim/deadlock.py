@@ -77,19 +77,24 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
                 continue
             hops, txt = _why(cp, st, h, {h})
             waiting.append(txt)
-            prev = r
+            prev, prev_h = r, h
             for q, hq in hops:
                 if q != prev:
-                    edges.setdefault(prev, []).append((q, hq, txt))
-                    prev = q
+                    if prev == r:     # the blocked rank's own wait
+                        edges.setdefault(prev, []).append((q, hq, txt, True))
+                    else:             # a rank whose comm stream holds the awaited op
+                        edges.setdefault(prev, []).append(
+                            (q, hq, f"its comm stream holds {cp.handle_token(prev_h)} "
+                                    f"behind an op that needs rank {q}", False))
+                    prev, prev_h = q, hq
         since = st.reach[r] if st.reach[r] is not None else st.times[r]
         blocked.append(BlockedRank(rank=r, index=idx, instruction=tok, since=since,
                                    waiting_for=waiting))
     g = nx.DiGraph()
     for r, es in edges.items():
-        for q, hq, txt in es:
-            if not g.has_edge(r, q):
-                g.add_edge(r, q, handle=hq, text=txt)
+        for q, hq, txt, own in es:     # a rank's own wait explains an edge best
+            if not g.has_edge(r, q) or (own and not g.edges[r, q]["own"]):
+                g.add_edge(r, q, handle=hq, text=txt, own=own)
     cycle: list[CycleStep] = []
     try:
         found = nx.find_cycle(g)
@@ -105,9 +110,12 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
     lines = []
     for c in cycle:
         e = g.edges[c.rank, c.peer]
-        lines.append(f"rank {c.rank} waits at instr {c.index} ({c.instruction}) for "
-                     f"{e['text']}; rank {c.peer} is blocked at instr "
-                     f"{where[c.peer][0]} ({where[c.peer][1]})")
+        if e["own"]:
+            lines.append(f"rank {c.rank} waits at instr {c.index} ({c.instruction}) for "
+                         f"{e['text']}; rank {c.peer} is blocked at instr "
+                         f"{where[c.peer][0]} ({where[c.peer][1]})")
+        else:
+            lines.append(f"rank {c.rank} ({c.instruction}): {e['text']}")
     if not lines:
         lines = [f"rank {b.rank} is blocked at instr {b.index} ({b.instruction})"
                  for b in blocked]

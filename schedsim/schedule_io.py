@@ -22,8 +22,9 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
                        stages: int | None = None, microbatches: int | None = None) -> Schedule:
     """Load a compute schedule from ``.json`` or torch ``.csv``.
 
-    For CSV, ``placement`` (``loop`` or ``v``), ``stages`` and ``microbatches`` say how to
-    read it (defaults: loop, one stage per rank or two for v, the largest mb + 1).
+    For CSV, ``placement`` (``loop``, ``v`` or ``dual``), ``stages`` and ``microbatches``
+    say how to read it (defaults: loop, one stage per rank, two for v, the ranks for dual,
+    the largest mb + 1).
     Every loaded schedule is validated (:func:`schedsim.validate.validate_schedule`).
     Raises :class:`ScenarioError` or :class:`ParseError` naming what is wrong, or
     :class:`~schedsim.errors.ScheduleError` naming the file and first offending action.

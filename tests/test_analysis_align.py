@@ -62,3 +62,44 @@ def test_align_cli_json(tmp_path: Path) -> None:
     g = next(x for x in d if (x["kind"], x["mb"], x["src"]) == ("B", 0, 5))
     assert g["flags"] == ["late-recv"] and g["consumer_start"] == 12
     assert "54 of 280 messages flagged" in r.stdout
+
+
+def _table_rows(out: str) -> list[str]:
+    """The message cells of the table rows printed (first column, e.g. ``F mb0 0->1``)."""
+    return [ln.split("│")[1].strip() for ln in out.splitlines()
+            if ln.startswith("│") and "->" in ln.split("│")[1]]
+
+
+def test_align_table_is_bounded(tmp_path: Path, monkeypatch) -> None:
+    """A big run prints --limit rows (data-ready order) and says how many it left out;
+    --all prints every row; --json writes every message either way."""
+    from schedsim.cli import common
+
+    monkeypatch.setattr(common.console, "_width", 400)      # one line per row
+    p, m = 8, 32
+    n = 2 * (p - 1) * m                                      # F and B on each of p-1 links
+    tl = simulate(build_program("1f1b", p, m), CostModel(F=1, BW=2))
+    want = [r.label for r in alignment(tl)]
+    assert len(want) == n == 448
+    out = tmp_path / "a.json"
+    args = ["align", "-s", "1f1b", "-p", str(p), "-m", str(m), "--cost", "F=1,BW=2"]
+    r = CliRunner().invoke(app, args + ["--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert _table_rows(r.stdout) == want[:40]
+    assert f"first 40 of {n} rows shown (--all prints every row" in r.stdout
+    assert len(json.loads(out.read_text())) == n
+    r = CliRunner().invoke(app, args + ["--limit", "5"])
+    assert _table_rows(r.stdout) == want[:5] and f"first 5 of {n} rows" in r.stdout
+    r = CliRunner().invoke(app, args + ["--all"])
+    assert _table_rows(r.stdout) == want and "rows shown" not in r.stdout
+    r = CliRunner().invoke(app, args + ["--rank", "0"])      # 2m messages touch rank 0
+    assert len(_table_rows(r.stdout)) == 40 and f"first 40 of {2 * m} rows" in r.stdout
+    r = CliRunner().invoke(app, args + ["--limit", "0"])
+    assert r.exit_code == 2
+
+
+def test_align_row_dict_is_every_field() -> None:
+    from dataclasses import asdict
+
+    rows = alignment(simulate(DP, FIG, comm=CommModel(semantics="rendezvous")))
+    assert all(r.to_dict() == asdict(r) for r in rows)

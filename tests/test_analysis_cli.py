@@ -62,3 +62,35 @@ def test_bad_input_exit_2_no_file(tmp_path: Path) -> None:
         assert r.exit_code == 2, (args, r.output)
         assert "Traceback" not in r.output and "error:" in r.output
         assert not out.exists()
+
+
+def _loses_text(text: str) -> bool:
+    """True if rich markup would drop part of ``text`` (an unescaped ``[word]`` is read
+    as a style tag and vanishes; ``\\[word]`` prints as ``[word]``)."""
+    from rich.markup import render
+
+    return render(text).plain != text.replace("\\[", "[")
+
+
+def test_help_text_keeps_bracketed_words(monkeypatch) -> None:
+    """Every command's docstring and option help survive typer's rich markup: the user saw
+    "model from the scenario's , default zb" where the source said [memory]."""
+    import typer.main
+
+    from schedsim.cli import common
+
+    assert _loses_text("model from the scenario's [memory], default zb")
+    assert not _loses_text("model from the scenario's \\[memory], default zb")
+    cmd = typer.main.get_command(app)
+    lost = [(name, who) for name, c in cmd.commands.items()
+            for who, text in [("doc", c.help or "")] + [
+                (p.name, getattr(p, "help", None) or "") for p in c.params]
+            if _loses_text(text)]
+    assert lost == []
+    monkeypatch.setattr(common.console, "_width", 400)
+    for args, words in ((["memory", "--help"], ["[memory]", "[time, level after]"]),
+                        (["compare", "--help"], ["[memory]", "[schedule]"])):
+        r = runner.invoke(app, args, env={"COLUMNS": "400"})
+        assert r.exit_code == 0
+        for w in words:
+            assert w in r.stdout, (args, w)

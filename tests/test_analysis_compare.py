@@ -111,3 +111,32 @@ def test_diff_needs_the_same_ops() -> None:
     b = simulate(build_program("1f1b", 4, 6), CostModel(F=1, BW=2))
     with pytest.raises(ScheduleError, match="do not run the same ops .*0F6 on rank 0"):
         diff_timelines(a, b)
+
+
+def test_compare_notes_per_op_costs_when_stages_per_rank_differ(tmp_path: Path) -> None:
+    """zbv (2 stages per rank) against dualpipe (1) under per-op costs: a V rank runs two
+    full-cost ops per microbatch; the table says so and points to --per-rank-costs."""
+    from schedsim.cli.compare import per_op_note
+
+    out = tmp_path / "c.json"
+    base = ["compare", "--ranks", "4", "--microbatches", "8", "--cost", "F=1,B=1,W=1",
+            "--json", str(out)]
+    r = CliRunner().invoke(app, base + ["--schedules", "1f1b,zbv,dualpipe"])
+    assert r.exit_code == 0, r.output
+    note = per_op_note([("1f1b", 4), ("zbv", 8), ("dualpipe", 4)], 4)
+    assert note == ("stages per rank differ (1 for 1f1b, dualpipe; 2 for zbv) and costs "
+                    "are per op, so a rank runs each of its stages at the full op cost; "
+                    "--per-rank-costs costs one rank's share of the model instead")
+    flat = " ".join(r.stdout.split())
+    assert "note: " + note in flat
+    d = json.loads(out.read_text())
+    assert [(x["schedule"], x["stages_per_rank"], x["per_rank_costs"], x["note"])
+            for x in d] == [("1f1b", 1, False, note), ("zbv", 2, False, note),
+                            ("dualpipe", 1, False, note)]
+    r = CliRunner().invoke(app, base + ["--schedules", "1f1b,zbv,dualpipe",
+                                        "--per-rank-costs"])
+    assert r.exit_code == 0 and "note:" not in r.stdout
+    assert {x["note"] for x in json.loads(out.read_text())} == {None}
+    r = CliRunner().invoke(app, base + ["--schedules", "1f1b,dualpipe"])   # both 1
+    assert r.exit_code == 0 and "note:" not in r.stdout
+    assert per_op_note([("zbv", 8), ("dualpipev", 8)], 4) is None

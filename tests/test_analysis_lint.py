@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import FIGURE_COSTS, SCHEDULES
 from schedsim import CommModel, CostModel, build_program, load_scenario, simulate
-from schedsim.analysis.lint import crossed_orders, late_sends, lint, unrelated_recvs
+from schedsim.analysis.lint import (crossed_orders, deadlock_findings, group_findings,
+                                    late_sends, lint, rank_ranges, unrelated_recvs)
 from schedsim.cli import app
 from schedsim.scenario import program_from_rows
 from schedsim.tokens import parse_program_text
@@ -104,8 +106,17 @@ def test_unrelated_recv_holds_rank5_batch() -> None:
 
 def test_lint_cli(tmp_path: Path) -> None:
     out = tmp_path / "l.json"
+    # the scenario runs under rendezvous, where it deadlocks: the cycle is a finding of
+    # its own (listed first), the static crossing that causes it follows; exit 3
     r = runner.invoke(app, ["lint", str(SCHEDULES / "crossed-sends.toml"), "--json",
                             str(out)])
+    assert r.exit_code == 3, r.output
+    d = json.loads(out.read_text())
+    assert [(x["rule"], x["severity"]) for x in d] == [("deadlock", "deadlock"),
+                                                       ("crossed-order", "deadlock")]
+    assert "wait-for cycle rank 0 -> rank 1 -> rank 0" in d[0]["message"]
+    r = runner.invoke(app, ["lint", str(SCHEDULES / "crossed-sends.toml"), "--semantics",
+                            "eager", "--json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     assert [(x["rule"], x["severity"]) for x in d] == [("crossed-order", "deadlock")]
@@ -114,3 +125,97 @@ def test_lint_cli(tmp_path: Path) -> None:
     assert r.exit_code == 0
     rules = {x["rule"] for x in json.loads(out.read_text())}
     assert rules == {"late-send", "unrelated-recv"}
+
+
+# -- the run's deadlock is a finding -------------------------------------------------------
+DEADLOCKING = [  # (flags, semantics, comm stream): interleaved 1F1B 4 x 8 deadlocks
+    (["--comm-policy", "commit"], "rendezvous", "none"),  # a 4-rank cycle of commits
+    ([], "eager", "per-rank"),                            # a 4-rank cycle of comm streams
+]
+
+
+@pytest.mark.parametrize("flags,sem,stream", DEADLOCKING, ids=["commit", "per-rank"])
+def test_lint_reports_the_deadlock_of_its_run(flags, sem, stream, tmp_path: Path) -> None:
+    """No pairwise crossing explains these cycles, so before the deadlock rule lint said
+    "0 findings" (exit 0) under a title saying the run deadlocks."""
+    prog = build_program("interleaved-1f1b", 4, 8,
+                         "commit" if "commit" in flags else None)
+    tl = simulate(prog, CostModel(F=1, BW=2),
+                  comm=CommModel(semantics=sem, comm_stream=stream),
+                  raise_on_deadlock=False)
+    ring = [c.rank for c in tl.deadlock.cycle]
+    assert sorted(ring) == [0, 1, 2, 3]
+    f = lint(prog, tl)
+    assert [(x.rule, x.severity) for x in f] == [("deadlock", "deadlock")]
+    assert f == deadlock_findings(tl)
+    assert (f[0].rank, f[0].index) == (tl.deadlock.cycle[0].rank,
+                                       tl.deadlock.cycle[0].index)
+    assert " -> ".join(f"rank {r}" for r in ring + ring[:1]) in f[0].message
+    for c in tl.deadlock.cycle:                   # every step of the cycle is named
+        assert f"rank {c.rank} at instr {c.index} ({c.instruction}) waits for " \
+               f"{c.waits_for} (rank {c.peer})" in f[0].message
+    out = tmp_path / "l.json"
+    r = runner.invoke(app, ["lint", "-s", "interleaved-1f1b", "-p", "4", "-m", "8", *flags,
+                            "--semantics", sem, "--comm-stream", stream, "--json", str(out)])
+    assert r.exit_code == 3, r.output
+    assert "1 finding: deadlock 1" in r.stdout
+    assert "deadlocks, wait-for cycle" in r.stderr
+    assert [x["rule"] for x in json.loads(out.read_text())] == ["deadlock"]
+    assert lint(prog, simulate(prog, CostModel(F=1, BW=2),
+                               comm=CommModel(semantics="eager"))) == []   # completes
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    """The CLI console 400 columns wide (no folding inside table cells)."""
+    from schedsim.cli import common
+
+    monkeypatch.setattr(common.console, "_width", 400)
+
+
+def test_repeated_findings_group_into_one_row(tmp_path: Path, wide) -> None:
+    """1F1B's async program crosses a RECV_B and a SEND_F on every 1F1B step of rank r
+    (one per step: m - (p - 1 - r) on rank r): all one pattern, one row."""
+    p, m = 8, 32
+    prog = build_program("1f1b", p, m)
+    f = crossed_orders(prog)
+    per_rank = {r: sum(1 for x in f if x.rank == r) for r in range(p)}
+    assert per_rank == {r: (m - (p - 1 - r) if r < p - 1 else 0) for r in range(p)}
+    assert len(f) == (p - 1) * (m - p + 1) + (p - 1) * (p - 2) // 2 == 196
+    groups = group_findings(f)
+    assert len(groups) == 1
+    g = groups[0]
+    assert (g.rule, g.severity, g.count, g.ranks) == ("crossed-order", "stream-risk", 196,
+                                                      list(range(p - 1)))
+    assert g.pattern == "ranks r and r+1: RECV_B before SEND_F vs RECV_F before SEND_B"
+    out = tmp_path / "l.json"
+    r = runner.invoke(app, ["lint", "-s", "1f1b", "-p", str(p), "-m", str(m), "--json",
+                            str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(out.read_text())) == 196          # --json keeps every finding
+    rows = [ln for ln in r.stdout.splitlines() if "stream-risk" in ln]
+    assert len(rows) == 1 and "196" in rows[0] and "0-6" in rows[0]
+    assert "196 findings in 1 group: crossed-order 196 (--all: one row each)" in r.stdout
+    assert "also rank 1 instr" in r.stdout                  # examples from other ranks
+    r = runner.invoke(app, ["lint", "-s", "1f1b", "-p", str(p), "-m", str(m), "--all"])
+    assert r.exit_code == 0, r.output
+    assert sum(1 for ln in r.stdout.splitlines() if "stream-risk" in ln) == 196
+
+
+def test_grouping_keeps_distinct_patterns_apart() -> None:
+    prog = build_program("dualpipe", 8, 20)
+    tl = simulate(prog, FIG, comm=CommModel(semantics="eager"))
+    f = lint(prog, tl)
+    groups = group_findings(f)
+    assert sum(g.count for g in groups) == len(f)
+    assert {(g.rule, g.pattern) for g in groups} == {
+        (x.rule, x.pattern) for x in f}
+    late = next(g for g in groups if g.rule == "late-send")
+    assert late.pattern == "SEND_F posted after other compute"
+    assert late.findings[0].cost == max(x.cost for x in late.findings)
+    assert late.cost == sum(x.cost for x in f if x.rule == "late-send")
+
+
+def test_rank_ranges() -> None:
+    assert rank_ranges([7, 0, 1, 2, 5, 8, 2]) == "0-2, 5, 7-8"
+    assert rank_ranges([3]) == "3" and rank_ranges([]) == ""

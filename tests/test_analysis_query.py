@@ -158,3 +158,44 @@ def test_scenario_file_is_the_dualpipe_figure() -> None:
     b0 = tl.find_span(5, "B", 0)
     assert (b0.start, b0.end) == (10, 11)      # T10
     assert tl.find_span(4, "BW", 0).start == 12   # T12
+
+
+@pytest.mark.parametrize("effect,cause", [
+    ("rank=5 W mb=0", "rank=5 W mb=0"),          # the same selector
+    ("rank=5 W mb=0", "5W0"),                    # the same instruction, as a token
+    ("rank=5 F mb=15", "rank=5 BW mb=1"),        # both parts of one FB pair
+    ("rank=4 RECV_B mb=0", "rank=4 RECV_B mb=0"),  # a comm op
+    ("rank=4 RECV_B mb=0", "rank=5 SEND_B mb=0"),  # its partner: frees the same message
+])
+def test_cause_that_is_the_effect_is_an_error(effect: str, cause: str,
+                                              tmp_path: Path) -> None:
+    """Freeing the effect itself answered "does not delay it"; it is a rule violation."""
+    eff, c = select(DP, effect), select(DP, cause)
+    with pytest.raises(ScenarioError, match="the effect itself: a cause must be another "
+                                            "instruction than the effect"):
+        answer(DP, eff, [select(DP, "rank=5 SEND_B mb=0"), c], FIG, LinkModel(),
+               CommModel(semantics="eager"))
+    out = tmp_path / "q.json"
+    r = CliRunner().invoke(app, ["query", str(SCHEDULES / "dualpipe-issue-t10-t12.toml"),
+                                 "--semantics", "all", "--effect", effect, "--cause", cause,
+                                 "--json", str(out)])
+    assert r.exit_code == 2 and "a cause must be another instruction" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_comm_effect_is_its_completion() -> None:
+    """For a comm op effect the time is its completion, and the answer says so: 4RECV_B0
+    completes at 12 (eager); 4F3 delays it by 1 (through 3F14, after which rank 4 posts
+    its recv), the makespan does not move."""
+    from schedsim.analysis.query import explain
+
+    eff = select(DP, "rank=4 RECV_B mb=0")
+    a = answer(DP, eff, [select(DP, "rank=4 F mb=3")], FIG, LinkModel(),
+               CommModel(semantics="eager"))
+    assert (a.effect_event, a.effect_start, a.counterfactual_start, a.delay,
+            a.makespan_delta) == ("completion", 12, 11, 1, 0)
+    text = "\n".join(explain(a))
+    assert "rank 4 4RECV_B0 (instr 34) completes at 12, 11 with the cause free" in text
+    assert "starts at" not in text and "not blocked" not in text
+    a = _ask("eager", SEND)
+    assert a.effect_event == "start" and "5W0 (instr 39) starts at 12" in explain(a)[0]

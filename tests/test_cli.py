@@ -151,3 +151,82 @@ def test_no_traceback_in_a_real_process(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and "even number of ranks" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_program_stages_default_to_what_it_uses(tmp_path: Path) -> None:
+    """Without --stages a loop program gets the fewest stages (a multiple of ranks) that
+    fit; too few explicit stages is an error that says what to pass."""
+    prog = tmp_path / "prog.txt"
+    prog.write_text(DEADLOCK_PROGRAM)
+    r = run("simulate", "--program", prog, "--semantics", "eager")
+    assert r.exit_code == 0 and "makespan 5" in r.stdout
+    r = run("simulate", "--program", prog, "--stages", 2)
+    assert r.exit_code == 2 and "uses stage 3" in r.stderr and "--stages 4" in r.stderr
+    r = run("simulate", "--program", prog, "--microbatches", 1)
+    assert r.exit_code == 2 and "uses microbatch 1" in r.stderr
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ("[costs.stage.7]\nF = 2\n", "[costs.stage.7]: the program has stages 0..3"),
+    ("[[costs.overrides]]\nstage = 0\nmb = 99\nkind = 'F'\ncost = 2\n", "mb 99"),
+    ("[[link.links]]\nsrc = 0\ndst = 9\nlatency = 1\n", "src 0 dst 9"),
+    ("program = 'x.txt'\n", "sets name and program"),
+])
+def test_scenario_references_must_exist(extra, needle, tmp_path: Path) -> None:
+    text = "[schedule]\nname='1f1b'\nranks=4\nmicrobatches=8\n"
+    if extra.startswith("program"):
+        text = "[schedule]\nname='1f1b'\nranks=4\nmicrobatches=8\n" + extra
+    else:
+        text += extra
+    r = run("simulate", _bad(tmp_path, text))
+    assert r.exit_code == 2 and needle in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--param", "overlap=maybe"], "bad value overlap='maybe'"),
+    (["--cost", "F=1,F=2"], "cost F given twice"),
+    (["--cost", "F=1e308,BW=1e308,B=1e308,W=1e308,FB=1e308"], "overflow"),
+    (["--latency", "inf"], "finite"),
+    (["--placement", "v"], "fixed by the generator"),
+])
+def test_bad_flags(args, needle) -> None:
+    r = run("simulate", "-s", "dualpipe", "-p", 4, "-m", 8, *args)
+    assert r.exit_code == 2 and needle in r.stderr, r.stderr
+
+
+def test_param_values_are_typed() -> None:
+    a = run("simulate", "-s", "dualpipe", "-p", 8, "-m", 20, "--cost",
+            "F=1,B=1,W=1,BW=2,FB=3", "--param", "overlap=no")
+    b = run("simulate", "-s", "dualpipe", "-p", 8, "-m", 20, "--cost",
+            "F=1,B=1,W=1,BW=2,FB=3", "--param", "overlap=false")
+    assert a.exit_code == b.exit_code == 0
+    assert "makespan 63" in a.stdout and "makespan 63" in b.stdout
+
+
+def test_outputs_appear_together_or_not_at_all(tmp_path: Path) -> None:
+    ok = tmp_path / "ok.json"
+    r = run("simulate", SCHEDULES / "1f1b.toml", "--json", ok, "--gantt",
+            tmp_path / "nodir" / "x.png")
+    assert r.exit_code == 2 and "folder" in r.stderr and "does not exist" in r.stderr
+    assert not ok.exists() and not (tmp_path / "nodir").exists()
+    r = run("simulate", SCHEDULES / "1f1b.toml", "--json", tmp_path)
+    assert r.exit_code == 2 and "is a directory" in r.stderr
+    assert list(tmp_path.iterdir()) == []      # no temporary file left behind
+
+
+def test_wrong_files_are_named(tmp_path: Path) -> None:
+    tl = tmp_path / "tl.json"
+    assert run("simulate", SCHEDULES / "1f1b.toml", "-q", "--json", tl).exit_code == 0
+    r = run("simulate", "--schedule-file", tl)
+    assert r.exit_code == 2 and "Timeline JSON" in r.stderr
+    png = tmp_path / "x.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    r = run("simulate", "--program", png)
+    assert r.exit_code == 2 and "not a program text file" in r.stderr
+
+
+def test_deadlock_still_draws_what_ran(tmp_path: Path) -> None:
+    prog, png = tmp_path / "prog.txt", tmp_path / "dl.png"
+    prog.write_text(DEADLOCK_PROGRAM)
+    r = run("simulate", "--program", prog, "--semantics", "rendezvous", "--gantt", png)
+    assert r.exit_code == 3 and png.read_bytes()[:4] == b"\x89PNG"

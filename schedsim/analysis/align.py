@@ -14,7 +14,7 @@ Flags:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..timeline import Timeline
 from ._index import EPS, TimelineIndex, fmt_t, span_token
@@ -55,7 +55,13 @@ class AlignRow:
         return max(0.0, self.send_posted - self.ready)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The row as a JSON-ready dict (every field; ``flags`` copied)."""
+        d = {n: getattr(self, n) for n in _FIELDS}
+        d["flags"] = list(self.flags)
+        return d
+
+
+_FIELDS = tuple(f.name for f in fields(AlignRow))
 
 
 def alignment(tl: Timeline, late_threshold: float = 0.0) -> list[AlignRow]:

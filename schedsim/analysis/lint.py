@@ -18,6 +18,16 @@ instructions):
   when each side posts them in two different batches, a ``stream-risk`` (deadlocks on a
   shared comm stream under rendezvous). Within one batch on either side the order is
   free (``batch_isend_irecv`` launches them together).
+- ``deadlock``: the run of the program deadlocked; one finding (severity ``deadlock``)
+  giving the wait-for cycle the engine found (:mod:`schedsim.deadlock`). The timed rules
+  are skipped then (a stuck run has no complete timing); the static ones still run, so a
+  ``crossed-order`` finding may name the crossing behind the cycle.
+
+Each finding also has a ``pattern``: what it looks like with the ranks and microbatches
+taken out (``late-send``: the send kind; ``unrelated-recv``: the wait and recv kinds;
+``crossed-order``: the peer offset and the two comm kinds in the first rank's order), so
+that :func:`group_findings` can fold the thousands of identical findings of a large
+regular schedule into one line.
 """
 from __future__ import annotations
 
@@ -43,21 +53,122 @@ class Finding:
     index: int
     message: str
     cost: float = 0.0     # time it cost in the timeline (0 when unknown)
+    pattern: str = ""     # the finding with ranks and microbatches taken out (grouping)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+@dataclass
+class FindingGroup:
+    """Findings of one ``rule``, ``severity`` and ``pattern``, in :func:`lint` order (the
+    first is the costliest)."""
+
+    rule: str
+    severity: str
+    pattern: str
+    findings: list[Finding]
+
+    @property
+    def count(self) -> int:
+        return len(self.findings)
+
+    @property
+    def cost(self) -> float:
+        """Total time the findings cost in the timeline."""
+        return sum(f.cost for f in self.findings)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({f.rank for f in self.findings})
+
+
+def group_findings(findings: list[Finding]) -> list[FindingGroup]:
+    """Fold findings with the same rule, severity and pattern into groups, ordered by
+    severity (the run's ``deadlock`` first among equals), then total cost (largest
+    first), then size (largest first). Linear in the findings."""
+    groups: dict[tuple[str, str, str], FindingGroup] = {}
+    for f in findings:
+        key = (f.rule, f.severity, f.pattern)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = FindingGroup(f.rule, f.severity, f.pattern, [f])
+        else:
+            g.findings.append(f)
+    return sorted(groups.values(), key=lambda g: (SEVERITY_ORDER.get(g.severity, 9),
+                                                  g.rule != "deadlock", -g.cost, -g.count,
+                                                  g.rule, g.pattern))
+
+
+def examples(group: FindingGroup, n: int = 3) -> list[Finding]:
+    """Up to ``n`` findings of ``group`` after its first, from ranks not shown yet first."""
+    seen = {group.findings[0].rank}
+    out: list[Finding] = []
+    for f in group.findings[1:]:
+        if f.rank not in seen:
+            seen.add(f.rank)
+            out.append(f)
+            if len(out) == n:
+                return out
+    rest = [f for f in group.findings[1:] if f not in out]
+    return out + rest[:n - len(out)]
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def lint(program: Program, tl: Timeline | None = None,
          late_threshold: float = 0.0) -> list[Finding]:
     """Run every rule on ``program`` (``tl``: a run of it under comm semantics, used by
-    the timed rules; a ``data`` run is ignored, its posts carry no timing). Findings are sorted by severity, then cost (largest first)."""
-    timed = tl if tl is not None and tl.semantics != "data" else None
+    the timed rules; a ``data`` run is ignored, its posts carry no timing; a run that
+    deadlocked gives the ``deadlock`` finding and no timed rule). Findings are sorted by
+    severity (the run's ``deadlock`` first among equals), then cost (largest first)."""
+    dead = tl is not None and tl.deadlock is not None
+    timed = tl if tl is not None and tl.semantics != "data" and not dead else None
     out = late_sends(program, timed, late_threshold) + crossed_orders(program)
+    if dead:
+        out += deadlock_findings(tl)
     if timed is not None:
         out += unrelated_recvs(program, timed)
-    out.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -f.cost, f.rank, f.index))
+    out.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rule != "deadlock",
+                            -f.cost, f.rank, f.index))
     return out
+
+
+def deadlock_findings(tl: Timeline) -> list[Finding]:
+    """Rule ``deadlock`` (module docstring): one finding for a run that got stuck, on the
+    first rank of the wait-for cycle (or the first blocked rank when no cycle was found),
+    naming the cycle and what each rank waits for; none when ``tl`` completed."""
+    d = tl.deadlock
+    if d is None:
+        return []
+    run = f"the {tl.semantics} run" + ("" if tl.comm_stream == "none" else
+                                       f" ({tl.comm_stream} comm stream)")
+    if d.cycle:
+        first = d.cycle[0]
+        ring = " -> ".join(f"rank {c.rank}" for c in d.cycle) + f" -> rank {first.rank}"
+        steps = ", ".join(f"rank {c.rank} at instr {c.index} ({c.instruction}) waits for "
+                          f"{c.waits_for} (rank {c.peer})" for c in d.cycle)
+        why = next((b.waiting_for for b in d.blocked if b.rank == first.rank), [])
+        return [Finding("deadlock", "deadlock", first.rank, first.index,
+                        f"{run} deadlocks, wait-for cycle {ring}: {steps}"
+                        + (f"; rank {first.rank} waits for {'; '.join(why)}" if why else ""),
+                        0.0, f"cycle of {len(d.cycle)} ranks")]
+    b = d.blocked[0] if d.blocked else None
+    where = "; ".join(f"rank {x.rank} at instr {x.index} ({x.instruction}) waits for "
+                      f"{'; '.join(x.waiting_for) or 'nothing it can name'}"
+                      for x in d.blocked)
+    return [Finding("deadlock", "deadlock", b.rank if b else 0, b.index if b else 0,
+                    f"{run} deadlocks (no wait-for cycle found): {where}", 0.0,
+                    "no cycle found")]
 
 
 def _waited_at(row: list) -> dict[int, int]:
@@ -121,7 +232,8 @@ def late_sends(program: Program, tl: Timeline | None = None,
                 out.append(Finding(
                     "late-send", "warning", r, i,
                     f"rank {r} instr {i}: {ins.comm} is posted after {ops} although its data "
-                    f"was made by {t} (instr {j}){timing}", cost))
+                    f"was made by {t} (instr {j}){timing}", cost,
+                    f"{ins.comm.kind} posted after other compute"))
     return out
 
 
@@ -156,7 +268,8 @@ def unrelated_recvs(program: Program, tl: Timeline) -> list[Finding]:
                     "unrelated-recv", "warning", w.rank, w.index,
                     f"rank {w.rank} instr {w.index} ({w.kind}): {tok} is batched before "
                     f"{span_token(nxt)}, which does not need it, and holds it from "
-                    f"{fmt_t(need_done)} to {fmt_t(w.end)}: {why}", w.end - need_done))
+                    f"{fmt_t(need_done)} to {fmt_t(w.end)}: {why}", w.end - need_done,
+                    f"{w.kind} held by a {comm_of(tok)[0].kind} the next op does not need"))
     return out
 
 
@@ -228,13 +341,16 @@ def _crossed(program: Program, a: int, b: int, ex, ey, fx, fy, blocked: bool,
              split: bool) -> Finding | None:
     tok = lambda r, e: format_instr(program.ranks[r][e[0]])  # noqa: E731
     same_dir = ex[2] == ey[2]
+    kinds = lambda r, e1, e2: (f"{program.ranks[r][e1[0]].comm.kind} before "  # noqa: E731
+                               f"{program.ranks[r][e2[0]].comm.kind}")
+    pattern = f"ranks r and r+{b - a}: {kinds(a, ex, ey)} vs {kinds(b, fy, fx)}"
     where = (f"rank {a} posts {tok(a, ex)} (instr {ex[0]}) before {tok(a, ey)} (instr "
              f"{ey[0]}) but rank {b} posts {tok(b, fy)} (instr {fy[0]}) before {tok(b, fx)} "
              f"(instr {fx[0]})")
     if same_dir:
         return Finding("crossed-order", "error", a, ex[0],
                        f"{where}: on one directed link P2P ops match in posting order, so "
-                       f"the two sides pair different messages", 0.0)
+                       f"the two sides pair different messages", 0.0, pattern)
     if blocked:
         both_sends = ex[2] and fy[2]
         what = ("deadlocks under rendezvous (each send waits for a recv the peer posts "
@@ -243,10 +359,10 @@ def _crossed(program: Program, a: int, b: int, ex, ey, fx, fy, blocked: bool,
                 "only after its own first op completed)")
         return Finding("crossed-order", "deadlock", a, ex[0],
                        f"{where}, and each side waits for its first op before posting the "
-                       f"second: {what}", 0.0)
+                       f"second: {what}", 0.0, pattern)
     if split:
         return Finding("crossed-order", "stream-risk", a, ex[0],
                        f"{where}, each side in two batches: on a shared comm stream under "
                        f"rendezvous each side's second batch queues behind a first batch "
-                       f"the other side has not matched yet", 0.0)
+                       f"the other side has not matched yet", 0.0, pattern)
     return None

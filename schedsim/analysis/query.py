@@ -10,7 +10,9 @@ indirect effects (a later wait, a queued link) count. Free means:
   stream); under ``data`` semantics, where there are no comm ops, it costs nothing on the
   link (its consumer still waits for its producer).
 
-The effect's time is an op's start, or a comm op's completion. Besides the delay each
+The effect's time is an op's start, or a comm op's completion (``Answer.effect_event``
+says which; ``effect_start`` holds it either way). A cause may not be the effect's own
+instruction (:func:`check_causes`). Besides the delay each
 answer carries the *binding wait* (the instruction the effect's rank was blocked on right
 before the effect, with each awaited message and when it completed) and the *chain*: the
 binding dependencies that link the cause to the effect in the actual run (empty when none
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from ..compile import compile_program
 from ..costs import CommModel, CostModel, LinkModel
 from ..engine import build_timeline, run
+from ..errors import ScenarioError
 from ..io import no_gc
 from ..ir import Program
 from ..timeline import Timeline
@@ -170,6 +173,9 @@ class Answer:
     binding_wait: dict | None
     chain: list[dict] = field(default_factory=list)
     deadlock: str | None = None
+    #: what ``effect_start`` / ``counterfactual_start`` time: an op's "start" or a comm
+    #: op's "completion"
+    effect_event: str = "start"
 
     @property
     def delays(self) -> bool:
@@ -181,6 +187,27 @@ class Answer:
         return asdict(self)
 
 
+def check_causes(effect: Target, causes: list[Target]) -> None:
+    """Raise :class:`ScenarioError` if a cause is the effect itself: the effect's own
+    instruction (same rank and index), or, for a comm-op effect, a comm op of the same
+    message (freeing a message frees both of its sides, the effect included). Freeing
+    the effect says nothing about what delays it."""
+    for c in causes:
+        if (c.rank, c.index) == (effect.rank, effect.index):
+            what = "is the effect itself"
+        elif (effect.comm is not None and c.comm is not None
+              and c.message_key == effect.message_key):
+            what = (f"frees the message of the effect {effect} (freeing a message frees "
+                    f"both its send and its recv), so it is the effect itself")
+        else:
+            continue
+        raise ScenarioError(
+            f"--cause {c} {what}: a cause must be another instruction than the effect "
+            f"(freeing the effect cannot say what delays it); name an op or comm op it "
+            f"waits for (see 'schedsim stalls', or the binding wait a query on the op "
+            f"after it prints)")
+
+
 def answer(program: Program, effect: Target, causes: list[Target], costs: CostModel,
            link: LinkModel, comm: CommModel) -> Answer:
     """Answer "do ``causes`` delay ``effect``" under ``comm``'s semantics.
@@ -188,14 +215,18 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
     ``delay = effect time - effect time with the causes free``; ``makespan_delta =
     makespan - makespan with the causes free`` (both >= 0 when freeing helps). A program
     that deadlocks under these semantics is answered with ``deadlock`` set and no delay.
+    Raises :class:`ScenarioError` when a cause is the effect's own instruction
+    (:func:`check_causes`).
     """
     from ..engine import simulate
 
+    check_causes(effect, causes)
+    event = "start" if effect.op is not None else "completion"
     tl = simulate(program, costs, link, comm, raise_on_deadlock=False)
     names = [str(c) for c in causes]
     if tl.deadlock is not None:
         return Answer(comm.semantics, str(effect), names, None, None, None, tl.makespan,
-                      tl.makespan, 0.0, None, [], tl.deadlock.message)
+                      tl.makespan, 0.0, None, [], tl.deadlock.message, event)
     cf = simulate_free(program, costs, link, comm, causes)
     t0, t1 = effect_time(tl, effect), effect_time(cf, effect)
     delay = None if t0 is None or t1 is None else t0 - t1
@@ -212,7 +243,7 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
                   None if delay is None else (0.0 if abs(delay) < EPS else delay),
                   tl.makespan, cf.makespan,
                   0.0 if abs(tl.makespan - cf.makespan) < EPS else tl.makespan - cf.makespan,
-                  binding_wait(tl, effect), chain)
+                  binding_wait(tl, effect), chain, None, event)
 
 
 def explain(a: Answer) -> list[str]:
@@ -221,14 +252,18 @@ def explain(a: Answer) -> list[str]:
     if a.deadlock:
         return [f"{a.semantics}: {a.deadlock}"]
     causes = " + ".join(a.causes)
+    if a.effect_start is None:
+        lines.append(f"{a.semantics}: {a.effect} did not run")
+        return lines
     if a.delay is None:
-        lines.append(f"{a.semantics}: the effect did not run")
+        lines.append(f"{a.semantics}: with the cause free {a.effect} never happens")
         return lines
     verdict = (f"delays it by {fmt_t(a.delay)}" if a.delays else "does not delay it")
     mk = ("the makespan does not move" if abs(a.makespan_delta) < EPS else
           f"the makespan moves by {fmt_t(a.makespan_delta)} "
           f"({fmt_t(a.counterfactual_makespan)} instead of {fmt_t(a.makespan)})")
-    lines.append(f"{a.semantics}: {causes} {verdict} ({a.effect} starts at "
+    when = "starts at" if a.effect_event == "start" else "completes at"
+    lines.append(f"{a.semantics}: {causes} {verdict} ({a.effect} {when} "
                  f"{fmt_t(a.effect_start)}, {fmt_t(a.counterfactual_start)} with the cause "
                  f"free); {mk}.")
     bw = a.binding_wait
@@ -241,7 +276,7 @@ def explain(a: Answer) -> list[str]:
         what = "its inputs" if bw["kind"] == "DATA" else f"{bw['kind']} at instr {bw['index']}"
         lines.append(f"  blocked on {what} from {fmt_t(bw['reached'])} to "
                      f"{fmt_t(bw['released'])}: " + "; ".join(parts))
-    else:
+    elif a.effect_event == "start":
         lines.append("  not blocked: it started as soon as the previous op ended")
     if a.chain:
         lines.append("  chain: " + " -> ".join(_step_text(s) for s in a.chain))

@@ -23,6 +23,8 @@ from .common import console, fail, handle_errors, scenario_command
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically).")]
+#: rows ``align`` prints unless --limit / --all say otherwise
+ALIGN_LIMIT = 40
 
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
     """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""
@@ -34,7 +36,11 @@ def run_scenario(sc: Scenario, comm: CommModel | None = None):
 
 
 def write_json(path: Path | None, data: Any) -> None:
+    """Write ``data`` (or what the callable ``data`` returns, built only when ``path`` is
+    given) to ``path`` as indented JSON, atomically; nothing when ``path`` is None."""
     if path is not None:
+        if callable(data):
+            data = data()
         atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
@@ -66,7 +72,7 @@ def stalls(
 
     prog, tl = run_scenario(sc)
     st = attribute_stalls(tl, prog)
-    write_json(json_out, [s.to_dict() for s in st])
+    write_json(json_out, lambda: [s.to_dict() for s in st])
     shown = [s for s in st if rank is None or s.rank == rank]
     t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
@@ -97,13 +103,20 @@ def align(
     late_threshold: Annotated[float, typer.Option(
         "--late-threshold", help="Flag sends posted more than this after their data was "
         "ready.")] = 0.0,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Print at most this many rows (the first in data-ready "
+        "order).")] = ALIGN_LIMIT,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Print every row (no --limit).")] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Send/recv alignment: per message, data ready, send posted, recv posted, transfer,
     recv done and consumer start, flagging late posts.
 
     With whole-number costs, data ready at 11 reads "end T10" and a consumer starting at
-    12 "T12" (the slot diagrams of the papers).
+    12 "T12" (the slot diagrams of the papers). The table shows the first --limit rows
+    (in data-ready order) of those --rank/--flagged select, and says how many it left
+    out; --all prints them all; --json always writes every message.
 
     Example: schedsim align schedules/dualpipe-issue-t10-t12.toml --semantics rendezvous --rank 5
     """
@@ -111,20 +124,25 @@ def align(
 
     _, tl = run_scenario(sc)
     rows = alignment(tl, late_threshold)
-    write_json(json_out, [r.to_dict() for r in rows])
+    write_json(json_out, lambda: [r.to_dict() for r in rows])
+    n_flagged = sum(1 for r in rows if r.flags)
     if rank is not None:
         rows = [r for r in rows if rank in (r.src, r.dst)]
     if flagged:
         rows = [r for r in rows if r.flags]
+    shown = rows if show_all else rows[:limit]
     slotted = is_slotted(tl)
     t = Table(title=f"send/recv alignment of {_title(tl)}")
     for col in ALIGN_COLUMNS:
         t.add_column(col, overflow="fold")
-    for r in rows:
+    for r in shown:
         t.add_row(*[escape(c) for c in row_cells(r, slotted)])
     console.print(t)
-    n = sum(1 for r in alignment(tl, late_threshold) if r.flags)
-    console.print(f"{n} of {len(tl.messages)} messages flagged", highlight=False)
+    if len(shown) < len(rows):
+        console.print(f"first {len(shown)} of {len(rows)} rows shown (--all prints every "
+                      f"row, --flagged only flagged ones, --json writes every message)",
+                      highlight=False)
+    console.print(f"{n_flagged} of {len(tl.messages)} messages flagged", highlight=False)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
 
@@ -194,7 +212,8 @@ def query(
         "delayed. " + _SELECTOR_HELP)] = "",
     cause: Annotated[Optional[list[str]], typer.Option(
         "--cause", help="What may delay it (repeatable: freed together). A comm op frees "
-        "its message, an op costs 0. " + _SELECTOR_HELP)] = None,
+        "its message, an op costs 0. Not the effect itself (nor, for a comm op effect, "
+        "its message). " + _SELECTOR_HELP)] = None,
     all_semantics: Annotated[bool, typer.Option(
         "--all-semantics", help="Answer under data, eager and rendezvous side by side "
         "(same as --semantics all).")] = False,
@@ -207,8 +226,10 @@ def query(
     side completes when posted; under data semantics: no link cost; an op: zero cost),
     so indirect effects count. --semantics all answers under data, eager and
     rendezvous side by side. --json writes one record per semantics: semantics,
-    effect_start, counterfactual_start, delay, makespan, makespan_delta, binding_wait,
-    chain.
+    effect_start, counterfactual_start (an op's start, a comm op's completion, as
+    effect_event says), delay, makespan, makespan_delta, binding_wait, chain. A cause
+    that is the effect itself (its instruction, or its message for a comm op effect) is
+    an error (exit 2).
 
     Selector grammar: space-separated terms, any order, case-insensitive:
     rank=N mb=N stage=N chunk=N index=N, one kind (F B W BW FB SEND_F RECV_F SEND_B
@@ -262,33 +283,65 @@ def lint(
     late_threshold: Annotated[float, typer.Option(
         "--late-threshold", help="Report sends posted more than this after their data "
         "was ready.")] = 0.0,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="One row per finding instead of one per group of alike findings.")
+    ] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Lint a program: late sends, unrelated recvs holding a batch, crossed posting
-    orders between two ranks (positional mismatch, deadlock, comm-stream risk).
+    orders between two ranks (positional mismatch, deadlock, comm-stream risk), and the
+    deadlock of its run (the wait-for cycle).
 
     The timed rules run the program under the scenario's semantics (eager when it says
-    data, since data semantics ignores comm instructions). Exit code 0 even with
-    findings; 2 for bad input.
+    data, since data semantics ignores comm instructions). Findings alike but for their
+    ranks and microbatches (same rule, severity and pattern) print as one row with their
+    count, ranks and an example; --all prints one row each; --json writes every finding.
+    Exit code: 0 (findings or not) when the run completes, 3 when it deadlocks (after
+    printing the findings and writing --json), 2 for bad input.
     """
-    from ..analysis.lint import lint as run_lint
+    from ..analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 
     prog = sc.build_program()
     comm = sc.comm if sc.comm.semantics != "data" else \
         sc.comm.model_copy(update={"semantics": "eager"})
     _, tl = run_scenario(sc, comm)
-    found = run_lint(prog, tl if tl.deadlock is None else None, late_threshold)
-    write_json(json_out, [f.to_dict() for f in found])
+    found = run_lint(prog, tl, late_threshold)
+    write_json(json_out, lambda: [f.to_dict() for f in found])
+    groups = group_findings(found)
     t = Table(title=f"lint of {prog.name} ({comm.semantics} run"
+                    + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
                     + (", deadlocks" if tl.deadlock is not None else "") + ")")
-    for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
-        t.add_column(col, overflow="fold")
-    for f in found:
-        t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_t(f.cost),
-                  escape(f.message))
+    if show_all:
+        for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
+            t.add_column(col, overflow="fold")
+        for f in found:
+            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_t(f.cost),
+                      escape(f.message))
+    else:
+        for col in ("severity", "rule", "count", "ranks", "cost", "finding"):
+            t.add_column(col, overflow="fold", justify="right" if col in ("count", "cost")
+                         else "left")
+        for g in groups:
+            first = g.findings[0]
+            text = first.message
+            if g.count > 1:
+                more = ", ".join(f"rank {f.rank} instr {f.index}" for f in examples(g))
+                text = (f"{g.pattern}, e.g. {first.message} (also {more}"
+                        + (", ..." if g.count > 4 else "") + ")")
+            t.add_row(g.severity, g.rule, str(g.count), rank_ranges(g.ranks),
+                      fmt_t(g.cost), escape(text))
     console.print(t)
-    by = {}
+    by: dict[str, int] = {}
     for f in found:
         by[f.rule] = by.get(f.rule, 0) + 1
-    console.print(f"{len(found)} findings" + (": " + ", ".join(
-        f"{k} {v}" for k, v in sorted(by.items())) if by else ""), highlight=False)
+    console.print(f"{len(found)} finding{'' if len(found) == 1 else 's'}"
+                  + (f" in {len(groups)} group{'' if len(groups) == 1 else 's'}"
+                     if len(groups) < len(found) and not show_all else "")
+                  + (": " + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+                     if by else "")
+                  + (" (--all: one row each)" if len(groups) < len(found) and not show_all
+                     else ""), highlight=False)
+    if tl.deadlock is not None:
+        dead = next(f for f in found if f.rule == "deadlock")
+        fail(dead.message.split(":", 1)[0] + " (the deadlock finding says what each rank "
+             "waits for)", 3)

@@ -90,7 +90,10 @@ def compare(
     Schedules whose constraints reject the size are listed as skipped with the reason.
     For the schedules of DualPipe's README table the table's closed form is printed
     beside the simulated value. Activation: one microbatch's activations of 1/ranks of
-    the model; parameters: 1/ranks of the model (DualPipe holds 2).
+    the model; parameters: 1/ranks of the model (DualPipe holds 2). Costs are per op:
+    when the schedules run different numbers of stages per rank (zbv 2, dualpipe 1) a
+    note under the table says so and points to --per-rank-costs (--json: each record's
+    note, stages_per_rank and per_rank_costs).
 
     Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
@@ -135,11 +138,15 @@ def compare(
             rows += one.rows
             skipped.update(one.skipped)
         res.rows, res.skipped = rows, skipped
+    note = None if per_rank_costs else per_op_note(
+        [(r.schedule, r.stages) for r in res.rows], ranks)
     write_json(json_out, [{"schedule": r.schedule, "makespan": r.makespan, "idle": r.idle,
                            "bubble_ratio": r.bubble_ratio,
                            "span_bubble_rate": r.span_bubble_rate,
                            "peak_activation": r.peak_activation,
                            "param_memory": r.param_memory, "stages": r.stages,
+                           "stages_per_rank": r.stages / ranks,
+                           "per_rank_costs": per_rank_costs, "note": note,
                            "table_formula": r.formula} for r in res.rows])
     t = Table(title=f"{ranks} ranks x {microbatches} microbatches, {res.semantics} "
                     f"semantics, costs {_cost_text(base.costs)}, memory: {_mem_text(mm)}")
@@ -161,8 +168,26 @@ def compare(
         console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
                       "its activation counts stage activations, chunk activations for "
                       "2-chunk placements: 17 chunks = 8.5 here)", highlight=False)
+    if note is not None:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     for n, why in res.skipped.items():
         console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+
+
+def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
+    """The note ``compare`` prints under its table when the schedules ``rows`` (name,
+    stages) run different numbers of stages per rank under per-op costs (a rank of a
+    2-stage-per-rank schedule runs two full-cost ops per microbatch where a 1-stage one
+    runs one); None when they all run the same number."""
+    per: dict[float, list[str]] = {}
+    for name, stages in rows:
+        per.setdefault(stages / ranks, []).append(name)
+    if len(per) < 2:
+        return None
+    parts = "; ".join(f"{fmt_t(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
+    return (f"stages per rank differ ({parts}) and costs are per op, so a rank runs "
+            f"each of its stages at the full op cost; --per-rank-costs costs one rank's "
+            f"share of the model instead")
 
 
 def _cost_text(c: CostModel) -> str:

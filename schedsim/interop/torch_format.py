@@ -157,43 +157,72 @@ def _read(path: str | Path) -> tuple[Path, str]:
         raise ParseError(f"{path}: not a text CSV file") from None
 
 
+PLACEMENTS = ("loop", "v", "dual")
+
+
+def _make_placement(kind: str, p: int, atoms: list, stages: int | None,
+                    microbatches: int | None) -> tuple[Placement, int]:
+    """The ``kind`` placement of ``p`` ranks a CSV's atoms are read with (stages and
+    microbatches inferred when None). Raises :class:`ScheduleError` on bad sizes."""
+    ops = [a for _, a in atoms if isinstance(a, Op)]
+    if stages is None:
+        stages = {"v": 2 * p, "dual": p}.get(kind, max(a.stage for a in ops) + 1)
+        if kind == "loop" and stages % p:
+            stages += p - stages % p
+    m = microbatches or max(a.mb for a in ops) + 1
+    return Placement(kind=kind, ranks=p, stages=stages,
+                     microbatches=m if kind == "dual" else None), m
+
+
+def _misplaced(pl: Placement, atoms: list) -> tuple[int, Op] | None:
+    """The first ``(row, op)`` whose stage ``pl`` puts on another rank, or None."""
+    for r, a in atoms:
+        if isinstance(a, Op) and a.stage < pl.stages and pl.rank_of(a.stage, a.mb) != r:
+            return r, a
+    return None
+
+
 def _placement(path: Path, rows: list[list[Action]], placement: str, stages: int | None,
                microbatches: int | None) -> tuple[Placement, int]:
     """The placement and microbatch count a CSV is read with (defaults inferred)."""
-    if placement not in ("loop", "v"):
+    if placement not in PLACEMENTS:
         raise ScenarioError(f"{path}: unknown placement {placement!r} for a torch CSV: "
-                            f"expected loop or v")
+                            f"expected loop, v or dual (a custom placement needs a schedsim "
+                            f"JSON schedule, 'generate --format json')")
     p = len(rows)
     atoms = [(r, a) for r, row in enumerate(rows) for x in row
              for a in (x.atoms() if isinstance(x, Op) else (x,))]
     if not any(isinstance(a, Op) for _, a in atoms):
         raise ParseError(f"{path}: no compute action in any row")
-    if stages is None:
-        stages = 2 * p if placement == "v" else max(a.stage for _, a in atoms) + 1
-        if placement == "loop" and stages % p:
-            stages += p - stages % p
-    m = microbatches or max(a.mb for _, a in atoms) + 1
     try:
-        pl = Placement(kind=placement, ranks=p, stages=stages)
+        pl, m = _make_placement(placement, p, atoms, stages, microbatches)
     except ScheduleError as e:
         raise ScenarioError(f"{path}: {e}") from None
-    # a stage found on the wrong rank: say which placement the file follows
-    for r, a in atoms:
-        if isinstance(a, Op) and a.stage < stages and pl.rank_of(a.stage) != r:
-            other = "v" if placement == "loop" else "loop"
+    bad = _misplaced(pl, atoms)
+    if bad is not None:
+        # a stage found on the wrong rank: say which placement the file follows
+        r, a = bad
+        hint = ""
+        tries = [(o, microbatches) for o in PLACEMENTS if o != placement]
+        if placement == "dual" and microbatches:
+            tries.insert(0, ("dual", None))     # the directions of another count
+        for other, mb in tries:
             try:
-                alt = Placement(kind=other, ranks=p,
-                                stages=2 * p if other == "v" else max(
-                                    x.stage for _, x in atoms if isinstance(x, Op)) + 1)
-                fits = all(alt.rank_of(x.stage) == rr for rr, x in atoms
-                           if isinstance(x, Op) and x.stage < alt.stages)
+                alt, m_alt = _make_placement(other, p, atoms, None, mb)
             except ScheduleError:
-                fits = False
-            hint = f"; the file follows the {other} placement: pass --placement {other}" \
-                if fits else ""
-            raise ScheduleError(f"{path}: row {r + 1} (rank {r}) runs stage {a.stage}, which "
-                                f"the {placement} placement puts on rank "
-                                f"{pl.rank_of(a.stage)}{hint}")
+                continue
+            if _misplaced(alt, atoms) is None:
+                hint = (f"; the file follows the {other} placement: pass --placement "
+                        f"{other}" if other != placement else
+                        f"; the file follows the dual placement with {m_alt} microbatches: "
+                        f"pass --microbatches {m_alt}")
+                break
+        where = (f"stage {a.stage}" if placement != "dual" else
+                 f"stage {a.stage} for microbatch {a.mb} (direction {pl.direction(a.mb)} "
+                 f"of {m} microbatches)")
+        raise ScheduleError(f"{path}: row {r + 1} (rank {r}) runs {where}, which the "
+                            f"{placement} placement puts on rank "
+                            f"{pl.rank_of(a.stage, a.mb)}{hint}")
     return pl, m
 
 
@@ -212,9 +241,14 @@ def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None
     """Read a torch CSV (compute-only, or compute+comms with its comm cells dropped) as a
     validated :class:`Schedule`.
 
-    ``placement`` is ``loop`` (stage s on rank s mod p) or ``v``; ``stages`` defaults to
-    the largest stage + 1 (rounded up to a multiple of the ranks) for loop and 2 x ranks
-    for v; ``microbatches`` to the largest microbatch + 1. Raises :class:`ParseError` for
+    ``placement`` is ``loop`` (stage s on rank s mod p), ``v`` or ``dual`` (DualPipe: a
+    stage's rank depends on the microbatch's direction, microbatches below
+    ``microbatches // 2`` flowing one way and the rest the other, so the same stage index
+    appears on two rows; torch can parse such a file but not run it, its stages live on
+    one rank each); ``stages`` defaults to the largest stage + 1 (rounded up to a
+    multiple of the ranks) for loop, 2 x ranks for v and the ranks for dual;
+    ``microbatches`` to the largest microbatch + 1 (every microbatch appears in a valid
+    schedule, so this also fixes dual's directions). Raises :class:`ParseError` for
     a bad cell (row, column, text, expected forms), :class:`ScheduleError` for a schedule
     that breaks a rule of :func:`schedsim.validate.validate_schedule` (naming the cell of
     the first offending action) or a stage on the wrong rank for the placement,
