@@ -223,6 +223,7 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
         made_here: set[tuple[str, int, int]] = set()   # outputs made so far on this rank
         waited: set[tuple[str, int, int]] = set()      # messages received and waited
         runs_since_commit: list[tuple[int, ...]] = []
+        all_h: list[int] = []          # everything this rank posts (the END wait)
         run: list[int] = []
         for i, ins in enumerate(row):
             t = type(ins)
@@ -232,8 +233,18 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 mb = c.mb
                 key = (kk, c.stage + off, mb)
                 m = key_m.get(key)
-                if m is None:
-                    m = key_m[key] = _new_message(cp, key, S, M, rank_of, r, i, ins)
+                if m is None:         # first sight of this message, from either side
+                    ps = key[1]
+                    to = ps + 1 if kk == "F" else ps - 1
+                    if not (0 <= ps < S and 0 <= to < S and 0 <= mb < M):
+                        raise _no_message(r, i, ins, ps, to, mb, S, M)
+                    src, dst = rank_of(ps, mb), rank_of(to, mb)
+                    if src == dst:
+                        raise _local_handoff(r, i, ins, ps, to, src)
+                    m = key_m[key] = len(mkey)
+                    mkey.append(key)
+                    msrc.append(src)
+                    mdst.append(dst)
                     hindex += (-1, -1)
                     hunit += (-1, -1)
                 h = 2 * m + side
@@ -248,6 +259,7 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
             if run:
                 tr = tuple(run)
                 runs_since_commit.append(tr)
+                all_h.extend(tr)
                 if plain:
                     code.append((_POST, tr, ()))
                 else:
@@ -283,8 +295,9 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
             elif t is Wait:
                 hs = []
                 for c in ins.comms:
-                    m = key_m.get(c.message_key())
-                    h = -1 if m is None else 2 * m + (0 if c.is_send else 1)
+                    kk, side, off = _POST_KEY[c.kind]
+                    m = key_m.get((kk, c.stage + off, c.mb))
+                    h = -1 if m is None else 2 * m + side
                     if h < 0 or not 0 <= hindex[h] < i or (
                             msrc[m] if h & 1 == 0 else mdst[m]) != r:
                         raise ProgramError(f"{_where(r, i, ins)}: waits for {c}, which this "
@@ -296,10 +309,10 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
             else:
                 raise ProgramError(f"{_where(r, i, ins)}: unknown instruction")
         if run:
+            all_h.extend(run)
             code.append((_POST, tuple(run), ())) if plain else \
                 _flush_run(cp, code, tuple(run), stream_mode, r, P)
-        all_h = tuple(h for c in code if c[0] == _POST for h in c[1])
-        code.append((_WAIT, all_h, "END", len(row)))
+        code.append((_WAIT, tuple(all_h), "END", len(row)))
     _check_matching(cp, program)
     cp.num_streams = P + P * P
 
@@ -309,22 +322,15 @@ def _range_error(r: int, i: int, ins: object, S: int, M: int) -> ProgramError:
                         f"[0, {M})")
 
 
-def _new_message(cp: Compiled, key: tuple[str, int, int], S: int, M: int, rank_of,
-                 r: int, i: int, ins: object) -> int:
-    """Create message ``key`` (first seen at rank r, instr i); check it can exist."""
-    s, mb = key[1], key[2]
-    to = s + 1 if key[0] == "F" else s - 1
-    if not (0 <= s < S and 0 <= to < S and 0 <= mb < M):
-        raise ProgramError(f"{_where(r, i, ins)}: no such message (stages {s}->{to}, mb "
-                           f"{mb}; the program has {S} stages and {M} microbatches)")
-    src, dst = rank_of(s, mb), rank_of(to, mb)
-    if src == dst:
-        raise ProgramError(f"{_where(r, i, ins)}: stages {s} and {to} are both on rank "
-                           f"{src}; the hand-off is local, remove this op")
-    cp.mkey.append(key)
-    cp.msrc.append(src)
-    cp.mdst.append(dst)
-    return len(cp.mkey) - 1
+def _no_message(r: int, i: int, ins: object, s: int, to: int, mb: int, S: int,
+                M: int) -> ProgramError:
+    return ProgramError(f"{_where(r, i, ins)}: no such message (stages {s}->{to}, mb {mb}; "
+                        f"the program has {S} stages and {M} microbatches)")
+
+
+def _local_handoff(r: int, i: int, ins: object, s: int, to: int, rank: int) -> ProgramError:
+    return ProgramError(f"{_where(r, i, ins)}: stages {s} and {to} are both on rank {rank}; "
+                        f"the hand-off is local, remove this op")
 
 
 def _post_error(cp: Compiled, r: int, i: int, ins: Post, m: int, h: int) -> ProgramError:

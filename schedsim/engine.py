@@ -83,6 +83,7 @@ def run(cp: Compiled) -> RunState:
     launch_cost = cp.launch_cost
     launched = [False] * P
 
+    streams = bool(unit_handles)
     if data_mode:   # implicit recvs are always posted
         for m in range(cp.num_messages):
             hact[2 * m + 1] = 0.0
@@ -99,13 +100,14 @@ def run(cp: Compiled) -> RunState:
             if wcnt[w] == 0:
                 heappush(heap, (wmax[w], seq, w))
                 seq += 1
-        u = hunit[h]
-        if u >= 0:
-            if td > udone[u]:
-                udone[u] = td
-            ucnt[u] -= 1
-            if ucnt[u] == 0:
-                ready_streams.append(unit_stream[u])
+        if streams:
+            u = hunit[h]
+            if u >= 0:
+                if td > udone[u]:
+                    udone[u] = td
+                ucnt[u] -= 1
+                if ucnt[u] == 0:
+                    ready_streams.append(unit_stream[u])
 
     def do_transfer(m: int, tc: float) -> None:
         lk = mlink[m]

@@ -160,24 +160,25 @@ class Timeline(BaseModel):
     @staticmethod
     def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:
         """Makespan (end of the last span) and per-rank busy/idle/bubble ratio."""
-        makespan = max((s.end for s in spans), default=0.0)
+        inf = float("inf")
         busy = [0.0] * ranks
-        first: list[float | None] = [None] * ranks
-        last: list[float | None] = [None] * ranks
+        first = [inf] * ranks
+        last = [-inf] * ranks
         for s in spans:
-            busy[s.rank] += s.end - s.start
-            f = first[s.rank]
-            if f is None or s.start < f:
-                first[s.rank] = s.start
-            l_ = last[s.rank]
-            if l_ is None or s.end > l_:
-                last[s.rank] = s.end
+            r, a, b = s.rank, s.start, s.end
+            busy[r] += b - a
+            if a < first[r]:
+                first[r] = a
+            if b > last[r]:
+                last[r] = b
+        makespan = max(max(last), 0.0) if spans else 0.0
         rows = []
         for r in range(ranks):
             idle = makespan - busy[r]
             rows.append(RankSummary(rank=r, busy=busy[r], idle=idle,
                                     bubble_ratio=idle / makespan if makespan > 0 else 0.0,
-                                    first_start=first[r], last_end=last[r]))
+                                    first_start=first[r] if first[r] < inf else None,
+                                    last_end=last[r] if last[r] > -inf else None))
         return makespan, rows
 
     def bubble_ratio(self) -> float:
