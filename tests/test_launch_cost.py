@@ -15,7 +15,7 @@ from schedsim.cli import app
 from schedsim.costs import CommModel, CostModel
 from schedsim.engine import simulate
 from schedsim.errors import ScenarioError
-from schedsim.replay.calibrate import Calibration, post_runs, upper_quartile
+from schedsim.replay.calibrate import Calibration, post_runs
 from schedsim.replay.compare import compare_metrics
 from schedsim.scenario import apply_costs_file, load_scenario, parse_scenario
 from schedsim.timeline import Timeline
@@ -50,23 +50,21 @@ def test_post_runs_by_composition(tmp_path):
                      .model_copy(update={"ranks": [[], []]})) == {}
 
 
-def test_launch_cost_is_the_program_weighted_upper_quartile():
-    cal = _cal({"1+0": [0.1, 0.2, 0.3, 0.4, 0.5], "0+1": [0.3, 0.4, 0.5, 0.6, 90.0],
-                "1+1": [0.2]}, {"1+0": 2, "0+1": 1, "1+1": 1})
-    # inclusive quartiles: position (n - 1) x 0.75 = 3 of the sorted samples
-    assert cal.launch_quartiles() == {"1+0": pytest.approx(0.4), "0+1": pytest.approx(0.6),
-                                      "1+1": 0.2}
-    # (2 x 0.4 + 0.6 + 0.2) / 4: the 90 ms outlier does not count
-    assert cal.launch_cost() == pytest.approx(1.6 / 4)
-    assert upper_quartile([1.0, 2.0]) == pytest.approx(1.75)
-    # a composition not measured counts with the upper quartile of all 11 samples (0.5)
+def test_launch_cost_is_the_program_weighted_mean():
+    cal = _cal({"1+0": [0.1, 0.2, 0.6], "0+1": [0.3, 0.5, 1.0, 2.2], "1+1": [0.2]},
+               {"1+0": 2, "0+1": 1, "1+1": 1})
+    assert cal.launch_means() == {"1+0": pytest.approx(0.3), "0+1": pytest.approx(1.0),
+                                  "1+1": pytest.approx(0.2)}
+    # weighted by the program's batches: (2 x 0.3 + 1.0 + 0.2) / 4
+    assert cal.launch_cost() == pytest.approx(1.8 / 4)
+    # a composition not measured counts with the mean of all 8 samples (5.1 / 8)
     cal2 = cal.model_copy(update={"post_runs": {"1+0": 1, "2+2": 1}})
-    assert cal2.launch_cost() == pytest.approx((0.4 + 0.5) / 2)
+    assert cal2.launch_cost() == pytest.approx((0.3 + 5.1 / 8) / 2)
     assert _cal({}, {"1+0": 3}).launch_cost() == 0.0          # one rank: nothing measured
     assert _cal({"1+0": [0.2]}, {}).launch_cost() == 0.0      # the program posts nothing
     cm = cal.comm_model("rendezvous", comm_stream="per-peer")
     assert (cm.semantics, cm.comm_stream, cm.launch_cost) == \
-        ("rendezvous", "per-peer", pytest.approx(1.6 / 4))
+        ("rendezvous", "per-peer", pytest.approx(1.8 / 4))
 
 
 def test_cost_file_comm_round_trip_and_closed_form(tmp_path):

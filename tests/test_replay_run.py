@@ -226,6 +226,30 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
     assert len(imp.messages) == len(meas.messages)
 
 
+def test_calibrate_three_ranks_launch_cost():
+    """With more than two ranks only ranks 0 and 1 measure the link and the launches (the
+    others must not be left in a collective). 1F1B on 3 ranks launches single sends and
+    recvs, send+recv pairs and one pair of recvs (rank 1's first two RECV_F)."""
+    sc = parse_scenario({"schedule": {"name": "1f1b", "ranks": 3, "microbatches": 4},
+                         "replay": {"hidden": 16, "seq": 4, "microbatch_size": 2}})
+    t0 = time.monotonic()
+    res = launch(spec_from_scenario(sc, timeout=60, calibrate=True, replay=False,
+                                    calib_repeats=1), 3)
+    assert time.monotonic() - t0 < 60
+    from schedsim.replay.calibrate import Calibration, post_runs
+
+    cal = Calibration.model_validate(res["calibration"])
+    assert cal.world_size == 3 and sorted(cal.stages) == [0, 1, 2]
+    assert cal.post_runs == post_runs(sc.build_program()) == {"1+0": 8, "1+1": 8,
+                                                              "0+1": 6, "0+2": 1}
+    # 10 timed rounds per composition pair on each of ranks 0 and 1; rank 1 launches the
+    # mirror of rank 0's composition (0+2 -> 2+0)
+    assert {k: len(v) for k, v in cal.launch_samples.items()} == {
+        "1+0": 20, "0+1": 20, "1+1": 20, "0+2": 10, "2+0": 10}
+    assert all(x > 0 for v in cal.launch_samples.values() for x in v)
+    assert cal.launch_cost() > 0
+
+
 def test_cli_calibrate_writes_cost_file(tmp_path):
     """schedsim calibrate on DualPipeV: every stage measured (two per rank), FB written
     (its pairs are (F;BW)), a link fitted from rank 0 <-> 1, a launch cost from the

@@ -261,6 +261,11 @@ def test_cli_input_errors(tmp_path):
     assert not (tmp_path / "x.gif").exists()
     r = runner.invoke(app, ["import-trace", str(tmp_path / "nope.json")])
     assert r.exit_code == 2 and "no such trace file" in r.output
+    (tmp_path / "f").write_text("")
+    r = runner.invoke(app, ["replay", "--schedule", "1f1b", "--ranks", "2",
+                            "--microbatches", "4", "--compare", "--out-dir",
+                            str(tmp_path / "f")])
+    assert r.exit_code == 2 and "is a file; give a folder" in r.output
 
 
 def test_cli_without_torch(monkeypatch):

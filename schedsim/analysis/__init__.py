@@ -10,6 +10,8 @@
 - :mod:`.metrics`: bubble ratios (makespan-based and the zero-bubble paper's span-based);
 - :mod:`.compare`: every applicable schedule side by side;
 - :mod:`.diff`: per-op start deltas between two schedules with the same ops;
+- :mod:`.accuracy`: the prediction error of a timeline against a reference (a
+  measurement): makespan error and per-op start error, one definition everywhere;
 - :mod:`.lint`: program lints (late sends, unrelated recvs in a batch, crossed posting
   orders).
 

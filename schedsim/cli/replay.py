@@ -99,7 +99,8 @@ def replay(
         "calibrating.")] = None,
     out_dir: Annotated[Path, typer.Option(
         "--out-dir", help="With --compare: folder for NAME-measured.json, "
-        "NAME-predicted.json, NAME-costs.toml, NAME-overlay.png.")] = Path("."),
+        "NAME-predicted.json, NAME-costs.toml, NAME-overlay.png (created if missing, as "
+        "--profile-dir is).")] = Path("."),
     semantics: Annotated[str, typer.Option(
         "--semantics", help="With --compare: comm semantics of the prediction.")] = "eager",
     timeout: TimeoutOpt = None,
@@ -133,6 +134,8 @@ def replay(
              "--costs-file')")
     if semantics not in ("data", "eager", "rendezvous"):
         fail(f"unknown --semantics {semantics!r}: expected data, eager or rendezvous")
+    if compare and out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out-dir {out_dir}: is a file; give a folder (created if missing)")
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, check_grads=check_grads,
                               calibrate=compare and costs_file is None,
                               profile_dir=str(profile_dir.resolve()) if profile_dir else None,
@@ -182,6 +185,7 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
 
     prog = Program.model_validate(spec.program)
     name = prog.name
+    out_dir.mkdir(parents=True, exist_ok=True)
     if calibrated:
         cal = Calibration.model_validate(res["calibration"])
         costs, link = cal.cost_model(), cal.link_model()

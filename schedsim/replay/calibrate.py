@@ -13,20 +13,19 @@ scenario's; the comm semantics stay the scenario's) or paste it into a scenario.
 Launch cost: every run of consecutive posts of the program is one launched batch with
 some number of sends and recvs (its *composition*). The ranks measure, at the workload's
 message size, the host time of launching a batch of each composition the program uses
-(plus a single ``isend``, a single ``irecv`` and a send+recv pair);
-``launch_cost`` is the upper quartile of each composition's samples, averaged over the
-program's post runs (so a program of many single posts and a few 4-op batches gets the
-cost of its own mix: the simulator charges one constant per batch, and this average
-makes a rank's summed launch time right).
+(plus a single ``isend``, a single ``irecv`` and a send+recv pair); ``launch_cost`` is
+the mean of each composition's samples, averaged over the program's post runs (so a
+program of many single posts and a few 4-op batches gets the cost of its own mix).
 
-Why the upper quartile: checked against the post runs (field ``posts``) of 8 replays of
-``schedules/replay-1f1b.toml`` and ``replay-dualpipev.toml`` on 2 shared vCPUs, the
-calibration's median was 0-40% below the replay's median post run in every run (the
-calibration loop launches with its code and data hot; in the replay each launch follows
-a compute op), the upper quartile within -28% to +27% of it (about -10% on average), and
-the mean, dominated by launches that lose the CPU for milliseconds, from +3% to +95%
-above the replay's mean post run. Such preemptions are not a cost of the launch and do
-not repeat from run to run.
+Why the mean: the simulator charges one constant per batch, so what it has to get right
+is a rank's summed launch time, i.e. the replay's *mean* post run (field ``posts``), and
+post runs have a heavy tail (on shared cores a launch sometimes loses the CPU for
+milliseconds, to the rank's own comm threads or the other ranks). Checked against 14
+replays of ``schedules/replay-1f1b.toml`` and ``replay-dualpipev.toml`` on 2 shared
+vCPUs (ratio calibrated / replay, geometric mean and range): the calibration's mean was
+0.81 (0.36-1.29) of the replay's mean post run, its upper quartile 0.58 (0.30-1.32) and
+its median 0.45 (0.23-0.70). The median and upper quartile describe the *typical* post
+run instead (0.78 and 1.02 of the replay's median) and leave the tail out.
 
 FB is written per stage only when every FB op of the program pairs a forward with a full
 backward (``(F;BW)``, what was measured); otherwise it is left unset, so an FB costs its
@@ -95,14 +94,6 @@ def fit_link(samples: list[list[float]]) -> tuple[float, float]:
     return max(my - slope * mx, 0.0), 1.0 / slope
 
 
-def upper_quartile(samples: list[float]) -> float:
-    """The 75th percentile of ``samples`` (linear interpolation between the closest ranks,
-    ``statistics.quantiles(method="inclusive")``; one sample: itself)."""
-    if len(samples) < 2:
-        return float(samples[0])
-    return statistics.quantiles(samples, n=4, method="inclusive")[2]
-
-
 class Calibration(BaseModel):
     """Measured per-stage op costs (ms) and link samples of one workload and backend."""
 
@@ -134,22 +125,21 @@ class Calibration(BaseModel):
         """``(latency ms, bandwidth bytes/ms)`` fitted to the samples."""
         return fit_link(self.link_samples)
 
-    def launch_quartiles(self) -> dict[str, float]:
-        """Upper quartile (:func:`upper_quartile`) of the launch time (ms) of each measured
-        composition ``"S+R"``."""
-        return {k: upper_quartile(v) for k, v in self.launch_samples.items() if v}
+    def launch_means(self) -> dict[str, float]:
+        """Mean launch time (ms) of each measured composition ``"S+R"``."""
+        return {k: statistics.fmean(v) for k, v in self.launch_samples.items() if v}
 
     def launch_cost(self) -> float:
-        """Host time (ms) to launch one batch: each composition's upper-quartile launch
-        time, averaged over the program's post runs (module docstring). A composition that
-        was not measured counts with the upper quartile of all samples; 0 when nothing
-        was measured (one rank) or the program posts nothing."""
-        q = self.launch_quartiles()
-        if not q or not self.post_runs:
+        """Host time (ms) to launch one batch: each composition's mean launch time,
+        averaged over the program's post runs (module docstring). A composition that was
+        not measured counts with the mean of all samples; 0 when nothing was measured
+        (one rank) or the program posts nothing."""
+        means = self.launch_means()
+        if not means or not self.post_runs:
             return 0.0
-        pooled = upper_quartile([x for v in self.launch_samples.values() for x in v])
+        pooled = statistics.fmean([x for v in self.launch_samples.values() for x in v])
         total = sum(self.post_runs.values())
-        return sum(c * q.get(k, pooled) for k, c in self.post_runs.items()) / total
+        return sum(c * means.get(k, pooled) for k, c in self.post_runs.items()) / total
 
     def comm_model(self, semantics: Semantics = "eager", **fields: Any) -> CommModel:
         """A :class:`CommModel` with the measured :meth:`launch_cost` (other fields:
@@ -176,8 +166,8 @@ class Calibration(BaseModel):
                  f"{w.get('layers_per_stage', '?')} layers/stage, seq {w.get('seq', '?')}, "
                  f"microbatch {w.get('microbatch_size', '?')}, {w.get('dtype', '?')}",
                  "# op costs: median per stage (ms); link: least-squares fit of the one-way "
-                 "ping-pong time; launch cost: upper quartile of the host time of launching "
-                 "a batch of sends/recvs, averaged over the program's batches",
+                 "ping-pong time; launch cost: mean host time of launching a batch of "
+                 "sends/recvs, averaged over the program's batches",
                  "", "[costs]", f'unit = "{self.unit}"']
         for k in ("F", "B", "W", "BW"):
             lines.append(f"{k} = {self.mean(k):.6g}")
@@ -205,13 +195,12 @@ class Calibration(BaseModel):
                 f"{b:.0f}: {t:.4g}" for b, t in self.link_samples))
         lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launched "
                   "batch (a run of consecutive posts)"]
-        q = self.launch_quartiles()
-        if q:
+        means = self.launch_means()
+        if means:
             med = {k: statistics.median(v) for k, v in self.launch_samples.items() if v}
-            lines.append("# launch time per batch (sends+recvs: upper quartile ms, median ms, "
-                         "samples): " + ", ".join(f"{k}: {q[k]:.4g}, {med[k]:.4g}, "
-                                                  f"{len(self.launch_samples[k])}"
-                                                  for k in sorted(q)))
+            lines.append("# launch time per batch (sends+recvs: mean ms, median ms, samples): "
+                         + ", ".join(f"{k}: {means[k]:.4g}, {med[k]:.4g}, "
+                                     f"{len(self.launch_samples[k])}" for k in sorted(means)))
         else:
             lines.append("# launch cost not measured (one rank): 0")
         if self.post_runs:

@@ -142,7 +142,8 @@ def _launch(ex: RankExecutor, comps: list[tuple[int, int]], repeats: int, warmup
     for ns, nr in comps:
         mine = (ns, nr) if rank == 0 else (nr, ns)
         samples = out.setdefault(composition_key(*mine), [])
-        dist.barrier()
+        # no barrier here: only ranks 0 and 1 run this (the batches' waits keep them
+        # in step)
         for k in range(warmup + 10 * repeats):
             with torch.no_grad():
                 mod(x)
