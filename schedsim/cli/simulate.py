@@ -14,9 +14,9 @@ from ..io import check_output_path, output_group
 from ..timeline import Timeline
 from . import app
 from ..scenario import Scenario
-from .common import (ChunksOpt, MbOpt, MemLimitOpt, ParamOpt, PolicyOpt, RanksOpt,
-                     VariantOpt, build_scenario, console, fail, handle_errors,
-                     scenario_command, write_text_out)
+from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
+                     MemLimitOpt, ParamOpt, PolicyOpt, RanksOpt, VariantOpt, build_scenario,
+                     console, fail, handle_errors, scenario_command, write_text_out)
 
 
 def _fmt(x: float | None) -> str:
@@ -164,18 +164,32 @@ def generate(
     mem_limit: MemLimitOpt = None,
     param: ParamOpt = None,
     comm_policy: PolicyOpt = None,
+    cost: CostOpt = None,
+    latency: LatencyOpt = None,
+    bandwidth: BandwidthOpt = None,
+    message_bytes: BytesOpt = None,
     fmt: Annotated[str, typer.Option(
         "--format", "-f", help="program (text, comm included) | json (schedsim schedule) | "
         "program-json | torch-csv | torch-csv-comms")] = "program",
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Output file (default: stdout).")] = None,
 ) -> None:
-    """Generate a schedule and write it as a program, JSON schedule or torch CSV."""
+    """Generate a schedule and write it as a program, JSON schedule or torch CSV.
+
+    The cost and link flags matter only for planners whose order depends on them
+    (zb-1p, zb-2p, zbv).
+    """
     if ranks is None or microbatches is None:
         fail("generate needs --ranks and --microbatches")
+    if fmt not in ("program", "program-json", "json", "torch-csv", "torch-csv-comms"):
+        fail(f"unknown --format {fmt!r}: expected program, json, program-json, torch-csv or "
+             f"torch-csv-comms")
+    if out is not None and str(out) != "-":
+        check_output_path(out)
     sc = build_scenario(None, schedule=name, ranks=ranks, microbatches=microbatches,
                         chunks=chunks, variant=variant, mem_limit=mem_limit, param=param,
-                        comm_policy=comm_policy)
+                        comm_policy=comm_policy, cost=cost, latency=latency,
+                        bandwidth=bandwidth, message_bytes=message_bytes)
     prog = sc.build_program()
     if fmt == "program":
         text = prog.to_text()
@@ -183,12 +197,9 @@ def generate(
         text = prog.model_dump_json(indent=1) + "\n"
     elif fmt == "json":
         text = prog.schedule().model_dump_json(indent=1) + "\n"
-    elif fmt in ("torch-csv", "torch-csv-comms"):
+    else:
         from ..interop.torch_format import program_to_torch_csv, schedule_to_torch_csv
 
         text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
                 else program_to_torch_csv(prog))
-    else:
-        fail(f"unknown --format {fmt!r}: expected program, json, program-json, torch-csv or "
-             f"torch-csv-comms")
     write_text_out(out, text)

@@ -83,10 +83,11 @@ def unit_label(tl: Timeline, value: float) -> str:
 
 def default_title(tl: Timeline) -> str:
     """Schedule, ranks, microbatches, semantics, makespan and bubble ratio."""
-    sem = tl.semantics + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream")
-    src = "" if tl.source == "simulated" else f" ({tl.source})"
-    return (f"{tl.schedule}{src}: {tl.ranks} ranks, {tl.microbatches} microbatches, "
-            f"{sem} semantics — makespan {unit_label(tl, tl.makespan)}, bubble "
+    stream = "" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"
+    how = (f"measured on {tl.semantics}" if tl.source == "measured"
+           else f"{tl.semantics} semantics")
+    return (f"{tl.schedule}: {tl.ranks} ranks, {tl.microbatches} microbatches, "
+            f"{how}{stream} — makespan {unit_label(tl, tl.makespan)}, bubble "
             f"{tl.bubble_ratio():.1%}")
 
 
