@@ -11,8 +11,9 @@ from typing import Iterator
 
 
 def check_output_path(path: str | Path) -> Path:
-    """``path`` as a Path if a file can be written there: its folder exists and is
-    writable and it is not itself a folder. Raises :class:`ScenarioError` naming the path
+    """``path`` as a Path if a file can be written there: its folder exists and a file
+    can be created in it (tried: a temporary file is made and removed) and ``path`` is
+    not itself a folder. Raises :class:`ScenarioError` naming the path
     (call it before long work, so a typo fails fast and nothing is half-written)."""
     from .errors import ScenarioError
 
@@ -24,6 +25,13 @@ def check_output_path(path: str | Path) -> Path:
         raise ScenarioError(f"{path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ScenarioError(f"{path}: folder {parent} is not writable")
+    try:        # os.access says yes to root, and to /proc or a read-only mount: try it
+        fd, probe = tempfile.mkstemp(prefix=f".{path.stem}.", dir=parent)
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot write in folder {parent} "
+                            f"({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 

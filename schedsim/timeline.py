@@ -61,8 +61,24 @@ class Span:
 class Message:
     """One P2P message: when each side posted, when it moved, when each side completed.
 
-    ``recv_posted`` is None under ``data`` semantics (no recv instruction) and for
-    measured timelines that did not record it; ``start`` is when the transfer began.
+    The one definition of its times (in the timeline's unit), for simulated and measured
+    timelines alike:
+
+    - ``send_posted`` / ``recv_posted``: when the side's post instruction is done on its
+      rank's host, i.e. the *end* of launching the batch (run of consecutive posts) that
+      holds it. Simulator: the post time after ``CommModel.launch_cost``
+      (:mod:`schedsim.engine`); replay: the end of the ``batch_isend_irecv`` call
+      (:mod:`schedsim.replay.executor`; the data may arrive while that call still
+      runs, so a measured ``recv_done`` can precede ``send_posted``); imported trace: the
+      end of the post range. With
+      a comm stream the op may become active later than that, queued behind the stream's
+      earlier batches. Under ``data`` semantics (no post instructions) ``send_posted`` is
+      when the send became active (its producer ended) and ``recv_posted`` is None; also
+      None for measured timelines that did not record it;
+    - ``start`` / ``arrival``: when the transfer began / its last byte arrived (None in
+      measured timelines: not observable);
+    - ``send_done`` / ``recv_done``: when each side completed (measured: the end of the
+      first wait that covers it).
     """
 
     kind: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,8 @@ pytest.importorskip("torch")
 
 from schedsim.errors import ScenarioError  # noqa: E402
 from schedsim.ir import Compute, Post, Program  # noqa: E402
-from schedsim.replay.config import Fault, ReplayError, spec_from_scenario  # noqa: E402
+from schedsim.replay.config import (Fault, ReplayConfig, ReplayError,  # noqa: E402
+                                    spec_from_scenario)
 from schedsim.replay.launch import launch  # noqa: E402
 from schedsim.scenario import parse_scenario  # noqa: E402
 from schedsim.timeline import Timeline  # noqa: E402
@@ -51,9 +53,16 @@ def _check_timeline(prog: Program, tl: Timeline) -> None:
             assert a.start <= a.end <= b.start
     sends = sum(isinstance(i, Post) and i.comm.is_send for row in prog.ranks for i in row)
     assert len(tl.messages) == sends
+    # a side's post time is the end of the post run (batch) holding it, as in the
+    # simulator (Message's definition); the data can arrive while the sender's batch call
+    # is still running, but not before it began
+    run = {(p["rank"], i): (p["start"], p["end"]) for p in tl.posts
+           for i in range(p["index"], p["last_index"] + 1)}
     for m in tl.messages:
         assert m.bytes == tl.messages[0].bytes > 0
-        assert m.send_posted <= m.recv_done and m.send_posted <= m.send_done
+        assert m.send_posted == run[(m.src, m.send_index)][1] <= m.send_done
+        assert m.recv_posted == run[(m.dst, m.recv_index)][1] <= m.recv_done
+        assert run[(m.src, m.send_index)][0] <= m.recv_done
     end = {}
     for s in tl.spans:
         for p in (s.parts or [s]):
@@ -212,6 +221,13 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
     # the calibrated launch cost reaches the prediction and simulate --costs-file
     assert Timeline.read_json(tmp_path / "p.json").makespan == pytest.approx(pred.makespan)
     assert "\n[comm]\nlaunch_cost = " in (out / "1f1b-costs.toml").read_text()
+    # one rank's trace alone: a partial timeline with that rank's spans
+    p4 = subprocess.run(cmd + ["import-trace", str(tmp_path / "prof" / "rank0.json"),
+                               "--json", str(tmp_path / "i0.json")], capture_output=True,
+                        text=True, timeout=60)
+    assert p4.returncode == 0, p4.stderr
+    part = Timeline.read_json(tmp_path / "i0.json")
+    assert part.ranks == 2 and part.missing_ranks == [1]
     p3 = subprocess.run(cmd + ["import-trace", str(tmp_path / "prof" / "rank1.json"),
                                str(tmp_path / "prof" / "rank0.json"), "--json",
                                str(tmp_path / "i.json")], capture_output=True, text=True,
@@ -224,6 +240,7 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
     assert {(w.rank, w.index, w.kind) for w in imp.waits} == \
         {(w.rank, w.index, w.kind) for w in meas.waits}
     assert len(imp.messages) == len(meas.messages)
+    assert sorted(map(key, part.spans)) == sorted(key(s) for s in meas.spans if s.rank == 0)
 
 
 def test_calibrate_three_ranks_launch_cost():
@@ -297,3 +314,101 @@ def test_cli_calibrate_writes_cost_file(tmp_path):
                         capture_output=True, text=True, timeout=60)
     assert p3.returncode == 0, p3.stderr
     assert Timeline.read_json(tmp_path / "p0.json").makespan < tl.makespan
+
+
+def _rank_pids(marker: str) -> list[int]:
+    """Rank processes (``--spec``) carrying ``marker`` in their environment."""
+    out = []
+    for pid in _survivors(marker):
+        try:
+            if b"--spec" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signal_stops_every_rank(tmp_path, sig, code):
+    """SIGTERM / SIGHUP to `schedsim replay` (timeout, Slurm, kill, a closed terminal)
+    while a rank hangs: every rank is killed, the temporary folder removed, exit 128+N,
+    one line."""
+    marker = f"schedsim-test-{uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, SCHEDSIM_TEST_MARKER=marker, TMPDIR=str(tmp))
+    p = subprocess.Popen([sys.executable, "-m", "schedsim", "replay", "--schedule", "gpipe",
+                          "--ranks", "2", "--microbatches", "2", "--set", "hidden=8",
+                          "--set", "seq=2", "--inject-fault", "1:2:hang", "--timeout", "60"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while len(_rank_pids(marker)) < 2 and time.monotonic() - t0 < 20:
+            time.sleep(0.1)
+        assert len(_rank_pids(marker)) == 2 and list(tmp.iterdir())
+        time.sleep(3.0)                       # ranks past start-up, rank 1 hanging
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == code, err
+    assert err.strip() == (f"error: replay interrupted by {sig.name}: every rank was "
+                           f"stopped and the run's temporary files removed")
+    assert _survivors(marker) == []
+    assert list(tmp.iterdir()) == []
+
+
+def test_hung_rank_stops_itself_after_the_deadline(tmp_path):
+    """Ranks started without the launcher (as under torchrun, or after the launcher was
+    SIGKILLed): the rank that hangs where no timeout reaches stops itself GRACE_S after
+    the deadline; its peer times out in its wait."""
+    from schedsim.replay.launch import free_port
+    from schedsim.replay.worker import GRACE_S
+
+    sc = parse_scenario({"schedule": {"name": "gpipe", "ranks": 2, "microbatches": 2},
+                         "replay": {"hidden": 8, "seq": 2, "warmup": 0}})
+    deadline = time.time() + 10
+    spec = spec_from_scenario(sc, fault=Fault(rank=1, index=2, kind="hang")).model_copy(
+        update={"deadline": deadline})
+    path = tmp_path / "spec.json"
+    path.write_text(spec.model_dump_json())
+    port = free_port()
+    procs = []
+    try:
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            procs.append(subprocess.Popen([sys.executable, "-m", "schedsim.replay", "--spec",
+                                           str(path)], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        errs = [q.communicate(timeout=30)[1] for q in procs]
+        ended = time.time()
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+    assert [q.returncode for q in procs] == [1, 1]
+    assert "rank 0 timed out at instr" in errs[0]
+    assert (f"rank 1: still running {GRACE_S:g} s after the run's deadline" in errs[1]), errs
+    assert deadline + GRACE_S <= ended < deadline + GRACE_S + 5
+
+
+def test_no_precheck_runs_a_rendezvous_deadlock_until_the_timeout():
+    """The escape hatch: crossed-sends (refused by default) launches and hangs on gloo
+    until the timeout, as the pre-check predicts."""
+    from conftest import SCHEDULES
+    from schedsim.scenario import load_scenario
+
+    sc = load_scenario(SCHEDULES / "crossed-sends.toml")
+    with pytest.raises(ScenarioError, match="deadlocks under rendezvous"):
+        spec_from_scenario(sc)
+    spec = spec_from_scenario(sc, precheck=False).model_copy(
+        update={"config": ReplayConfig(hidden=8, seq=2, warmup=0)})
+    t0 = time.time()
+    with pytest.raises(ReplayError, match=r"timed out at instr 8 \(WAIT\[(2SEND_F0|1SEND_F1)"):
+        launch(spec, 2, timeout=8)
+    assert time.time() - t0 < 9

@@ -3,12 +3,30 @@
 This module imports without torch: the launcher starts the ranks as child processes
 (``python -m schedsim.replay``), and a missing torch is reported as one line, exit 2.
 Exit codes: 0 ok, 1 the replay failed (a rank raised or timed out — the message names it
-— or the gradient check failed), 2 bad input.
+— or the gradient check failed), 2 bad input, 128 + N when stopped by signal N (143 for
+SIGTERM, 129 for SIGHUP; every rank is killed and the temporary folder removed).
+
+Before any process starts: the program is simulated under rendezvous semantics (how gloo
+and NCCL sends behave) and refused if it deadlocks (``--no-precheck`` skips that), and
+every output path (``--json``, ``--gantt``, ``--out-dir`` and its files, ``--profile-dir``,
+``calibrate --out``) is checked, so a typo fails at once instead of after the run. The
+outputs of one command are written together or not at all
+(:func:`schedsim.io.output_group`).
+
+Hidden testing aid: ``replay --inject-fault RANK[:INDEX[:raise|hang]]`` makes rank RANK
+raise (``raise``, the default) or hang forever (``hang``) when it reaches instruction
+INDEX (default 0; the rank's program length = the implicit ``END``) of the first measured
+step. RANK must be a rank of the program and INDEX within that rank's program, else exit
+2. It exercises the failure paths: a raise stops every rank at once and names the rank, a
+hang is stopped at ``--timeout``.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich.table import Table
@@ -54,10 +72,57 @@ def _check_nproc(spec: Any, nproc: int | None) -> int:
     return p
 
 
-def _check_figure(path: Path | None) -> None:
-    if path is not None and path.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ScenarioError(f"{path}: unsupported figure format {path.suffix!r} (use .png, "
-                            f".svg or .pdf)")
+def _check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) -> None:
+    """Check output files (and figure formats) before any work: a typo fails at once."""
+    from ..io import check_output_path
+    from .render import check_figure_path
+
+    for f in figures:
+        if f is not None:
+            check_figure_path(f)
+    for f in (*files, *figures):
+        if f is not None and str(f) != "-":
+            check_output_path(f)
+
+
+def _check_folder(path: Path, flag: str) -> None:
+    """Raise :class:`ScenarioError` unless ``path`` is a folder or can be made one: its
+    nearest existing ancestor is a writable folder (a file in the way is named)."""
+    p = path
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir():
+        where = "is a file" if p == path else f"cannot be created: {p} is a file"
+        raise ScenarioError(f"{flag} {path}: {where}; give a folder (created if missing)")
+    if p == path:       # it exists: its files are checked one by one
+        return
+    try:        # os.access says yes to root, and to /proc: try making the folder
+        os.rmdir(tempfile.mkdtemp(prefix=".schedsim-", dir=p))
+    except OSError as e:
+        raise ScenarioError(f"{flag} {path}: cannot create a folder in {p} "
+                            f"({e.strerror})") from None
+
+
+@contextmanager
+def _folder(path: Path) -> Iterator[Path]:
+    """Create ``path`` (and missing parents) for the outputs written in the block; on an
+    exception remove the folders created here again (empty if the block's outputs go
+    through an :func:`~schedsim.io.output_group` opened inside it)."""
+    created = []
+    p = path
+    while not p.exists() and p.parent != p:
+        created.append(p)
+        p = p.parent
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for d in created:           # deepest first
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
@@ -108,9 +173,12 @@ def replay(
     profile_dir: Annotated[Optional[Path], typer.Option(
         "--profile-dir", help="Record the measured step with torch.profiler; write "
         "DIR/rank{r}.json (read back with 'schedsim import-trace').")] = None,
+    no_precheck: Annotated[bool, typer.Option(
+        "--no-precheck", help="Run even a program that deadlocks under rendezvous "
+        "semantics (refused by default: gloo/NCCL would hang until --timeout).")] = False,
     inject_fault: Annotated[Optional[str], typer.Option(
-        "--inject-fault", hidden=True, help="Testing aid: RANK[:INDEX[:raise|hang]].")
-    ] = None,
+        "--inject-fault", hidden=True, help="Testing aid: RANK[:INDEX[:raise|hang]] "
+        "(module docstring).")] = None,
 ) -> None:
     """Run a schedule for real on torch.distributed (local processes) and measure it.
 
@@ -120,26 +188,38 @@ def replay(
       schedsim replay schedules/replay-1f1b.toml --compare --out-dir out/
 
     Exit codes: 0 ok, 1 a rank failed or timed out (named) or the gradient check failed,
-    2 bad input.
+    2 bad input (also: a program that deadlocks under rendezvous semantics, refused
+    before any process starts unless --no-precheck; an output path that cannot be
+    written), 128+N stopped by signal N (143: SIGTERM).
     """
+    from ..io import output_group
     from ..replay.config import Fault, ReplayError, spec_from_scenario
     from ..replay.launch import launch
     from ..timeline import Timeline
     from .simulate import print_summary
 
     sc = _with_replay_keys(sc, set_)
-    _check_figure(gantt)
     if costs_file is not None and not compare:
         fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
              "--costs-file')")
     if semantics not in ("data", "eager", "rendezvous"):
         fail(f"unknown --semantics {semantics!r}: expected data, eager or rendezvous")
-    if compare and out_dir.exists() and not out_dir.is_dir():
-        fail(f"--out-dir {out_dir}: is a file; give a folder (created if missing)")
+    _check_outputs(json_out, figures=(gantt,))
+    if profile_dir is not None:
+        _check_folder(profile_dir, "--profile-dir")
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, check_grads=check_grads,
                               calibrate=compare and costs_file is None,
                               profile_dir=str(profile_dir.resolve()) if profile_dir else None,
-                              fault=Fault.parse(inject_fault) if inject_fault else None)
+                              fault=Fault.parse(inject_fault) if inject_fault else None,
+                              precheck=not no_precheck)
+    if profile_dir is not None and profile_dir.is_dir():
+        _check_outputs(*(profile_dir / f"rank{r}.json"
+                         for r in range(spec.program["placement"]["ranks"])))
+    if compare:
+        _check_folder(out_dir, "--out-dir")
+        if out_dir.is_dir():
+            _check_outputs(*_compare_files(out_dir, spec.program["name"],
+                                           costs_file is None))
     if costs_file is not None:
         from ..scenario import apply_costs_file
 
@@ -157,49 +237,67 @@ def replay(
     gc = res["timeline"].get("grad_check")
     if gc is not None:
         _print_grad_check(gc)
-    if json_out:
-        tl.write_json(json_out)
-    if gantt:
-        from ..plot import gantt as draw, save_figure
+    written: list[Path] = []
+    # all outputs appear together, or none does (nor a folder made for them)
+    with _folder(out_dir) if compare else nullcontext(), output_group() as outs:
+        if json_out:
+            tl.write_json(outs.path(json_out))
+        if gantt:
+            from ..plot import gantt as draw, save_figure
 
-        save_figure(draw(tl), gantt)
-    if compare:
-        _compare(sc if costs_file is None else predict_sc, spec, res, tl, out_dir,
-                 semantics, calibrated=costs_file is None)
+            save_figure(draw(tl), outs.path(gantt))
+        if compare:
+            written = _compare(sc if costs_file is None else predict_sc, spec, res, tl,
+                               out_dir, semantics, calibrated=costs_file is None, outs=outs)
+    if written:
+        console.print("wrote " + ", ".join(map(str, written)), highlight=False,
+                      soft_wrap=True, markup=False)
     if gc is not None and not gc["passed"]:
         raise ReplayError(f"gradient check failed: max relative error "
                           f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
 
 
+def _compare_files(out_dir: Path, name: str, calibrated: bool) -> list[Path]:
+    """The files ``--compare`` writes to ``out_dir``, in order."""
+    kinds = ["measured.json", "predicted.json"] + (["costs.toml"] if calibrated else [])
+    return [out_dir / f"{name}-{k}" for k in kinds + ["overlay.png"]]
+
+
 def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Path,
-             semantics: str, calibrated: bool) -> None:
+             semantics: str, calibrated: bool, outs: Any = None) -> list[Path]:
     """Simulate the program with the calibrated (or given) costs, link and launch cost;
     print the prediction error (also without the launch cost, to show its share) and write
-    the timelines, the cost file and the overlay."""
+    the timelines, the cost file and the overlay through the output group ``outs`` (None:
+    a group of their own). Returns the paths written (once the group commits)."""
     from ..costs import CommModel
     from ..engine import simulate
+    from ..io import output_group
     from ..ir import Program
-    from ..io import atomic_write_text
     from ..replay.calibrate import Calibration
     from ..replay.compare import compare_metrics, summary_line, write_overlay
 
+    if outs is None:
+        with output_group() as group:
+            return _compare(sc, spec, res, measured, out_dir, semantics, calibrated, group)
+
     prog = Program.model_validate(spec.program)
     name = prog.name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files = _compare_files(out_dir, name, calibrated)
+    f_meas, f_pred, f_over = files[0], files[1], files[-1]
     if calibrated:
         cal = Calibration.model_validate(res["calibration"])
         costs, link = cal.cost_model(), cal.link_model()
         comm = cal.comm_model(semantics)
-        atomic_write_text(out_dir / f"{name}-costs.toml", cal.to_toml(name))
+        outs.path(files[2]).write_text(cal.to_toml(name))
     else:
         costs, link = sc.costs, sc.link
         comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
     pred = simulate(prog, costs, link, comm)
     m = compare_metrics(pred, measured)
-    measured.write_json(out_dir / f"{name}-measured.json")
-    pred.write_json(out_dir / f"{name}-predicted.json")
+    measured.write_json(outs.path(f_meas))
+    pred.write_json(outs.path(f_pred))
     lc = comm.launch_cost if semantics != "data" else 0.0
-    write_overlay(pred, measured, out_dir / f"{name}-overlay.png",
+    write_overlay(pred, measured, outs.path(f_over),
                   title=f"{name}: predicted ({semantics}, "
                         f"{'calibrated' if calibrated else 'given'} costs, launch cost "
                         f"{lc:.3g} {costs.unit}/batch) vs measured "
@@ -212,11 +310,7 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
                       f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)
-    files = [f"{name}-measured.json", f"{name}-predicted.json"]
-    files += [f"{name}-costs.toml"] if calibrated else []
-    files += [f"{name}-overlay.png"]
-    console.print("wrote " + ", ".join(str(out_dir / f) for f in files), highlight=False,
-                  soft_wrap=True, markup=False)
+    return files
 
 
 @app.command()
@@ -246,6 +340,7 @@ def calibrate(
     from ..replay.launch import launch
 
     sc = _with_replay_keys(sc, set_)
+    _check_outputs(out)
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
                               replay=False, calib_repeats=repeats)
     res = launch(spec, _check_nproc(spec, nproc))
@@ -272,7 +367,8 @@ def calibrate(
 def import_trace(
     traces: Annotated[list[Path], typer.Argument(
         help="Per-rank Kineto/Chrome trace files (rank from the file's distributedInfo, "
-        "else argument order).", show_default=False)],
+        "else argument order); a subset of the ranks gives a partial timeline.",
+        show_default=False)],
     json_out: Annotated[Optional[Path], typer.Option(
         "--json", help="Write the measured Timeline JSON.")] = None,
     gantt: Annotated[Optional[Path], typer.Option(
@@ -293,14 +389,22 @@ def import_trace(
     from ..replay.trace_import import import_traces
     from .simulate import print_summary
 
+    from ..io import output_group
+
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
-    _check_figure(gantt)
+    _check_outputs(json_out, figures=(gantt,))
     tl = import_traces(list(traces), placement=placement, name=name)
     print_summary(tl)
-    if json_out:
-        tl.write_json(json_out)
-    if gantt:
-        from ..plot import gantt as draw, save_figure
+    missing = getattr(tl, "missing_ranks", None)
+    if missing:
+        console.print(f"note: no trace of rank(s) {', '.join(map(str, missing))}: a partial "
+                      f"timeline (their rows are empty and the bubble figures count them "
+                      f"as idle)", highlight=False, soft_wrap=True, markup=False)
+    with output_group() as outs:
+        if json_out:
+            tl.write_json(outs.path(json_out))
+        if gantt:
+            from ..plot import gantt as draw, save_figure
 
-        save_figure(draw(tl), gantt)
+            save_figure(draw(tl), outs.path(gantt))

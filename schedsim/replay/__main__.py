@@ -3,19 +3,32 @@
 - ``python -m schedsim.replay --spec FILE``: a rank started by ``schedsim replay --nproc``
   (see :mod:`schedsim.replay.launch`);
 - ``torchrun --nnodes N --nproc-per-node G -m schedsim.replay SCENARIO [--json FILE]
-  [--check-grads] [--backend gloo|nccl] [--timeout S] [--profile-dir DIR]``: multi-node;
-  torchrun starts the ranks, rank 0 writes the measured Timeline JSON and prints the
-  makespan (and the gradient check). Exit 1 if this rank failed or the check failed.
+  [--check-grads] [--backend gloo|nccl] [--timeout S] [--profile-dir DIR]
+  [--no-precheck]``: multi-node; torchrun starts the ranks, rank 0 writes the measured
+  Timeline JSON and prints the makespan (and the gradient check).
+
+Exit codes, as ``schedsim replay``'s: 0 ok; 1 this rank failed (an exception, a timeout)
+or the gradient check failed; 2 bad input — torch missing, a bad scenario, a program that
+deadlocks under rendezvous semantics (refused before the run unless ``--no-precheck``),
+an output path that cannot be written — reported as one line on stderr, before the
+process group is set up.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+PROG = "python -m schedsim.replay"
+
+
+def _bad_input(e: Exception, code: int = 2) -> int:
+    print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m schedsim.replay",
-                                 description="Run one rank of a schedsim replay.")
+    ap = argparse.ArgumentParser(prog=PROG, description="Run one rank of a schedsim replay.")
     ap.add_argument("scenario", nargs="?", help="scenario TOML (torchrun mode)")
     ap.add_argument("--spec", help="job spec JSON (written by 'schedsim replay')")
     ap.add_argument("--json", help="rank 0 writes the measured Timeline JSON here")
@@ -23,22 +36,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=["gloo", "nccl"])
     ap.add_argument("--timeout", type=float)
     ap.add_argument("--profile-dir", help="write rank{r}.json torch.profiler traces here")
+    ap.add_argument("--no-precheck", action="store_true",
+                    help="run even a program that deadlocks under rendezvous semantics "
+                    "(it then hangs until --timeout)")
     a = ap.parse_args(argv)
+    from ..errors import SchedsimError
+    from .config import require_torch
+
+    try:
+        require_torch()
+    except SchedsimError as e:
+        return _bad_input(e, e.exit_code)
     from .worker import main_worker, report_failure
 
     if a.spec:
         return main_worker(a.spec)
     if not a.scenario:
         ap.error("give a scenario file (or --spec)")
-    spec = None
     try:
+        from ..io import check_output_path
         from ..scenario import load_scenario
         from .config import spec_from_scenario
-        from .worker import run_rank
 
+        if a.json and os.environ.get("RANK", "0") == "0":
+            check_output_path(a.json)        # fail before the run, not after it
         spec = spec_from_scenario(load_scenario(a.scenario), backend=a.backend,
                                   timeout=a.timeout, check_grads=a.check_grads,
-                                  profile_dir=a.profile_dir)
+                                  profile_dir=a.profile_dir, precheck=not a.no_precheck)
+    except SchedsimError as e:
+        return _bad_input(e, e.exit_code)
+    try:
+        from .worker import run_rank
+
         res = run_rank(spec)
     except BaseException as e:  # noqa: BLE001 - report, exit 1
         report_failure(spec, e)
@@ -53,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from ..io import atomic_write_text
 
-        atomic_write_text(a.json, json.dumps(tl))
+        try:
+            atomic_write_text(a.json, json.dumps(tl))
+        except SchedsimError as e:
+            return _bad_input(e, e.exit_code)
     gc = tl.get("grad_check")
     if gc is not None:
         print(f"gradient check {'passed' if gc['passed'] else 'FAILED'}: max relative error "

@@ -163,20 +163,78 @@ class JobSpec(BaseModel):
     out_dir: str | None = None
 
 
+#: what the pre-check tells the user about the comm semantics of the real backends
+RENDEZVOUS_NOTE = ("gloo and NCCL sends behave like rendezvous: a send completes only once "
+                   "the matching recv is posted")
+
+
+def precheck_program(prog: Any) -> None:
+    """Refuse a program the real backends would hang on, before any process starts.
+
+    Simulates ``prog`` (unit costs) under ``rendezvous`` semantics, which is how gloo and
+    NCCL point-to-point sends behave (measured: gloo hangs on ``schedules/crossed-sends``
+    and on ``--comm-policy commit`` programs whose sends cross, even for 128-byte
+    messages). Rendezvous completions are never earlier than eager ones, so this also
+    refuses every program that deadlocks under eager semantics. Raises
+    :class:`ScenarioError` (exit 2) carrying the simulator's wait-for chain, and
+    :class:`~schedsim.errors.ProgramError` for an ill-formed program.
+    """
+    from ..costs import CommModel
+    from ..engine import simulate
+    from ..errors import DeadlockError
+
+    try:
+        simulate(prog, comm=CommModel(semantics="rendezvous"))
+    except DeadlockError as e:
+        why = str(e)
+        if why.startswith("deadlock: "):
+            why = why[len("deadlock: "):]
+        raise ScenarioError(
+            f"refusing to replay {prog.name!r}: it deadlocks under rendezvous semantics "
+            f"({RENDEZVOUS_NOTE}), so gloo/NCCL would hang until --timeout. Simulator: "
+            f"{why} See 'schedsim lint' and 'schedsim simulate --semantics rendezvous "
+            f"--gantt FILE.png'; pass --no-precheck to run it anyway (it then hangs until "
+            f"--timeout)") from None
+
+
+def check_fault(fault: Fault, prog: Any) -> None:
+    """Raise :class:`ScenarioError` unless ``fault`` names a rank of ``prog`` and an
+    instruction of that rank's program (``0 .. len(row)``, ``len(row)`` being the implicit
+    ``END``)."""
+    ranks = prog.placement.ranks
+    if fault.rank >= ranks:
+        raise ScenarioError(f"bad --inject-fault: rank {fault.rank} is out of range: the "
+                            f"program has {ranks} ranks (0..{ranks - 1})")
+    n = len(prog.ranks[fault.rank])
+    if fault.index > n:
+        raise ScenarioError(f"bad --inject-fault: instr {fault.index} is out of range: rank "
+                            f"{fault.rank}'s program has instructions 0..{n - 1} and {n} = "
+                            f"END")
+
+
 def spec_from_scenario(scenario: Any, *, backend: str | None = None,
                        timeout: float | None = None, check_grads: bool = False,
-                       **fields: Any) -> JobSpec:
+                       precheck: bool = True, **fields: Any) -> JobSpec:
     """A :class:`JobSpec` for a :class:`~schedsim.scenario.Scenario`: its program, its
     ``[replay]`` table with ``backend``/``timeout`` overrides, and extra JobSpec
-    ``fields``. Raises :class:`ScenarioError` / other :class:`SchedsimError`\\ s for a bad
-    scenario."""
+    ``fields``.
+
+    Before any process starts the program goes through the compile step's checks
+    (matching, producers, waits) and, when it will be run (``replay`` true) and
+    ``precheck`` is true, :func:`precheck_program` (no rendezvous deadlock); an injected
+    ``fault`` is checked against the program (:func:`check_fault`). Raises
+    :class:`ScenarioError` / other :class:`SchedsimError`\\ s for a bad scenario.
+    """
     from ..engine import simulate
     from ..costs import CommModel
 
     prog = scenario.build_program()
-    # the compile step's checks (matching, producers, waits) before any process starts
-    # (and a program that can never finish is refused here, not found by a timeout)
-    simulate(prog, comm=CommModel(semantics="eager"))
+    if precheck and fields.get("replay", True):
+        precheck_program(prog)
+    else:   # the compile step's checks only
+        simulate(prog, comm=CommModel(semantics="eager"), raise_on_deadlock=False)
+    if fields.get("fault") is not None:
+        check_fault(fields["fault"], prog)
     cfg = ReplayConfig.from_table(scenario.replay, backend=backend, timeout=timeout)
     return JobSpec(program=prog.model_dump(mode="json"), config=cfg,
                    check_grads=check_grads, **fields)

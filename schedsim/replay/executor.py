@@ -214,7 +214,9 @@ class RankExecutor:
 
         ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
         "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
-        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``.
+        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a post's
+        ``t`` is the end of the post run that launched it (the simulator's post time is
+        likewise the end of the launch: :class:`~schedsim.timeline.Message`).
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
         self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
@@ -279,11 +281,12 @@ class RankExecutor:
                 t0 = stamp()
                 with ctx:
                     self._post_run(comms)
-                posts.append((i, j - 1, t0, stamp()))
+                t1 = stamp()
+                posts.append((i, j - 1, t0, t1))
                 for k, c in zip(range(i, j), comms):
                     tok = self.tokens[k]
                     tok_of[c] = tok
-                    comm_post[tok] = (k, t0)
+                    comm_post[tok] = (k, t1)    # posted = the batch's launch has ended
                     tt = self.tensors[c][0]
                     comm_bytes[tok] = tt.numel() * tt.element_size()
                 i = j

@@ -7,8 +7,14 @@ with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and ``MASTER_ADDR=127.0.0.1`` plus a
 ms. The run ends when every rank exited 0; or when one exits non-zero — then every other
 rank's process group is killed (SIGKILL) at once; or at the deadline (``timeout`` seconds
 after launch, process start-up included) — then all are killed. Every child is reaped
-before :func:`launch` returns or raises, so none survives, whatever happened (also on
-KeyboardInterrupt).
+before :func:`launch` returns or raises, so none survives, whatever happened: also on
+KeyboardInterrupt (SIGINT) and on SIGTERM / SIGHUP (what ``timeout``, Slurm and ``kill``
+send, and a closed terminal), which :func:`launch` turns into :class:`Interrupted` (exit
+128 + signal number, e.g. 143) after stopping every rank and removing the run's temporary
+folder. The signals are blocked while a rank is being started and during the clean-up,
+so neither can be cut short. As a second line of defence each rank stops itself shortly
+after the deadline (:mod:`schedsim.replay.worker`), in case this process is killed
+outright.
 
 Which rank failed and why: a failing rank writes ``error-rank{r}.json``; a rank whose own
 work raised is reported before ranks that only saw a peer's connection drop; a rank that
@@ -31,6 +37,77 @@ from typing import Any
 from .config import JobSpec, ReplayError
 
 POLL_S = 0.02
+#: signals that stop a replay like Ctrl-C does (SIGINT stays Python's KeyboardInterrupt)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(ReplayError):
+    """The launcher got SIGTERM or SIGHUP; every rank was stopped. ``exit_code`` is the
+    shell's convention for a death by that signal (128 + its number: 143 for SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"replay interrupted by {name}: every rank was stopped and the "
+                         f"run's temporary files removed")
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class _Signals:
+    """SIGINT / SIGTERM / SIGHUP during :func:`launch`: raise KeyboardInterrupt /
+    :class:`Interrupted` at once, or, inside a :meth:`deferred` section (starting a rank,
+    the clean-up), once the section is over, so a rank is never half-registered and the
+    clean-up never cut short. (Blocking the signals instead would leak the blocked mask
+    into the ranks, which inherit it.) Installed only in the main thread, where Python
+    runs signal handlers."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.previous: dict[int, Any] = {}
+        self.pending: int | None = None
+        self.defer = False
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for s in (signal.SIGINT, *STOP_SIGNALS):
+            cur = signal.getsignal(s)
+            if s == signal.SIGINT and cur is not signal.default_int_handler:
+                continue     # SIGINT ignored or handled by the caller: leave it alone
+            self.previous[s] = signal.signal(s, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.defer:
+            self.pending = self.pending or signum
+        else:
+            self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signum)
+
+    def deferred(self) -> "_Deferred":
+        return _Deferred(self)
+
+    def restore(self) -> None:
+        for s, h in self.previous.items():
+            signal.signal(s, h)
+        self.previous = {}
+
+
+class _Deferred:
+    def __init__(self, sig: _Signals) -> None:
+        self.sig = sig
+
+    def __enter__(self) -> None:
+        self.sig.defer = True
+
+    def __exit__(self, *exc: Any) -> None:
+        self.sig.defer = False
+        pending, self.sig.pending = self.sig.pending, None
+        if pending is not None and exc[0] is None:
+            self.sig._raise(pending)
 
 
 def free_port() -> int:
@@ -106,10 +183,12 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
     timeout) after every child has been stopped and reaped.
     """
     timeout = timeout if timeout is not None else spec.config.timeout
-    out = Path(tempfile.mkdtemp(prefix="schedsim-replay-"))
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
+    out: Path | None = None
+    sig = _Signals()
     try:
+        out = Path(tempfile.mkdtemp(prefix="schedsim-replay-"))
         start = time.time()
         # ranks give up (and report where they wait) a little before the parent kills
         margin = min(1.0, 0.1 * timeout)
@@ -124,7 +203,9 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
                        MASTER_PORT=str(port), OMP_NUM_THREADS=str(spec.config.threads))
             log = out / f"rank{r}.log"
             logs.append(log)
-            with open(log, "wb") as fh:
+            # a signal arriving while the child is being started acts once it is in
+            # ``procs`` (so the clean-up below kills it)
+            with sig.deferred(), open(log, "wb") as fh:
                 procs.append(subprocess.Popen(
                     [python or sys.executable, "-m", "schedsim.replay", "--spec",
                      str(spec_path)], env=env, stdout=fh, stderr=subprocess.STDOUT,
@@ -152,5 +233,15 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
             raise ReplayError(f"replay failed: rank 0 wrote no result "
                               f"({_last_line(logs[0]) or 'no output'})") from None
     finally:
-        _kill(procs)
-        shutil.rmtree(out, ignore_errors=True)
+        # no signal may cut the clean-up short; one that arrives meanwhile is raised
+        # afterwards (unless an exception is already on its way out)
+        sig.defer = True
+        try:
+            _kill(procs)
+            if out is not None:
+                shutil.rmtree(out, ignore_errors=True)
+        finally:
+            sig.restore()
+            sig.defer = False
+        if sig.pending is not None and sys.exc_info()[0] is None:
+            sig._raise(sig.pending)

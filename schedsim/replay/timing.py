@@ -12,9 +12,10 @@
 Measured Timeline: times in milliseconds from the earliest rank's start of the step
 (each rank's first stamp after the start barrier); ``source = "measured"``,
 ``semantics`` = the backend. Spans are compute instructions (``index`` = instruction
-position, as in the simulator). Messages carry ``send_posted``/``recv_posted`` (start of
-the post run that launched each side), ``send_done``/``recv_done`` (end of the first wait
-covering each side) and the indices; ``start``/``arrival`` are not observable and stay
+position, as in the simulator). Messages carry ``send_posted``/``recv_posted`` (the end
+of the post run that launched each side, as the simulator's post time is the end of the
+launch: :class:`~schedsim.timeline.Message`), ``send_done``/``recv_done`` (end of the first
+wait covering each side) and the indices; ``start``/``arrival`` are not observable and stay
 null. ``waits`` has one record per ``COMMIT``/``WAIT``/``END`` instruction, whatever its
 length. An extra field ``posts`` lists each post run (``{rank, index, last_index, start,
 end}``: the host time spent launching its ``isend``/``irecv`` calls), which the simulator

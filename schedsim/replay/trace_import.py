@@ -16,23 +16,42 @@ Recognised complete events (``"ph": "X"``), by name:
   ``Schedule1F1B``): stage = rank, kinds F and BW (the ranges include their recv waits).
 
 The rank of a file is its ``distributedInfo.rank`` (Kineto writes it when a process group
-exists), else its position in the argument list. Times: event ``ts``/``dur`` are µs
+exists), else its position in the argument list.
+
+**Partial input.** One rank's trace (or any subset of the ranks) is a valid, partial
+timeline: the Timeline has every rank of the run (``distributedInfo.world_size``, else
+the fewest ranks that explain the files), the ranks without a trace have no spans and
+are listed in the Timeline's extra field ``missing_ranks``, and messages are placed from
+the traced side alone. The stage count is the highest stage seen in an op or as either end
+of a posted message, rounded up to what the placement needs (``loop``: a multiple of the
+ranks; ``v``: 2 x ranks; ``dual``: the ranks). The placement is inferred from where
+stages ran (``dual`` if a stage ran on two ranks, else the first of ``loop``, ``v`` that
+puts every traced stage on its rank and the two ends of every message on two different
+ranks, else a ``custom`` table when every stage was seen), or forced with ``placement``
+and then checked against the traces. Anything else is a :class:`ScenarioError` naming the
+file and what is wrong: not JSON / no ``traceEvents``, a bad ``distributedInfo`` or
+``baseTimeNanoseconds``, a recognised range with a non-numeric or negative ``ts``/``dur``,
+two files of one rank, files of runs of different sizes, an op twice in one file (several
+profiled steps: profile one), a message to a stage that cannot exist, a placement that
+cannot be told. Times: event ``ts``/``dur`` are µs
 (offset by ``baseTimeNanoseconds`` when the file has it); the Timeline is in ms from the
 earliest recognised event of all files — so the files must come from one host (or hosts
 with synchronised clocks). ``index`` of a span is its position among the rank's
 recognised instructions (for schedsim traces: the program's instruction index). Messages
-get post times (and, for schedsim traces, completion = end of the covering wait);
-``start``/``arrival`` stay null.
+get post times — the end of the post range, the definition of
+:class:`~schedsim.timeline.Message` — and, for schedsim traces, completion = end of the
+covering wait; ``start``/``arrival`` stay null.
 """
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import ParseError, ScenarioError
+from ..errors import ScenarioError, SchedsimError
 from ..ir import Comm, Commit, Compute, Op, Placement, Post, Wait
 from ..timeline import Message, Part, Span, Timeline, WaitRecord
 from ..tokens import parse_comm, parse_instr
@@ -44,10 +63,31 @@ _TORCH_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
 _SINGLE = re.compile(r"(Forward|Backward) (\d+)")
 
 
-def read_trace(path: str | Path) -> tuple[int | None, list[dict[str, Any]], int]:
-    """``(rank or None, complete events, base ns)`` of one Chrome trace (.json/.json.gz).
+class Trace(NamedTuple):
+    """One trace file: its rank and world size (None when the file does not say), its
+    complete (``"ph": "X"``) events with a string name and a ``ts``, and the base time in
+    ns that their ``ts`` are relative to."""
 
-    Raises :class:`ScenarioError` for an unreadable file or one without trace events.
+    path: Path
+    rank: int | None
+    world_size: int | None
+    events: list[dict[str, Any]]
+    base_ns: int
+
+
+def _count(value: Any, what: str, path: Path, low: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ScenarioError(f"{path}: {what} is {value!r}: expected an integer >= {low}")
+    return value
+
+
+def read_trace(path: str | Path) -> Trace:
+    """The :class:`Trace` of one Chrome/Kineto trace file (.json or .json.gz).
+
+    Raises :class:`ScenarioError` for an unreadable file, one without trace events, or a
+    bad ``distributedInfo`` / ``baseTimeNanoseconds``.
     """
     path = Path(path)
     try:
@@ -57,22 +97,48 @@ def read_trace(path: str | Path) -> tuple[int | None, list[dict[str, Any]], int]
         data = json.loads(raw)
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such trace file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{path}: is a directory; give the trace files") from None
     except (OSError, ValueError, EOFError) as e:
         raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON ({e})") from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ScenarioError(f"{path}: no 'traceEvents' list: not a Chrome/Kineto trace")
-    rank = None
+    rank = world = None
+    base = 0
     if isinstance(data, dict):
         info = data.get("distributedInfo")
-        if isinstance(info, dict) and isinstance(info.get("rank"), int):
-            rank = info["rank"]
-        base = int(data.get("baseTimeNanoseconds") or 0)
-    else:
-        base = 0
+        if info is not None and not isinstance(info, dict):
+            raise ScenarioError(f"{path}: 'distributedInfo' is not an object")
+        if info:
+            rank = _count(info.get("rank"), "distributedInfo.rank", path, 0)
+            world = _count(info.get("world_size"), "distributedInfo.world_size", path, 1)
+            if rank is not None and world is not None and rank >= world:
+                raise ScenarioError(f"{path}: distributedInfo.rank {rank} is not below its "
+                                    f"world_size {world}")
+        b = data.get("baseTimeNanoseconds")
+        if b is not None:
+            try:
+                base = int(b)
+            except (TypeError, ValueError):
+                raise ScenarioError(f"{path}: baseTimeNanoseconds is {b!r}: expected an "
+                                    f"integer (ns)") from None
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
           and isinstance(e.get("name"), str) and "ts" in e]
-    return rank, xs, base
+    return Trace(path, rank, world, xs, base)
+
+
+def _times(e: dict[str, Any], path: Path) -> tuple[float, float]:
+    """``(ts, dur)`` of an event in µs; :class:`ScenarioError` if not finite numbers."""
+    out = []
+    for key, default in (("ts", None), ("dur", 0.0)):
+        v = e.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or (key == "dur" and v < 0):
+            raise ScenarioError(f"{path}: event {e['name']!r} has {key} {v!r}: expected a "
+                                f"finite number of µs{' >= 0' if key == 'dur' else ''}")
+        out.append(float(v))
+    return out[0], out[1]
 
 
 def _torch_op(text: str) -> Op | None:
@@ -82,7 +148,7 @@ def _torch_op(text: str) -> Op | None:
     m = _TORCH_FB.fullmatch(text)
     if m:
         f, b = _torch_op(m.group(1)), _torch_op(m.group(2))
-        if f is not None and b is not None:
+        if f is not None and b is not None and f.kind == "F" and b.kind in ("B", "BW"):
             return Op.fb(f, b)
     return None
 
@@ -118,60 +184,120 @@ def _classify(name: str, rank: int) -> tuple[str, Any] | None:
     return None
 
 
-def _placement(kind: str | None, ranks: int, stage_ranks: dict[int, set[int]],
-               microbatches: int) -> Placement:
-    stages = max(stage_ranks) + 1 if stage_ranks else ranks
-    if kind is None:
-        if any(len(v) > 1 for v in stage_ranks.values()):
-            kind = "dual"
-        else:
-            table = tuple(next(iter(stage_ranks.get(s, {0}))) for s in range(stages))
-            for k in ("loop", "v"):
-                try:
-                    pl = Placement(kind=k, ranks=ranks, stages=stages)
-                except Exception:   # noqa: BLE001 - ScheduleError or pydantic's error
-                    continue
-                if all(pl.rank_of(s) == r for s, r in enumerate(table)):
-                    return pl
-            return Placement(kind="custom", ranks=ranks, stages=stages, stage_ranks=table)
-    try:
-        return Placement(kind=kind, ranks=ranks, stages=stages,
-                         microbatches=microbatches if kind == "dual" else None)
-    except Exception as e:   # noqa: BLE001 - report the placement rule
-        raise ScenarioError(f"placement {kind!r} does not fit the trace ({ranks} ranks, "
-                            f"{stages} stages): {str(e).splitlines()[0]}") from None
+def _ends(c: Comm) -> tuple[tuple[str, int, int], int]:
+    """``(message key, consuming stage)`` of a post."""
+    key = c.message_key()
+    return key, key[1] + 1 if key[0] == "F" else key[1] - 1
+
+
+def _fit_stages(kind: str, ranks: int, seen: int) -> int | None:
+    """Stages of a ``kind`` placement on ``ranks`` holding stages ``0..seen-1`` (None:
+    cannot)."""
+    if kind == "loop":
+        return -(-seen // ranks) * ranks
+    need = 2 * ranks if kind == "v" else ranks
+    return need if seen <= need else None
+
+
+def _fits(pl: Placement, where: dict[tuple[int, int], int],
+          links: list[tuple[int, int, int]]) -> str | None:
+    """Why ``pl`` contradicts the traces (None: it fits): a traced op on another rank, or
+    a message whose two ends it puts on one rank."""
+    for (s, mb), r in where.items():
+        if pl.rank_of(s, mb) != r:
+            return f"stage {s} (microbatch {mb}) ran on rank {r}, not {pl.rank_of(s, mb)}"
+    for a, b, mb in links:
+        if pl.rank_of(a, mb) == pl.rank_of(b, mb):
+            return (f"a message goes from stage {a} to stage {b} (microbatch {mb}), which "
+                    f"it puts on one rank")
+    return None
+
+
+def _placement(kind: str | None, ranks: int, known_ranks: bool,
+               where: dict[tuple[int, int], int], links: list[tuple[int, int, int]],
+               seen: int, microbatches: int) -> Placement:
+    """The placement (rules in the module docstring)."""
+    def make(k: str, p: int) -> Placement | None:
+        n = _fit_stages(k, p, seen)
+        if n is None:
+            return None
+        return Placement(kind=k, ranks=p, stages=n,
+                         microbatches=microbatches if k == "dual" else None)
+
+    if kind is not None:
+        pl = make(kind, ranks)
+        if pl is None:
+            raise ScenarioError(f"placement {kind!r} does not fit the traces: {seen} stages "
+                                f"seen on {ranks} ranks")
+        why = _fits(pl, where, links)
+        if why:
+            raise ScenarioError(f"placement {kind!r} does not fit the traces: {why}")
+        return pl
+    stage_ranks: dict[int, set[int]] = {}
+    for (s, _), r in where.items():
+        stage_ranks.setdefault(s, set()).add(r)
+    if any(len(v) > 1 for v in stage_ranks.values()):
+        kinds, sizes = ("dual",), [ranks]
+    else:   # without a world size: the fewest ranks that explain the traces
+        kinds, sizes = ("loop", "v"), ([ranks] if known_ranks else
+                                       list(range(ranks, max(ranks, seen) + 1)))
+    for p in sizes:
+        for k in kinds:
+            pl = make(k, p)
+            if pl is not None and _fits(pl, where, links) is None:
+                return pl
+    if kinds == ("dual",):
+        raise ScenarioError("the traces put a stage on two ranks but do not fit the dual "
+                            "placement: give --placement")
+    if all(s in stage_ranks for s in range(seen)):
+        table = tuple(next(iter(stage_ranks[s])) for s in range(seen))
+        pl = Placement(kind="custom", ranks=ranks, stages=seen, stage_ranks=table)
+        if _fits(pl, where, links) is None:
+            return pl
+    missing = [s for s in range(seen) if s not in stage_ranks]
+    raise ScenarioError(f"cannot tell which rank holds stage(s) {missing}: neither a loop "
+                        f"nor a v placement fits the traces; give --placement or the "
+                        f"traces of more ranks")
 
 
 def import_traces(paths: list[str | Path], *, placement: str | None = None,
                   name: str = "imported") -> Timeline:
     """One measured Timeline from per-rank traces (module docstring for the rules).
 
-    ``placement`` (loop | v | dual) is inferred from where stages ran when None. Raises
-    :class:`ScenarioError` for unreadable files, two files of one rank, or no recognised
-    ranges.
+    ``placement`` (loop | v | dual) is inferred from where stages ran when None. A subset
+    of the ranks gives a partial Timeline (``missing_ranks``). Raises
+    :class:`ScenarioError` for malformed input (module docstring).
     """
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
-    per_rank: dict[int, tuple[list, int]] = {}
+    per_rank: dict[int, Trace] = {}
+    worlds: dict[int, Path] = {}
     for pos, p in enumerate(paths):
-        rank, evs, base = read_trace(p)
-        r = pos if rank is None else rank
+        tr = read_trace(p)
+        r = pos if tr.rank is None else tr.rank
         if r in per_rank:
-            raise ScenarioError(f"{p}: a second trace of rank {r}: give one file per rank")
-        per_rank[r] = (evs, base)
-    ranks = max(per_rank) + 1
+            raise ScenarioError(f"{p}: a second trace of rank {r} (the first: "
+                                f"{per_rank[r].path}): give one file per rank")
+        per_rank[r] = tr
+        if tr.world_size is not None:
+            worlds.setdefault(tr.world_size, tr.path)
+    if len(worlds) > 1:
+        (w1, p1), (w2, p2) = list(worlds.items())[:2]
+        raise ScenarioError(f"the traces come from runs of different sizes: {p1} has "
+                            f"world_size {w1}, {p2} has {w2}")
     recs: dict[int, list[tuple[float, float, str, Any]]] = {}
-    for r, (evs, base) in per_rank.items():
+    for r, tr in per_rank.items():
         out = []
-        for e in evs:
+        for e in tr.events:
             try:
                 c = _classify(e["name"], r)
-            except ParseError:
+            except (SchedsimError, ValueError):    # not one of ours after all: skip it
                 continue
             if c is None:
                 continue
-            t0 = base / 1e3 + float(e["ts"])
-            out.append((t0, t0 + float(e.get("dur", 0.0)), c[0], c[1]))
+            ts, dur = _times(e, tr.path)
+            t0 = tr.base_ns / 1e3 + ts
+            out.append((t0, t0 + dur, c[0], c[1]))
         out.sort(key=lambda x: x[0])
         recs[r] = out
     everything = [x for v in recs.values() for x in v]
@@ -183,13 +309,34 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     def ms(t: float) -> float:
         return (t - origin) / 1e3
 
-    ops = [(r, a) for r, v in recs.items() for x in v if x[2] == "compute"
-           for a in x[3].atoms()]
-    microbatches = max(a.mb for _, a in ops) + 1
-    stage_ranks: dict[int, set[int]] = {}
-    for r, a in ops:
-        stage_ranks.setdefault(a.stage, set()).add(r)
-    pl = _placement(placement, ranks, stage_ranks, microbatches)
+    # where every traced op ran; every message's two stages (seen from either side)
+    where: dict[tuple[int, int], int] = {}
+    links: list[tuple[int, int, int]] = []
+    top = mbs = 0
+    for r, v in recs.items():
+        done: set[Op] = set()
+        for x in v:
+            if x[2] == "compute":
+                for a in x[3].atoms():
+                    if a in done:
+                        raise ScenarioError(
+                            f"{per_rank[r].path}: {a} appears twice (the trace holds several "
+                            f"steps?): profile one step per file")
+                    done.add(a)
+                    where[(a.stage, a.mb)] = r
+                    top, mbs = max(top, a.stage), max(mbs, a.mb)
+            elif x[2] == "posts":
+                for c in x[3]:
+                    key, to = _ends(c)
+                    if min(key[1], to) < 0:
+                        raise ScenarioError(f"{per_rank[r].path}: rank {r} posts {c}, a "
+                                            f"message to stage {min(key[1], to)}, which "
+                                            f"cannot exist")
+                    links.append((key[1], to, key[2]))
+                    top, mbs = max(top, key[1], to), max(mbs, key[2])
+    world = next(iter(worlds), None)
+    ranks = max(max(per_rank) + 1, world or 0)
+    pl = _placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
     chunk_of, rank_of = pl.chunk_of, pl.rank_fn()
     spans, waits = [], []
     msgs: dict[tuple[str, int, int], Message] = {}
@@ -207,16 +354,15 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
                 index += 1
             elif what == "posts":
                 for c in obj:
-                    key = c.message_key()
-                    to = key[1] + 1 if key[0] == "F" else key[1] - 1
+                    key, to = _ends(c)
                     m = msgs.get(key)
                     if m is None:
                         m = msgs[key] = Message(key[0], rank_of(key[1], key[2]),
                                                 rank_of(to, key[2]), key[2], key[1])
                     if c.is_send:
-                        m.send_posted, m.send_index = ms(t0), index
+                        m.send_posted, m.send_index = ms(t1), index
                     else:
-                        m.recv_posted, m.recv_index = ms(t0), index
+                        m.recv_posted, m.recv_index = ms(t1), index
                     index += 1
                 since_commit += obj
                 outstanding += obj
@@ -238,8 +384,10 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
                                         [str(c) for c in covered]))
                 if kind != "END":
                     index += 1
-    makespan, per_rank_summary = Timeline.summarize(ranks, spans)
-    return Timeline(schedule=name, ranks=ranks, stages=pl.stages, microbatches=microbatches,
-                    semantics="trace", unit="ms", source="measured", placement=pl.kind,
-                    makespan=makespan, per_rank=per_rank_summary, spans=spans,
-                    messages=list(msgs.values()), waits=waits)
+    makespan, per_rank_summary = Timeline.summarize(pl.ranks, spans)
+    missing = [r for r in range(pl.ranks) if r not in per_rank]
+    extra = {"missing_ranks": missing} if missing else {}
+    return Timeline(schedule=name, ranks=pl.ranks, stages=pl.stages,
+                    microbatches=mbs + 1, semantics="trace", unit="ms", source="measured",
+                    placement=pl.kind, makespan=makespan, per_rank=per_rank_summary,
+                    spans=spans, messages=list(msgs.values()), waits=waits, **extra)

@@ -9,6 +9,14 @@ and losses) on rank 0 -> rank 0 keeps the step with the median makespan as the m
 Timeline (``step``, ``step_makespans`` record the choice), runs the gradient check and
 writes ``result.json``. A rank that fails writes
 ``error-rank{r}.json`` (``{rank, origin, message}``), prints one line and exits 1.
+
+Every wait of a rank has the run's deadline, but a rank can also hang where no timeout
+reaches (a compute op, a collective inside the backend, the ``hang`` testing fault). So a
+watchdog thread ends the process (exit 1, one line naming the rank) :data:`GRACE_S`
+seconds after the deadline, whether or not anything else stops it: under ``schedsim
+replay`` the launcher kills the ranks at the deadline already (this is the fallback when
+the launcher itself was killed outright); under ``torchrun`` it is what stops a hung rank,
+after which torchrun stops the others.
 """
 from __future__ import annotations
 
@@ -21,8 +29,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ..errors import SchedsimError
 from ..io import atomic_write_text
 from .config import JobSpec, ReplayError
+
+#: seconds after the run's deadline at which a rank's watchdog ends its process
+GRACE_S = 2.0
 
 
 def _env_int(name: str) -> int:
@@ -33,9 +45,27 @@ def _env_int(name: str) -> int:
     return int(v)
 
 
+def start_watchdog(deadline: float, rank: Any, grace: float = GRACE_S) -> None:
+    """End this process (``os._exit(1)``, after one line on stderr) ``grace`` seconds after
+    the wall-clock ``deadline`` if it is still running then (a daemon thread: it never
+    keeps a finished process alive)."""
+    import threading
+
+    def fire() -> None:
+        while (left := deadline + grace - time.time()) > 0:
+            time.sleep(min(left, 1.0))
+        print(f"schedsim replay: rank {rank}: still running {grace:g} s after the run's "
+              f"deadline (hung where no timeout reaches?): stopping this rank", file=sys.stderr,
+              flush=True)
+        os._exit(1)
+
+    threading.Thread(target=fire, name="schedsim-watchdog", daemon=True).start()
+
+
 def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     """Run this process's rank of ``spec``. Returns rank 0's result dict (None on other
-    ranks). Raises on failure (see :func:`main_worker` for the reporting)."""
+    ranks). Raises on failure (see :func:`main_worker` for the reporting). Starts the
+    watchdog (module docstring): call it only in a process of its own."""
     import torch
     import torch.distributed as dist
 
@@ -47,6 +77,7 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     deadline = spec.deadline or (time.time() + cfg.timeout)
     torch.set_num_threads(cfg.threads)
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    start_watchdog(deadline, rank)
     if cfg.backend == "nccl":
         if not torch.cuda.is_available():
             raise ReplayError("backend nccl needs CUDA GPUs, and torch sees none: use "
@@ -144,10 +175,13 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
 
 def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
     """Write ``error-rank{r}.json`` (if the spec has an out_dir) and print one line."""
-    from .executor import InjectedFault, RankFailure
+    try:
+        from .executor import InjectedFault, RankFailure
+    except ImportError:                 # no torch: nothing of the executor can have failed
+        InjectedFault = RankFailure = ()     # type: ignore[assignment,misc]
 
     rank = os.environ.get("RANK", "?")
-    origin = not isinstance(exc, RankFailure) or exc.origin
+    origin = not isinstance(exc, RankFailure) or exc.origin   # type: ignore[union-attr]
     if isinstance(exc, (RankFailure, InjectedFault, ReplayError)):
         msg = str(exc)
     else:
@@ -162,7 +196,7 @@ def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
                               json.dumps({"rank": int(rank) if rank.isdigit() else -1,
                                           "origin": origin, "message": msg,
                                           "time": time.time()}))
-        except OSError:
+        except (OSError, SchedsimError):     # the launcher names a silent rank anyway
             pass
     print(f"schedsim replay: {msg}", file=sys.stderr, flush=True)
 
