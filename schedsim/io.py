@@ -47,15 +47,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     from .errors import ScenarioError
 
     path = check_output_path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
-                                   dir=path.parent)
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; give the usual file mode
+    tmp = _temp_beside(path)
     try:
         yield Path(tmp)
         try:
@@ -85,15 +77,8 @@ class OutputGroup:
         self._files: list[tuple[Path, Path]] = []
 
     def path(self, final: str | Path) -> Path:
-        from .errors import ScenarioError
-
         final = check_output_path(final)
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=final.suffix,
-                                       dir=final.parent)
-        except OSError as e:
-            raise ScenarioError(f"{final}: cannot write ({e.strerror})") from None
-        os.close(fd)
+        tmp = _temp_beside(final)
         os.unlink(tmp)          # writers create it; an unwritten output is simply skipped
         self._files.append((Path(tmp), final))
         return Path(tmp)
@@ -110,6 +95,22 @@ class OutputGroup:
             if tmp.exists():
                 tmp.unlink()
         self._files = []
+
+
+def _temp_beside(path: Path) -> str:
+    """Create an empty temporary file next to ``path`` (same suffix, the usual file mode
+    rather than mkstemp's 0600); raise :class:`ScenarioError` naming ``path`` if the
+    folder refuses it."""
+    from .errors import ScenarioError
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
+                                   dir=path.parent)
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
+    return tmp
 
 
 def _umask() -> int:

@@ -64,21 +64,30 @@ def op_start_errors(a: Timeline, b: Timeline) -> list[OpError]:
         raise ScenarioError(f"cannot overlay timelines with {a.ranks} and {b.ranks} ranks: "
                             "overlay needs two timelines of the same program")
     ka, kb = _keyed(a), _keyed(b)
-    if ka.keys() != kb.keys():
-        only_a = sorted(ka.keys() - kb.keys())
-        only_b = sorted(kb.keys() - ka.keys())
-
-        def show(keys: list) -> str:
-            txt = ", ".join(f"{s}{k}{m}@rank{r}" for r, k, s, m in keys[:3])
-            return txt + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
-        msg = []
-        if only_a:
-            msg.append(f"{len(only_a)} ops only in the first ({show(only_a)})")
-        if only_b:
-            msg.append(f"{len(only_b)} ops only in the second ({show(only_b)})")
-        raise ScenarioError("cannot overlay timelines of different ops: " + "; ".join(msg)
-                            + " — overlay needs two timelines of the same ops")
+    require_same_ops(ka.keys(), kb.keys(), lambda k: f"{k[2]}{k[1]}{k[3]}@rank{k[0]}",
+                     "overlay", ScenarioError)
     return [OpError(k[0], k[1], k[2], k[3], ka[k].start, kb[k].start) for k in sorted(ka)]
+
+
+def require_same_ops(keys_a, keys_b, show, action: str, error: type) -> None:
+    """Raise ``error`` naming (up to 3 of) the ops found in only one of two timelines, if
+    their op keys differ; ``show(key)`` formats one key and ``action`` says what needed
+    them equal ("overlay", "diff"). Shared by overlays, prediction errors and diffs."""
+    if keys_a == keys_b:
+        return
+    only_a = sorted(set(keys_a) - set(keys_b))
+    only_b = sorted(set(keys_b) - set(keys_a))
+
+    def listing(keys: list) -> str:
+        txt = ", ".join(show(k) for k in keys[:3])
+        return txt + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+    msg = []
+    if only_a:
+        msg.append(f"{len(only_a)} ops only in the first ({listing(only_a)})")
+    if only_b:
+        msg.append(f"{len(only_b)} ops only in the second ({listing(only_b)})")
+    raise error(f"cannot {action} timelines of different ops: " + "; ".join(msg)
+                + f" — {action} needs two runs of the same ops")
 
 
 @dataclass(frozen=True)

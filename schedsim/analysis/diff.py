@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import ScheduleError
 from ..timeline import Timeline
 from ._index import EPS, span_token
+from .accuracy import require_same_ops
 
 
 @dataclass
@@ -83,12 +84,8 @@ def diff_timelines(a: Timeline, b: Timeline) -> Diff:
     if a.ranks != b.ranks:
         raise ScheduleError(f"cannot diff: A has {a.ranks} ranks, B has {b.ranks}")
     oa, ob = _ops(a), _ops(b)
-    if oa.keys() != ob.keys():
-        only_a = sorted(oa.keys() - ob.keys())[:5]
-        only_b = sorted(ob.keys() - oa.keys())[:5]
-        fmt = lambda ks: ", ".join(f"{t} on rank {r}" for r, t in ks) or "none"  # noqa
-        raise ScheduleError(f"cannot diff: the schedules do not run the same ops (only in "
-                            f"A: {fmt(only_a)}; only in B: {fmt(only_b)})")
+    require_same_ops(oa.keys(), ob.keys(), lambda k: f"{k[1]} on rank {k[0]}", "diff",
+                     ScheduleError)
     d = Diff(a.makespan, b.makespan)
     for (r, tok), (pa, sa) in oa.items():
         pb, sb = ob[(r, tok)]
