@@ -103,6 +103,18 @@ def _value(text: str) -> Any:
     return text
 
 
+def key_values(items: list[str] | None, flag: str, hint: str = "") -> dict[str, Any]:
+    """``KEY=VALUE`` flag items as a dict: keys with ``-`` read as ``_``, values as bool,
+    int, float or text. Exits 2 naming ``flag`` (and ``hint``) on an item without ``=``."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            fail(f"bad {flag} {item!r}: expected KEY=VALUE{hint}")
+        k, v = item.split("=", 1)
+        out[k.strip().replace("-", "_")] = _value(v.strip())
+    return out
+
+
 def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    ranks: int | None = None, microbatches: int | None = None,
                    chunks: int | None = None, variant: str | None = None,
@@ -135,11 +147,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                  ("schedule_file", str(schedule_file.resolve()) if schedule_file else None)):
         if v is not None:
             sched[k] = v
-    for item in param or []:
-        if "=" not in item:
-            fail(f"bad --param {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        sched[k.strip().replace("-", "_")] = _value(v.strip())
+    sched.update(key_values(param, "--param"))
     if cost is not None:
         data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
     comm = data.setdefault("comm", {})

@@ -34,8 +34,8 @@ from rich.table import Table
 from ..errors import ScenarioError
 from . import app
 from ..scenario import Scenario
-from .common import (PROGRAM_FLAGS, _value, console, fail, handle_errors, scenario_command,
-                     write_text_out)
+from .common import (PROGRAM_FLAGS, console, fail, handle_errors, key_values,
+                     scenario_command, write_text_out)
 
 NprocOpt = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local processes to start (default: the program's ranks).")]
@@ -55,12 +55,7 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
     from ..replay.config import require_torch
 
     require_torch()
-    table = dict(sc.replay)
-    for item in set_ or []:
-        if "=" not in item:
-            fail(f"bad --set {item!r}: expected KEY=VALUE, e.g. hidden=128")
-        k, v = item.split("=", 1)
-        table[k.strip().replace("-", "_")] = _value(v.strip())
+    table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128")}
     return sc.model_copy(update={"replay": table})
 
 
