@@ -222,8 +222,8 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
         code = cp.code[r]
         made_here: set[tuple[str, int, int]] = set()   # outputs made so far on this rank
         waited: set[tuple[str, int, int]] = set()      # messages received and waited
-        runs_since_commit: list[tuple[int, ...]] = []
         all_h: list[int] = []          # everything this rank posts (the END wait)
+        committed = 0                  # all_h[committed:] is what the next COMMIT waits for
         run: list[int] = []
         for i, ins in enumerate(row):
             t = type(ins)
@@ -258,7 +258,6 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 continue
             if run:
                 tr = tuple(run)
-                runs_since_commit.append(tr)
                 all_h.extend(tr)
                 if plain:
                     code.append((_POST, tr, ()))
@@ -286,12 +285,12 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 span_meta.append((r, op, i))
                 code.append((_COMPUTE, cost(op), sid, (), ()))
             elif t is Commit:
-                hs = tuple(h for tr in runs_since_commit for h in tr)
+                hs = tuple(all_h[committed:])
                 for h in hs:
                     if h & 1:
                         waited.add(mkey[h >> 1])
                 code.append((_WAIT, hs, "COMMIT", i))
-                runs_since_commit = []
+                committed = len(all_h)
             elif t is Wait:
                 hs = []
                 for c in ins.comms:
