@@ -19,10 +19,10 @@ import gc
 import time
 
 from schedsim import CommModel, CostModel, LinkModel, build_program
-from schedsim.compile import compile_program
-from schedsim.engine import build_timeline, run
-from schedsim.io import no_gc
-from schedsim.ir import Commit, Compute, Post, Wait
+from schedsim.program.ir import Commit, Compute, Post, Wait
+from schedsim.sim.compile import compile_program
+from schedsim.sim.engine import build_timeline, run
+from schedsim.util.gc import no_gc
 
 
 def floor_loop(prog) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 from schedsim.generators.torch_family import interleaved_1f1b, interleaved_zb, zbv_torch
-from schedsim.io import no_gc
-from schedsim.lower import lower
+from schedsim.program.lower import lower
+from schedsim.util.gc import no_gc
 
 CASES = [
     ("interleaved-1f1b p8 m64 v2", lambda: interleaved_1f1b(8, 64)),

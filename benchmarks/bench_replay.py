@@ -37,8 +37,7 @@ def _rank_main(rank: int, a: argparse.Namespace, port: int) -> None:
     from schedsim import build_program
     from schedsim.replay.config import ReplayConfig
     from schedsim.replay.executor import RankExecutor
-    from schedsim.replay.workload import (build_stage, loss_fn, microbatch_input,
-                                          microbatch_target)
+    from schedsim.replay.workload import build_stage, loss_fn, microbatch_input, microbatch_target
 
     torch.set_num_threads(1)
     P, M = a.ranks, a.microbatches

@@ -8,16 +8,22 @@ replay in :mod:`schedsim.replay`), one :class:`Timeline` model. Quick start::
     tl = simulate(prog, CostModel(F=1, B=1, W=1, BW=2, FB=3), comm=CommModel(semantics="data"))
     tl.makespan  # 66.0
 """
-from .costs import CommModel, CostModel, LinkModel
-from .engine import simulate
-from .errors import (DeadlockError, ParseError, ProgramError, ScenarioError, ScheduleError,
-                     SchedsimError)
-from .generators import build_program, generate
-from .ir import Comm, Commit, Compute, Op, Placement, Post, Program, Schedule, Wait
-from .lower import lower
-from .scenario import Scenario, load_scenario
-from .timeline import Message, Span, Timeline
-from .validate import validate_schedule
+from schedsim.errors import (
+                     DeadlockError,
+                     ParseError,
+                     ProgramError,
+                     ScenarioError,
+                     SchedsimError,
+                     ScheduleError,
+)
+from schedsim.generators import build_program, generate
+from schedsim.program.ir import Comm, Commit, Compute, Op, Placement, Post, Program, Schedule, Wait
+from schedsim.program.lower import lower
+from schedsim.program.validate import validate_schedule
+from schedsim.scenario import Scenario, load_scenario
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.simulate import simulate
+from schedsim.timeline import Message, Span, Timeline
 
 __all__ = [
     "CommModel", "CostModel", "LinkModel", "simulate", "DeadlockError", "ParseError",

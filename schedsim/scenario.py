@@ -14,7 +14,7 @@ Example (``schedules/dualpipe-figure.toml``)::
     # load a hand-written program or schedule instead of a generator. A torch CSV with
     # SEND/RECV cells runs with those comms unless comm_policy is set.
 
-    [costs]                    # schedsim.costs.CostModel
+    [costs]                    # schedsim.sim.costs.CostModel
     F = 1
     B = 1
     W = 1
@@ -23,11 +23,11 @@ Example (``schedules/dualpipe-figure.toml``)::
     # [costs.stage.3] F = 2    per-stage override;  [[costs.overrides]] per (stage, mb)
     # message_bytes = 1e6      bytes per message; [costs.stage_bytes] per stage
 
-    [link]                     # schedsim.costs.LinkModel
+    [link]                     # schedsim.sim.costs.LinkModel
     latency = 0
     # bandwidth = 1e9          bytes per time unit;  [[link.links]] src/dst overrides
 
-    [comm]                     # schedsim.costs.CommModel
+    [comm]                     # schedsim.sim.costs.CommModel
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
     # eager_threshold_bytes = 65536
@@ -44,9 +44,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .costs import CommModel, CostModel, LinkModel
-from .errors import ScenarioError, SchedsimError
-from .ir import Placement, Program
+from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.program.ir import Placement, Program
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,12 +93,12 @@ class Scenario(BaseModel):
 
     def build_program(self) -> Program:
         """The program this scenario runs (generated, or loaded from its file), validated
-        (:func:`~schedsim.validate.validate_schedule` on its compute order) and checked
+        (:func:`~schedsim.program.validate.validate_schedule` on its compute order) and checked
         against the scenario (every stage, microbatch and rank the scenario names exists).
 
         Raises :class:`SchedsimError` subclasses for anything missing or invalid.
         """
-        from .validate import validate_schedule
+        from schedsim.program.validate import validate_schedule
 
         s = self.schedule
         sources = [k for k, v in (("name", s.name), ("program", s.program),
@@ -146,14 +146,14 @@ class Scenario(BaseModel):
             path = self.resolve(s.schedule_file)
             if path.suffix.lower() == ".csv" and s.comm_policy is None:
                 # a compute+comms torch CSV runs with its own SEND/RECV order
-                from .interop.torch_format import read_torch_csv_program
+                from schedsim.interop.torch_format import read_torch_csv_program
 
                 prog = read_torch_csv_program(path, s.placement or "loop", stages=s.stages,
                                               microbatches=s.microbatches)
                 if prog is not None:
                     return prog
-            from .lower import lower
-            from .schedule_io import load_schedule_file
+            from schedsim.interop.schedule_files import load_schedule_file
+            from schedsim.program.lower import lower
 
             sched = load_schedule_file(self.resolve(s.schedule_file), placement=s.placement,
                                        stages=s.stages, microbatches=s.microbatches)
@@ -163,7 +163,8 @@ class Scenario(BaseModel):
                                 "file or a schedule_file")
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
-        from .generators import build_program, get as get_generator
+        from schedsim.generators import build_program
+        from schedsim.generators import get as get_generator
 
         params = s.generator_params()
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
@@ -242,14 +243,14 @@ def load_scenario(path: str | Path) -> Scenario:
 def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
                       comm_policy: str | None = None) -> Program:
-    """Load a program text file (see :mod:`schedsim.tokens`) with the given placement.
+    """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
 
     ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
     ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
     comm instruction is a compute-only schedule and is lowered with ``comm_policy``
     (default ``async``). Raises :class:`ScenarioError`/:class:`ParseError`.
     """
-    from .tokens import parse_program_text
+    from schedsim.program.tokens import parse_program_text
 
     path = Path(path)
     try:
@@ -269,7 +270,7 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
                       comm_policy: str | None = None, name: str = "custom") -> Program:
     """Build a :class:`Program` from parsed instruction rows (see
     :func:`load_program_file` for the defaults)."""
-    from .ir import Compute, Post, Wait
+    from schedsim.program.ir import Compute, Post, Wait
 
     ranks = ranks or len(rows)
     if len(rows) != ranks:
@@ -300,7 +301,7 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
                    microbatches=m if placement == "dual" else None)
     prog = Program(name=name, placement=pl, microbatches=m, ranks=rows)
     if not prog.has_comm():
-        from .lower import lower
+        from schedsim.program.lower import lower
 
         return lower(prog.schedule(), comm_policy or "async")
     return prog

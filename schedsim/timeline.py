@@ -67,7 +67,7 @@ class Message:
     - ``send_posted`` / ``recv_posted``: when the side's post instruction is done on its
       rank's host, i.e. the *end* of launching the batch (run of consecutive posts) that
       holds it. Simulator: the post time after ``CommModel.launch_cost``
-      (:mod:`schedsim.engine`); replay: the end of the ``batch_isend_irecv`` call
+      (:mod:`schedsim.sim.engine`); replay: the end of the ``batch_isend_irecv`` call
       (:mod:`schedsim.replay.executor`; the data may arrive while that call still
       runs, so a measured ``recv_done`` can precede ``send_posted``); imported trace: the
       end of the post range. With
@@ -225,13 +225,13 @@ class Timeline(BaseModel):
 
     def write_json(self, path: str | Path) -> None:
         """Write the JSON atomically (no partial file on failure)."""
-        from .io import atomic_write_text
+        from schedsim.util.files import atomic_write_text
 
         atomic_write_text(path, self.to_json())
 
     @classmethod
     def read_json(cls, path: str | Path) -> "Timeline":
-        from .errors import ScenarioError
+        from schedsim.errors import ScenarioError
 
         try:
             return cls.model_validate_json(Path(path).read_text())

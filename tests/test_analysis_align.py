@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import FIGURE_COSTS, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import FIGURE_COSTS, SCHEDULES
 from schedsim import CommModel, CostModel, build_program, simulate
 from schedsim.analysis.align import alignment, is_slotted, row_cells, slot_at, slot_end
 from schedsim.cli import app

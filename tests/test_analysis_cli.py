@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import SCHEDULES
 from schedsim.cli import app
 
 runner = CliRunner()

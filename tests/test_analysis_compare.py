@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIGURE_COSTS, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import FIGURE_COSTS, SCHEDULES
 from schedsim import CostModel, build_program, simulate
-from schedsim.analysis.compare import compare
 from schedsim.analysis.diff import diff_timelines
 from schedsim.cli import app
 from schedsim.errors import ScheduleError
 from schedsim.generators import names
+from schedsim.sweep import compare
 
 FIG = CostModel(**FIGURE_COSTS)
 

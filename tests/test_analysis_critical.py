@@ -8,13 +8,13 @@ its slack leaves the makespan, stretching it by one more moves it by one.
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIGURE_COSTS
+
 from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
 from schedsim.analysis.critical import critical_path, op_slack
 from schedsim.analysis.graph import build_graph
-from schedsim.costs import CostOverride
 from schedsim.errors import ProgramError
+from schedsim.sim.costs import CostOverride
 
 FIG = CostModel(**FIGURE_COSTS, message_bytes=1.0)
 

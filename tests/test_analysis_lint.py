@@ -7,15 +7,22 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIGURE_COSTS, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import FIGURE_COSTS, SCHEDULES
 from schedsim import CommModel, CostModel, build_program, load_scenario, simulate
-from schedsim.analysis.lint import (crossed_orders, deadlock_findings, group_findings,
-                                    late_sends, lint, rank_ranges, unrelated_recvs)
+from schedsim.analysis.lint import (
+    crossed_orders,
+    deadlock_findings,
+    group_findings,
+    late_sends,
+    lint,
+    rank_ranges,
+    unrelated_recvs,
+)
 from schedsim.cli import app
+from schedsim.program.tokens import parse_program_text
 from schedsim.scenario import program_from_rows
-from schedsim.tokens import parse_program_text
 
 FIG = CostModel(**FIGURE_COSTS)
 runner = CliRunner()
@@ -61,7 +68,7 @@ def test_crossed_order_error_and_stream_risk() -> None:
 rank 0: 0F0 0F1 0SEND_F0 COMMIT 0SEND_F1 COMMIT
 rank 1: 1RECV_F1 COMMIT 1RECV_F0 COMMIT 1F0 1F1
 """)
-    from schedsim.ir import Placement, Program
+    from schedsim.program.ir import Placement, Program
 
     prog = Program(placement=Placement(kind="loop", ranks=2, stages=2), microbatches=2,
                    ranks=rows)

@@ -6,15 +6,23 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIGURE_COSTS, REFS, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import FIGURE_COSTS, REFS, SCHEDULES
-from schedsim import (CostModel, Op, Placement, Schedule, build_program, lower, simulate,
-                      validate_schedule)
+from schedsim import (
+    CostModel,
+    Op,
+    Placement,
+    Schedule,
+    build_program,
+    lower,
+    simulate,
+    validate_schedule,
+)
+from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.cli import app
 from schedsim.errors import ScenarioError
-from schedsim.memory import MemoryModel, param_memory, peak_activation
 
 FIG = CostModel(**FIGURE_COSTS)
 INFLIGHT = MemoryModel.preset("inflight")

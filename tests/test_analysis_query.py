@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIGURE_COSTS, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import FIGURE_COSTS, SCHEDULES
-from schedsim import (CommModel, CostModel, LinkModel, build_program, load_scenario,
-                      simulate)
+from schedsim import CommModel, CostModel, LinkModel, build_program, load_scenario, simulate
 from schedsim.analysis.query import answer, simulate_free
 from schedsim.analysis.select import parse_selector, select
 from schedsim.cli import app

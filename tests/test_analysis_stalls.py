@@ -4,13 +4,12 @@ sends, link queues, crossed blocking sends)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIGURE_COSTS, SCHEDULES
-from schedsim import (CommModel, CostModel, LinkModel, build_program, load_scenario,
-                      simulate)
+
+from schedsim import CommModel, CostModel, LinkModel, build_program, load_scenario, simulate
 from schedsim.analysis import CAUSES, attribute_stalls
+from schedsim.program.tokens import parse_program_text
 from schedsim.scenario import program_from_rows
-from schedsim.tokens import parse_program_text
 
 FIG = CostModel(**FIGURE_COSTS)
 

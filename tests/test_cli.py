@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import ROOT, SCHEDULES
 from schedsim.cli import app
-from schedsim.tokens import parse_program_text
+from schedsim.program.tokens import parse_program_text
 
 runner = CliRunner()
 

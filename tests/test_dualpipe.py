@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import FIGURE_COSTS, ref_path
+
 from schedsim import CommModel, CostModel, ScheduleError, build_program, generate, simulate
-from schedsim.ir import Commit, Compute, Post
-from schedsim.validate import validate_schedule
+from schedsim.program.ir import Commit, Compute, Post
+from schedsim.program.validate import validate_schedule
 
 REF_FILES = ["dualpipe_pp4_mb10.json", "dualpipe_pp8_mb20.json",
              "dualpipev_pp4_mb10.json", "dualpipev_pp8_mb20.json"]

@@ -6,10 +6,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim import (CommModel, CostModel, DeadlockError, LinkModel, Op, Placement,
-                      Program, Schedule, build_program, lower, simulate)
-from schedsim.costs import CostOverride, KindCosts
-from schedsim.tokens import parse_program_text
+from schedsim import (
+    CommModel,
+    CostModel,
+    DeadlockError,
+    LinkModel,
+    Op,
+    Placement,
+    Program,
+    Schedule,
+    build_program,
+    lower,
+    simulate,
+)
+from schedsim.program.tokens import parse_program_text
+from schedsim.sim.costs import CostOverride, KindCosts
 
 SEMANTICS = ["data", "eager", "rendezvous"]
 

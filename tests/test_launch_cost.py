@@ -10,14 +10,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from schedsim.analysis.accuracy import prediction_error
+from schedsim.analysis.accuracy import compare_metrics, prediction_error
 from schedsim.cli import app
-from schedsim.costs import CommModel, CostModel
-from schedsim.engine import simulate
 from schedsim.errors import ScenarioError
 from schedsim.replay.calibrate import Calibration, post_runs
-from schedsim.replay.compare import compare_metrics
 from schedsim.scenario import apply_costs_file, load_scenario, parse_scenario
+from schedsim.sim.costs import CommModel, CostModel
+from schedsim.sim.simulate import simulate
 from schedsim.timeline import Timeline
 
 runner = CliRunner()

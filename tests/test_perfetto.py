@@ -8,9 +8,9 @@ from collections import defaultdict
 import pytest
 
 from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+from schedsim.analysis.memory import memory_curves
 from schedsim.errors import ScenarioError
 from schedsim.interop.perfetto import trace_events, us_per_unit, write_trace
-from schedsim.memory import memory_curves
 from schedsim.timeline import Timeline
 
 FIG = CostModel(F=1, B=1, W=1, BW=2, FB=3)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SCHEDULES
 from PIL import Image
 from typer.testing import CliRunner
 
-from conftest import SCHEDULES
 from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+from schedsim.analysis.memory import peak_activation
 from schedsim.cli import app
 from schedsim.errors import ScenarioError
-from schedsim.memory import peak_activation
 from schedsim.plot import compare, memory_plot, op_start_errors, overlay
 from schedsim.timeline import Timeline
 

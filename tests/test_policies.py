@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ref_path
-from schedsim.costs import CommModel, CostModel, LinkModel
-from schedsim.engine import simulate
+
 from schedsim.errors import ScheduleError
 from schedsim.generators import generate
-from schedsim.generators.torch_family import (interleaved_1f1b, interleaved_zb, looped_bfs,
-                                              zbv_torch)
-from schedsim.ir import Commit, Compute, Op, Placement, Post, Schedule, Wait
-from schedsim.lower import POLICIES, link_ordered_recvs, lower, op_recvs
-from schedsim.policies import add_send_recv, torch_runtime_kind
-from schedsim.tokens import format_instr, format_op
+from schedsim.generators.torch_family import interleaved_1f1b, interleaved_zb, looped_bfs, zbv_torch
+from schedsim.program.ir import Commit, Compute, Op, Placement, Post, Schedule, Wait
+from schedsim.program.lower import POLICIES, lower
+from schedsim.program.lowering import link_ordered_recvs, op_recvs
+from schedsim.program.tokens import format_instr, format_op
+from schedsim.program.torch_runtime import add_send_recv, torch_runtime_kind
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.simulate import simulate
 
 torch_ref = pytest.importorskip("torch_ref")
 

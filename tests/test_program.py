@@ -5,11 +5,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedsim import (CommModel, Op, ParseError, Placement, Program, ProgramError, Schedule,
-                      ScheduleError, build_program, generate, simulate, validate_schedule)
-from schedsim.ir import Comm, Commit, Compute, Post, Wait
+from schedsim import (
+    CommModel,
+    Op,
+    ParseError,
+    Placement,
+    Program,
+    ProgramError,
+    Schedule,
+    ScheduleError,
+    build_program,
+    generate,
+    simulate,
+    validate_schedule,
+)
+from schedsim.program.ir import Comm, Commit, Compute, Post, Wait
+from schedsim.program.tokens import format_instr, parse_instr, parse_program_text
 from schedsim.scenario import program_from_rows
-from schedsim.tokens import format_instr, parse_instr, parse_program_text
 
 
 def program(text: str, ranks: int, stages: int, mbs: int, placement: str = "loop") -> Program:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from schedsim.ir import Program  # noqa: E402
+from schedsim.program.ir import Program  # noqa: E402
 from schedsim.replay.config import ReplayConfig, spec_from_scenario  # noqa: E402
 from schedsim.scenario import parse_scenario  # noqa: E402
 from schedsim.timeline import Timeline  # noqa: E402
@@ -32,8 +32,12 @@ def test_cuda_clock_orders_events():
 
 @needs_gpu
 def test_split_backward_on_gpu():
-    from schedsim.replay.workload import (WEIGHT_GRADS, build_stage, microbatch_input,
-                                          microbatch_target)
+    from schedsim.replay.workload import (
+        WEIGHT_GRADS,
+        build_stage,
+        microbatch_input,
+        microbatch_target,
+    )
 
     cfg = ReplayConfig(workload="transformer", hidden=32, heads=4, seq=8, dtype="float64")
     m1, m2 = build_stage(cfg, 0, "cuda:0"), build_stage(cfg, 0, "cuda:0")

@@ -11,13 +11,13 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
+from replay_helpers import write_trace as _trace  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from replay_helpers import write_trace as _trace  # noqa: E402
 from schedsim.cli import app  # noqa: E402
 from schedsim.errors import ScenarioError  # noqa: E402
+from schedsim.interop.kineto import import_traces  # noqa: E402
 from schedsim.replay.config import Fault  # noqa: E402
-from schedsim.replay.trace_import import import_traces  # noqa: E402
 from schedsim.scenario import parse_scenario  # noqa: E402
 from schedsim.timeline import Timeline  # noqa: E402
 
@@ -212,10 +212,11 @@ def test_replay_refuses_rendezvous_deadlock(no_launch, argv, chain):
     starts, with the simulator's chain; it runs under eager, so the old eager pre-check
     let it through to hang until the timeout."""
     from conftest import ROOT
-    from schedsim.costs import CommModel
-    from schedsim.engine import simulate
+
     from schedsim.replay.config import spec_from_scenario
     from schedsim.scenario import load_scenario
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate
 
     argv = [str(ROOT / a) if a.endswith(".toml") else a for a in argv]
     r = runner.invoke(app, ["replay", *argv])
@@ -275,8 +276,8 @@ def test_calibrate_and_import_check_outputs_first(tmp_path, no_launch):
 
 def _fake_launch(prog_name="1f1b"):
     """A launch() that returns a simulated timeline dressed as rank 0's result."""
-    from schedsim.engine import simulate
-    from schedsim.ir import Program
+    from schedsim.program.ir import Program
+    from schedsim.sim.simulate import simulate
 
     def fake(spec, n, **kw):
         tl = simulate(Program.model_validate(spec.program))
@@ -289,7 +290,7 @@ def _fake_launch(prog_name="1f1b"):
 def test_replay_outputs_all_or_nothing(tmp_path, monkeypatch):
     """--json, --gantt and --compare's four files appear together; when one fails none
     does (nor the --out-dir made for them), and the error names it."""
-    import schedsim.plot as plot
+    import schedsim.plot.figure as plot
     import schedsim.replay.launch as launch_mod
 
     monkeypatch.setattr(launch_mod, "launch", _fake_launch())
@@ -324,10 +325,10 @@ def test_measured_posts_mean_what_simulated_posts_mean():
     cost give back the simulator's messages and spans exactly: zero prediction error."""
     from schedsim import build_program
     from schedsim.analysis.accuracy import prediction_error
-    from schedsim.costs import CommModel, CostModel
-    from schedsim.engine import simulate
-    from schedsim.ir import Post
+    from schedsim.program.ir import Post
     from schedsim.replay.timing import measured_timeline
+    from schedsim.sim.costs import CommModel, CostModel
+    from schedsim.sim.simulate import simulate
 
     prog = build_program("1f1b", 2, 3)
     lc = 0.25

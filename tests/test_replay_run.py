@@ -20,9 +20,8 @@ import pytest
 pytest.importorskip("torch")
 
 from schedsim.errors import ScenarioError  # noqa: E402
-from schedsim.ir import Compute, Post, Program  # noqa: E402
-from schedsim.replay.config import (Fault, ReplayConfig, ReplayError,  # noqa: E402
-                                    spec_from_scenario)
+from schedsim.program.ir import Compute, Post, Program  # noqa: E402
+from schedsim.replay.config import Fault, ReplayConfig, ReplayError, spec_from_scenario  # noqa: E402
 from schedsim.replay.launch import launch  # noqa: E402
 from schedsim.scenario import parse_scenario  # noqa: E402
 from schedsim.timeline import Timeline  # noqa: E402
@@ -401,6 +400,7 @@ def test_no_precheck_runs_a_rendezvous_deadlock_until_the_timeout():
     """The escape hatch: crossed-sends (refused by default) launches and hangs on gloo
     until the timeout, as the pre-check predicts."""
     from conftest import SCHEDULES
+
     from schedsim.scenario import load_scenario
 
     sc = load_scenario(SCHEDULES / "crossed-sends.toml")

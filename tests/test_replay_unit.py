@@ -13,23 +13,28 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
+from replay_helpers import write_trace as _trace  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from schedsim.analysis.accuracy import compare_metrics  # noqa: E402
 from schedsim.cli import app  # noqa: E402
 from schedsim.errors import ScenarioError  # noqa: E402
-from schedsim.ir import Compute  # noqa: E402
+from schedsim.interop.kineto import import_traces  # noqa: E402
+from schedsim.program.ir import Compute  # noqa: E402
+from schedsim.program.tokens import parse_program_text  # noqa: E402
+from schedsim.program.validate import validate_schedule  # noqa: E402
 from schedsim.replay.calibrate import Calibration, fit_link  # noqa: E402
-from schedsim.replay.compare import compare_metrics  # noqa: E402
 from schedsim.replay.config import Fault, ReplayConfig  # noqa: E402
-from schedsim.replay.trace_import import import_traces  # noqa: E402
-from schedsim.replay.workload import (WEIGHT_GRADS, build_stage, loss_fn,  # noqa: E402
-                                      microbatch_input, microbatch_target, reference_step)
+from schedsim.replay.workload import (  # noqa: E402
+    WEIGHT_GRADS,
+    build_stage,
+    loss_fn,
+    microbatch_input,
+    microbatch_target,
+    reference_step,
+)
 from schedsim.scenario import apply_costs_file, parse_scenario, program_from_rows  # noqa: E402
 from schedsim.timeline import Span, Timeline  # noqa: E402
-from schedsim.tokens import parse_program_text  # noqa: E402
-from schedsim.validate import validate_schedule  # noqa: E402
-
-from replay_helpers import write_trace as _trace  # noqa: E402
 
 
 @pytest.mark.parametrize("workload", ["mlp", "transformer"])
@@ -278,8 +283,8 @@ def test_torch_free_imports():
     """The CLI and the parent-side replay modules import with torch unavailable."""
     code = ("import sys; sys.modules['torch'] = None\n"
             "import schedsim, schedsim.cli, schedsim.cli.replay, schedsim.replay, "
-            "schedsim.replay.launch, schedsim.replay.calibrate, schedsim.replay.compare, "
-            "schedsim.replay.trace_import\n"
+            "schedsim.replay.launch, schedsim.replay.calibrate, schedsim.analysis.accuracy, "
+            "schedsim.interop.kineto\n"
             "assert sys.modules['torch'] is None\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)

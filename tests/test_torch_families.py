@@ -7,16 +7,21 @@ import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
-from schedsim.costs import CommModel, CostModel, LinkModel
-from schedsim.engine import simulate
 from schedsim.errors import ScheduleError
 from schedsim.generators import GENERATORS, generate, names
 from schedsim.generators.basic import gpipe, one_f_one_b
-from schedsim.generators.torch_family import (interleaved_1f1b, interleaved_zb, looped_bfs,
-                                              megatron_schedule_table, zbv_torch)
-from schedsim.lower import lower
-from schedsim.tokens import format_op
-from schedsim.validate import validate_schedule
+from schedsim.generators.torch_family import (
+    interleaved_1f1b,
+    interleaved_zb,
+    looped_bfs,
+    megatron_schedule_table,
+    zbv_torch,
+)
+from schedsim.program.lower import lower
+from schedsim.program.tokens import format_op
+from schedsim.program.validate import validate_schedule
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.simulate import simulate
 
 torch_ref = pytest.importorskip("torch_ref")
 runner = CliRunner()

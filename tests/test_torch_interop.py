@@ -7,25 +7,30 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SCHEDULES
 from typer.testing import CliRunner
 
-from conftest import SCHEDULES
 from schedsim.cli import app
-from schedsim.costs import CommModel, CostModel, LinkModel
-from schedsim.engine import simulate
 from schedsim.errors import ParseError, ProgramError, ScheduleError
 from schedsim.generators import generate
 from schedsim.generators.torch_family import interleaved_1f1b, zbv_torch
-from schedsim.interop.torch_format import (format_torch_action, parse_torch_action,
-                                           parse_torch_csv, program_to_torch_csv,
-                                           read_torch_csv, read_torch_csv_program,
-                                           schedule_to_torch_csv)
-from schedsim.ir import Comm, Commit, Op, Placement, Program, Schedule, Wait
-from schedsim.lower import lower
-from schedsim.policies import add_send_recv, runtime_rows
-from schedsim.schedule_io import load_schedule_file
-from schedsim.tokens import format_instr, format_op
-from schedsim.validate import validate_schedule
+from schedsim.interop.schedule_files import load_schedule_file
+from schedsim.interop.torch_format import (
+    format_torch_action,
+    parse_torch_action,
+    parse_torch_csv,
+    program_to_torch_csv,
+    read_torch_csv,
+    read_torch_csv_program,
+    schedule_to_torch_csv,
+)
+from schedsim.program.ir import Comm, Commit, Op, Placement, Program, Schedule, Wait
+from schedsim.program.lower import lower
+from schedsim.program.tokens import format_instr, format_op
+from schedsim.program.torch_runtime import add_send_recv, runtime_rows
+from schedsim.program.validate import validate_schedule
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.simulate import simulate
 
 torch_ref = pytest.importorskip("torch_ref")
 from torch.distributed.pipelining.schedules import _Action  # noqa: E402

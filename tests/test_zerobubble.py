@@ -8,16 +8,16 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import REFS
 from typer.testing import CliRunner
 
-from conftest import REFS
 from schedsim import CommModel, CostModel, LinkModel, ScheduleError, generate, lower, simulate
+from schedsim.analysis.memory import MemoryModel, peak_activation
+from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 from schedsim.cli import app
 from schedsim.generators import get
-from schedsim.memory import MemoryModel, peak_activation
-from schedsim.metrics import bubble_rate_paper, stage_spans
+from schedsim.program.validate import validate_schedule
 from schedsim.scenario import parse_scenario
-from schedsim.validate import validate_schedule
 
 ZB_REFS = REFS / "zb"
 REF_FILES = sorted(p for p in ZB_REFS.rglob("*.json")

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedsim import CommModel, CostModel, LinkModel, generate, lower, simulate
-from schedsim.memory import MemoryModel, peak_activation
-from schedsim.metrics import bubble_rate_paper, stage_spans
-from schedsim.validate import validate_schedule
+from schedsim.analysis.memory import MemoryModel, peak_activation
+from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
+from schedsim.program.validate import validate_schedule
 
 DATA, EAGER = CommModel(semantics="data"), CommModel(semantics="eager")
 ZB = MemoryModel.preset("zb")

@@ -19,6 +19,6 @@ Every function takes times in the timeline's ``unit``.
 """
 from __future__ import annotations
 
-from .stalls import CAUSES, Stall, attribute_stalls
+from schedsim.analysis.stalls import CAUSES, Stall, attribute_stalls
 
 __all__ = ["CAUSES", "Stall", "attribute_stalls"]

@@ -1,7 +1,7 @@
 """Lookup tables over one Timeline shared by the analysis modules.
 
 A message is identified by its key ``(kind, producing stage, mb)`` (see
-:mod:`schedsim.dataflow`); an op atom by ``(kind, stage, mb)``, FB spans being indexed by
+:mod:`schedsim.program.routing`); an op atom by ``(kind, stage, mb)``, FB spans being indexed by
 both of their parts.
 """
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from functools import cached_property
 
-from ..dataflow import Key, needs, recv_comm, send_comm
-from ..ir import Comm, Op
-from ..timeline import Message, Span, Timeline
-from ..tokens import parse_comm
+from schedsim.program.ir import Comm, Op
+from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import Key, consumer_atoms, needs, producer_atoms
+from schedsim.program.tokens import parse_comm
+from schedsim.timeline import Message, Span, Timeline
 
 EPS = 1e-9
 
@@ -45,6 +46,39 @@ def key_label(key: Key) -> str:
     if kind == "F":
         return f"activation of stage {s} mb {mb}"
     return f"input gradient of stage {s} mb {mb}"
+
+
+def _first(index: dict, keys: tuple) -> Span | None:
+    for k in keys:
+        s = index.get(k)
+        if s is not None:
+            return s
+    return None
+
+
+def rank_atom_index(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
+    """``(rank, kind, stage, mb) -> span`` for every op (FB spans under both parts)."""
+    idx: dict[tuple[int, str, int, int], Span] = {}
+    for s in tl.spans:
+        for kind, stage, mb in span_atoms(s):
+            idx[(s.rank, kind, stage, mb)] = s
+    return idx
+
+
+def message_producer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
+    """The span on ``m.src`` that produced message ``m`` (``idx``: :func:`rank_atom_index`)."""
+    return _first(idx, tuple((m.src, *a) for a in producer_atoms((m.kind, m.stage, m.mb))))
+
+
+def message_consumer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
+    """The span on ``m.dst`` that consumes message ``m`` (``idx``: :func:`rank_atom_index`),
+    or None if the timeline has none."""
+    return _first(idx, tuple((m.dst, *a) for a in consumer_atoms((m.kind, m.stage, m.mb))))
+
+
+def recv_token(m: Message) -> str:
+    """The receiver's comm token for ``m`` (``4RECV_B0``), as wait records name it."""
+    return str(recv_comm((m.kind, m.stage, m.mb)))
 
 
 class TimelineIndex:
@@ -91,17 +125,11 @@ class TimelineIndex:
 
     def producer(self, key: Key) -> Span | None:
         """The span that produced message ``key`` (F for an activation, B/BW a gradient)."""
-        kind, s, mb = key
-        if kind == "F":
-            return self.by_atom.get(("F", s, mb))
-        return self.by_atom.get(("B", s, mb)) or self.by_atom.get(("BW", s, mb))
+        return _first(self.by_atom, producer_atoms(key))
 
     def consumer(self, key: Key) -> Span | None:
         """The span that consumes message ``key`` on the receiving rank."""
-        kind, s, mb = key
-        if kind == "F":
-            return self.by_atom.get(("F", s + 1, mb))
-        return self.by_atom.get(("B", s - 1, mb)) or self.by_atom.get(("BW", s - 1, mb))
+        return _first(self.by_atom, consumer_atoms(key))
 
     def needs_of(self, span: Span) -> set[Key]:
         """Message keys ``span`` consumes (cross-rank or not)."""

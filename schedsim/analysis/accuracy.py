@@ -14,9 +14,10 @@ first timeline is the *prediction*, the second the *reference* (the measurement)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from ..errors import ScenarioError
-from ..timeline import Span, Timeline
+from schedsim.errors import ScenarioError
+from schedsim.timeline import Span, Timeline
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,26 @@ def prediction_error(predicted: Timeline, measured: Timeline, tol: float = 1e-9,
         mean_start_error_pct=100.0 * mean / mk, max_start_error=worst.error,
         max_start_error_pct=100.0 * abs(worst.error) / mk, worst_op=worst.label(),
         ops=len(errs), moved=sum(abs(e.error) > tol for e in errs))
+
+
+def compare_metrics(predicted: Timeline, measured: Timeline) -> dict[str, Any]:
+    """Makespan error and per-op start error of ``predicted`` against ``measured``
+    (:func:`schedsim.analysis.accuracy.prediction_error` as a dict).
+
+    Returns ``{makespan_predicted, makespan_measured, makespan_error,
+    makespan_error_pct, mean_start_error, mean_start_error_pct, max_start_error,
+    max_start_error_pct, worst_op, ops, moved}`` (times in the timelines' unit, ``*_pct``
+    in %). Raises :class:`~schedsim.errors.ScenarioError` if the timelines do not hold
+    the same ops or the measured makespan is 0.
+    """
+    return prediction_error(predicted, measured).to_dict()
+
+
+def summary_line(m: dict[str, Any], unit: str = "ms") -> str:
+    """``makespan: predicted X, measured Y (error Z%); per-op start error ...``, where
+    error = (predicted - measured) / measured and start errors are % of the measured
+    makespan."""
+    return (f"makespan: predicted {m['makespan_predicted']:.4g} {unit}, measured "
+            f"{m['makespan_measured']:.4g} {unit} (error {m['makespan_error_pct']:+.1f}%); "
+            f"per-op start error: mean {m['mean_start_error_pct']:.1f}% of makespan, max "
+            f"{m['max_start_error_pct']:.1f}% ({m['worst_op']}) over {m['ops']} ops")

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ..timeline import Timeline
-from ._index import EPS, TimelineIndex, fmt_t, span_token
-from .stalls import transfer_ready
+from schedsim.analysis._index import EPS, TimelineIndex, fmt_t, span_token
+from schedsim.analysis.stalls import transfer_ready
+from schedsim.timeline import Timeline
 
 
 @dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ._index import EPS, fmt_t, key_label, span_token
-from .graph import DepGraph, Node
+from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
+from schedsim.analysis.graph import DepGraph, Node
 
 
 @dataclass

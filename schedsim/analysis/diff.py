@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..errors import ScheduleError
-from ..timeline import Timeline
-from ._index import EPS, span_token
-from .accuracy import require_same_ops
+from schedsim.analysis._index import EPS, span_token
+from schedsim.analysis.accuracy import require_same_ops
+from schedsim.errors import ScheduleError
+from schedsim.timeline import Timeline
 
 
 @dataclass

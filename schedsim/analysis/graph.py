@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..compile import Compiled, compile_program
-from ..costs import CommModel, CostModel, LinkModel
-from ..errors import ProgramError
-from ..ir import Program
-from ..timeline import Timeline
-from ..tokens import format_instr
-from ._index import EPS, TimelineIndex, fmt_t, key_label, span_token
+from schedsim.analysis._index import EPS, TimelineIndex, fmt_t, key_label, span_token
+from schedsim.errors import ProgramError
+from schedsim.program.ir import Program
+from schedsim.program.tokens import format_instr
+from schedsim.sim.compile import Compiled, compile_program
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.timeline import Timeline
 
 Node = tuple
 

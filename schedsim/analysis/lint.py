@@ -19,7 +19,7 @@ instructions):
   shared comm stream under rendezvous). Within one batch on either side the order is
   free (``batch_isend_irecv`` launches them together).
 - ``deadlock``: the run of the program deadlocked; one finding (severity ``deadlock``)
-  giving the wait-for cycle the engine found (:mod:`schedsim.deadlock`). The timed rules
+  giving the wait-for cycle the engine found (:mod:`schedsim.sim.deadlock`). The timed rules
   are skipped then (a stuck run has no complete timing); the static ones still run, so a
   ``crossed-order`` finding may name the crossing behind the cycle.
 
@@ -34,11 +34,11 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from dataclasses import asdict, dataclass
 
-from ..dataflow import produces
-from ..ir import Commit, Compute, Post, Program, Wait
-from ..timeline import Timeline
-from ..tokens import format_instr
-from ._index import EPS, TimelineIndex, comm_of, fmt_t, span_token
+from schedsim.analysis._index import EPS, TimelineIndex, comm_of, fmt_t, span_token
+from schedsim.program.ir import Commit, Compute, Post, Program, Wait
+from schedsim.program.routing import consumer_stage, produces, route
+from schedsim.program.tokens import format_instr
+from schedsim.timeline import Timeline
 
 SEVERITY_ORDER = {"error": 0, "deadlock": 1, "stream-risk": 2, "warning": 3, "info": 4}
 
@@ -286,10 +286,9 @@ def crossed_orders(program: Program) -> list[Finding]:
         for i, ins in enumerate(row):
             if isinstance(ins, Post):
                 key = ins.comm.message_key()
-                to = key[1] + 1 if key[0] == "F" else key[1] - 1
-                if not (0 <= key[1] < S and 0 <= to < S):
+                if not (0 <= key[1] < S and 0 <= consumer_stage(key) < S):
                     continue
-                src, dst = rank_of(key[1], key[2]), rank_of(to, key[2])
+                src, dst = route(key, rank_of)
                 lst.append((i, key, ins.comm.is_send, dst if ins.comm.is_send else src))
         posts.append(lst)
         waited.append(_waited_at(row))

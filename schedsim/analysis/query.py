@@ -22,17 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..compile import compile_program
-from ..costs import CommModel, CostModel, LinkModel
-from ..engine import build_timeline, run
-from ..errors import ScenarioError
-from ..io import no_gc
-from ..ir import Program
-from ..timeline import Timeline
-from ._index import EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token
-from .critical import condense
-from .graph import build_graph
-from .select import Target
+from schedsim.analysis._index import EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token
+from schedsim.analysis.critical import condense
+from schedsim.analysis.graph import build_graph
+from schedsim.analysis.select import Target
+from schedsim.errors import ScenarioError
+from schedsim.program.ir import Program
+from schedsim.sim.compile import compile_program
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.engine import build_timeline, run
+from schedsim.timeline import Timeline
+from schedsim.util.gc import no_gc
 
 SEMANTICS = ("data", "eager", "rendezvous")
 
@@ -218,7 +218,7 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
     Raises :class:`ScenarioError` when a cause is the effect's own instruction
     (:func:`check_causes`).
     """
-    from ..engine import simulate
+    from schedsim.sim.simulate import simulate
 
     check_causes(effect, causes)
     event = "start" if effect.op is not None else "completion"

@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ParseError, ScenarioError
-from ..ir import Comm, Compute, Op, Post, Program
-from ..tokens import format_instr, parse_instr
+from schedsim.errors import ParseError, ScenarioError
+from schedsim.program.ir import Comm, Compute, Op, Post, Program
+from schedsim.program.tokens import format_instr, parse_instr
 
 KINDS = ("F", "B", "W", "BW", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B")
 _KEYS = ("rank", "mb", "stage", "chunk", "index")

@@ -28,11 +28,19 @@ The binding member of a wait is the op that completed last (at the wait's releas
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from ..ir import Program
-from ..timeline import Message, Span, Timeline, WaitRecord
-from ._index import (EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token,
-                     span_token)
+from schedsim.analysis._index import (
+    EPS,
+    TimelineIndex,
+    comm_of,
+    fmt_t,
+    key_label,
+    partner_token,
+    span_token,
+)
+from schedsim.program.ir import Program
+from schedsim.timeline import Message, Span, Timeline, WaitRecord
 
 #: cause -> one-line meaning (shown by ``schedsim stalls --help`` and the README)
 CAUSES: dict[str, str] = {
@@ -241,7 +249,7 @@ def attribute_stalls(tl: Timeline, program: Program | None = None) -> list[Stall
 
 def _instr_token(program: Program | None, r: int, i: int, fallback: str) -> str:
     if program is not None and 0 <= i < len(program.ranks[r]):
-        from ..tokens import format_instr
+        from schedsim.program.tokens import format_instr
 
         return format_instr(program.ranks[r][i])
     return fallback
@@ -289,3 +297,14 @@ def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:
     for s in stalls:
         out.setdefault(s.cause, [0.0] * ranks)[s.rank] += s.duration
     return out
+
+
+def stalls_of(tl: Timeline, stalls: Any) -> list[Any]:
+    """Normalise a figure's or trace's ``stalls`` option: None/False -> none; True -> the
+    stalls of :func:`attribute_stalls`; a list -> itself (objects with ``rank, start,
+    end, cause``)."""
+    if stalls is None or stalls is False:
+        return []
+    if stalls is True:
+        return list(attribute_stalls(tl))
+    return list(stalls)

@@ -13,13 +13,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis._index import fmt_t
-from ..costs import CommModel
-from ..errors import ScenarioError
-from ..io import atomic_write_text
-from ..scenario import Scenario
-from . import app
-from .common import console, fail, handle_errors, scenario_command
+from schedsim.analysis._index import fmt_t
+from schedsim.cli import app
+from schedsim.cli.common import console, fail, handle_errors, scenario_command
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario
+from schedsim.sim.costs import CommModel
+from schedsim.util.files import atomic_write_text
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically).")]
@@ -28,7 +28,7 @@ ALIGN_LIMIT = 40
 
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
     """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""
-    from ..engine import simulate
+    from schedsim.sim.simulate import simulate
 
     prog = sc.build_program()
     tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
@@ -68,7 +68,7 @@ def stalls(
 
     Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
     """
-    from ..analysis.stalls import attribute_stalls, stalls_summary
+    from schedsim.analysis.stalls import attribute_stalls, stalls_summary
 
     prog, tl = run_scenario(sc)
     st = attribute_stalls(tl, prog)
@@ -120,7 +120,7 @@ def align(
 
     Example: schedsim align schedules/dualpipe-issue-t10-t12.toml --semantics rendezvous --rank 5
     """
-    from ..analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
+    from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
     _, tl = run_scenario(sc)
     rows = alignment(tl, late_threshold)
@@ -163,8 +163,8 @@ def critical_path_cmd(
     posts, partner posts, link FIFO, comm streams). --json writes {"makespan", "path":
     [...], "slack": [...]}.
     """
-    from ..analysis.critical import critical_path, op_slack
-    from ..analysis.graph import build_graph
+    from schedsim.analysis.critical import critical_path, op_slack
+    from schedsim.analysis.graph import build_graph
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
@@ -240,8 +240,8 @@ def query(
     Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
     --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
-    from ..analysis.query import SEMANTICS, answer, explain
-    from ..analysis.select import select
+    from schedsim.analysis.query import SEMANTICS, answer, explain
+    from schedsim.analysis.select import select
 
     if not effect:
         raise ScenarioError("query needs --effect SELECTOR (e.g. --effect \"rank=5 W mb=0\")")
@@ -299,7 +299,8 @@ def lint(
     Exit code: 0 (findings or not) when the run completes, 3 when it deadlocks (after
     printing the findings and writing --json), 2 for bad input.
     """
-    from ..analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
+    from schedsim.analysis.lint import examples, group_findings, rank_ranges
+    from schedsim.analysis.lint import lint as run_lint
 
     prog = sc.build_program()
     comm = sc.comm if sc.comm.semantics != "data" else \

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from ..costs import parse_cost_string
-from ..errors import SchedsimError
-from ..scenario import Scenario, load_scenario, parse_scenario
+from schedsim.errors import SchedsimError
+from schedsim.scenario import Scenario, load_scenario, parse_scenario
+from schedsim.sim.costs import parse_cost_string
 
 console = Console()
 err_console = Console(stderr=True)
@@ -170,7 +170,7 @@ def write_text_out(path: Path | None, text: str) -> None:
     if path is None or str(path) == "-":
         sys.stdout.write(text)
         return
-    from ..io import atomic_write_text
+    from schedsim.util.files import atomic_write_text
 
     atomic_write_text(path, text)
 

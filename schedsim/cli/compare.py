@@ -8,16 +8,28 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis._index import fmt_t
-from ..costs import CommModel, CostModel, parse_cost_string
-from ..errors import ScenarioError
-from ..memory import MemoryModel
-from ..scenario import Scenario, load_scenario, parse_scenario
-from . import app
-from .analysis import JsonOpt, run_scenario, write_json
-from .common import (BandwidthOpt, BytesOpt, CostOpt, LatencyOpt, MbOpt, RanksOpt,
-                     SemanticsOpt, StreamOpt, ThresholdOpt, console, fail, handle_errors,
-                     scenario_command)
+from schedsim.analysis._index import fmt_t
+from schedsim.analysis.memory import MemoryModel
+from schedsim.cli import app
+from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
+from schedsim.cli.common import (
+    BandwidthOpt,
+    BytesOpt,
+    CostOpt,
+    LatencyOpt,
+    MbOpt,
+    RanksOpt,
+    SemanticsOpt,
+    StreamOpt,
+    ThresholdOpt,
+    console,
+    fail,
+    handle_errors,
+    scenario_command,
+)
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario, load_scenario, parse_scenario
+from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -97,7 +109,8 @@ def compare(
 
     Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
-    from ..analysis.compare import compare as run_compare, spread
+    from schedsim.sweep import compare as run_compare
+    from schedsim.sweep import spread
 
     if ranks is None or microbatches is None:
         fail("compare needs --ranks and --microbatches")
@@ -242,8 +255,8 @@ def diff(
 
     Example: schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
-    from ..analysis.diff import diff_timelines
-    from ..engine import simulate
+    from schedsim.analysis.diff import diff_timelines
+    from schedsim.sim.simulate import simulate
 
     sa, sb = _load_side(a, ranks, microbatches), _load_side(b, ranks, microbatches)
     costs = parse_cost_string(cost, sa.costs) if cost is not None else sa.costs
@@ -288,7 +301,7 @@ def memory(
     deltas F, B, W, BW, fb_order, scale), then --memory-model/--fb-order. Units: one
     microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
     """
-    from ..memory import memory_curves, param_memory, peak_activation
+    from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:

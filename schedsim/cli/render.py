@@ -6,10 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import ScenarioError
-from ..timeline import Timeline
-from . import app
-from .common import handle_errors
+from schedsim.cli import app
+from schedsim.cli.common import handle_errors
+from schedsim.errors import ScenarioError
+from schedsim.timeline import Timeline
 
 ArrowsOpt = Annotated[bool, typer.Option(
     "--arrows", help="Gantt: draw an arrow per message (red: the receiver waited).")]
@@ -21,7 +21,7 @@ StallsOpt = Annotated[bool, typer.Option(
 
 def check_figure_path(path: Path) -> None:
     """Raise :class:`ScenarioError` unless ``path`` ends in .png, .svg or .pdf."""
-    from ..plot import FORMATS
+    from schedsim.plot import FORMATS
 
     if path.suffix.lower() not in FORMATS:
         raise ScenarioError(f"{path}: unsupported figure format {path.suffix!r} (use .png, "
@@ -49,7 +49,7 @@ def render(
     arrows: ArrowsOpt = False,
     memory: MemoryOpt = False,
     memory_model: Annotated[str, typer.Option(
-        "--memory-model", help="With --memory: zb or inflight (see schedsim.memory).")] = "zb",
+        "--memory-model", help="With --memory: zb or inflight (see schedsim.analysis.memory).")] = "zb",
     stalls: StallsOpt = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
 ) -> None:
@@ -59,8 +59,8 @@ def render(
       schedsim render dualpipe.json --out dualpipe.png --arrows --memory
       schedsim render data.json --overlay rendezvous.json --out overlay.png
     """
-    from ..plot import gantt, save_figure
-    from ..plot import overlay as draw_overlay
+    from schedsim.plot import gantt, save_figure
+    from schedsim.plot import overlay as draw_overlay
 
     check_figure_path(out)
     tl = Timeline.read_json(timeline)
@@ -78,7 +78,7 @@ def render(
     else:
         if names is not None:
             raise ScenarioError("--names needs --overlay")
-        from ..plot import resolve_model
+        from schedsim.plot import resolve_model
 
         model = resolve_model(memory_model) if memory else None
         fig = gantt(tl, title=title, **gantt_options(arrows, model, stalls))

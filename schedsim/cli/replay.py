@@ -11,7 +11,7 @@ and NCCL sends behave) and refused if it deadlocks (``--no-precheck`` skips that
 every output path (``--json``, ``--gantt``, ``--out-dir`` and its files, ``--profile-dir``,
 ``calibrate --out``) is checked, so a typo fails at once instead of after the run. The
 outputs of one command are written together or not at all
-(:func:`schedsim.io.output_group`).
+(:func:`schedsim.util.files.output_group`).
 
 Hidden testing aid: ``replay --inject-fault RANK[:INDEX[:raise|hang]]`` makes rank RANK
 raise (``raise``, the default) or hang forever (``hang``) when it reaches instruction
@@ -31,11 +31,18 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 from rich.table import Table
 
-from ..errors import ScenarioError
-from . import app
-from ..scenario import Scenario
-from .common import (PROGRAM_FLAGS, console, fail, handle_errors, key_values,
-                     scenario_command, write_text_out)
+from schedsim.cli import app
+from schedsim.cli.common import (
+    PROGRAM_FLAGS,
+    console,
+    fail,
+    handle_errors,
+    key_values,
+    scenario_command,
+    write_text_out,
+)
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario
 
 NprocOpt = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local processes to start (default: the program's ranks).")]
@@ -52,7 +59,7 @@ SetOpt = Annotated[Optional[list[str]], typer.Option(
 
 def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
     """``sc`` with ``--set KEY=VALUE`` applied to its ``[replay]`` table (torch needed)."""
-    from ..replay.config import require_torch
+    from schedsim.replay.config import require_torch
 
     require_torch()
     table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128")}
@@ -69,8 +76,8 @@ def _check_nproc(spec: Any, nproc: int | None) -> int:
 
 def _check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) -> None:
     """Check output files (and figure formats) before any work: a typo fails at once."""
-    from ..io import check_output_path
-    from .render import check_figure_path
+    from schedsim.cli.render import check_figure_path
+    from schedsim.util.files import check_output_path
 
     for f in figures:
         if f is not None:
@@ -102,7 +109,7 @@ def _check_folder(path: Path, flag: str) -> None:
 def _folder(path: Path) -> Iterator[Path]:
     """Create ``path`` (and missing parents) for the outputs written in the block; on an
     exception remove the folders created here again (empty if the block's outputs go
-    through an :func:`~schedsim.io.output_group` opened inside it)."""
+    through an :func:`~schedsim.util.files.output_group` opened inside it)."""
     created = []
     p = path
     while not p.exists() and p.parent != p:
@@ -187,11 +194,11 @@ def replay(
     before any process starts unless --no-precheck; an output path that cannot be
     written), 128+N stopped by signal N (143: SIGTERM).
     """
-    from ..io import output_group
-    from ..replay.config import Fault, ReplayError, spec_from_scenario
-    from ..replay.launch import launch
-    from ..timeline import Timeline
-    from .simulate import print_summary
+    from schedsim.cli.simulate import print_summary
+    from schedsim.replay.config import Fault, ReplayError, spec_from_scenario
+    from schedsim.replay.launch import launch
+    from schedsim.timeline import Timeline
+    from schedsim.util.files import output_group
 
     sc = _with_replay_keys(sc, set_)
     if costs_file is not None and not compare:
@@ -216,7 +223,7 @@ def replay(
             _check_outputs(*_compare_files(out_dir, spec.program["name"],
                                            costs_file is None))
     if costs_file is not None:
-        from ..scenario import apply_costs_file
+        from schedsim.scenario import apply_costs_file
 
         predict_sc = apply_costs_file(sc, costs_file)
     n = _check_nproc(spec, nproc)
@@ -238,7 +245,8 @@ def replay(
         if json_out:
             tl.write_json(outs.path(json_out))
         if gantt:
-            from ..plot import gantt as draw, save_figure
+            from schedsim.plot import gantt as draw
+            from schedsim.plot import save_figure
 
             save_figure(draw(tl), outs.path(gantt))
         if compare:
@@ -264,12 +272,13 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     print the prediction error (also without the launch cost, to show its share) and write
     the timelines, the cost file and the overlay through the output group ``outs`` (None:
     a group of their own). Returns the paths written (once the group commits)."""
-    from ..costs import CommModel
-    from ..engine import simulate
-    from ..io import output_group
-    from ..ir import Program
-    from ..replay.calibrate import Calibration
-    from ..replay.compare import compare_metrics, summary_line, write_overlay
+    from schedsim.analysis.accuracy import compare_metrics, summary_line
+    from schedsim.plot.overlay import write_overlay
+    from schedsim.program.ir import Program
+    from schedsim.replay.calibrate import Calibration
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate
+    from schedsim.util.files import output_group
 
     if outs is None:
         with output_group() as group:
@@ -330,9 +339,9 @@ def calibrate(
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
       schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml --semantics eager
     """
-    from ..replay.calibrate import Calibration
-    from ..replay.config import spec_from_scenario
-    from ..replay.launch import launch
+    from schedsim.replay.calibrate import Calibration
+    from schedsim.replay.config import spec_from_scenario
+    from schedsim.replay.launch import launch
 
     sc = _with_replay_keys(sc, set_)
     _check_outputs(out)
@@ -381,10 +390,9 @@ def import_trace(
       schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
       schedsim import-trace prof/rank*.json --json imported.json --gantt imported.png
     """
-    from ..replay.trace_import import import_traces
-    from .simulate import print_summary
-
-    from ..io import output_group
+    from schedsim.cli.simulate import print_summary
+    from schedsim.interop.kineto import import_traces
+    from schedsim.util.files import output_group
 
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
@@ -400,6 +408,7 @@ def import_trace(
         if json_out:
             tl.write_json(outs.path(json_out))
         if gantt:
-            from ..plot import gantt as draw, save_figure
+            from schedsim.plot import gantt as draw
+            from schedsim.plot import save_figure
 
             save_figure(draw(tl), outs.path(gantt))

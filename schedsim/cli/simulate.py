@@ -8,15 +8,31 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine import simulate as run_simulation
-from ..errors import ScenarioError
-from ..io import check_output_path, output_group
-from ..timeline import Timeline
-from . import app
-from ..scenario import Scenario
-from .common import (BandwidthOpt, BytesOpt, ChunksOpt, CostOpt, LatencyOpt, MbOpt,
-                     MemLimitOpt, ParamOpt, PolicyOpt, RanksOpt, VariantOpt, build_scenario,
-                     console, fail, handle_errors, scenario_command, write_text_out)
+from schedsim.cli import app
+from schedsim.cli.common import (
+    BandwidthOpt,
+    BytesOpt,
+    ChunksOpt,
+    CostOpt,
+    LatencyOpt,
+    MbOpt,
+    MemLimitOpt,
+    ParamOpt,
+    PolicyOpt,
+    RanksOpt,
+    VariantOpt,
+    build_scenario,
+    console,
+    fail,
+    handle_errors,
+    scenario_command,
+    write_text_out,
+)
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario
+from schedsim.sim.simulate import simulate as run_simulation
+from schedsim.timeline import Timeline
+from schedsim.util.files import check_output_path, output_group
 
 
 def _fmt(x: float | None) -> str:
@@ -41,7 +57,7 @@ def print_summary(tl: Timeline) -> None:
     console.print(t)
     console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {tl.unit}   bubble ratio "
                   f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
-    from ..metrics import bubble_rate_paper, stage_spans
+    from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
     console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
                   f"(span - busy) / span, span "
@@ -83,11 +99,11 @@ def simulate(
     Exit codes: 0 ok, 2 bad input, 3 deadlock (the cycle is printed; --json still written).
     """
     if costs_file is not None:
-        from ..scenario import apply_costs_file
+        from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
     if gantt is not None:
-        from .render import check_figure_path
+        from schedsim.cli.render import check_figure_path
 
         check_figure_path(gantt)
     elif arrows or memory or stalls:
@@ -106,8 +122,9 @@ def simulate(
         if json_out:
             tl.write_json(outs.path(json_out))
         if gantt:
-            from ..plot import gantt as draw, resolve_model, save_figure
-            from .render import gantt_options
+            from schedsim.cli.render import gantt_options
+            from schedsim.plot import gantt as draw
+            from schedsim.plot import resolve_model, save_figure
 
             model = resolve_model(sc.memory or True) if memory else None
             opts = gantt_options(arrows, model, stalls)
@@ -117,7 +134,7 @@ def simulate(
                                  f"(blocked ranks {blocked}); what ran before it")
             save_figure(draw(tl, **opts), outs.path(gantt))
         if trace and tl.deadlock is None:
-            from ..interop.perfetto import write_trace
+            from schedsim.interop.perfetto import write_trace
 
             write_trace(outs.path(trace), [tl])
     if tl.deadlock is not None:
@@ -137,7 +154,7 @@ def _flag(param: str) -> str:
 @handle_errors
 def list_schedules() -> None:
     """List the schedules with their placement, parameters, constraints and source."""
-    from ..generators import GENERATORS, names
+    from schedsim.generators import GENERATORS, names
 
     t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
               expand=True)
@@ -198,7 +215,7 @@ def generate(
     elif fmt == "json":
         text = prog.schedule().model_dump_json(indent=1) + "\n"
     else:
-        from ..interop.torch_format import program_to_torch_csv, schedule_to_torch_csv
+        from schedsim.interop.torch_format import program_to_torch_csv, schedule_to_torch_csv
 
         text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
                 else program_to_torch_csv(prog))

@@ -1,8 +1,8 @@
 """Schedule generators and their registry (name -> generator).
 
 A generator takes ``ranks``, ``microbatches`` and its own keyword parameters and returns
-either a :class:`~schedsim.ir.Schedule` (compute order only; lowered to a program by a comm
-policy) or a :class:`~schedsim.ir.Program` (schedules that fix their own P2P order, such as
+either a :class:`~schedsim.program.ir.Schedule` (compute order only; lowered to a program by a comm
+policy) or a :class:`~schedsim.program.ir.Program` (schedules that fix their own P2P order, such as
 DualPipe). :func:`build_program` gives a Program in both cases.
 
 Each generator module registers itself with :func:`register`; ``schedsim list`` prints the
@@ -14,8 +14,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import ScheduleError
-from ..ir import Program, Schedule
+from schedsim.errors import ScheduleError
+from schedsim.program.ir import Program, Schedule
 
 
 @dataclass
@@ -104,8 +104,8 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
     """Generate ``name`` and lower it with ``comm_policy`` (default ``async``) if it is a
     compute-only schedule. Schedules that fix their own comm (DualPipe) ignore the policy
     unless one is given explicitly, in which case their compute order is re-lowered."""
-    from ..io import no_gc
-    from ..lower import lower
+    from schedsim.program.lower import lower
+    from schedsim.util.gc import no_gc
 
     with no_gc():
         out = generate(name, ranks, microbatches, **params)

@@ -1,8 +1,8 @@
 """GPipe and 1F1B: one stage per rank, fused backward (``BW``)."""
 from __future__ import annotations
 
-from ..ir import Op, Placement, Schedule
-from . import register
+from schedsim.generators import register
+from schedsim.program.ir import Op, Placement, Schedule
 
 
 @register("gpipe", summary="all forwards, then all backwards (fused BW), ascending mb",

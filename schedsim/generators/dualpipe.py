@@ -17,9 +17,9 @@ is stage r, chunk 1 is stage 2P-1-r, every microbatch goes down and back up.
 """
 from __future__ import annotations
 
-from ..errors import ScheduleError
-from ..ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Program
-from . import register
+from schedsim.errors import ScheduleError
+from schedsim.generators import register
+from schedsim.program.ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Program
 
 
 class _Trace:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable
 
-from ..errors import ScheduleError
-from ..ir import Op, Placement, Schedule
-from . import register
+from schedsim.errors import ScheduleError
+from schedsim.generators import register
+from schedsim.program.ir import Op, Placement, Schedule
 
 _VARIANTS = ("torch", "megatron")
 

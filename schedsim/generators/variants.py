@@ -15,8 +15,8 @@ extra forward fits in time the rank would idle anyway, so the makespan is unchan
 """
 from __future__ import annotations
 
-from ..ir import Op, Placement, Schedule
-from . import register
+from schedsim.generators import register
+from schedsim.program.ir import Op, Placement, Schedule
 
 
 @register("1f1b-megatron-figure",

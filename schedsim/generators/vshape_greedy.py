@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 
-from ..errors import ScheduleError
+from schedsim.errors import ScheduleError
 
 TYPES = 4        # F, f, B, b ; W lists are appended after these
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from ..errors import ScheduleError
+from schedsim.errors import ScheduleError
 
 F, B, W = 0, 1, 2
 

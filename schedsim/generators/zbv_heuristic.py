@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import product
 
-from ..errors import ScheduleError
+from schedsim.errors import ScheduleError
 
 F, B, W = 0, 1, 2
 

@@ -12,7 +12,7 @@ what would otherwise be bubbles).
   memory limit of p or 2p microbatches (:mod:`schedsim.generators.zb_heuristic`).
 
 The heuristic plans with the scenario's costs: the scenario passes its
-:class:`~schedsim.costs.CostModel` and :class:`~schedsim.costs.LinkModel` to generators that
+:class:`~schedsim.sim.costs.CostModel` and :class:`~schedsim.sim.costs.LinkModel` to generators that
 take ``costs`` / ``link`` parameters (see :func:`scheduler_costs`).
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ import math
 
 from pydantic import ValidationError
 
-from ..costs import CostModel, LinkModel
-from ..errors import ScheduleError
-from ..ir import Op, Placement, Schedule
-from . import register
-from .zb_heuristic import ZBProblem, zb_schedule
+from schedsim.errors import ScheduleError
+from schedsim.generators import register
+from schedsim.generators.zb_heuristic import ZBProblem, zb_schedule
+from schedsim.program.ir import Op, Placement, Schedule
+from schedsim.sim.costs import CostModel, LinkModel
 
 KINDS = "FBW"
 

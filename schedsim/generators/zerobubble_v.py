@@ -15,13 +15,18 @@ Costs are per chunk pass (one stage of the 2p-stage model).
 """
 from __future__ import annotations
 
-from ..costs import CostModel, LinkModel
-from ..errors import ScheduleError
-from ..ir import Op, Placement, Schedule
-from . import register
-from .vshape_greedy import greedy_v_order, pattern_v_half, pattern_v_min
-from .zbv_heuristic import VProblem, zbv_plan
-from .zerobubble import COST_PARAMS, parse_mem_deltas, parse_mem_limit, scheduler_costs
+from schedsim.errors import ScheduleError
+from schedsim.generators import register
+from schedsim.generators.vshape_greedy import greedy_v_order, pattern_v_half, pattern_v_min
+from schedsim.generators.zbv_heuristic import VProblem, zbv_plan
+from schedsim.generators.zerobubble import (
+    COST_PARAMS,
+    parse_mem_deltas,
+    parse_mem_limit,
+    scheduler_costs,
+)
+from schedsim.program.ir import Op, Placement, Schedule
+from schedsim.sim.costs import CostModel, LinkModel
 
 KINDS = "FBW"
 
@@ -93,7 +98,7 @@ def zbv(ranks: int, microbatches: int, variant: str | None = None,
             raise ScheduleError("zbv --variant torch has a fixed order: --mem-limit and "
                                 "mem_deltas apply only to the default (sail) variant")
         try:
-            from .torch_family import zbv_torch
+            from schedsim.generators.torch_family import zbv_torch
         except ImportError:
             raise ScheduleError("zbv --variant torch is not available in this build "
                                 "(schedsim.generators.torch_family is missing)") from None

@@ -18,7 +18,7 @@ Inside each rank's process:
   each message (on the sender's compute thread) to the op that consumed it (on the
   receiver's), each placed at the middle of its op so that it binds to that slice;
 - a counter track ``activation memory`` (``ph: "C"``, unit ``M_B``, see
-  :mod:`schedsim.memory`);
+  :mod:`schedsim.analysis.memory`);
 - thread ``stalls``: an instant event (``ph: "i"``, ``s: "t"``) at the start of each stall
   with args ``cause, detail, start, end, duration``.
 
@@ -33,8 +33,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ScenarioError
-from ..timeline import Span, Timeline
+from schedsim.errors import ScenarioError
+from schedsim.timeline import Span, Timeline
 
 #: microseconds per time unit; any other unit (``slot`` included) counts as 1000 us
 US_PER_UNIT = {"us": 1.0, "µs": 1.0, "ms": 1000.0, "s": 1e6, "ns": 1e-3, "slot": 1000.0}
@@ -112,9 +112,9 @@ def trace_events(timelines: Sequence[Timeline], names: Sequence[str] | None = No
     """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms",
     "otherData": {...}}``.
 
-    ``memory``: True (``zb`` model), a :class:`~schedsim.memory.MemoryModel` or preset
+    ``memory``: True (``zb`` model), a :class:`~schedsim.analysis.memory.MemoryModel` or preset
     name, or False for no counter tracks. ``stalls``: True (the analysis' stalls, see
-    :func:`schedsim.plot.gantt.get_stalls`), a list per timeline, or False. Raises
+    :func:`schedsim.analysis.stalls.stalls_of`), a list per timeline, or False. Raises
     :class:`ScenarioError` when ``names`` does not give one distinct name per timeline.
     """
     tls = list(timelines)
@@ -187,9 +187,9 @@ def _one_timeline(b: _Builder, tl: Timeline, name: str, g: int, memory: Any,
 
 def _messages(b: _Builder, tl: Timeline, base: int,
               span_tid: dict[int, tuple[int, int]]) -> None:
-    from ..plot.gantt import consumer_index, message_consumer
+    from schedsim.analysis._index import message_consumer, message_producer, rank_atom_index
 
-    idx = consumer_index(tl)
+    idx = rank_atom_index(tl)
     pos = {id(s): i for i, s in enumerate(tl.spans)}
     # (rank, "send"|"recv", peer) -> [(t0, t1, message index)]
     tracks: dict[tuple[int, str, int], list[tuple[float, float, int]]] = {}
@@ -224,9 +224,7 @@ def _messages(b: _Builder, tl: Timeline, base: int,
                      "send_done": m.send_done, "recv_done": m.recv_done, "unit": tl.unit})
     # flows: producer op -> consumer op, bound at the middle of each slice
     for m in tl.messages:
-        prod = idx.get((m.src, "F" if m.kind == "F" else "B", m.stage, m.mb))
-        if prod is None and m.kind == "B":
-            prod = idx.get((m.src, "BW", m.stage, m.mb))
+        prod = message_producer(m, idx)
         cons = message_consumer(m, idx)
         if prod is None or cons is None:
             continue
@@ -245,10 +243,9 @@ def _messages(b: _Builder, tl: Timeline, base: int,
 
 
 def _memory(b: _Builder, tl: Timeline, base: int, memory: Any) -> None:
-    from ..memory import memory_curves
-    from ..plot.memory import resolve_model
+    from schedsim.analysis.memory import MemoryModel, memory_curves
 
-    for r, curve in enumerate(memory_curves(tl, resolve_model(memory))):
+    for r, curve in enumerate(memory_curves(tl, MemoryModel.from_spec(memory))):
         last: dict[float, float] = {}
         for t, v in curve:
             last[b.ts(t)] = v          # several changes at one time: keep the final level
@@ -258,9 +255,9 @@ def _memory(b: _Builder, tl: Timeline, base: int, memory: Any) -> None:
 
 
 def _stalls(b: _Builder, tl: Timeline, base: int, stalls: Any) -> None:
-    from ..plot.gantt import get_stalls
+    from schedsim.analysis.stalls import stalls_of
 
-    items = get_stalls(tl, stalls)
+    items = stalls_of(tl, stalls)
     for r in sorted({st.rank for st in items}):
         b.meta("thread_name", base + r + 1, TID_STALLS, name="stalls")
         b.meta("thread_sort_index", base + r + 1, TID_STALLS, sort_index=1)
@@ -281,7 +278,7 @@ def write_trace(path: str | Path, timelines: Sequence[Timeline],
     timeline's ``source``); other keyword arguments go to :func:`trace_events`. Raises
     :class:`ScenarioError` for bad names or a path not ending in ``.json``.
     """
-    from ..io import atomic_write_text
+    from schedsim.util.files import atomic_write_text
 
     path = Path(path)
     if path.suffix.lower() != ".json":

@@ -25,8 +25,8 @@ import io
 import re
 from pathlib import Path
 
-from ..errors import ParseError, ScenarioError, ScheduleError
-from ..ir import Comm, Compute, Op, Placement, Post, Program, Schedule
+from schedsim.errors import ParseError, ScenarioError, ScheduleError
+from schedsim.program.ir import Comm, Compute, Op, Placement, Post, Program, Schedule
 
 _COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
@@ -227,7 +227,7 @@ def _placement(path: Path, rows: list[list[Action]], placement: str, stages: int
 
 
 def _located_validate(path: Path, sched: Schedule, cols: list[list[int]]) -> None:
-    from ..validate import validate_schedule
+    from schedsim.program.validate import validate_schedule
 
     def locate(r: int, i: int) -> str:
         return (f"{path}: row {r + 1} (rank {r}), column {cols[r][i]} "
@@ -250,7 +250,7 @@ def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None
     ``microbatches`` to the largest microbatch + 1 (every microbatch appears in a valid
     schedule, so this also fixes dual's directions). Raises :class:`ParseError` for
     a bad cell (row, column, text, expected forms), :class:`ScheduleError` for a schedule
-    that breaks a rule of :func:`schedsim.validate.validate_schedule` (naming the cell of
+    that breaks a rule of :func:`schedsim.program.validate.validate_schedule` (naming the cell of
     the first offending action) or a stage on the wrong rank for the placement,
     :class:`ScenarioError` for a missing file or bad option.
     """
@@ -279,7 +279,7 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
     Same defaults and errors as :func:`read_torch_csv`; a missing or misplaced SEND/RECV
     is reported when the program is compiled (:class:`~schedsim.errors.ProgramError`).
     """
-    from ..policies import runtime_rows
+    from schedsim.program.torch_runtime import runtime_rows
 
     sched = read_torch_csv(path, placement, stages, microbatches)
     rows, _ = parse_torch_csv(Path(path).read_text(), str(path))

@@ -19,10 +19,23 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from ..timeline import Message, Span, Timeline
-from .style import (ARROW_READY, ARROW_WAITED, IDLE_COLOR, KIND_COLORS, KIND_NAMES,
-                    default_title, fmt_time, is_integral, shade, stall_style, text_color,
-                    time_axis)
+from schedsim.analysis._index import message_consumer, rank_atom_index, recv_token
+from schedsim.analysis.stalls import stalls_of
+from schedsim.plot.style import (
+    ARROW_READY,
+    ARROW_WAITED,
+    IDLE_COLOR,
+    KIND_COLORS,
+    KIND_NAMES,
+    default_title,
+    fmt_time,
+    is_integral,
+    shade,
+    stall_style,
+    text_color,
+    time_axis,
+)
+from schedsim.timeline import Message, Span, Timeline
 
 #: vertical padding of a box inside its row (fraction of the row height)
 PAD = 0.07
@@ -51,31 +64,6 @@ def _atoms(span: Span) -> list[tuple[str, int, int, int]]:
     return [(span.kind, span.chunk, span.mb, span.stage)]
 
 
-def consumer_index(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
-    """``(rank, kind, stage, mb) -> span`` for every op (FB spans under both parts)."""
-    idx: dict[tuple[int, str, int, int], Span] = {}
-    for s in tl.spans:
-        for kind, _, mb, stage in _atoms(s):
-            idx[(s.rank, kind, stage, mb)] = s
-    return idx
-
-
-def message_consumer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
-    """The span on ``m.dst`` that consumes message ``m`` (F: the next stage's forward;
-    B: the previous stage's ``B`` or ``BW``), or None if the timeline has none."""
-    if m.kind == "F":
-        return idx.get((m.dst, "F", m.stage + 1, m.mb))
-    return idx.get((m.dst, "B", m.stage - 1, m.mb)) or idx.get((m.dst, "BW", m.stage - 1,
-                                                                 m.mb))
-
-
-def recv_token(m: Message) -> str:
-    """The receiver's comm token for ``m`` (``4RECV_B0``), as wait records name it."""
-    if m.kind == "F":
-        return f"{m.stage + 1}RECV_F{m.mb}"
-    return f"{m.stage - 1}RECV_B{m.mb}"
-
-
 def receiver_waited(tl: Timeline) -> list[bool]:
     """Per message: whether its receiver was blocked waiting for it.
 
@@ -96,33 +84,9 @@ def receiver_waited(tl: Timeline) -> list[bool]:
     return out
 
 
-@dataclass(frozen=True)
-class BlockedWait:
-    """A blocking wait of the timeline, standing in for an analysed stall when
-    :mod:`schedsim.analysis.stalls` is not available."""
-
-    rank: int
-    start: float
-    end: float
-    cause: str
-    detail: str
-
-
 def get_stalls(tl: Timeline, stalls: Any) -> list[Any]:
-    """Normalise a ``stalls`` argument: None/False -> none; True -> the analysis'
-    :func:`schedsim.analysis.stalls.attribute_stalls` (falling back to the timeline's
-    blocking waits, cause ``blocked (KIND)``, when that module is not installed); a list
-    -> itself (objects with ``rank, start, end, cause``)."""
-    if stalls is None or stalls is False:
-        return []
-    if stalls is True:
-        try:
-            from ..analysis.stalls import attribute_stalls
-        except ImportError:
-            return [BlockedWait(w.rank, w.start, w.end, f"blocked ({w.kind})",
-                                ", ".join(w.comms)) for w in tl.waits if w.end > w.start]
-        return list(attribute_stalls(tl))
-    return list(stalls)
+    """Normalise a ``stalls`` argument (:func:`schedsim.analysis.stalls.stalls_of`)."""
+    return stalls_of(tl, stalls)
 
 
 def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
@@ -226,7 +190,7 @@ def _draw_arrows(ax: Axes, tl: Timeline, all_arrows: bool,
                  hl: set[tuple[str, int, int, int]], integral: bool,
                  info: GanttInfo, px_h: float) -> None:
     n = tl.ranks
-    idx = consumer_index(tl)
+    idx = rank_atom_index(tl)
     waited = receiver_waited(tl)
     todo = [(m, w) for m, w in zip(tl.messages, waited)
             if all_arrows or (m.kind, m.src, m.dst, m.mb) in hl]
@@ -376,13 +340,13 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
       of ``(kind, src, dst, mb)`` messages drawn bold and annotated;
     - ``stalls``: True to hatch the analysis' stalls
       (:func:`schedsim.analysis.stalls.attribute_stalls`) by cause, or a list of stalls;
-    - ``memory``: True or a :class:`~schedsim.memory.MemoryModel` (or preset name) to add
+    - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset name) to add
       an activation-memory panel per rank below, on the same time axis;
     - title: schedule, ranks, microbatches, semantics, makespan and bubble ratio.
 
     Size: ~0.3 in per slot (8 to 28 in wide), ~0.36 in per rank, ``dpi`` 110.
     """
-    from .memory import draw_memory, memory_height, resolve_model
+    from schedsim.plot.memory import draw_memory, memory_height, resolve_model
 
     n = tl.ranks
     width = width or auto_width(tl)

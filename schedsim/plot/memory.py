@@ -1,7 +1,7 @@
 """Activation-memory figures: a panel under the Gantt and a stand-alone memory plot.
 
-Memory comes from :func:`schedsim.memory.memory_curves` (unit ``M_B``: the activations one
-microbatch leaves on one rank's 1/P share of the model; see :mod:`schedsim.memory`).
+Memory comes from :func:`schedsim.analysis.memory.memory_curves` (unit ``M_B``: the activations one
+microbatch leaves on one rank's 1/P share of the model; see :mod:`schedsim.analysis.memory`).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from matplotlib.axes import Axes
 from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
-from ..errors import ScenarioError
-from ..memory import MemoryModel, memory_curves
-from ..timeline import Timeline
-from .style import fmt_time, is_integral, time_axis
+from schedsim.analysis.memory import MemoryModel, memory_curves
+from schedsim.errors import ScenarioError
+from schedsim.plot.style import fmt_time, is_integral, time_axis
+from schedsim.timeline import Timeline
 
 #: up to this many ranks the memory panel draws one line per rank, above it a heat map
 MAX_LINES = 16
@@ -128,7 +128,7 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
 
 
 def _model_name(mm: MemoryModel) -> str:
-    from ..memory import PRESETS
+    from schedsim.analysis.memory import PRESETS
 
     for name, d in PRESETS.items():
         if all(getattr(mm, key) == v for key, v in d.items()):

@@ -6,19 +6,34 @@ prediction, the second the reference: makespan error ``(first - second) / second
 :class:`OpError` and :func:`op_start_errors` are re-exported from there."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from ..analysis.accuracy import OpError, op_start_errors, prediction_error
-from ..errors import ScenarioError
-from ..timeline import Timeline
-from .gantt import (auto_width, draw_gantt, legend_columns, legend_handles, row_height,
-                    row_major)
-from .style import (IDLE_COLOR, KIND_COLORS, KIND_NAMES, default_title, fmt_time,
-                    is_integral, shade, time_axis)
+from schedsim.analysis.accuracy import OpError, op_start_errors, prediction_error
+from schedsim.errors import ScenarioError
+from schedsim.plot.gantt import (
+    auto_width,
+    draw_gantt,
+    legend_columns,
+    legend_handles,
+    row_height,
+    row_major,
+)
+from schedsim.plot.style import (
+    IDLE_COLOR,
+    KIND_COLORS,
+    KIND_NAMES,
+    default_title,
+    fmt_time,
+    is_integral,
+    shade,
+    time_axis,
+)
+from schedsim.timeline import Timeline
 
 
 def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
@@ -154,3 +169,16 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
     fig.legend(handles=row_major(ordered, ncol), loc="outside lower center",
                ncol=ncol, fontsize=8, frameon=False)
     return fig
+
+
+def write_overlay(predicted: Timeline, measured: Timeline, path: str | Path,
+                  title: str | None = None, width: float = 12.0, tol_frac: float = 0.05
+                  ) -> None:
+    """Overlay figure (upper half-row: predicted, lower: measured), via
+    :func:`schedsim.plot.overlay`; measured ops starting more than ``tol_frac`` of the
+    measured makespan away from their prediction are outlined. ``width`` in inches."""
+    from schedsim.plot.figure import save_figure
+
+    fig = overlay(predicted, measured, names=("predicted", "measured"),
+                  title=title, width=width, tol=tol_frac * measured.makespan)
+    save_figure(fig, path)

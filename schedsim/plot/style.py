@@ -8,7 +8,7 @@ from typing import Sequence
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 
-from ..timeline import Timeline
+from schedsim.timeline import Timeline
 
 #: base colour per compute kind (colour-blind-safe palette); FB is drawn as its two parts
 KIND_COLORS = {

@@ -1,4 +1,4 @@
-"""The second executor: run a :class:`~schedsim.ir.Program` for real on torch.distributed.
+"""The second executor: run a :class:`~schedsim.program.ir.Program` for real on torch.distributed.
 
 Same program in, same :class:`~schedsim.timeline.Timeline` out (with ``source =
 "measured"``). Each rank walks its instruction list: a run of consecutive ``Post``\\ s is
@@ -26,6 +26,6 @@ without it so the CLI can give a clear message when torch is missing):
 """
 from __future__ import annotations
 
-from .config import ReplayConfig, ReplayError, require_torch
+from schedsim.replay.config import ReplayConfig, ReplayError, require_torch
 
 __all__ = ["ReplayConfig", "ReplayError", "require_torch"]

@@ -40,23 +40,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="run even a program that deadlocks under rendezvous semantics "
                     "(it then hangs until --timeout)")
     a = ap.parse_args(argv)
-    from ..errors import SchedsimError
-    from .config import require_torch
+    from schedsim.errors import SchedsimError
+    from schedsim.replay.config import require_torch
 
     try:
         require_torch()
     except SchedsimError as e:
         return _bad_input(e, e.exit_code)
-    from .worker import main_worker, report_failure
+    from schedsim.replay.worker import main_worker, report_failure
 
     if a.spec:
         return main_worker(a.spec)
     if not a.scenario:
         ap.error("give a scenario file (or --spec)")
     try:
-        from ..io import check_output_path
-        from ..scenario import load_scenario
-        from .config import spec_from_scenario
+        from schedsim.replay.config import spec_from_scenario
+        from schedsim.scenario import load_scenario
+        from schedsim.util.files import check_output_path
 
         if a.json and os.environ.get("RANK", "0") == "0":
             check_output_path(a.json)        # fail before the run, not after it
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except SchedsimError as e:
         return _bad_input(e, e.exit_code)
     try:
-        from .worker import run_rank
+        from schedsim.replay.worker import run_rank
 
         res = run_rank(spec)
     except BaseException as e:  # noqa: BLE001 - report, exit 1
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         import json
 
-        from ..io import atomic_write_text
+        from schedsim.util.files import atomic_write_text
 
         try:
             atomic_write_text(a.json, json.dumps(tl))

@@ -6,7 +6,7 @@ fragment with ``[costs]`` (unit ``ms``, global F/B/W/BW = mean over stages, a
 ``[costs.stage.N]`` table per stage, ``message_bytes`` = one activation), ``[link]``
 (``latency`` in ms, ``bandwidth`` in bytes per ms) and ``[comm]`` (``launch_cost`` in ms:
 host time to launch one batch of sends/recvs, :attr:`CommModel.launch_cost
-<schedsim.costs.CommModel>`). Read it with ``schedsim simulate SCENARIO --costs-file
+<schedsim.sim.costs.CommModel>`). Read it with ``schedsim simulate SCENARIO --costs-file
 FILE`` (its ``[costs]`` and ``[link]`` replace the scenario's, its ``launch_cost`` the
 scenario's; the comm semantics stay the scenario's) or paste it into a scenario.
 
@@ -39,8 +39,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..costs import CommModel, CostModel, LinkModel, Semantics
-from ..ir import Post, Program
+from schedsim.program.ir import Post, Program
+from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
 
 _KINDS = ("F", "B", "W", "BW", "FB")
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import ScenarioError, SchedsimError
+from schedsim.errors import ScenarioError, SchedsimError
 
 
 class ReplayError(SchedsimError):
@@ -140,7 +140,7 @@ class Fault(BaseModel):
 class JobSpec(BaseModel):
     """Everything a rank needs: the program, the workload and what to do.
 
-    ``program`` is the :class:`~schedsim.ir.Program` JSON. ``deadline`` is a wall-clock
+    ``program`` is the :class:`~schedsim.program.ir.Program` JSON. ``deadline`` is a wall-clock
     ``time.time()`` by which every rank must be done (None: now + ``config.timeout`` when
     the rank starts). ``calibrate`` measures costs (and ``link`` ping-pong) before the
     replay; ``replay`` runs the measured step; ``out_dir`` receives ``result.json`` from
@@ -179,9 +179,9 @@ def precheck_program(prog: Any) -> None:
     :class:`ScenarioError` (exit 2) carrying the simulator's wait-for chain, and
     :class:`~schedsim.errors.ProgramError` for an ill-formed program.
     """
-    from ..costs import CommModel
-    from ..engine import simulate
-    from ..errors import DeadlockError
+    from schedsim.errors import DeadlockError
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate
 
     try:
         simulate(prog, comm=CommModel(semantics="rendezvous"))
@@ -225,8 +225,8 @@ def spec_from_scenario(scenario: Any, *, backend: str | None = None,
     ``fault`` is checked against the program (:func:`check_fault`). Raises
     :class:`ScenarioError` / other :class:`SchedsimError`\\ s for a bad scenario.
     """
-    from ..engine import simulate
-    from ..costs import CommModel
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate
 
     prog = scenario.build_program()
     if precheck and fields.get("replay", True):

@@ -4,7 +4,7 @@ Instruction mapping (DESIGN.md, "Executors share the program"):
 
 - a **run of consecutive posts** (``Post`` instructions with nothing between them) is one
   ``torch.distributed.batch_isend_irecv`` call of one ``P2POp`` per post, in program
-  order — the simulator (:mod:`schedsim.engine`) likewise treats such a run as one batch.
+  order — the simulator (:mod:`schedsim.sim.engine`) likewise treats such a run as one batch.
   On gloo the batch is a loop of ``isend``/``irecv`` (one ``Work`` each); on NCCL it is
   coalesced (the batch's works cover all its ops, and waiting for one op waits for the
   batch). Tag 0 everywhere: P2P ops match per directed link in posting order, as in the
@@ -36,12 +36,18 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..ir import Comm, Commit, Compute, Op, Post, Program
-from ..tokens import format_instr
-from .config import Fault, ReplayConfig
-from .timing import Clock
-from .workload import (DTYPES, WEIGHT_GRADS, build_stage, loss_fn, microbatch_input,
-                       microbatch_target)
+from schedsim.program.ir import Comm, Commit, Compute, Op, Post, Program
+from schedsim.program.tokens import format_instr
+from schedsim.replay.config import Fault, ReplayConfig
+from schedsim.replay.timing import Clock
+from schedsim.replay.workload import (
+    DTYPES,
+    WEIGHT_GRADS,
+    build_stage,
+    loss_fn,
+    microbatch_input,
+    microbatch_target,
+)
 
 
 class RankFailure(RuntimeError):

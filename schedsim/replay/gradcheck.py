@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from .config import ReplayConfig
-from .workload import reference_step
+from schedsim.replay.config import ReplayConfig
+from schedsim.replay.workload import reference_step
 
 #: max relative error allowed, per dtype
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import JobSpec, ReplayError
+from schedsim.replay.config import JobSpec, ReplayError
 
 POLL_S = 0.02
 #: signals that stop a replay like Ctrl-C does (SIGINT stays Python's KeyboardInterrupt)

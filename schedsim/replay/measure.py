@@ -1,4 +1,4 @@
-"""Calibration measurements on the real ranks (torch): per-stage op costs and link
+r"""Calibration measurements on the real ranks (torch): per-stage op costs and link
 ping-pong. The fit and the cost file are in :mod:`schedsim.replay.calibrate`.
 
 Op costs: the ranks take turns (one rank measures while the others wait at a barrier),
@@ -39,11 +39,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..ir import Program
-from .calibrate import composition_key, post_runs
-from .config import JobSpec
-from .executor import RankExecutor
-from .workload import WEIGHT_GRADS, loss_fn, microbatch_input, microbatch_target
+from schedsim.program.ir import Program
+from schedsim.replay.calibrate import composition_key, post_runs
+from schedsim.replay.config import JobSpec
+from schedsim.replay.executor import RankExecutor
+from schedsim.replay.workload import WEIGHT_GRADS, loss_fn, microbatch_input, microbatch_target
 
 
 def _stage_costs(ex: RankExecutor, key: tuple[int, int], repeats: int, warmup: int = 2

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..ir import Compute, Program
-from ..timeline import Message, Part, Span, Timeline, WaitRecord
-from ..tokens import parse_comm
+from schedsim.program.ir import Compute, Program
+from schedsim.program.routing import route
+from schedsim.program.tokens import parse_comm
+from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
 
 
 class Clock:
@@ -162,9 +163,8 @@ def measured_timeline(program: Program, records: list[dict[str, Any]], *,
             key = c.message_key()
             m = msgs.get(key)
             if m is None:
-                to = key[1] + 1 if key[0] == "F" else key[1] - 1
-                m = msgs[key] = Message(key[0], rank_of(key[1], key[2]), rank_of(to, key[2]),
-                                        key[2], key[1], float(rec["comm_bytes"][tok]))
+                m = msgs[key] = Message(key[0], *route(key, rank_of), key[2], key[1],
+                                        float(rec["comm_bytes"][tok]))
             done = ms(rec["comm_done"].get(tok))
             if c.is_send:
                 m.send_posted, m.send_done, m.send_index = ms(tp), done, i

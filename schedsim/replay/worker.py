@@ -29,9 +29,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import SchedsimError
-from ..io import atomic_write_text
-from .config import JobSpec, ReplayError
+from schedsim.errors import SchedsimError
+from schedsim.replay.config import JobSpec, ReplayError
+from schedsim.util.files import atomic_write_text
 
 #: seconds after the run's deadline at which a rank's watchdog ends its process
 GRACE_S = 2.0
@@ -69,9 +69,15 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
-    from ..ir import Program
-    from .executor import RankExecutor
-    from .timing import Clock, estimate_offsets, measured_timeline, resolve_records, same_host
+    from schedsim.program.ir import Program
+    from schedsim.replay.executor import RankExecutor
+    from schedsim.replay.timing import (
+        Clock,
+        estimate_offsets,
+        measured_timeline,
+        resolve_records,
+        same_host,
+    )
 
     cfg = spec.config
     deadline = spec.deadline or (time.time() + cfg.timeout)
@@ -107,7 +113,7 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                           profile=spec.profile_dir is not None)
         calib = None
         if spec.calibrate:
-            from .measure import calibrate_rank
+            from schedsim.replay.measure import calibrate_rank
 
             calib = calibrate_rank(ex, spec)
         result: dict[str, Any] | None = None
@@ -145,7 +151,7 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                                          "clock": mode,
                                          "clock_offsets_ns": [g[3] for g in got]}
                 if spec.check_grads:
-                    from .gradcheck import grad_check
+                    from schedsim.replay.gradcheck import grad_check
 
                     extra["grad_check"] = grad_check(
                         cfg, program.placement.stages, program.microbatches,
@@ -176,7 +182,7 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
 def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
     """Write ``error-rank{r}.json`` (if the spec has an out_dir) and print one line."""
     try:
-        from .executor import InjectedFault, RankFailure
+        from schedsim.replay.executor import InjectedFault, RankFailure
     except ImportError:                 # no torch: nothing of the executor can have failed
         InjectedFault = RankFailure = ()     # type: ignore[assignment,misc]
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ReplayConfig
+from schedsim.replay.config import ReplayConfig
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

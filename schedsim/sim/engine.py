@@ -17,19 +17,16 @@ Only when a link has finite bandwidth (a shared resource) are events processed s
 time order (compute ends and transfer starts go through the event heap), so that each link
 serves transfers in the order they become ready. Everything terminates: when no event is
 left and a rank has not finished, the program is deadlocked and
-:mod:`schedsim.deadlock` explains the wait-for cycle.
+:mod:`schedsim.sim.deadlock` explains the wait-for cycle.
 """
 from __future__ import annotations
 
-import math
 from heapq import heappop, heappush
 
-from .compile import Compiled, compile_program
-from .costs import CommModel, CostModel, LinkModel
-from .errors import DeadlockError, ScenarioError
-from .io import no_gc
-from .ir import Op, Program
-from .timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.program.ir import Op
+from schedsim.sim.compile import Compiled
+from schedsim.sim.costs import CommModel
+from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
 
 
 class RunState:
@@ -295,7 +292,7 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
                     hindex[1::2]))
     waits = []
     for (r, pc, kind, t0, t1, hs) in st.waits:
-        idx = _instr_index(cp, r, pc)
+        idx = cp.instr_index(r, pc)
         waits.append(WaitRecord(r, idx, kind, t0, t1, [cp.handle_token(h) for h in hs]))
     makespan, per_rank = Timeline.summarize(pl.ranks, spans)
     return Timeline(schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
@@ -303,43 +300,3 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
                     comm_stream=comm.comm_stream, unit=unit, placement=pl.kind,
                     makespan=makespan, per_rank=per_rank, spans=spans, messages=msgs,
                     waits=waits, params=dict(prog.params))
-
-
-def _instr_index(cp: Compiled, r: int, pc: int) -> int:
-    """Program instruction index of compiled position ``pc`` on rank ``r``."""
-    if pc >= len(cp.code[r]):
-        return len(cp.program.ranks[r])
-    ins = cp.code[r][pc]
-    if ins[0] == 0:
-        return cp.span_meta[ins[2]][2]
-    if ins[0] == 1:
-        return cp.hindex[ins[1][0]]
-    return ins[3]
-
-
-def simulate(program: Program, costs: CostModel | None = None, link: LinkModel | None = None,
-             comm: CommModel | None = None, *, raise_on_deadlock: bool = True) -> Timeline:
-    """Simulate ``program`` and return its :class:`Timeline` (times in ``costs.unit``).
-
-    Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program and
-    :class:`~schedsim.errors.DeadlockError` (carrying the partial timeline with its
-    ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
-    False, in which case the partial timeline is returned.
-    """
-    costs = costs or CostModel()
-    link = link or LinkModel()
-    comm = comm or CommModel()
-    with no_gc():
-        cp = compile_program(program, costs, link, comm)
-        st = run(cp)
-        tl = build_timeline(cp, st, comm, costs.unit)
-    if not math.isfinite(tl.makespan):
-        raise ScenarioError(f"times overflow to {tl.makespan}: the costs, latencies or "
-                            f"message sizes are too large for floating point")
-    if any(st.pcs[r] < len(cp.code[r]) for r in range(len(cp.code))):
-        from .deadlock import diagnose
-
-        tl.deadlock = diagnose(cp, st)
-        if raise_on_deadlock:
-            raise DeadlockError(tl.deadlock.message, tl)
-    return tl

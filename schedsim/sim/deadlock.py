@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from .compile import Compiled
-from .engine import RunState, _instr_index
-from .timeline import BlockedRank, CycleStep, Deadlock
-from .tokens import format_instr
+from schedsim.program.tokens import format_instr
+from schedsim.sim.compile import Compiled
+from schedsim.sim.engine import RunState
+from schedsim.timeline import BlockedRank, CycleStep, Deadlock
 
 
 def _instr_token(cp: Compiled, r: int, idx: int) -> str:
@@ -68,7 +68,7 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
             continue
         ins = code[pc]
         hs = ins[1]
-        idx = _instr_index(cp, r, pc)
+        idx = cp.instr_index(r, pc)
         tok = _instr_token(cp, r, idx)
         where[r] = (idx, tok)
         waiting = []

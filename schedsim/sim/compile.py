@@ -1,4 +1,4 @@
-"""Compile a :class:`~schedsim.ir.Program` into the flat arrays the engine runs, with the
+"""Compile a :class:`~schedsim.program.ir.Program` into the flat arrays the engine runs, with the
 static checks that make a program well-formed.
 
 Messages are matched as gloo and NCCL match P2P: per directed link (src -> dst), the k-th
@@ -24,16 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import CommModel, CostModel, LinkModel
-from .dataflow import needs, produces, recv_comm
-from .errors import ProgramError
-from .ir import Comm, Commit, Compute, Op, Post, Program, Wait
-from .tokens import format_instr
+from schedsim.errors import ProgramError
+from schedsim.program.ir import Comm, Commit, Compute, Op, Post, Program, Wait
+from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import COMM_SIDES, consumer_stage, needs, produces
+from schedsim.program.tokens import format_instr
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 _COMPUTE, _POST, _WAIT = 0, 1, 2
-#: comm kind -> (message kind, side (0 send, 1 recv), producing stage - comm stage)
-_POST_KEY = {"SEND_F": ("F", 0, 0), "RECV_F": ("F", 1, -1), "SEND_B": ("B", 0, 0),
-             "RECV_B": ("B", 1, 1)}
+_POST_KEY = COMM_SIDES
 
 
 @dataclass
@@ -68,12 +67,21 @@ class Compiled:
     def num_messages(self) -> int:
         return len(self.mkey)
 
+    def instr_index(self, r: int, pc: int) -> int:
+        """Program instruction index of compiled position ``pc`` on rank ``r``."""
+        if pc >= len(self.code[r]):
+            return len(self.program.ranks[r])
+        ins = self.code[r][pc]
+        if ins[0] == 0:
+            return self.span_meta[ins[2]][2]
+        if ins[0] == 1:
+            return self.hindex[ins[1][0]]
+        return ins[3]
+
     def handle_token(self, h: int) -> str:
         """Program token of a handle (``1RECV_F0``) for messages and diagnostics."""
-        kind, s, mb = self.mkey[h >> 1]
-        if h & 1 == 0:
-            return f"{s}SEND_{kind}{mb}"
-        return f"{s + 1 if kind == 'F' else s - 1}RECV_{kind}{mb}"
+        key = self.mkey[h >> 1]
+        return str(send_comm(key) if h & 1 == 0 else recv_comm(key))
 
 
 def _where(r: int, i: int, ins: object) -> str:
@@ -235,7 +243,7 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 m = key_m.get(key)
                 if m is None:         # first sight of this message, from either side
                     ps = key[1]
-                    to = ps + 1 if kk == "F" else ps - 1
+                    to = consumer_stage(key)
                     if not (0 <= ps < S and 0 <= to < S and 0 <= mb < M):
                         raise _no_message(r, i, ins, ps, to, mb, S, M)
                     src, dst = rank_of(ps, mb), rank_of(to, mb)

@@ -1,15 +1,5 @@
-"""Lowering policies ``torch`` and ``commit``: one compute schedule, run the way a framework
-runs it. Registered in :data:`schedsim.lower.POLICIES` (``async`` lives in
-:mod:`schedsim.lower`).
-
-``commit`` (DualPipe style, deepseek-ai/DualPipe ``dualpipe/comm.py`` +
-``_commit_and_wait_comm``): after each compute op the rank posts that op's sends and the
-recvs the next op needs (in link order, see :func:`schedsim.lower.link_ordered_recvs`);
-everything posted since the last compute is committed and waited (one
-``batch_isend_irecv`` + ``wait()``) right before the next compute, and once more at the
-end. A commit waits its sends too, so under ``rendezvous`` semantics a schedule whose
-ranks commit sends to each other before posting the matching recvs deadlocks, as it would
-on NCCL; the simulator reports the cycle.
+"""The ``torch`` lowering policy: a compute schedule run the way torch 2.13's
+``torch.distributed.pipelining`` runs it.
 
 ``torch`` (torch 2.13, ``torch/distributed/pipelining/schedules.py``), as torch runs the
 schedule:
@@ -40,71 +30,48 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from .errors import ScheduleError
-from .ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Program, Schedule, Wait
-from .lower import (has_backward, link_ordered_recvs, op_recvs, op_sends,
-                    register_policy)
-
-
-def _program(schedule: Schedule, rows: list[list[Instr]]) -> Program:
-    return Program(name=schedule.name, placement=schedule.placement,
-                   microbatches=schedule.microbatches, ranks=rows,
-                   params=dict(schedule.params))
-
-
-# -- commit ---------------------------------------------------------------------------
-@register_policy("commit")
-def lower_commit(schedule: Schedule) -> Program:
-    """The ``commit`` policy (module docstring): posts between two computes form one batch,
-    committed right before the next compute. Recvs are posted in link order
-    (:func:`schedsim.lower.link_ordered_recvs`)."""
-    pl = schedule.placement
-    bw = has_backward(schedule)
-    recvs = link_ordered_recvs(schedule)
-    rows: list[list[Instr]] = []
-    for r, ops in enumerate(schedule.ranks):
-        row: list[Instr] = [Post(c) for c in (recvs[r][0] if ops else [])]
-        pending = bool(row)
-        for k, op in enumerate(ops):
-            if pending:
-                row.append(Commit())
-            row.append(Compute(op))
-            posts = op_sends(op, r, pl, bw)
-            if k + 1 < len(ops):
-                posts = posts + recvs[r][k + 1]
-            row.extend(Post(c) for c in posts)
-            pending = bool(posts)
-        if pending:
-            row.append(Commit())
-        rows.append(row)
-    return _program(schedule, rows)
+from schedsim.errors import ScheduleError
+from schedsim.program.ir import (
+    Comm,
+    Compute,
+    Instr,
+    Op,
+    Placement,
+    Post,
+    Program,
+    Schedule,
+    Wait,
+)
+from schedsim.program.lowering import has_backward, op_recvs, op_sends, program_of
+from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import consumer_stage, produces, route
 
 
 # -- torch ----------------------------------------------------------------------------
-@register_policy("torch")
 def lower_torch(schedule: Schedule) -> Program:
     """The ``torch`` policy (module docstring). Raises :class:`ScheduleError` if the
     schedule cannot be lowered (an op waits for data no rank ever produces first)."""
     runtime = torch_runtime_kind(schedule)
     if runtime == "1F1B":
-        return _program(schedule, [_run_1f1b(schedule, r) for r in range(len(schedule.ranks))])
+        return program_of(schedule, [_run_1f1b(schedule, r) for r in range(len(schedule.ranks))])
     if runtime == "GPipe":
-        return _program(schedule, [_run_gpipe(schedule, r) for r in range(len(schedule.ranks))])
-    return _program(schedule, runtime_rows(schedule.placement,
+        return program_of(schedule, [_run_gpipe(schedule, r) for r in range(len(schedule.ranks))])
+    return program_of(schedule, runtime_rows(schedule.placement,
                                            add_send_recv(schedule)))
 
 
 def torch_runtime_kind(schedule: Schedule) -> str:
     """Which torch executor runs ``schedule``: ``1F1B`` (``Schedule1F1B``), ``GPipe``
     (``ScheduleGPipe``) or ``runtime`` (``_PipelineScheduleRuntime``)."""
-    from .generators.basic import gpipe, one_f_one_b
-
     pl, p, m = schedule.placement, schedule.placement.ranks, schedule.microbatches
     if pl.kind != "loop" or pl.stages != p:
         return "runtime"
-    if m >= p and schedule.ranks == one_f_one_b(p, m).ranks:
+    rows = schedule.ranks
+    if m >= p and all(rows[r] == [i.op for i in _run_1f1b(schedule, r) if type(i) is Compute]
+                      for r in range(p)):
         return "1F1B"
-    if schedule.ranks == gpipe(p, m).ranks:
+    if all(rows[r] == [Op("F", r, i) for i in range(m)] + [Op("BW", r, i) for i in range(m)]
+           for r in range(p)):
         return "GPipe"
     return "runtime"
 
@@ -306,14 +273,13 @@ def add_send_recv(schedule: Schedule) -> list[list[Op | Comm]]:
 def _comm_pairs(a: Op, S: int, rank_of) -> list[tuple[Comm, Comm, int]]:
     """(send, recv, receiving rank) for atom ``a``'s output if it crosses ranks
     (torch's ``_has_comms``/``_get_comms``)."""
-    r = rank_of(a.stage, a.mb)
-    if a.kind == "F" and a.stage < S - 1 and rank_of(a.stage + 1, a.mb) != r:
-        return [(Comm("SEND_F", a.stage, a.mb), Comm("RECV_F", a.stage + 1, a.mb),
-                 rank_of(a.stage + 1, a.mb))]
-    if a.kind in ("B", "BW") and a.stage > 0 and rank_of(a.stage - 1, a.mb) != r:
-        return [(Comm("SEND_B", a.stage, a.mb), Comm("RECV_B", a.stage - 1, a.mb),
-                 rank_of(a.stage - 1, a.mb))]
-    return []
+    key = produces(a)
+    if key is None or not 0 <= consumer_stage(key) < S:
+        return []
+    src, dst = route(key, rank_of)
+    if src == dst:
+        return []
+    return [(send_comm(key), recv_comm(key), dst)]
 
 
 def runtime_rows(placement: Placement, rows: list[list[Op | Comm]]) -> list[list[Instr]]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .dataflow import needs, produces
-from .errors import ScheduleError
-from .ir import Op, Schedule
-from .tokens import format_op
+from schedsim.errors import ScheduleError
+from schedsim.program.ir import Op, Schedule
+from schedsim.program.routing import needs, produces
+from schedsim.program.tokens import format_op
 
 
 def _where(r: int, i: int, op: Op) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..costs import CommModel, CostModel, LinkModel
-from ..errors import SchedsimError
-from ..memory import MemoryModel, param_memory, peak_activation
-from ..scenario import parse_scenario
-from .metrics import bubble_metrics
+from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation
+from schedsim.analysis.metrics import bubble_metrics
+from schedsim.errors import SchedsimError
+from schedsim.scenario import parse_scenario
+from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 
 @dataclass
@@ -103,8 +103,8 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
     generator parameters per schedule name. Raises :class:`ScenarioError` for a name that
     is not registered (only when ``schedules`` is given).
     """
-    from ..engine import simulate
-    from ..generators import get, names
+    from schedsim.generators import get, names
+    from schedsim.sim.simulate import simulate
 
     costs = costs or CostModel()
     link = link or LinkModel()
@@ -146,7 +146,7 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
 
 def spread(values: list[float]) -> str:
     """``6`` when all equal, else ``min..max``."""
-    from ._index import fmt_t
+    from schedsim.analysis._index import fmt_t
 
     if not values:
         return "-"

@@ -1,8 +1,8 @@
 """Reading and writing schedules and programs as files.
 
-- ``.json``: schedsim's own format, the pydantic dump of :class:`~schedsim.ir.Schedule`
+- ``.json``: schedsim's own format, the pydantic dump of :class:`~schedsim.program.ir.Schedule`
   (``{"name", "placement": {"kind", "ranks", "stages", ...}, "microbatches",
-  "ranks": [["0F0", "0F1", ...], ...]}``); a dump of a :class:`~schedsim.ir.Program` (comm
+  "ranks": [["0F0", "0F1", ...], ...]}``); a dump of a :class:`~schedsim.program.ir.Program` (comm
   tokens included) loads as its compute schedule.
 - ``.csv``: torch.distributed.pipelining's schedule CSV (see
   :mod:`schedsim.interop.torch_format`).
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .errors import ParseError, ScenarioError, SchedsimError
-from .ir import Program, Schedule
+from schedsim.errors import ParseError, ScenarioError, SchedsimError
+from schedsim.program.ir import Program, Schedule
 
 
 def load_schedule_file(path: str | Path, *, placement: str | None = None,
@@ -25,7 +25,7 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
     For CSV, ``placement`` (``loop``, ``v`` or ``dual``), ``stages`` and ``microbatches``
     say how to read it (defaults: loop, one stage per rank, two for v, the ranks for dual,
     the largest mb + 1).
-    Every loaded schedule is validated (:func:`schedsim.validate.validate_schedule`).
+    Every loaded schedule is validated (:func:`schedsim.program.validate.validate_schedule`).
     Raises :class:`ScenarioError` or :class:`ParseError` naming what is wrong, or
     :class:`~schedsim.errors.ScheduleError` naming the file and first offending action.
     """
@@ -62,14 +62,14 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
             raise ParseError(f"{path}: '{loc}': {err['msg']}") from None
         except SchedsimError as e:
             raise ParseError(f"{path}: {e}") from None
-        from .tokens import format_op
-        from .validate import validate_schedule
+        from schedsim.program.tokens import format_op
+        from schedsim.program.validate import validate_schedule
 
         validate_schedule(sched, locate=lambda r, i: (
             f"{path}: rank {r}, op {i} ({format_op(sched.ranks[r][i])})"))
         return sched
     if suffix == ".csv":
-        from .interop.torch_format import read_torch_csv
+        from schedsim.interop.torch_format import read_torch_csv
 
         return read_torch_csv(path, placement=placement or "loop", stages=stages,
                               microbatches=microbatches)
@@ -77,7 +77,7 @@ def load_schedule_file(path: str | Path, *, placement: str | None = None,
 
 
 def _is_compute(tok: str) -> bool:
-    from .tokens import parse_op
+    from schedsim.program.tokens import parse_op
 
     try:
         parse_op(tok)

@@ -15,7 +15,7 @@ def check_output_path(path: str | Path) -> Path:
     can be created in it (tried: a temporary file is made and removed) and ``path`` is
     not itself a folder. Raises :class:`ScenarioError` naming the path
     (call it before long work, so a typo fails fast and nothing is half-written)."""
-    from .errors import ScenarioError
+    from schedsim.errors import ScenarioError
 
     path = Path(path)
     parent = path.parent
@@ -44,7 +44,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     folder must exist (it is not created: a typo in it is an error, not a new folder).
     Raises :class:`ScenarioError` naming ``path`` when it cannot be written.
     """
-    from .errors import ScenarioError
+    from schedsim.errors import ScenarioError
 
     path = check_output_path(path)
     tmp = _temp_beside(path)
@@ -101,7 +101,7 @@ def _temp_beside(path: Path) -> str:
     """Create an empty temporary file next to ``path`` (same suffix, the usual file mode
     rather than mkstemp's 0600); raise :class:`ScenarioError` naming ``path`` if the
     folder refuses it."""
-    from .errors import ScenarioError
+    from schedsim.errors import ScenarioError
 
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
@@ -129,27 +129,3 @@ def output_group() -> Iterator[OutputGroup]:
         group.commit()
     finally:
         group.discard()
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building large object graphs.
-
-    Programs and timelines hold up to millions of small acyclic objects; generational GC
-    passes over them cost more than the work itself. Reference counting still frees
-    everything. On exit the objects alive are moved to the permanent generation
-    (``gc.freeze``) before the collector is re-enabled (if it was on): otherwise the first
-    collection afterwards would traverse every object made in the block, about as long
-    as building them. Frozen objects are still freed by reference counting; only cyclic
-    garbage among them would stay, and these structures have no cycles.
-    """
-    import gc
-
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.freeze()
-            gc.enable()

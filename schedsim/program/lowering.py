@@ -1,4 +1,6 @@
-"""Lowering: Schedule (compute order) -> Program (compute plus P2P instructions).
+"""Lowering helpers and the ``async`` and ``commit`` comm policies.
+
+Lowering turns a Schedule (compute order) into a Program (compute plus P2P instructions).
 
 A comm *policy* decides where each rank posts its sends and recvs and where it waits:
 
@@ -9,28 +11,33 @@ A comm *policy* decides where each rank posts its sends and recvs and where it w
   :func:`link_ordered_recvs`), so they match when a rank consumes a peer's messages out
   of order.
 
-``torch`` and ``commit`` live in :mod:`schedsim.policies` (imported at the end of this
-module); other policies register themselves in :data:`POLICIES` (see
-:func:`register_policy`).
+- ``commit`` (DualPipe style, deepseek-ai/DualPipe ``dualpipe/comm.py`` +
+  ``_commit_and_wait_comm``): after each compute op the rank posts that op's sends and the
+  recvs the next op needs (in link order); everything posted since the last compute is
+  committed and waited (one ``batch_isend_irecv`` + ``wait()``) right before the next
+  compute, and once more at the end. A commit waits its sends too, so under
+  ``rendezvous`` semantics a schedule whose ranks commit sends to each other before
+  posting the matching recvs deadlocks, as it would on NCCL.
+
+``torch`` lives in :mod:`schedsim.program.torch_runtime`; :mod:`schedsim.program.lower`
+holds the registry of policies and :func:`~schedsim.program.lower.lower`.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from .dataflow import consumer_stage, needs, produces, recv_comm, send_comm
-from .errors import ScheduleError
-from .ir import Comm, Compute, Instr, Op, Placement, Post, Program, Schedule, Wait
-
-#: name -> function(schedule) -> Program
-POLICIES: dict[str, Callable[[Schedule], Program]] = {}
-
-
-def register_policy(name: str) -> Callable:
-    """Decorator registering a lowering policy under ``name``."""
-    def deco(fn: Callable[[Schedule], Program]) -> Callable[[Schedule], Program]:
-        POLICIES[name] = fn
-        return fn
-    return deco
+from schedsim.program.ir import (
+    Comm,
+    Commit,
+    Compute,
+    Instr,
+    Op,
+    Placement,
+    Post,
+    Program,
+    Schedule,
+    Wait,
+)
+from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import consumer_stage, needs, produces
 
 
 def op_recvs(op: Op, rank: int, pl: Placement) -> list[Comm]:
@@ -117,7 +124,6 @@ def link_ordered_recvs(schedule: Schedule) -> list[list[list[Comm]]]:
     return out
 
 
-@register_policy("async")
 def lower_async(schedule: Schedule) -> Program:
     """The ``async`` policy (module docstring)."""
     pl = schedule.placement
@@ -136,21 +142,37 @@ def lower_async(schedule: Schedule) -> Program:
             row.append(Compute(op))
             row.extend(Post(c) for c in op_sends(op, r, pl, bw))
         rows.append(row)
-    return Program(name=schedule.name, placement=pl, microbatches=schedule.microbatches,
-                   ranks=rows, params=dict(schedule.params))
+    return program_of(schedule, rows)
 
 
-def lower(schedule: Schedule, policy: str = "async") -> Program:
-    """Lower ``schedule`` to a :class:`Program` with the named comm ``policy``.
-
-    Raises :class:`ScheduleError` for an unknown policy.
-    """
-    fn = POLICIES.get(policy)
-    if fn is None:
-        raise ScheduleError(f"unknown comm policy {policy!r}: expected one of "
-                            f"{', '.join(sorted(POLICIES))}")
-    return fn(schedule)
+def program_of(schedule: Schedule, rows: list[list[Instr]]) -> Program:
+    return Program(name=schedule.name, placement=schedule.placement,
+                   microbatches=schedule.microbatches, ranks=rows,
+                   params=dict(schedule.params))
 
 
-# the ``torch`` and ``commit`` policies register themselves on import
-from . import policies as _policies  # noqa: E402,F401
+# -- commit ---------------------------------------------------------------------------
+def lower_commit(schedule: Schedule) -> Program:
+    """The ``commit`` policy (module docstring): posts between two computes form one batch,
+    committed right before the next compute. Recvs are posted in link order
+    (:func:`schedsim.program.lower.link_ordered_recvs`)."""
+    pl = schedule.placement
+    bw = has_backward(schedule)
+    recvs = link_ordered_recvs(schedule)
+    rows: list[list[Instr]] = []
+    for r, ops in enumerate(schedule.ranks):
+        row: list[Instr] = [Post(c) for c in (recvs[r][0] if ops else [])]
+        pending = bool(row)
+        for k, op in enumerate(ops):
+            if pending:
+                row.append(Commit())
+            row.append(Compute(op))
+            posts = op_sends(op, r, pl, bw)
+            if k + 1 < len(ops):
+                posts = posts + recvs[r][k + 1]
+            row.extend(Post(c) for c in posts)
+            pending = bool(posts)
+        if pending:
+            row.append(Commit())
+        rows.append(row)
+    return program_of(schedule, rows)

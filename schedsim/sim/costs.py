@@ -11,8 +11,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from .errors import ScenarioError
-from .ir import Op
+from schedsim.errors import ScenarioError
+from schedsim.program.ir import Op
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")

@@ -18,8 +18,22 @@ from __future__ import annotations
 
 import re
 
-from .errors import ParseError
-from .ir import Comm, Commit, Compute, Instr, Op, Post, Wait
+from schedsim.errors import ParseError
+from schedsim.program.ops import (
+    Comm,
+    Commit,
+    Compute,
+    Instr,
+    Op,
+    Post,
+    Wait,
+    format_instr,
+    format_op,
+)
+
+#: formatting lives with the atoms (:mod:`schedsim.program.ops`); both directions are here
+__all__ = ["parse_op", "parse_comm", "parse_instr", "parse_program_text", "format_op",
+           "format_instr"]
 
 _COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
@@ -74,31 +88,6 @@ def parse_instr(tok: str) -> Instr:
         return Compute(parse_op(tok))
     except ParseError:
         raise ParseError(f"bad token {tok!r}: {_EXPECTED}") from None
-
-
-def format_op(op: Op) -> str:
-    """Token of a compute op (inverse of :func:`parse_op`)."""
-    if op.kind == "FB":
-        f, b = op.parts
-        return f"({f.stage}F{f.mb};{b.stage}{b.kind}{b.mb})"
-    return f"{op.stage}{op.kind}{op.mb}"
-
-
-def format_instr(ins: Instr | Op | str) -> str:
-    """Token of an instruction (inverse of :func:`parse_instr`)."""
-    if isinstance(ins, str):
-        return ins
-    if isinstance(ins, Op):
-        return format_op(ins)
-    if isinstance(ins, Compute):
-        return format_op(ins.op)
-    if isinstance(ins, Post):
-        return str(ins.comm)
-    if isinstance(ins, Commit):
-        return "COMMIT"
-    if isinstance(ins, Wait):
-        return "WAIT[" + "+".join(str(c) for c in ins.comms) + "]"
-    raise TypeError(f"not an instruction: {ins!r}")
 
 
 def parse_program_text(text: str) -> list[list[Instr]]:

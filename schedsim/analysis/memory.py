@@ -24,9 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import ScenarioError
-from .ir import Placement
-from .timeline import Timeline
+from schedsim.errors import ScenarioError
+from schedsim.program.ir import Placement
+from schedsim.timeline import Timeline
 
 PRESETS: dict[str, dict[str, float]] = {
     "zb": {"F": 1.0, "B": -0.5, "W": -0.5, "BW": -1.0},

@@ -8,14 +8,13 @@ of one microbatch with the backward of another, as in DualPipe).
 Atoms (:class:`Op`, :class:`Comm` and the instructions) are frozen, slotted dataclasses:
 they are created by the hundred thousand and must be cheap. Containers
 (:class:`Placement`, :class:`Schedule`, :class:`Program`) are pydantic models; in JSON
-their per-rank lists are written as the text tokens of :mod:`schedsim.tokens`
+their per-rank lists are written as the text tokens of :mod:`schedsim.program.tokens`
 (``"0F1"``, ``"2SEND_B3"``, ``"COMMIT"``, ...), which are also accepted on input.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Callable, Iterator, Literal, Union
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,112 +25,24 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ScheduleError
+from schedsim.errors import ScheduleError
+from schedsim.program.ops import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    Comm,
+    Commit,
+    Compute,
+    Instr,
+    Op,
+    Post,
+    Wait,
+    format_instr,
+)
+from schedsim.program.tokens import parse_instr, parse_op
 
-#: compute op kinds, in the order the summary tables list them
-COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
-#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream
-COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One compute op of one stage on one microbatch.
-
-    ``kind`` is ``F``, ``B`` (input gradient), ``W`` (weight gradient), ``BW`` (full
-    backward) or ``FB`` (overlapped pair). For ``FB``, ``parts`` holds the forward part then
-    the backward part (``B`` or ``BW``), each an :class:`Op` with its own stage and
-    microbatch, and ``stage``/``mb`` repeat the forward part's. ``stage`` is the global
-    stage index (for DualPipe: the index within the microbatch's direction); ``mb`` the
-    global microbatch id.
-    """
-
-    kind: str
-    stage: int
-    mb: int
-    parts: tuple["Op", ...] = ()
-
-    @staticmethod
-    def fb(forward: "Op", backward: "Op") -> "Op":
-        """Build an overlapped ``FB`` op from a forward op and a ``B``/``BW`` op."""
-        return Op("FB", forward.stage, forward.mb, (forward, backward))
-
-    def atoms(self) -> tuple["Op", ...]:
-        """The non-overlapped ops this op performs: its parts for ``FB``, else itself."""
-        return self.parts if self.kind == "FB" else (self,)
-
-    def __str__(self) -> str:
-        from .tokens import format_op
-
-        return format_op(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Comm:
-    """A point-to-point op as the rank that issues it names it (torch's convention).
-
-    ``SEND_F`` at stage s sends the activation of stage s to stage s+1; ``RECV_F`` at stage
-    s receives the activation of stage s-1; ``SEND_B`` at stage s sends the gradient of
-    stage s's input to stage s-1; ``RECV_B`` at stage s receives it from stage s+1.
-    """
-
-    kind: str
-    stage: int
-    mb: int
-
-    @property
-    def is_send(self) -> bool:
-        return self.kind[0] == "S"
-
-    def message_key(self) -> tuple[str, int, int]:
-        """``(kind, producing stage, mb)``: the identity of the message this op moves."""
-        k = self.kind
-        if k == "SEND_F":
-            return ("F", self.stage, self.mb)
-        if k == "RECV_F":
-            return ("F", self.stage - 1, self.mb)
-        if k == "SEND_B":
-            return ("B", self.stage, self.mb)
-        return ("B", self.stage + 1, self.mb)
-
-    def __str__(self) -> str:
-        return f"{self.stage}{self.kind}{self.mb}"
-
-
-@dataclass(frozen=True, slots=True)
-class Compute:
-    """Run a compute op on the rank's compute stream; the host waits for it to finish."""
-
-    op: Op
-
-
-@dataclass(frozen=True, slots=True)
-class Post:
-    """Launch a send or recv (``isend``/``irecv``); does not block.
-
-    A run of consecutive posts is launched as one batch (``batch_isend_irecv``): on a
-    shared comm stream that batch runs as one unit.
-    """
-
-    comm: Comm
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Block until the named, previously posted comm ops have completed (``Work.wait()``)."""
-
-    comms: tuple[Comm, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Block until everything posted since the previous ``Commit`` has completed.
-
-    Together with the posts before it this is DualPipe's ``batch_isend_irecv`` + ``wait()``.
-    """
-
-
-Instr = Union[Compute, Post, Wait, Commit]
+#: the atoms are defined in :mod:`schedsim.program.ops` and importable from here too
+__all__ = ["COMM_KINDS", "COMPUTE_KINDS", "Comm", "Commit", "Compute", "Instr", "Op", "Post",
+           "Wait", "Placement", "Schedule", "Program"]
 
 
 class Placement(BaseModel):
@@ -230,16 +141,6 @@ class Placement(BaseModel):
             return self.direction(mb)
         return self._tables[1][stage]
 
-    @property
-    def chunks_per_rank(self) -> int:
-        """Model chunks (copies of stage parameters) held by the busiest rank."""
-        if self.kind == "dual":
-            return 2
-        counts = [0] * self.ranks
-        for r in self._tables[0]:
-            counts[r] += 1
-        return max(counts)
-
     def stages_of(self, rank: int) -> list[int]:
         """Stages held by ``rank`` (for ``dual``: its direction-0 and direction-1 stage)."""
         if self.kind == "dual":
@@ -248,24 +149,18 @@ class Placement(BaseModel):
 
 
 def _ops_in(v: Any) -> Any:
-    from .tokens import parse_op
-
     if isinstance(v, list):
         return [[parse_op(x) if isinstance(x, str) else x for x in row] for row in v]
     return v
 
 
 def _instrs_in(v: Any) -> Any:
-    from .tokens import parse_instr
-
     if isinstance(v, list):
         return [[parse_instr(x) if isinstance(x, str) else x for x in row] for row in v]
     return v
 
 
 def _tokens_out(v: list[list[Any]]) -> list[list[str]]:
-    from .tokens import format_instr
-
     return [[format_instr(x) for x in row] for row in v]
 
 
@@ -290,8 +185,8 @@ class Schedule(_PerRank):
 
     ``ranks[r]`` is rank r's ops in execution order. In JSON the ops are tokens
     (``"0F1"``, ``"3BW0"``, ``"(0F3;3BW1)"``). Validate with
-    :func:`schedsim.validate.validate_schedule`; lower to a :class:`Program` with
-    :func:`schedsim.lower.lower`.
+    :func:`schedsim.program.validate.validate_schedule`; lower to a :class:`Program` with
+    :func:`schedsim.program.lower.lower`.
     """
 
     ranks: OpRows
@@ -303,7 +198,7 @@ class Schedule(_PerRank):
 class Program(_PerRank):
     """Per-rank instruction lists: compute, post send/recv, wait and commit.
 
-    This is what both executors run (the simulator in :mod:`schedsim.engine`, the torch
+    This is what both executors run (the simulator in :mod:`schedsim.sim.engine`, the torch
     replay in :mod:`schedsim.replay`). ``params`` carries the generator's parameters.
     """
 
@@ -324,10 +219,5 @@ class Program(_PerRank):
 
     def to_text(self) -> str:
         """The program text form: one ``rank N: tok tok ...`` line per rank."""
-        from .tokens import format_instr
-
         return "\n".join(f"rank {r}: " + " ".join(format_instr(i) for i in row)
                          for r, row in enumerate(self.ranks)) + "\n"
-
-    def instructions(self, rank: int) -> Iterator[tuple[int, Instr]]:
-        return enumerate(self.ranks[rank])

@@ -51,10 +51,11 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import ScenarioError, SchedsimError
-from ..ir import Comm, Commit, Compute, Op, Placement, Post, Wait
-from ..timeline import Message, Part, Span, Timeline, WaitRecord
-from ..tokens import parse_comm, parse_instr
+from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.program.ir import Comm, Commit, Compute, Op, Placement, Post, Wait
+from schedsim.program.routing import consumer_stage
+from schedsim.program.tokens import parse_comm, parse_instr
+from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
 
 _TORCH_COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
 _TORCH_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
@@ -187,7 +188,7 @@ def _classify(name: str, rank: int) -> tuple[str, Any] | None:
 def _ends(c: Comm) -> tuple[tuple[str, int, int], int]:
     """``(message key, consuming stage)`` of a post."""
     key = c.message_key()
-    return key, key[1] + 1 if key[0] == "F" else key[1] - 1
+    return key, consumer_stage(key)
 
 
 def _fit_stages(kind: str, ranks: int, seen: int) -> int | None:

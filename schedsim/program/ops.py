@@ -1,0 +1,148 @@
+"""Atoms of the program model: compute ops, P2P ops and instructions, and their text tokens.
+
+Vocabulary (see DESIGN.md): a *rank* runs one or more *stages*; each stage processes every
+*microbatch* ``mb`` with a forward ``F``, a backward for inputs ``B``, a backward for
+weights ``W`` (or the fused full backward ``BW``); ``FB`` is an overlapped pair (the forward
+of one microbatch with the backward of another, as in DualPipe).
+
+Atoms are frozen, slotted dataclasses: they are created by the hundred thousand and must be
+cheap. Their text form (:func:`format_instr`) is the program token grammar of
+:mod:`schedsim.program.tokens`, which parses it back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from schedsim.program.routing import Key, message_key, recv_parts, send_parts
+
+#: compute op kinds, in the order the summary tables list them
+COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
+#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream
+COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One compute op of one stage on one microbatch.
+
+    ``kind`` is ``F``, ``B`` (input gradient), ``W`` (weight gradient), ``BW`` (full
+    backward) or ``FB`` (overlapped pair). For ``FB``, ``parts`` holds the forward part then
+    the backward part (``B`` or ``BW``), each an :class:`Op` with its own stage and
+    microbatch, and ``stage``/``mb`` repeat the forward part's. ``stage`` is the global
+    stage index (for DualPipe: the index within the microbatch's direction); ``mb`` the
+    global microbatch id.
+    """
+
+    kind: str
+    stage: int
+    mb: int
+    parts: tuple["Op", ...] = ()
+
+    @staticmethod
+    def fb(forward: "Op", backward: "Op") -> "Op":
+        """Build an overlapped ``FB`` op from a forward op and a ``B``/``BW`` op."""
+        return Op("FB", forward.stage, forward.mb, (forward, backward))
+
+    def atoms(self) -> tuple["Op", ...]:
+        """The non-overlapped ops this op performs: its parts for ``FB``, else itself."""
+        return self.parts if self.kind == "FB" else (self,)
+
+    def __str__(self) -> str:
+        return format_op(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A point-to-point op as the rank that issues it names it (torch's convention).
+
+    ``SEND_F`` at stage s sends the activation of stage s to stage s+1; ``RECV_F`` at stage
+    s receives the activation of stage s-1; ``SEND_B`` at stage s sends the gradient of
+    stage s's input to stage s-1; ``RECV_B`` at stage s receives it from stage s+1.
+    """
+
+    kind: str
+    stage: int
+    mb: int
+
+    @property
+    def is_send(self) -> bool:
+        return self.kind[0] == "S"
+
+    def message_key(self) -> Key:
+        """``(kind, producing stage, mb)``: the identity of the message this op moves."""
+        return message_key(self.kind, self.stage, self.mb)
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+
+def send_comm(key: Key) -> Comm:
+    """The SEND the producer of message ``key`` posts."""
+    return Comm(*send_parts(key))
+
+
+def recv_comm(key: Key) -> Comm:
+    """The RECV the consumer of message ``key`` posts."""
+    return Comm(*recv_parts(key))
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Run a compute op on the rank's compute stream; the host waits for it to finish."""
+
+    op: Op
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """Launch a send or recv (``isend``/``irecv``); does not block.
+
+    A run of consecutive posts is launched as one batch (``batch_isend_irecv``): on a
+    shared comm stream that batch runs as one unit.
+    """
+
+    comm: Comm
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block until the named, previously posted comm ops have completed (``Work.wait()``)."""
+
+    comms: tuple[Comm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Block until everything posted since the previous ``Commit`` has completed.
+
+    Together with the posts before it this is DualPipe's ``batch_isend_irecv`` + ``wait()``.
+    """
+
+
+Instr = Union[Compute, Post, Wait, Commit]
+
+
+def format_op(op: Op) -> str:
+    """Token of a compute op (inverse of :func:`parse_op`)."""
+    if op.kind == "FB":
+        f, b = op.parts
+        return f"({f.stage}F{f.mb};{b.stage}{b.kind}{b.mb})"
+    return f"{op.stage}{op.kind}{op.mb}"
+
+
+def format_instr(ins: Instr | Op | str) -> str:
+    """Token of an instruction (inverse of :func:`parse_instr`)."""
+    if isinstance(ins, str):
+        return ins
+    if isinstance(ins, Op):
+        return format_op(ins)
+    if isinstance(ins, Compute):
+        return format_op(ins.op)
+    if isinstance(ins, Post):
+        return str(ins.comm)
+    if isinstance(ins, Commit):
+        return "COMMIT"
+    if isinstance(ins, Wait):
+        return "WAIT[" + "+".join(str(c) for c in ins.comms) + "]"
+    raise TypeError(f"not an instruction: {ins!r}")

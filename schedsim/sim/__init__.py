@@ -1,0 +1,1 @@
+"""The simulator: cost, link and comm models, compile, engine, deadlock diagnosis."""

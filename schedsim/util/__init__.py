@@ -1,0 +1,1 @@
+"""Small helpers with no schedsim imports: atomic output files, GC control."""

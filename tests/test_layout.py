@@ -1,0 +1,151 @@
+"""The package layout stays true to docs/architecture.md: imports point down the layers,
+no module imports from a layer above it, and there are no import cycles.
+
+Every ``import``/``from ... import`` counts, including the lazy ones inside functions: a
+lazy import still ties the two modules together. The rule table below is the one home of
+the layering; docs/architecture.md explains it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "schedsim"
+
+#: bottom to top; a module may import from its own layer and from layers listed earlier
+#: (lower), never from a later (higher) one
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("schedsim.errors",),
+    ("schedsim.util",),
+    ("schedsim.program",),
+    ("schedsim.timeline",),
+    ("schedsim.sim",),
+    ("schedsim.generators",),
+    ("schedsim.analysis",),
+    ("schedsim.interop",),
+    ("schedsim.scenario",),
+    ("schedsim.sweep",),
+    ("schedsim.plot",),
+    ("schedsim.report",),
+    ("schedsim.search",),
+    ("schedsim.replay",),
+    ("schedsim.cli", "schedsim.__main__", "schedsim.replay.__main__"),
+)
+#: the package's own ``__init__`` re-exports the public API from every layer
+TOP = "schedsim"
+
+
+def _home(module: str) -> tuple[int, str]:
+    """(layer index, owning package or module) of a schedsim module; the longest prefix
+    listed in LAYERS wins."""
+    best: tuple[int, str] | None = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (
+                    best is None or len(name) > len(best[1])):
+                best = (i, name)
+    if best is None:
+        raise AssertionError(f"{module} belongs to no layer: add it to LAYERS and to "
+                             f"docs/architecture.md")
+    return best
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, imported schedsim module) for every import in ``path``; ``from X import y``
+    counts as importing ``X.y`` when that is a module, else ``X``."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = _module_name(path, root)
+    is_pkg = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith(TOP)]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = me.split(".")
+                if not is_pkg:
+                    base = base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if not (mod == TOP or mod.startswith(TOP + ".")):
+                continue
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                sub_path = root / sub.replace(".", "/")
+                if sub_path.with_suffix(".py").exists() or (sub_path / "__init__.py").exists():
+                    out.append((node.lineno, sub))
+                else:
+                    out.append((node.lineno, mod))
+    return out
+
+
+def import_graph(package: Path = PACKAGE) -> tuple[nx.DiGraph, list[str]]:
+    """The module import graph of ``package`` and the list of layering violations."""
+    g = nx.DiGraph()
+    bad = []
+    root = package.parent
+    for path in sorted(package.rglob("*.py")):
+        me = _module_name(path, root)
+        g.add_node(me)
+        if me == TOP:
+            continue
+        mine = _home(me)
+        for line, mod in imports_of(path, root):
+            if mod == TOP:
+                bad.append(f"{path.relative_to(root)}:{line}: imports the "
+                           f"package root {TOP} (import the defining module)")
+                continue
+            g.add_edge(me, mod)
+            theirs = _home(mod)
+            if theirs[0] > mine[0]:
+                bad.append(f"{path.relative_to(root)}:{line}: {mine[1]} "
+                           f"imports {mod} ({theirs[1]} is not below it)")
+    return g, bad
+
+
+def test_imports_point_down_the_layers():
+    _, bad = import_graph()
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    g, _ = import_graph()
+    cycles = [c for c in nx.simple_cycles(g) if len(c) > 1]
+    assert not cycles, "\n".join(" -> ".join(c + [c[0]]) for c in cycles[:20])
+
+
+def test_check_catches_a_wrong_import(tmp_path):
+    """The checker is not vacuous: a program module importing the engine (upward), and
+    two modules importing each other, are both reported."""
+    pkg = tmp_path / "schedsim"
+    (pkg / "program").mkdir(parents=True)
+    (pkg / "sim").mkdir()
+    for d in (pkg, pkg / "program", pkg / "sim"):
+        (d / "__init__.py").write_text("")
+    (pkg / "program" / "ir.py").write_text("from schedsim.sim.engine import run\n")
+    (pkg / "sim" / "engine.py").write_text("from schedsim.program import ir\n")
+    g, bad = import_graph(pkg)
+    assert bad == ["schedsim/program/ir.py:1: schedsim.program imports schedsim.sim.engine "
+                   "(schedsim.sim is not below it)"]
+    assert ["schedsim.program.ir", "schedsim.sim.engine"] in [sorted(c) for c in
+                                                              nx.simple_cycles(g)]
+
+
+@pytest.mark.parametrize("limit", [500])
+def test_no_module_over_the_size_limit(limit):
+    big = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > limit}
+    assert not big, f"modules over {limit} lines: {big}"
