@@ -17,7 +17,17 @@ from schedsim.errors import (
                      ScheduleError,
 )
 from schedsim.generators import build_program, generate
-from schedsim.program.ir import Comm, Commit, Compute, Op, Placement, Post, Program, Schedule, Wait
+from schedsim.program.ir import (
+                     Comm,
+                     Commit,
+                     Compute,
+                     Op,
+                     Placement,
+                     Post,
+                     Program,
+                     Schedule,
+                     Wait,
+)
 from schedsim.program.lower import lower
 from schedsim.program.validate import validate_schedule
 from schedsim.scenario import Scenario, load_scenario

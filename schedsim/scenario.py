@@ -163,8 +163,7 @@ class Scenario(BaseModel):
                                 "file or a schedule_file")
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
-        from schedsim.generators import build_program
-        from schedsim.generators import get as get_generator
+        from schedsim.generators import build_program, get as get_generator
 
         params = s.generator_params()
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
@@ -270,7 +269,8 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
                       comm_policy: str | None = None, name: str = "custom") -> Program:
     """Build a :class:`Program` from parsed instruction rows (see
     :func:`load_program_file` for the defaults)."""
-    from schedsim.program.ir import Compute, Post, Wait
+    from schedsim.program.ir import Compute, Wait
+    from schedsim.program.ops import launched
 
     ranks = ranks or len(rows)
     if len(rows) != ranks:
@@ -279,7 +279,7 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
         raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
     used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
             for a in i.op.atoms()]
-    used += [(i.comm.stage, i.comm.mb) for row in rows for i in row if isinstance(i, Post)]
+    used += [(c.stage, c.mb) for row in rows for i in row for c in launched(i)]
     used += [(c.stage, c.mb) for row in rows for i in row if isinstance(i, Wait)
              for c in i.comms]
     top_mb = max((mb for _, mb in used), default=0)

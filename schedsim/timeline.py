@@ -65,8 +65,9 @@ class Message:
     timelines alike:
 
     - ``send_posted`` / ``recv_posted``: when the side's post instruction is done on its
-      rank's host, i.e. the *end* of launching the batch (run of consecutive posts) that
-      holds it. Simulator: the post time after ``CommModel.launch_cost``
+      rank's host, i.e. the *end* of launching the batch (bare post or ``BATCH``) that
+      holds it (a bare post or a ``BATCH``). Simulator: the post time after
+      ``CommModel.launch_cost``
       (:mod:`schedsim.sim.engine`); replay: the end of the ``batch_isend_irecv`` call
       (:mod:`schedsim.replay.executor`; the data may arrive while that call still
       runs, so a measured ``recv_done`` can precede ``send_posted``); imported trace: the

@@ -30,15 +30,15 @@ def _ask(sem: str, *causes):
 
 
 def test_selectors_name_the_instructions() -> None:
-    assert (W0.rank, W0.index, W0.token) == (5, 39, "5W0")
-    assert (SEND.rank, SEND.index, SEND.token) == (5, 36, "5SEND_B0")
+    assert (W0.rank, W0.index, W0.token) == (5, 29, "5W0")
+    assert (SEND.rank, SEND.index, SEND.token) == (5, 27, "5SEND_B0")
     assert select(DP, "5SEND_B0") == SEND
     assert select(DP, "rank = 5, send_b, mb = 0") == SEND
     assert select(DP, "rank=4 RECV_B mb=0").token == "4RECV_B0"
     fb = select(DP, "rank=5 F mb=15")
-    assert fb.token == "(2F15;5BW1)" and fb.index == 44
+    assert fb.token == "(2F15;5BW1)" and fb.index == 33
     assert select(DP, "rank=5 FB mb=1 stage=5") == fb
-    assert select(DP, "rank=5 index=39") == W0
+    assert select(DP, "rank=5 index=29") == W0
     assert parse_selector("rank=5 W mb=0 chunk=1").chunk == 1
 
 
@@ -67,7 +67,7 @@ def test_t10_t12_eager_send_is_not_the_cause() -> None:
     assert (a.effect_start, a.counterfactual_start, a.delay, a.makespan_delta) == \
         (12, 12, 0, 0)
     bw = a.binding_wait
-    assert (bw["kind"], bw["index"], bw["reached"], bw["released"]) == ("COMMIT", 38, 11, 12)
+    assert (bw["kind"], bw["index"], bw["reached"], bw["released"]) == ("COMMIT", 28, 11, 12)
     got = {c["comm"]: (c["done"], c["partner"], c["partner_posted"], c["binding"])
            for c in bw["comms"]}
     assert got == {"5SEND_B0": (11, "4RECV_B0", 12, False),
@@ -194,7 +194,7 @@ def test_comm_effect_is_its_completion() -> None:
     assert (a.effect_event, a.effect_start, a.counterfactual_start, a.delay,
             a.makespan_delta) == ("completion", 12, 11, 1, 0)
     text = "\n".join(explain(a))
-    assert "rank 4 4RECV_B0 (instr 34) completes at 12, 11 with the cause free" in text
+    assert "rank 4 4RECV_B0 (instr 25) completes at 12, 11 with the cause free" in text
     assert "starts at" not in text and "not blocked" not in text
     a = _ask("eager", SEND)
-    assert a.effect_event == "start" and "5W0 (instr 39) starts at 12" in explain(a)[0]
+    assert a.effect_event == "start" and "5W0 (instr 29) starts at 12" in explain(a)[0]

@@ -48,10 +48,10 @@ def _rank5(sem: str):
 def test_dualpipe_rank5_eager_batch_held_by_unrelated_recv() -> None:
     st = _rank5("eager")
     s = next(s for s in st if s.start == 11)
-    assert (s.end, s.cause, s.index, s.instruction, s.comms) == (12, "wait-batch", 38,
+    assert (s.end, s.cause, s.index, s.instruction, s.comms) == (12, "wait-batch", 28,
                                                                 "COMMIT", ["5RECV_F3"])
     assert "the next op 5W0 does not need" in s.detail
-    assert "rank 4 posted 4SEND_F3 only at 12 (instr 33), 1 after the data was ready" \
+    assert "rank 4 posted 4SEND_F3 only at 12 (instr 25), 1 after the data was ready" \
         in s.detail
     # warmup: the first op 2F10 waits for rank 6's 1F10
     w = st[0]
@@ -65,7 +65,7 @@ def test_dualpipe_rank5_rendezvous_batch_held_by_send_and_recv() -> None:
     s = next(s for s in _rank5("rendezvous") if s.start == 11)
     assert s.cause == "wait-batch" and s.comms == ["5SEND_B0", "5RECV_F3"]
     assert "5SEND_B0 (input gradient of stage 5 mb 0) was not accepted until rank 4 " \
-           "posted 4RECV_B0 at 12 (instr 34)" in s.detail
+           "posted 4RECV_B0 at 12 (instr 25)" in s.detail
 
 
 def test_dualpipe_rank5_data_has_no_stall_at_t11() -> None:

@@ -8,7 +8,8 @@ import pytest
 from conftest import FIGURE_COSTS, ref_path
 
 from schedsim import CommModel, CostModel, ScheduleError, build_program, generate, simulate
-from schedsim.program.ir import Commit, Compute, Post
+from schedsim.program.ir import Batch, Commit, Compute
+from schedsim.program.routing import route
 from schedsim.program.validate import validate_schedule
 
 REF_FILES = ["dualpipe_pp4_mb10.json", "dualpipe_pp8_mb20.json",
@@ -57,18 +58,19 @@ def _our_events(prog) -> list[list[tuple]]:
             elif isinstance(ins, Commit):
                 evs.append(("COMMIT", tuple(pending)))
                 pending = []
-            else:
-                assert isinstance(ins, Post)
-                c = ins.comm
-                kind, s, mb = c.message_key()
-                to = s + 1 if kind == "F" else s - 1
-                src, dst = pl.rank_of(s, mb), pl.rank_of(to, mb)
-                peer = dst if c.is_send else src
-                chunk = pl.chunk_of(c.stage, c.mb)
-                evs.append((c.kind, chunk, mb, peer))
-                # the ref lists a batch's ops as [op, peer, chunk, mb-within-direction]
-                local_mb = mb - (prog.microbatches // 2 if pl.kind == "dual" and chunk else 0)
-                pending.append((c.kind, peer, chunk, local_mb))
+            else:      # DualPipe appends P2P ops and launches them as one batch
+                assert isinstance(ins, Batch)
+                for c in ins.comms:
+                    key = c.message_key()
+                    mb = key[2]
+                    src, dst = route(key, pl.rank_of)
+                    peer = dst if c.is_send else src
+                    chunk = pl.chunk_of(c.stage, c.mb)
+                    evs.append((c.kind, chunk, mb, peer))
+                    # the ref lists a batch's ops as [op, peer, chunk, mb-within-direction]
+                    local_mb = mb - (prog.microbatches // 2 if pl.kind == "dual" and chunk
+                                     else 0)
+                    pending.append((c.kind, peer, chunk, local_mb))
         out.append(evs)
     return out
 

@@ -3,8 +3,7 @@ deadlocks, and invariants that must hold for every schedule."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from schedsim import (
     CommModel,

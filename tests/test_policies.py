@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch_ref  # noqa: E402  (tests/ is on sys.path: conftest)
 from conftest import ref_path
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import generate
 from schedsim.generators.torch_family import interleaved_1f1b, interleaved_zb, looped_bfs, zbv_torch
-from schedsim.program.ir import Commit, Compute, Op, Placement, Post, Schedule, Wait
+from schedsim.program.ir import Batch, Commit, Compute, Op, Placement, Post, Schedule, Wait
 from schedsim.program.lower import POLICIES, lower
 from schedsim.program.lowering import link_ordered_recvs, op_recvs
 from schedsim.program.tokens import format_instr, format_op
@@ -18,22 +19,22 @@ from schedsim.program.torch_runtime import add_send_recv, torch_runtime_kind
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.simulate import simulate
 
-torch_ref = pytest.importorskip("torch_ref")
-
 
 def tokens(prog) -> list[list[str]]:
     return [[format_instr(i) for i in row] for row in prog.ranks]
 
 
 def ref_trace_tokens(trace: list[str]) -> list[str]:
-    """The recorded trace as program tokens: post[a+b] -> a b, wait[a+b] -> WAIT[a+b],
-    torch's full backward B -> BW, REDUCE_GRAD dropped."""
+    """The recorded trace as program tokens: post[a+b] -> BATCH[a+b] when it mixes sends
+    and recvs (torch's ``_batch_p2p`` calls ``batch_isend_irecv``) else ``a b`` (one
+    ``isend``/``irecv`` each), wait[a+b] -> WAIT[a+b], torch's full backward B -> BW,
+    REDUCE_GRAD dropped."""
     out = []
     for t in trace:
         if t.endswith("REDUCE_GRAD"):
             continue
         if t.startswith("post["):
-            out += t[5:-1].split("+")
+            out += torch_ref.launch_tokens(t[5:-1].split("+"))
         elif t.startswith("wait["):
             out.append("WAIT[" + t[5:-1] + "]")
         else:
@@ -148,27 +149,30 @@ def test_torch_policy_never_deadlocks(name: str, kw: dict, semantics: str,
 def test_commit_policy_exact_program() -> None:
     prog = lower(generate("1f1b", 2, 2), "commit")
     assert prog.to_text() == (
-        "rank 0: 0F0 0SEND_F0 COMMIT 0F1 0SEND_F1 0RECV_B0 COMMIT 0BW0 0RECV_B1 COMMIT "
-        "0BW1\n"
-        "rank 1: 1RECV_F0 COMMIT 1F0 1BW0 1SEND_B0 1RECV_F1 COMMIT 1F1 1BW1 1SEND_B1 "
-        "COMMIT\n")
+        "rank 0: 0F0 BATCH[0SEND_F0] COMMIT 0F1 BATCH[0SEND_F1+0RECV_B0] COMMIT 0BW0 "
+        "BATCH[0RECV_B1] COMMIT 0BW1\n"
+        "rank 1: BATCH[1RECV_F0] COMMIT 1F0 1BW0 BATCH[1SEND_B0+1RECV_F1] COMMIT 1F1 1BW1 "
+        "BATCH[1SEND_B1] COMMIT\n")
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb",
                                   "looped-bfs"])
 def test_commit_policy_shape(name: str) -> None:
-    """Every compute is preceded by a COMMIT iff something was posted since the previous
-    compute; no WAIT; under eager semantics it runs to the end."""
+    """Every compute is preceded by a COMMIT iff something was launched since the previous
+    compute, every launch is one BATCH right before its COMMIT; no WAIT, no bare post;
+    under eager semantics it runs to the end."""
     sched = generate(name, 4, 8)
     prog = lower(sched, "commit")
     for row in prog.ranks:
         posted = False
         for i, ins in enumerate(row):
             assert not isinstance(ins, Wait)
+            assert not isinstance(ins, Post)
             if isinstance(ins, Compute):
                 assert isinstance(row[i - 1], Commit) == posted if i else True
                 posted = False
-            elif isinstance(ins, Post):
+            elif isinstance(ins, Batch):
+                assert isinstance(row[i + 1], Commit)
                 posted = True
         assert not posted or isinstance(row[-1], Commit)
     assert prog.schedule().ranks == sched.ranks

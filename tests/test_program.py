@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from schedsim import (
     CommModel,
@@ -19,7 +18,7 @@ from schedsim import (
     simulate,
     validate_schedule,
 )
-from schedsim.program.ir import Comm, Commit, Compute, Post, Wait
+from schedsim.program.ir import Batch, Comm, Commit, Compute, Post, Wait
 from schedsim.program.tokens import format_instr, parse_instr, parse_program_text
 from schedsim.scenario import program_from_rows
 
@@ -35,7 +34,8 @@ op_st = st.builds(Op, st.sampled_from(["F", "B", "W", "BW"]), st.integers(0, 99)
                   st.integers(0, 999))
 instr_st = st.one_of(
     st.builds(Compute, op_st), st.builds(Post, comm_st), st.just(Commit()),
-    st.builds(Wait, st.lists(comm_st, min_size=1, max_size=3).map(tuple)),
+    st.builds(Wait, st.lists(comm_st, min_size=1, max_size=3, unique=True).map(tuple)),
+    st.builds(Batch, st.lists(comm_st, min_size=1, max_size=4, unique=True).map(tuple)),
     st.builds(lambda f, b: Compute(Op.fb(f, b)),
               st.builds(Op, st.just("F"), st.integers(0, 9), st.integers(0, 9)),
               st.builds(Op, st.sampled_from(["B", "BW"]), st.integers(0, 9),
@@ -95,7 +95,7 @@ def test_compute_only_text_is_lowered() -> None:
     ("0F0 0SEND_F0\n1RECV_F0 1F0", "loop", 2, "never waits for 1RECV_F0"),
     ("0F0\n1F0", "loop", 2, "never posts 1RECV_F0"),
     ("0F0 0SEND_F0 1RECV_F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "belongs to rank 1"),
-    ("0SEND_F0 0F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "sent before the op"),
+    ("0SEND_F0 0F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "sends 0SEND_F0 before the op"),
     ("0F0 0SEND_F0 WAIT[0SEND_F1]\n1RECV_F0 COMMIT 1F0", "loop", 2, "has not posted"),
     ("0F0 0SEND_F0 1F0 1SEND_F0 3F0\n1RECV_F0 COMMIT 1F0 2F0 2SEND_F0 3RECV_F0 COMMIT",
      "v", 4, "hand-off is local"),

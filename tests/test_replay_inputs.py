@@ -325,7 +325,7 @@ def test_measured_posts_mean_what_simulated_posts_mean():
     cost give back the simulator's messages and spans exactly: zero prediction error."""
     from schedsim import build_program
     from schedsim.analysis.accuracy import prediction_error
-    from schedsim.program.ir import Post
+    from schedsim.program.ops import launched
     from schedsim.replay.timing import measured_timeline
     from schedsim.sim.costs import CommModel, CostModel
     from schedsim.sim.simulate import simulate
@@ -344,21 +344,15 @@ def test_measured_posts_mean_what_simulated_posts_mean():
         rec = {"spans": [(s.index, ns(s.start), ns(s.end)) for s in sim.spans_of(r)],
                "posts": [], "waits": [], "comm_post": {}, "comm_done": {},
                "comm_bytes": {}, "begin": 0}
-        i = 0
-        while i < len(row):
-            if not isinstance(row[i], Post):
-                i += 1
+        for i, ins in enumerate(row):
+            comms = launched(ins)
+            if not comms:
                 continue
-            j = i
-            while j < len(row) and isinstance(row[j], Post):
-                j += 1
-            end = posted[(r, i)]
-            rec["posts"].append((i, j - 1, ns(end - lc), ns(end)))
-            for k in range(i, j):
-                assert posted[(r, k)] == end          # one batch, one post time
-                rec["comm_post"][str(row[k].comm)] = (k, ns(end))
-                rec["comm_bytes"][str(row[k].comm)] = 8
-            i = j
+            end = posted[(r, i)]                      # one launch, one post time
+            rec["posts"].append((i, i, ns(end - lc), ns(end)))
+            for c in comms:
+                rec["comm_post"][str(c)] = (i, ns(end))
+                rec["comm_bytes"][str(c)] = 8
         recs.append(rec)
     meas = measured_timeline(prog, recs, backend="gloo")
     key = lambda m: (m.kind, m.stage, m.mb)  # noqa: E731

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedsim import CommModel, CostModel, LinkModel, generate, lower, simulate
 from schedsim.analysis.memory import MemoryModel, peak_activation

@@ -85,6 +85,15 @@ class _FakeStage:
         pass
 
 
+def launch_tokens(toks: list[str]) -> list[str]:
+    """Program tokens of one ``_batch_p2p`` call on ``toks`` (comm tokens), as torch 2.13
+    launches it: an all-send or all-recv list op by op, a mixed list as one
+    ``batch_isend_irecv`` (``BATCH[...]``)."""
+    if len({"SEND" in t for t in toks}) > 1:
+        return ["BATCH[" + "+".join(toks) + "]"]
+    return list(toks)
+
+
 def record_single(cls_name: str, p: int, m: int) -> list[list[str]]:
     """Program tokens ``Schedule1F1B``/``ScheduleGPipe._step_microbatches`` issue per rank."""
     cls = getattr(S, cls_name)
@@ -95,7 +104,7 @@ def record_single(cls_name: str, p: int, m: int) -> list[list[str]]:
         def batch(ops, desc=None):
             if not ops:
                 return []
-            log.extend(o.tok for o in ops)
+            log.extend(launch_tokens([o.tok for o in ops]))
             return [tuple(o.tok for o in ops)]
 
         def wait(work):

@@ -228,10 +228,9 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                 prev = E
             elif op == 1:
                 hs, units = ins[1], ins[2]
-                for h in hs:
-                    P = ("P", r, cp.hindex[h])
-                    edge(prev, P, 0.0, "host")
-                    prev = P
+                P = ("P", r, cp.hindex[hs[0]])     # one launch: a bare post or a BATCH
+                edge(prev, P, 0.0, "host")
+                prev = P
                 if units:
                     for u in units:
                         U = ("U", u)
@@ -246,7 +245,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                             _activate(edge, cp, h, U, done)
                 else:
                     for h in hs:
-                        _activate(edge, cp, h, ("P", r, cp.hindex[h]), done)
+                        _activate(edge, cp, h, P, done)
             else:
                 W = ("W", r, ins[3])
                 edge(prev, W, 0.0, "host")

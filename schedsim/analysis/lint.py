@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from schedsim.analysis._index import EPS, TimelineIndex, comm_of, fmt_t, span_token
-from schedsim.program.ir import Commit, Compute, Post, Program, Wait
+from schedsim.program.ir import Comm, Commit, Compute, Program, Wait
+from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage, produces, route
 from schedsim.program.tokens import format_instr
 from schedsim.timeline import Timeline
@@ -171,27 +173,24 @@ def deadlock_findings(tl: Timeline) -> list[Finding]:
                     "no cycle found")]
 
 
-def _waited_at(row: list) -> dict[int, int]:
-    """Post instruction index -> index of the first wait that covers it (COMMIT after it,
-    or a WAIT naming it); ``len(row)`` (END) when none does."""
-    out: dict[int, int] = {}
-    pending: list[int] = []
-    by_comm: dict = {}
+def _waited_at(row: list) -> dict[Comm, int]:
+    """Posted comm op -> index of the first wait that covers it (a COMMIT after its
+    launch, or a WAIT naming it); ``len(row)`` (END) when none does."""
+    out: dict[Comm, int] = {}
+    pending: list[Comm] = []
     for i, ins in enumerate(row):
-        if isinstance(ins, Post):
-            pending.append(i)
-            by_comm[ins.comm] = i
+        comms = launched(ins)
+        if comms:
+            pending += comms
         elif isinstance(ins, Commit):
-            for j in pending:
-                out.setdefault(j, i)
+            for c in pending:
+                out.setdefault(c, i)
             pending = []
         elif isinstance(ins, Wait):
             for c in ins.comms:
-                j = by_comm.get(c)
-                if j is not None:
-                    out.setdefault(j, i)
-    for j in by_comm.values():
-        out.setdefault(j, len(row))
+                out.setdefault(c, i)
+    for c in pending:
+        out.setdefault(c, len(row))
     return out
 
 
@@ -210,8 +209,10 @@ def late_sends(program: Program, tl: Timeline | None = None,
                     k = produces(a)
                     if k is not None:
                         made[k] = len(computes) - 1
-            elif isinstance(ins, Post) and ins.comm.is_send:
-                key = ins.comm.message_key()
+            for c in launched(ins):
+                if not c.is_send:
+                    continue
+                key = c.message_key()
                 pos = made.get(key)
                 if pos is None or pos == len(computes) - 1:
                     continue
@@ -231,9 +232,9 @@ def late_sends(program: Program, tl: Timeline | None = None,
                 j, t = computes[pos]
                 out.append(Finding(
                     "late-send", "warning", r, i,
-                    f"rank {r} instr {i}: {ins.comm} is posted after {ops} although its data "
+                    f"rank {r} instr {i}: {c} is posted after {ops} although its data "
                     f"was made by {t} (instr {j}){timing}", cost,
-                    f"{ins.comm.kind} posted after other compute"))
+                    f"{c.kind} posted after other compute"))
     return out
 
 
@@ -273,94 +274,92 @@ def unrelated_recvs(program: Program, tl: Timeline) -> list[Finding]:
     return out
 
 
+class _PostAt(NamedTuple):
+    """One posted P2P op of a rank: its posting position, launch instruction, message key,
+    side, peer rank and the op itself."""
+
+    pos: int
+    i: int
+    key: tuple
+    is_send: bool
+    peer: int
+    comm: Comm
+
+
 def crossed_orders(program: Program) -> list[Finding]:
     """Rule ``crossed-order`` (module docstring); static."""
     rank_of = program.placement.rank_fn()
     S = program.placement.stages
-    # per rank: [(instr index, message key, is_send, peer)]
-    posts: list[list[tuple[int, tuple, bool, int]]] = []
-    waited: list[dict[int, int]] = []
-    runs: list[dict[int, int]] = []      # post instruction -> post run (batch) id
+    posts: list[list[_PostAt]] = []      # per rank, in posting order
+    waited: list[dict[Comm, int]] = []
     for r, row in enumerate(program.ranks):
-        lst = []
+        lst: list[_PostAt] = []
         for i, ins in enumerate(row):
-            if isinstance(ins, Post):
-                key = ins.comm.message_key()
+            for c in launched(ins):
+                key = c.message_key()
                 if not (0 <= key[1] < S and 0 <= consumer_stage(key) < S):
                     continue
                 src, dst = route(key, rank_of)
-                lst.append((i, key, ins.comm.is_send, dst if ins.comm.is_send else src))
+                lst.append(_PostAt(len(lst), i, key, c.is_send, dst if c.is_send else src, c))
         posts.append(lst)
         waited.append(_waited_at(row))
-        run_id, k, prev_post = {}, 0, False
-        for i, ins in enumerate(row):
-            is_post = isinstance(ins, Post)
-            if is_post and not prev_post:
-                k += 1
-            if is_post:
-                run_id[i] = k
-            prev_post = is_post
-        runs.append(run_id)
     out = []
     seen = set()
     for a, lst in enumerate(posts):
-        by_peer: dict[int, list] = {}
+        by_peer: dict[int, list[_PostAt]] = {}
         for e in lst:
-            by_peer.setdefault(e[3], []).append(e)
+            by_peer.setdefault(e.peer, []).append(e)
         for b, mine in by_peer.items():
             if b <= a:
                 continue
-            theirs = {e[1]: e for e in posts[b] if e[3] == a}
+            theirs = {e.key: e for e in posts[b] if e.peer == a}
             seen_b: list[int] = []                      # b's positions of a's earlier posts
-            at_b: dict[int, tuple] = {}
+            at_b: dict[int, _PostAt] = {}
             for ey in mine:                             # in a's posting order
-                fy = theirs.get(ey[1])
+                fy = theirs.get(ey.key)
                 if fy is None:
                     continue
-                k = bisect_right(seen_b, fy[0])
+                k = bisect_right(seen_b, fy.pos)
                 later = seen_b[k:]                      # posted earlier by a, later by b
-                insort(seen_b, fy[0])
-                at_b[fy[0]] = ey
+                insort(seen_b, fy.pos)
+                at_b[fy.pos] = ey
                 for pb in later:
                     ex = at_b[pb]
-                    fx = theirs[ex[1]]
-                    blocked = (waited[a].get(ex[0], -1) < ey[0]
-                               and waited[b].get(fy[0], -1) < fx[0])
-                    split = runs[a][ex[0]] != runs[a][ey[0]] and \
-                        runs[b][fy[0]] != runs[b][fx[0]]
-                    pair = (a, b, ex[1], ey[1])
+                    fx = theirs[ex.key]
+                    blocked = (waited[a].get(ex.comm, -1) < ey.i
+                               and waited[b].get(fy.comm, -1) < fx.i)
+                    split = ex.i != ey.i and fy.i != fx.i    # each side in two launches
+                    pair = (a, b, ex.key, ey.key)
                     if pair in seen:
                         continue
                     seen.add(pair)
-                    out.append(_crossed(program, a, b, ex, ey, fx, fy, blocked, split))
+                    out.append(_crossed(a, b, ex, ey, fx, fy, blocked, split))
     return [f for f in out if f is not None]
 
 
-def _crossed(program: Program, a: int, b: int, ex, ey, fx, fy, blocked: bool,
-             split: bool) -> Finding | None:
-    tok = lambda r, e: format_instr(program.ranks[r][e[0]])  # noqa: E731
-    same_dir = ex[2] == ey[2]
-    kinds = lambda r, e1, e2: (f"{program.ranks[r][e1[0]].comm.kind} before "  # noqa: E731
-                               f"{program.ranks[r][e2[0]].comm.kind}")
-    pattern = f"ranks r and r+{b - a}: {kinds(a, ex, ey)} vs {kinds(b, fy, fx)}"
-    where = (f"rank {a} posts {tok(a, ex)} (instr {ex[0]}) before {tok(a, ey)} (instr "
-             f"{ey[0]}) but rank {b} posts {tok(b, fy)} (instr {fy[0]}) before {tok(b, fx)} "
-             f"(instr {fx[0]})")
+def _crossed(a: int, b: int, ex: _PostAt, ey: _PostAt, fx: _PostAt, fy: _PostAt,
+             blocked: bool, split: bool) -> Finding | None:
+    same_dir = ex.is_send == ey.is_send
+    pattern = (f"ranks r and r+{b - a}: {ex.comm.kind} before {ey.comm.kind} vs "
+               f"{fy.comm.kind} before {fx.comm.kind}")
+    where = (f"rank {a} posts {ex.comm} (instr {ex.i}) before {ey.comm} (instr "
+             f"{ey.i}) but rank {b} posts {fy.comm} (instr {fy.i}) before {fx.comm} "
+             f"(instr {fx.i})")
     if same_dir:
-        return Finding("crossed-order", "error", a, ex[0],
+        return Finding("crossed-order", "error", a, ex.i,
                        f"{where}: on one directed link P2P ops match in posting order, so "
                        f"the two sides pair different messages", 0.0, pattern)
     if blocked:
-        both_sends = ex[2] and fy[2]
+        both_sends = ex.is_send and fy.is_send
         what = ("deadlocks under rendezvous (each send waits for a recv the peer posts "
                 "only after its own send completed); eager completes" if both_sends else
                 "deadlocks under any semantics (a recv waits for a send the peer posts "
                 "only after its own first op completed)")
-        return Finding("crossed-order", "deadlock", a, ex[0],
+        return Finding("crossed-order", "deadlock", a, ex.i,
                        f"{where}, and each side waits for its first op before posting the "
                        f"second: {what}", 0.0, pattern)
     if split:
-        return Finding("crossed-order", "stream-risk", a, ex[0],
+        return Finding("crossed-order", "stream-risk", a, ex.i,
                        f"{where}, each side in two batches: on a shared comm stream under "
                        f"rendezvous each side's second batch queues behind a first batch "
                        f"the other side has not matched yet", 0.0, pattern)

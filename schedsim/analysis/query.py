@@ -22,7 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schedsim.analysis._index import EPS, TimelineIndex, comm_of, fmt_t, key_label, partner_token
+from schedsim.analysis._index import (
+    EPS,
+    TimelineIndex,
+    comm_of,
+    fmt_t,
+    key_label,
+    partner_token,
+)
 from schedsim.analysis.critical import condense
 from schedsim.analysis.graph import build_graph
 from schedsim.analysis.select import Target
@@ -143,18 +150,13 @@ def binding_wait(tl: Timeline, target: Target) -> dict | None:
 
 
 def cause_nodes(target: Target, tl: Timeline) -> set:
-    """Graph nodes that stand for a cause (its op, or every event of its message)."""
+    """Graph nodes that stand for a cause (its op, or every event of its message: its
+    transfer, arrival and each side's completion; not the launches that post it, which
+    a batch shares with other messages)."""
     if target.op is not None:
         return {("S", target.rank, target.index), ("E", target.rank, target.index)}
     key = target.message_key
-    nodes = {("T", key), ("A", key), ("DS", key), ("DR", key)}
-    for m in tl.messages:
-        if (m.kind, m.stage, m.mb) == key:
-            if m.send_index >= 0:
-                nodes.add(("P", m.src, m.send_index))
-            if m.recv_index >= 0:
-                nodes.add(("P", m.dst, m.recv_index))
-    return nodes
+    return {("T", key), ("A", key), ("DS", key), ("DR", key)}
 
 
 @dataclass

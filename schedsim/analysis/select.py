@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from schedsim.errors import ParseError, ScenarioError
 from schedsim.program.ir import Comm, Compute, Op, Post, Program
+from schedsim.program.ops import launched
 from schedsim.program.tokens import format_instr, parse_instr
 
 KINDS = ("F", "B", "W", "BW", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B")
@@ -139,15 +140,16 @@ def candidates(program: Program, sel: Selector) -> list[Target]:
         for i, ins in enumerate(row):
             if sel.index is not None and i != sel.index:
                 continue
-            if sel.token is not None and ins != sel.token:
-                continue
             if isinstance(ins, Compute):
-                if is_comm_kind:
+                if is_comm_kind or (sel.token is not None and ins != sel.token):
                     continue
                 if _op_matches(sel, ins.op, chunk_of):
                     out.append(Target(r, i, op=ins.op))
-            elif isinstance(ins, Post):
-                c = ins.comm
+                continue
+            for c in launched(ins):      # a bare post or one op of a BATCH
+                if sel.token is not None and (not isinstance(sel.token, Post)
+                                              or c != sel.token.comm):
+                    continue
                 if sel.kind is not None and c.kind != sel.kind:
                     continue
                 if sel.kind is None and sel.token is None:

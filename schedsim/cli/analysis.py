@@ -299,8 +299,7 @@ def lint(
     Exit code: 0 (findings or not) when the run completes, 3 when it deadlocks (after
     printing the findings and writing --json), 2 for bad input.
     """
-    from schedsim.analysis.lint import examples, group_findings, rank_ranges
-    from schedsim.analysis.lint import lint as run_lint
+    from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 
     prog = sc.build_program()
     comm = sc.comm if sc.comm.semantics != "data" else \

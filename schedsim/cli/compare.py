@@ -109,8 +109,7 @@ def compare(
 
     Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
-    from schedsim.sweep import compare as run_compare
-    from schedsim.sweep import spread
+    from schedsim.sweep import compare as run_compare, spread
 
     if ranks is None or microbatches is None:
         fail("compare needs --ranks and --microbatches")

@@ -59,8 +59,7 @@ def render(
       schedsim render dualpipe.json --out dualpipe.png --arrows --memory
       schedsim render data.json --overlay rendezvous.json --out overlay.png
     """
-    from schedsim.plot import gantt, save_figure
-    from schedsim.plot import overlay as draw_overlay
+    from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
     check_figure_path(out)
     tl = Timeline.read_json(timeline)

@@ -245,8 +245,7 @@ def replay(
         if json_out:
             tl.write_json(outs.path(json_out))
         if gantt:
-            from schedsim.plot import gantt as draw
-            from schedsim.plot import save_figure
+            from schedsim.plot import gantt as draw, save_figure
 
             save_figure(draw(tl), outs.path(gantt))
         if compare:
@@ -408,7 +407,6 @@ def import_trace(
         if json_out:
             tl.write_json(outs.path(json_out))
         if gantt:
-            from schedsim.plot import gantt as draw
-            from schedsim.plot import save_figure
+            from schedsim.plot import gantt as draw, save_figure
 
             save_figure(draw(tl), outs.path(gantt))

@@ -123,8 +123,7 @@ def simulate(
             tl.write_json(outs.path(json_out))
         if gantt:
             from schedsim.cli.render import gantt_options
-            from schedsim.plot import gantt as draw
-            from schedsim.plot import resolve_model, save_figure
+            from schedsim.plot import gantt as draw, resolve_model, save_figure
 
             model = resolve_model(sc.memory or True) if memory else None
             opts = gantt_options(arrows, model, stalls)
@@ -215,7 +214,10 @@ def generate(
     elif fmt == "json":
         text = prog.schedule().model_dump_json(indent=1) + "\n"
     else:
-        from schedsim.interop.torch_format import program_to_torch_csv, schedule_to_torch_csv
+        from schedsim.interop.torch_format import (
+            program_to_torch_csv,
+            schedule_to_torch_csv,
+        )
 
         text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
                 else program_to_torch_csv(prog))

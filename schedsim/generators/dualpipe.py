@@ -19,7 +19,16 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.program.ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Program
+from schedsim.program.ir import (
+    Batch,
+    Comm,
+    Commit,
+    Compute,
+    Instr,
+    Op,
+    Placement,
+    Program,
+)
 
 
 class _Trace:
@@ -35,7 +44,7 @@ class _Trace:
         self.sb = [0, 0]
         self.rf = [0, 0]
         self.rb = [0, 0]
-        self.pending = 0
+        self.pending: list[Comm] = []  # P2P ops appended, launched at the next commit
         self.wq: list[Op] = []        # WeightGradStore queue (FIFO)
         self.out: list[Instr] = []
 
@@ -63,8 +72,7 @@ class _Trace:
         return (self.first and c == 1) or (self.last and c == 0)
 
     def _post(self, kind: str, c: int, i: int) -> None:
-        self.out.append(Post(Comm(kind, self._stage(c), self._mb(c, i))))
-        self.pending += 1
+        self.pending.append(Comm(kind, self._stage(c), self._mb(c, i)))
 
     # -- comm helpers (append only) ---------------------------------------------------
     def recv_forward(self, phase: int) -> None:
@@ -96,9 +104,11 @@ class _Trace:
         self.sb[c] += 1
 
     def commit(self) -> None:
+        """``_commit_and_wait_comm``: one ``batch_isend_irecv`` of everything appended since
+        the last commit, then ``wait()`` on all of it."""
         if self.pending:
-            self.out.append(Commit())
-            self.pending = 0
+            self.out += [Batch(tuple(self.pending)), Commit()]
+            self.pending = []
 
     # -- compute ----------------------------------------------------------------------
     def _f_op(self, phase: int) -> Op:

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.generators.vshape_greedy import greedy_v_order, pattern_v_half, pattern_v_min
+from schedsim.generators.vshape_greedy import (
+    greedy_v_order,
+    pattern_v_half,
+    pattern_v_min,
+)
 from schedsim.generators.zbv_heuristic import VProblem, zbv_plan
 from schedsim.generators.zerobubble import (
     COST_PARAMS,

@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.errors import ScenarioError, SchedsimError
-from schedsim.program.ir import Comm, Commit, Compute, Op, Placement, Post, Wait
+from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Placement, Post, Wait
+from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage
 from schedsim.program.tokens import parse_comm, parse_instr
 from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
@@ -169,8 +170,8 @@ def _classify(name: str, rank: int) -> tuple[str, Any] | None:
             return "wait", ("COMMIT", None)
         if isinstance(ins, Wait):
             return "wait", ("WAIT", list(ins.comms))
-        if isinstance(ins, Post):
-            return "posts", [ins.comm]
+        if isinstance(ins, (Post, Batch)):
+            return "posts", list(launched(ins))
         return None
     if name.startswith("PP:"):
         text = name[3:]

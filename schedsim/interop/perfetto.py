@@ -187,7 +187,11 @@ def _one_timeline(b: _Builder, tl: Timeline, name: str, g: int, memory: Any,
 
 def _messages(b: _Builder, tl: Timeline, base: int,
               span_tid: dict[int, tuple[int, int]]) -> None:
-    from schedsim.analysis._index import message_consumer, message_producer, rank_atom_index
+    from schedsim.analysis._index import (
+        message_consumer,
+        message_producer,
+        rank_atom_index,
+    )
 
     idx = rank_atom_index(tl)
     pos = {id(s): i for i, s in enumerate(tl.spans)}

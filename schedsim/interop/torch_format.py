@@ -26,7 +26,8 @@ import re
 from pathlib import Path
 
 from schedsim.errors import ParseError, ScenarioError, ScheduleError
-from schedsim.program.ir import Comm, Compute, Op, Placement, Post, Program, Schedule
+from schedsim.program.ir import Comm, Compute, Op, Placement, Program, Schedule
+from schedsim.program.ops import launched
 
 _COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
@@ -132,7 +133,8 @@ def program_to_torch_csv(program: Program) -> str:
     """A compute+comms torch CSV of ``program``: its compute ops and posted SEND/RECV in
     program order (``_load_csv(..., format="compute_comms")``).
 
-    Waits and commits are not part of torch's format: torch's runtime waits each RECV right
+    Waits, commits and batches are not part of torch's format (a ``BATCH[...]`` is written
+    as its ops, each of which torch launches on its own): torch's runtime waits each RECV right
     before its consumer and the sends at the end, so reading the file back gives the
     ``torch`` runtime's waits, not the program's batches."""
     rows = []
@@ -141,8 +143,8 @@ def program_to_torch_csv(program: Program) -> str:
         for ins in row:
             if isinstance(ins, Compute):
                 out.append(format_torch_action(ins.op))
-            elif isinstance(ins, Post):
-                out.append(format_torch_action(ins.comm))
+            else:        # torch runs each SEND/RECV action as its own launch
+                out.extend(format_torch_action(c) for c in launched(ins))
         rows.append(out)
     return _write_rows(rows)
 

@@ -14,8 +14,20 @@ from __future__ import annotations
 from schedsim.plot.figure import FORMATS, save_figure
 from schedsim.plot.gantt import GanttInfo, draw_gantt, gantt, receiver_waited
 from schedsim.plot.memory import draw_memory, memory_plot, resolve_model
-from schedsim.plot.overlay import OpError, compare, error_summary, op_start_errors, overlay
-from schedsim.plot.style import KIND_COLORS, KIND_NAMES, STALL_STYLES, default_title, shade
+from schedsim.plot.overlay import (
+    OpError,
+    compare,
+    error_summary,
+    op_start_errors,
+    overlay,
+)
+from schedsim.plot.style import (
+    KIND_COLORS,
+    KIND_NAMES,
+    STALL_STYLES,
+    default_title,
+    shade,
+)
 
 __all__ = [
     "gantt", "compare", "overlay", "memory_plot", "save_figure", "draw_gantt",

@@ -29,6 +29,8 @@ from schedsim.errors import ScheduleError
 from schedsim.program.ops import (
     COMM_KINDS,
     COMPUTE_KINDS,
+    LAUNCHES,
+    Batch,
     Comm,
     Commit,
     Compute,
@@ -42,7 +44,7 @@ from schedsim.program.tokens import parse_instr, parse_op
 
 #: the atoms are defined in :mod:`schedsim.program.ops` and importable from here too
 __all__ = ["COMM_KINDS", "COMPUTE_KINDS", "Comm", "Commit", "Compute", "Instr", "Op", "Post",
-           "Wait", "Placement", "Schedule", "Program"]
+           "Batch", "Wait", "Placement", "Schedule", "Program"]
 
 
 class Placement(BaseModel):
@@ -209,7 +211,7 @@ class Program(_PerRank):
 
     def has_comm(self) -> bool:
         """True if any rank posts a send or recv."""
-        return any(isinstance(i, Post) for row in self.ranks for i in row)
+        return any(isinstance(i, LAUNCHES) for row in self.ranks for i in row)
 
     def schedule(self) -> Schedule:
         """The compute order of this program (its comm instructions dropped)."""

@@ -25,6 +25,7 @@ holds the registry of policies and :func:`~schedsim.program.lower.lower`.
 from __future__ import annotations
 
 from schedsim.program.ir import (
+    Batch,
     Comm,
     Commit,
     Compute,
@@ -153,26 +154,25 @@ def program_of(schedule: Schedule, rows: list[list[Instr]]) -> Program:
 
 # -- commit ---------------------------------------------------------------------------
 def lower_commit(schedule: Schedule) -> Program:
-    """The ``commit`` policy (module docstring): posts between two computes form one batch,
-    committed right before the next compute. Recvs are posted in link order
-    (:func:`schedsim.program.lower.link_ordered_recvs`)."""
+    """The ``commit`` policy (module docstring): the P2P ops of one step (the sends of the
+    op just run and the recvs the next op needs, recvs in link order; see
+    :func:`link_ordered_recvs`) are launched as one ``BATCH[...]`` and committed right
+    before the next compute, as DualPipe's ``_commit_and_wait_comm`` does."""
     pl = schedule.placement
     bw = has_backward(schedule)
     recvs = link_ordered_recvs(schedule)
     rows: list[list[Instr]] = []
     for r, ops in enumerate(schedule.ranks):
-        row: list[Instr] = [Post(c) for c in (recvs[r][0] if ops else [])]
-        pending = bool(row)
+        row: list[Instr] = []
+        pending = list(recvs[r][0]) if ops else []
         for k, op in enumerate(ops):
             if pending:
-                row.append(Commit())
+                row += [Batch(tuple(pending)), Commit()]
             row.append(Compute(op))
-            posts = op_sends(op, r, pl, bw)
+            pending = op_sends(op, r, pl, bw)
             if k + 1 < len(ops):
-                posts = posts + recvs[r][k + 1]
-            row.extend(Post(c) for c in posts)
-            pending = bool(posts)
+                pending = pending + recvs[r][k + 1]
         if pending:
-            row.append(Commit())
+            row += [Batch(tuple(pending)), Commit()]
         rows.append(row)
     return program_of(schedule, rows)

@@ -96,13 +96,24 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Post:
-    """Launch a send or recv (``isend``/``irecv``); does not block.
+    """Launch one send or recv on its own (``dist.isend``/``dist.irecv``); does not block.
 
-    A run of consecutive posts is launched as one batch (``batch_isend_irecv``): on a
-    shared comm stream that batch runs as one unit.
+    Each bare post is one launch: it pays the launch cost once and, on a shared comm
+    stream, is one unit in stream order. Several P2P ops launched together are a
+    :class:`Batch`.
     """
 
     comm: Comm
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Launch several sends and recvs as one call (``dist.batch_isend_irecv``); does not
+    block. One launch: the launch cost is paid once and, on a shared comm stream, the batch
+    runs as one unit (per stream it touches). Text form ``BATCH[a+b+...]``.
+    """
+
+    comms: tuple[Comm, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +127,24 @@ class Wait:
 class Commit:
     """Block until everything posted since the previous ``Commit`` has completed.
 
-    Together with the posts before it this is DualPipe's ``batch_isend_irecv`` + ``wait()``.
+    Together with the ``BATCH[...]`` before it this is DualPipe's ``batch_isend_irecv`` +
+    ``wait()``.
     """
 
 
-Instr = Union[Compute, Post, Wait, Commit]
+Instr = Union[Compute, Post, Batch, Wait, Commit]
+#: instructions that launch P2P ops
+LAUNCHES = (Post, Batch)
+
+
+def launched(ins: Instr) -> tuple[Comm, ...]:
+    """The P2P ops an instruction launches (empty for anything but a post or batch)."""
+    t = type(ins)
+    if t is Post:
+        return (ins.comm,)
+    if t is Batch:
+        return ins.comms
+    return ()
 
 
 def format_op(op: Op) -> str:
@@ -141,6 +165,8 @@ def format_instr(ins: Instr | Op | str) -> str:
         return format_op(ins.op)
     if isinstance(ins, Post):
         return str(ins.comm)
+    if isinstance(ins, Batch):
+        return "BATCH[" + "+".join(str(c) for c in ins.comms) + "]"
     if isinstance(ins, Commit):
         return "COMMIT"
     if isinstance(ins, Wait):

@@ -4,9 +4,11 @@ Grammar (one token, no spaces)::
 
     compute   {stage}{F|B|W|BW}{mb}          0F1  3BW0  2B4  2W4
     overlap   ({stage}F{mb};{stage}{B|BW}{mb})[OVERLAP_F_B]   (0F3;3BW1)
-    comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      (the stage that sends or
-                                                              receives, as torch writes it)
-    commit    COMMIT                          wait for all posted since the last COMMIT
+    comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      one launch of its own
+                                              (dist.isend / dist.irecv); the stage is the one
+                                              that sends or receives, as torch writes it
+    batch     BATCH[{comm}+{comm}...]         one launch of several (batch_isend_irecv)
+    commit    COMMIT                          wait for all launched since the last COMMIT
     wait      WAIT[{comm}+{comm}...]          wait for the named posted comm ops
 
 Unlike torch's own format, ``B`` here is the input-gradient backward and ``BW`` the full
@@ -20,6 +22,7 @@ import re
 
 from schedsim.errors import ParseError
 from schedsim.program.ops import (
+    Batch,
     Comm,
     Commit,
     Compute,
@@ -39,10 +42,11 @@ _COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
 _FB = re.compile(r"\((\d+)F(\d+);(\d+)(BW|B)(\d+)\)(?:OVERLAP_F_B)?")
 _WAIT = re.compile(r"WAIT\[([^\]]*)\]")
+_BATCH = re.compile(r"BATCH\[([^\]]*)\]")
 _RANK = re.compile(r"\s*rank\s+(\d+)\s*:(.*)", re.IGNORECASE)
 
 _EXPECTED = ("expected {stage}{F|B|W|BW}{mb}, (sF m;sBW m), {stage}{SEND_F|RECV_F|SEND_B|"
-             "RECV_B}{mb}, COMMIT or WAIT[...]")
+             "RECV_B}{mb}, BATCH[...], COMMIT or WAIT[...]")
 
 
 def parse_op(tok: str) -> Op:
@@ -71,6 +75,15 @@ def parse_comm(tok: str) -> Comm:
     return Comm(m.group(2), int(m.group(1)), int(m.group(3)))
 
 
+def _comm_list(tok: str, what: str, body: str) -> tuple[Comm, ...]:
+    if not body:
+        raise ParseError(f"bad token {tok!r}: {what}[...] names no comm op")
+    comms = tuple(parse_comm(t) for t in body.split("+"))
+    if len(set(comms)) != len(comms):
+        raise ParseError(f"bad token {tok!r}: {what}[...] names a comm op twice")
+    return comms
+
+
 def parse_instr(tok: str) -> Instr:
     """Parse any program token into an instruction. Raises :class:`ParseError`."""
     if tok == "COMMIT":
@@ -80,10 +93,10 @@ def parse_instr(tok: str) -> Instr:
         return Post(Comm(m.group(2), int(m.group(1)), int(m.group(3))))
     m = _WAIT.fullmatch(tok)
     if m:
-        body = m.group(1)
-        if not body:
-            raise ParseError(f"bad token {tok!r}: WAIT[...] names no comm op")
-        return Wait(tuple(parse_comm(t) for t in body.split("+")))
+        return Wait(_comm_list(tok, "WAIT", m.group(1)))
+    m = _BATCH.fullmatch(tok)
+    if m:
+        return Batch(_comm_list(tok, "BATCH", m.group(1)))
     try:
         return Compute(parse_op(tok))
     except ParseError:

@@ -22,8 +22,8 @@ schedule:
   stages; ``REDUCE_GRAD`` after a stage's last backward) occupying their sweep steps;
   each RECV is waited right before the op that consumes it, sends at the end.
 
-Consecutive posts form one batch in schedsim's program model; torch launches its
-single-op posts separately, which only matters under a shared comm stream.
+Launches are as torch issues them (``_batch_p2p``): a list of sends only or recvs only is
+launched op by op (bare posts), a mixed list as one ``BATCH[...]``.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from typing import Sequence
 
 from schedsim.errors import ScheduleError
 from schedsim.program.ir import (
+    Batch,
     Comm,
     Compute,
     Instr,
@@ -91,7 +92,13 @@ class _Run:
         return op_sends(Op(kind, self.s, mb), self.r, self.pl, self.bw)
 
     def post(self, comms: list[Comm]) -> list[Comm]:
-        self.out.extend(Post(c) for c in comms)
+        """torch's ``_batch_p2p``: an all-send or all-recv list is launched op by op
+        (``dist.isend``/``dist.irecv``, to avoid head-of-line blocking), a mixed list as
+        one ``batch_isend_irecv``."""
+        if len({c.is_send for c in comms}) > 1:
+            self.out.append(Batch(tuple(comms)))
+        else:
+            self.out.extend(Post(c) for c in comms)
         return comms
 
     def wait(self, comms: list[Comm]) -> None:

@@ -10,11 +10,11 @@ host time to launch one batch of sends/recvs, :attr:`CommModel.launch_cost
 FILE`` (its ``[costs]`` and ``[link]`` replace the scenario's, its ``launch_cost`` the
 scenario's; the comm semantics stay the scenario's) or paste it into a scenario.
 
-Launch cost: every run of consecutive posts of the program is one launched batch with
-some number of sends and recvs (its *composition*). The ranks measure, at the workload's
+Launch cost: every launch of the program (a bare post or a ``BATCH``) has some number of
+sends and recvs (its *composition*). The ranks measure, at the workload's
 message size, the host time of launching a batch of each composition the program uses
 (plus a single ``isend``, a single ``irecv`` and a send+recv pair); ``launch_cost`` is
-the mean of each composition's samples, averaged over the program's post runs (so a
+the mean of each composition's samples, averaged over the program's launches (so a
 program of many single posts and a few 4-op batches gets the cost of its own mix).
 
 Why the mean: the simulator charges one constant per batch, so what it has to get right
@@ -39,7 +39,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schedsim.program.ir import Post, Program
+from schedsim.program.ir import Program
+from schedsim.program.ops import launched
 from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
 
 _KINDS = ("F", "B", "W", "BW", "FB")
@@ -51,24 +52,16 @@ def composition_key(sends: int, recvs: int) -> str:
 
 
 def post_runs(program: Program) -> dict[str, int]:
-    """How many runs of consecutive posts (launched batches) ``program`` has, by
-    composition: ``{"S+R": count}`` (``S`` sends and ``R`` recvs), over all ranks."""
+    """How many launches ``program`` has, by composition: ``{"S+R": count}`` (``S`` sends
+    and ``R`` recvs in one bare post or ``BATCH[...]``), over all ranks."""
     out: dict[str, int] = {}
     for row in program.ranks:
-        i, n = 0, len(row)
-        while i < n:
-            if not isinstance(row[i], Post):
-                i += 1
-                continue
-            sends = recvs = 0
-            while i < n and isinstance(row[i], Post):
-                if row[i].comm.is_send:
-                    sends += 1
-                else:
-                    recvs += 1
-                i += 1
-            k = composition_key(sends, recvs)
-            out[k] = out.get(k, 0) + 1
+        for ins in row:
+            comms = launched(ins)
+            if comms:
+                sends = sum(c.is_send for c in comms)
+                k = composition_key(sends, len(comms) - sends)
+                out[k] = out.get(k, 0) + 1
     return out
 
 
@@ -194,7 +187,7 @@ class Calibration(BaseModel):
             lines.append("# samples (bytes: one-way ms): " + ", ".join(
                 f"{b:.0f}: {t:.4g}" for b, t in self.link_samples))
         lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launched "
-                  "batch (a run of consecutive posts)"]
+                  "launch (a bare post or a BATCH)"]
         means = self.launch_means()
         if means:
             med = {k: statistics.median(v) for k, v in self.launch_samples.items() if v}

@@ -2,13 +2,13 @@
 
 Instruction mapping (DESIGN.md, "Executors share the program"):
 
-- a **run of consecutive posts** (``Post`` instructions with nothing between them) is one
-  ``torch.distributed.batch_isend_irecv`` call of one ``P2POp`` per post, in program
-  order — the simulator (:mod:`schedsim.sim.engine`) likewise treats such a run as one batch.
-  On gloo the batch is a loop of ``isend``/``irecv`` (one ``Work`` each); on NCCL it is
-  coalesced (the batch's works cover all its ops, and waiting for one op waits for the
-  batch). Tag 0 everywhere: P2P ops match per directed link in posting order, as in the
-  simulator;
+- a bare post (``1SEND_F0``) is one ``dist.isend``/``dist.irecv`` call; a
+  ``BATCH[a+b+...]`` is one ``torch.distributed.batch_isend_irecv`` call of one ``P2POp``
+  per op, in the order listed — the simulator (:mod:`schedsim.sim.engine`) likewise treats
+  each as one launch. On gloo the batch is a loop of ``isend``/``irecv`` (one ``Work``
+  each); on NCCL it is coalesced (the batch's works cover all its ops, and waiting for one
+  op waits for the batch). Tag 0 everywhere: P2P ops match per directed link in posting
+  order, as in the simulator;
 - ``COMMIT`` waits for every op posted since the previous ``COMMIT`` (DualPipe's
   ``batch_isend_irecv`` + ``wait()``); ``WAIT[...]`` waits for the named ops; the implicit
   ``END`` waits for everything still outstanding;
@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from schedsim.program.ir import Comm, Commit, Compute, Op, Post, Program
+from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Post, Program
 from schedsim.program.tokens import format_instr
 from schedsim.replay.config import Fault, ReplayConfig
 from schedsim.replay.timing import Clock
@@ -182,9 +182,15 @@ class RankExecutor:
             op = dist.irecv
         return dist.P2POp(op, t, peer, self.group), t, c.message_key()
 
-    def _post_run(self, comms: list[Comm]) -> None:
+    def _launch(self, comms: list[Comm], batch: bool) -> None:
+        """Launch ``comms``: one ``batch_isend_irecv`` if ``batch``, else (one op) a bare
+        ``isend``/``irecv``."""
         ops = [self._p2p(c) for c in comms]
-        works = dist.batch_isend_irecv([o[0] for o in ops])
+        if batch:
+            works = dist.batch_isend_irecv([o[0] for o in ops])
+        else:
+            p2p = ops[0][0]
+            works = [p2p.op(p2p.tensor, p2p.peer, group=p2p.group, tag=p2p.tag)]
         per_op = len(works) == len(ops)
         for j, (c, (_, t, key)) in enumerate(zip(comms, ops)):
             self.works[c] = [works[j]] if per_op else list(works)
@@ -221,7 +227,7 @@ class RankExecutor:
         ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
         "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
         "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a post's
-        ``t`` is the end of the post run that launched it (the simulator's post time is
+        ``t`` is the end of the launch (bare post or batch) that holds it (the simulator's post time is
         likewise the end of the launch: :class:`~schedsim.timeline.Message`).
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
@@ -277,25 +283,20 @@ class RankExecutor:
                     self._compute(ins.op)
                 spans.append((i, t0, stamp()))
                 i += 1
-            elif t is Post:
-                j = i
-                while j < n and type(row[j]) is Post:
-                    j += 1
-                comms = [row[k].comm for k in range(i, j)]
-                name = "schedsim:POST[" + "+".join(self.tokens[i:j]) + "]"
-                ctx = _record(name) if prof else nullcontext()
+            elif t is Post or t is Batch:
+                comms = [ins.comm] if t is Post else list(ins.comms)
+                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._post_run(comms)
+                    self._launch(comms, t is Batch)
                 t1 = stamp()
-                posts.append((i, j - 1, t0, t1))
-                for k, c in zip(range(i, j), comms):
-                    tok = self.tokens[k]
-                    tok_of[c] = tok
-                    comm_post[tok] = (k, t1)    # posted = the batch's launch has ended
+                posts.append((i, i, t0, t1))
+                for c in comms:
+                    tok = tok_of[c] = str(c)
+                    comm_post[tok] = (i, t1)    # posted = the launch has ended
                     tt = self.tensors[c][0]
                     comm_bytes[tok] = tt.numel() * tt.element_size()
-                i = j
+                i += 1
             else:
                 if t is Commit:
                     comms, kind = self.since_commit, "COMMIT"

@@ -43,7 +43,12 @@ from schedsim.program.ir import Program
 from schedsim.replay.calibrate import composition_key, post_runs
 from schedsim.replay.config import JobSpec
 from schedsim.replay.executor import RankExecutor
-from schedsim.replay.workload import WEIGHT_GRADS, loss_fn, microbatch_input, microbatch_target
+from schedsim.replay.workload import (
+    WEIGHT_GRADS,
+    loss_fn,
+    microbatch_input,
+    microbatch_target,
+)
 
 
 def _stage_costs(ex: RankExecutor, key: tuple[int, int], repeats: int, warmup: int = 2

@@ -15,7 +15,7 @@ Compiled instruction tuples (per rank, in program order):
 
 - ``(0, cost, span_id, (), send_handles)``: compute; ``send_handles`` is non-empty only
   under ``data`` semantics (the outputs it sends when it ends);
-- ``(1, handles, units)``: a run of consecutive posts (one batch);
+- ``(1, handles, units)``: one launch (a bare post, or a ``BATCH``'s ops);
 - ``(2, handles, kind, index)``: block until every handle completed (``WAIT``/``COMMIT``/
   ``END``, and ``DATA`` before a compute op under ``data`` semantics).
 """
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from schedsim.errors import ProgramError
-from schedsim.program.ir import Comm, Commit, Compute, Op, Post, Program, Wait
+from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Post, Program, Wait
 from schedsim.program.ops import recv_comm, send_comm
 from schedsim.program.routing import COMM_SIDES, consumer_stage, needs, produces
 from schedsim.program.tokens import format_instr
@@ -55,6 +55,8 @@ class Compiled:
     meager: list[bool] = field(default_factory=list)
     # instruction index of each handle's post (or producing/consuming compute, data mode)
     hindex: list[int] = field(default_factory=list)
+    # posting order of each handle on its rank (ops of one batch in the order listed)
+    hseq: list[int] = field(default_factory=list)
     # comm streams: unit -> (stream id, handles); handle -> unit
     unit_stream: list[int] = field(default_factory=list)
     unit_handles: list[tuple[int, ...]] = field(default_factory=list)
@@ -224,6 +226,7 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
     stream_mode = comm.comm_stream
     plain = stream_mode == "none"
     mkey, msrc, mdst, hindex, hunit = cp.mkey, cp.msrc, cp.mdst, cp.hindex, cp.hunit
+    hseq = cp.hseq
     key_m: dict[tuple[str, int, int], int] = {}
     span_meta = cp.span_meta
     for r, row in enumerate(program.ranks):
@@ -232,46 +235,46 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
         waited: set[tuple[str, int, int]] = set()      # messages received and waited
         all_h: list[int] = []          # everything this rank posts (the END wait)
         committed = 0                  # all_h[committed:] is what the next COMMIT waits for
-        run: list[int] = []
         for i, ins in enumerate(row):
             t = type(ins)
-            if t is Post:
-                c: Comm = ins.comm
-                kk, side, off = _POST_KEY[c.kind]
-                mb = c.mb
-                key = (kk, c.stage + off, mb)
-                m = key_m.get(key)
-                if m is None:         # first sight of this message, from either side
-                    ps = key[1]
-                    to = consumer_stage(key)
-                    if not (0 <= ps < S and 0 <= to < S and 0 <= mb < M):
-                        raise _no_message(r, i, ins, ps, to, mb, S, M)
-                    src, dst = rank_of(ps, mb), rank_of(to, mb)
-                    if src == dst:
-                        raise _local_handoff(r, i, ins, ps, to, src)
-                    m = key_m[key] = len(mkey)
-                    mkey.append(key)
-                    msrc.append(src)
-                    mdst.append(dst)
-                    hindex += (-1, -1)
-                    hunit += (-1, -1)
-                h = 2 * m + side
-                if (msrc[m] if side == 0 else mdst[m]) != r or hindex[h] >= 0:
-                    raise _post_error(cp, r, i, ins, m, h)
-                hindex[h] = i
-                if side == 0 and key not in made_here:
-                    raise ProgramError(f"{_where(r, i, ins)}: sent before the op that "
-                                       f"produces its data ran on this rank")
-                run.append(h)
-                continue
-            if run:
+            if t is Post or t is Batch:    # one launch: isend/irecv or batch_isend_irecv
+                run = []
+                for c in (ins.comms if t is Batch else (ins.comm,)):
+                    kk, side, off = _POST_KEY[c.kind]
+                    mb = c.mb
+                    key = (kk, c.stage + off, mb)
+                    m = key_m.get(key)
+                    if m is None:         # first sight of this message, from either side
+                        ps = key[1]
+                        to = consumer_stage(key)
+                        if not (0 <= ps < S and 0 <= to < S and 0 <= mb < M):
+                            raise _no_message(r, i, ins, ps, to, mb, S, M)
+                        src, dst = rank_of(ps, mb), rank_of(to, mb)
+                        if src == dst:
+                            raise _local_handoff(r, i, ins, ps, to, src)
+                        m = key_m[key] = len(mkey)
+                        mkey.append(key)
+                        msrc.append(src)
+                        mdst.append(dst)
+                        hindex += (-1, -1)
+                        hunit += (-1, -1)
+                        hseq += (-1, -1)
+                    h = 2 * m + side
+                    if (msrc[m] if side == 0 else mdst[m]) != r or hindex[h] >= 0:
+                        raise _post_error(cp, r, i, c, m, h)
+                    hindex[h] = i
+                    hseq[h] = len(all_h) + len(run)
+                    if side == 0 and key not in made_here:
+                        raise ProgramError(f"{_where(r, i, ins)}: sends {c} before the op "
+                                           f"that produces its data ran on this rank")
+                    run.append(h)
                 tr = tuple(run)
                 all_h.extend(tr)
                 if plain:
                     code.append((_POST, tr, ()))
                 else:
                     _flush_run(cp, code, tr, stream_mode, r, P)
-                run = []
+                continue
             if t is Compute:
                 op = ins.op
                 for a in (op.parts if op.parts else (op,)):
@@ -315,10 +318,6 @@ def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommMo
                 code.append((_WAIT, tuple(hs), "WAIT", i))
             else:
                 raise ProgramError(f"{_where(r, i, ins)}: unknown instruction")
-        if run:
-            all_h.extend(run)
-            code.append((_POST, tuple(run), ())) if plain else \
-                _flush_run(cp, code, tuple(run), stream_mode, r, P)
         code.append((_WAIT, tuple(all_h), "END", len(row)))
     _check_matching(cp, program)
     cp.num_streams = P + P * P
@@ -340,12 +339,14 @@ def _local_handoff(r: int, i: int, ins: object, s: int, to: int, rank: int) -> P
                         f"the hand-off is local, remove this op")
 
 
-def _post_error(cp: Compiled, r: int, i: int, ins: Post, m: int, h: int) -> ProgramError:
+def _post_error(cp: Compiled, r: int, i: int, c: Comm, m: int, h: int) -> ProgramError:
     own = cp.msrc[m] if h & 1 == 0 else cp.mdst[m]
+    ins = cp.program.ranks[r][i]
     if own != r:
-        return ProgramError(f"{_where(r, i, ins)}: this {ins.comm.kind} belongs to rank "
-                            f"{own} (stage {ins.comm.stage} mb {ins.comm.mb} runs there)")
-    return ProgramError(f"{_where(r, i, ins)}: posted twice (first at instr {cp.hindex[h]})")
+        return ProgramError(f"{_where(r, i, ins)}: {c} belongs to rank {own} (stage "
+                            f"{c.stage} mb {c.mb} runs there)")
+    return ProgramError(f"{_where(r, i, ins)}: {c} posted twice (first at instr "
+                        f"{cp.hindex[h]})")
 
 
 def _need_error(cp: Compiled, program: Program, key_m: dict, rank_of, r: int, i: int,
@@ -381,8 +382,9 @@ def _check_matching(cp: Compiled, program: Program) -> None:
             lst = by_link[lk] = []
         lst.append(m)
     for (src, dst), ms in by_link.items():
-        so = sorted(ms, key=lambda m: hindex[2 * m])
-        ro = sorted(ms, key=lambda m: hindex[2 * m + 1])
+        hseq = cp.hseq
+        so = sorted(ms, key=lambda m: hseq[2 * m])
+        ro = sorted(ms, key=lambda m: hseq[2 * m + 1])
         if so == ro:
             continue
         for k, (a, b) in enumerate(zip(so, ro)):
@@ -397,7 +399,7 @@ def _check_matching(cp: Compiled, program: Program) -> None:
 
 def _flush_run(cp: Compiled, code: list, run: tuple[int, ...], stream_mode: str, r: int,
                P: int) -> None:
-    """Append one post run (a batch); on a comm stream split it into per-stream units."""
+    """Append one launch; on a comm stream split it into per-stream units."""
     units: list[int] = []
     if stream_mode != "none":
         groups: dict[int, list[int]] = {}

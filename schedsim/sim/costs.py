@@ -214,9 +214,9 @@ class CommModel(BaseModel):
       are eager.
     - ``comm_stream``: ``none`` (each P2P op progresses on its own), ``per-peer`` or
       ``per-rank`` (a rank's P2P launches run one after another on one stream per peer or
-      per rank; a run of consecutive posts is one batch and runs as one unit).
-    - ``launch_cost``: host time (in the cost unit) to launch one batch (a run of
-      consecutive posts: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
+      per rank; a launch, bare post or ``BATCH``, runs as one unit).
+    - ``launch_cost``: host time (in the cost unit) of one launch (a bare post or a
+      ``BATCH``: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
       busy for it and its ops count as posted when it ends. Default 0; ``schedsim
       calibrate`` measures it. Not used under ``data`` semantics.
     """

@@ -8,8 +8,8 @@ it posted. Each directed link carries messages FIFO in the order they start, occ
 link ``bytes/bandwidth`` and arriving ``latency`` later. Under ``eager`` a send completes
 once its bytes have left and a recv at ``max(arrival, post)``; under ``rendezvous`` the
 transfer starts once both sides are posted and both complete at arrival. With a comm
-stream, a rank's post runs (batches) start one after another: a batch's ops count as posted
-only when the batch reaches the head of its stream.
+stream, a rank's launches (bare posts and batches) start one after another: a launch's
+ops count as posted only when the launch reaches the head of its stream.
 
 Algorithm: ranks run ahead until they block; completion times are exact as soon as a
 transfer starts, so a blocked rank is resumed at the time its last awaited op completes.
