@@ -97,8 +97,9 @@ def test_compute_only_text_is_lowered() -> None:
     ("0F0 0SEND_F0 1RECV_F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "belongs to rank 1"),
     ("0SEND_F0 0F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "sends 0SEND_F0 before the op"),
     ("0F0 0SEND_F0 WAIT[0SEND_F1]\n1RECV_F0 COMMIT 1F0", "loop", 2, "has not posted"),
-    ("0F0 0SEND_F0 1F0 1SEND_F0 3F0\n1RECV_F0 COMMIT 1F0 2F0 2SEND_F0 3RECV_F0 COMMIT",
-     "v", 4, "hand-off is local"),
+    ("0F0 0SEND_F0\n1RECV_F0 COMMIT 1F0 1SEND_F0 2F0", "v", 4, "hand-off is local"),
+    ("0F0 0SEND_F0 1F0\n1RECV_F0 COMMIT 1F0", "v", 4,
+     r"rank 0, instr 2 \(1F0\): stage 1 \(mb 0\) runs on rank 1"),
     ("0F0 0SEND_F0 0SEND_F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "posted twice"),
 ])
 def test_program_errors(text, placement, stages, match) -> None:

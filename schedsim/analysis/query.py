@@ -35,68 +35,24 @@ from schedsim.analysis.graph import build_graph
 from schedsim.analysis.select import Target
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
-from schedsim.sim.compile import compile_program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.sim.engine import build_timeline, run
 from schedsim.timeline import Timeline
-from schedsim.util.gc import no_gc
 
 SEMANTICS = ("data", "eager", "rendezvous")
 
 
 def simulate_free(program: Program, costs: CostModel, link: LinkModel, comm: CommModel,
                   causes: list[Target]) -> Timeline:
-    """Simulate ``program`` with every cause made free (module docstring).
+    """Simulate ``program`` with every cause made free (module docstring), through the
+    ``free_ops`` / ``free_messages`` arguments of :func:`~schedsim.sim.simulate.simulate`.
+    A counterfactual that deadlocks is returned with its ``deadlock`` set. Raises what
+    :func:`simulate` raises."""
+    from schedsim.sim.simulate import simulate
 
-    Works on the compiled program (no engine change): a free op gets cost 0; a free
-    message loses its handles from every post, comm-stream unit and wait (comm
-    semantics) or its link cost (data semantics). Raises what :func:`simulate` raises.
-    """
-    with no_gc():
-        cp = compile_program(program, costs, link, comm)
-        free_ops = {(t.rank, t.index) for t in causes if t.op is not None}
-        keys = {t.message_key for t in causes if t.comm is not None}
-        free_m = {m for m, k in enumerate(cp.mkey) if k in keys}
-        for r, code in enumerate(cp.code):
-            for j, ins in enumerate(code):
-                if ins[0] == 0 and (r, cp.span_meta[ins[2]][2]) in free_ops:
-                    code[j] = (0, 0.0, ins[2], ins[3], ins[4])
-        if free_m:
-            if cp.data_mode:
-                for m in free_m:
-                    cp.mocc[m] = 0.0
-                    cp.mlat[m] = 0.0
-            else:
-                _drop_messages(cp, free_m)
-        st = run(cp)
-        tl = build_timeline(cp, st, comm, costs.unit)
-    return tl
-
-
-def _drop_messages(cp, free_m: set[int]) -> None:
-    """Remove the handles of messages ``free_m`` from posts, stream units and waits."""
-    gone = {2 * m for m in free_m} | {2 * m + 1 for m in free_m}
-    emptied = set()
-    for u, hs in enumerate(cp.unit_handles):
-        kept = tuple(h for h in hs if h not in gone)
-        if len(kept) != len(hs):
-            cp.unit_handles[u] = kept
-            if not kept:
-                emptied.add(u)
-    for r, code in enumerate(cp.code):
-        new = []
-        for ins in code:
-            if ins[0] == 1:
-                hs = tuple(h for h in ins[1] if h not in gone)
-                if not hs:
-                    continue
-                units = tuple(u for u in ins[2] if u not in emptied)
-                new.append((1, hs, units))
-            elif ins[0] == 2:
-                new.append((2, tuple(h for h in ins[1] if h not in gone), ins[2], ins[3]))
-            else:
-                new.append(ins)
-        cp.code[r] = new
+    ops = [(t.rank, t.index) for t in causes if t.op is not None]
+    keys = list(dict.fromkeys(t.message_key for t in causes if t.comm is not None))
+    return simulate(program, costs, link, comm, raise_on_deadlock=False, free_ops=ops,
+                    free_messages=keys)
 
 
 def effect_time(tl: Timeline, target: Target) -> float | None:

@@ -110,8 +110,11 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
     with no_gc():
         out = generate(name, ranks, microbatches, **params)
         if isinstance(out, Program):
-            return out if comm_policy is None else lower(out.schedule(), comm_policy)
-        return lower(out, comm_policy or "async")
+            prog = out if comm_policy is None else lower(out.schedule(), comm_policy)
+        else:
+            prog = lower(out, comm_policy or "async")
+    prog.mark_trusted()     # a registered generator and policy: their tests prove them
+    return prog
 
 
 #: generator modules, imported on first use (each registers its generators)

@@ -22,6 +22,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
+    model_serializer,
     model_validator,
 )
 
@@ -172,7 +174,13 @@ InstrRows = Annotated[list[list[Instr]], BeforeValidator(_instrs_in),
 
 
 class _PerRank(BaseModel):
-    """Fields shared by :class:`Schedule` and :class:`Program` (rows are per rank)."""
+    """Fields shared by :class:`Schedule` and :class:`Program` (rows are per rank).
+
+    ``ranks`` (the object rows) may be held in the flat array form
+    (:mod:`schedsim.program.flat`) instead: a schedule or program made by
+    :meth:`from_flat` builds its object rows only when ``ranks`` is first read. From then
+    on the rows are the program (they may be edited) and the arrays are dropped.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -180,6 +188,91 @@ class _PerRank(BaseModel):
     placement: Placement
     microbatches: int = Field(ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
+
+    _flat: Any = PrivateAttr(default=None)
+    _trusted: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def from_flat(cls, flat: Any, *, name: str, placement: Placement, microbatches: int,
+                  params: dict[str, Any] | None = None, trusted: bool = False) -> Any:
+        """A schedule or program held as flat arrays (``FlatSchedule`` for a
+        :class:`Schedule`, ``FlatProgram`` for a :class:`Program`), not validated.
+
+        ``trusted``: the arrays come from a registered generator or lowering policy whose
+        tests prove them valid, so :func:`~schedsim.sim.simulate.simulate` and
+        :meth:`schedsim.scenario.Scenario.build_program` skip the compute-order checks.
+        """
+        obj = cls.model_construct(name=name, placement=placement, microbatches=microbatches,
+                                  params=dict(params or {}))
+        obj.__dict__.pop("ranks", None)
+        obj._flat = flat
+        obj._trusted = trusted
+        return obj
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "ranks":
+            priv = self.__pydantic_private__
+            flat = priv.get("_flat") if priv else None
+            if flat is not None:
+                rows = flat.rows()
+                self.__dict__["ranks"] = rows
+                priv["_flat"] = None      # the rows are the program from now on
+                priv["_trusted"] = False
+                return rows
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    def _rows_ready(self) -> None:
+        if "ranks" not in self.__dict__:
+            self.__getattr__("ranks")
+
+    @property
+    def is_flat(self) -> bool:
+        """True while the rows are held as arrays only (not yet built as objects)."""
+        return "ranks" not in self.__dict__
+
+    @property
+    def trusted(self) -> bool:
+        """True for an unedited schedule or program from a registered generator."""
+        return bool(self._trusted) and self.is_flat
+
+    def mark_trusted(self) -> None:
+        """Mark a flat schedule or program as built by a registered generator (its
+        compute order is not re-validated); no effect once its rows were built."""
+        if self.is_flat:
+            self._trusted = True
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any) -> Any:
+        self._rows_ready()
+        return handler(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _PerRank):
+            self._rows_ready()
+            other._rows_ready()
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __iter__(self) -> Any:
+        self._rows_ready()
+        return super().__iter__()
+
+    def __repr_args__(self) -> Any:
+        self._rows_ready()
+        return super().__repr_args__()
+
+    def __copy__(self) -> Any:
+        self._rows_ready()
+        return super().__copy__()
+
+    def __deepcopy__(self, memo: dict | None = None) -> Any:
+        self._rows_ready()
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        self._rows_ready()
+        return super().__getstate__()
 
 
 class Schedule(_PerRank):
@@ -194,7 +287,18 @@ class Schedule(_PerRank):
     ranks: OpRows
 
     def num_ops(self) -> int:
+        if self.is_flat:
+            return len(self._flat)
         return sum(len(r) for r in self.ranks)
+
+    def flat(self) -> Any:
+        """The compute order as a :class:`~schedsim.program.flat.FlatSchedule` (the held
+        arrays, or converted from the object rows)."""
+        if self.is_flat:
+            return self._flat
+        from schedsim.program.flat import FlatSchedule
+
+        return FlatSchedule.from_rows(self.ranks)
 
 
 class Program(_PerRank):
@@ -207,19 +311,50 @@ class Program(_PerRank):
     ranks: InstrRows
 
     def num_instructions(self) -> int:
+        if self.is_flat:
+            return len(self._flat)
         return sum(len(r) for r in self.ranks)
+
+    def row_length(self, rank: int) -> int:
+        """Number of instructions of ``rank``'s program."""
+        if self.is_flat:
+            return self._flat.row_length(rank)
+        return len(self.ranks[rank])
 
     def has_comm(self) -> bool:
         """True if any rank posts a send or recv."""
+        if self.is_flat:
+            return self._flat.has_comm()
         return any(isinstance(i, LAUNCHES) for row in self.ranks for i in row)
+
+    def flat(self) -> Any:
+        """The program as a :class:`~schedsim.program.flat.FlatProgram` (the held arrays,
+        or converted from the object rows: call once per use, the rows may change).
+        Raises TypeError for a row entry that is not an instruction."""
+        if self.is_flat:
+            return self._flat
+        from schedsim.program.flat import FlatProgram
+
+        return FlatProgram.from_rows(self.ranks)
 
     def schedule(self) -> Schedule:
         """The compute order of this program (its comm instructions dropped)."""
+        if self.is_flat:
+            return Schedule.from_flat(self._flat.schedule(), name=self.name,
+                                      placement=self.placement,
+                                      microbatches=self.microbatches, params=self.params,
+                                      trusted=self.trusted)
         rows = [[i.op for i in row if isinstance(i, Compute)] for row in self.ranks]
         return Schedule(name=self.name, placement=self.placement,
                         microbatches=self.microbatches, ranks=rows, params=self.params)
 
+    def tokens(self) -> list[list[str]]:
+        """Program text tokens per rank."""
+        if self.is_flat:
+            return self._flat.tokens()
+        return [[format_instr(i) for i in row] for row in self.ranks]
+
     def to_text(self) -> str:
         """The program text form: one ``rank N: tok tok ...`` line per rank."""
-        return "\n".join(f"rank {r}: " + " ".join(format_instr(i) for i in row)
-                         for r, row in enumerate(self.ranks)) + "\n"
+        return "\n".join(f"rank {r}: " + " ".join(row)
+                         for r, row in enumerate(self.tokens())) + "\n"

@@ -101,3 +101,60 @@ def consumer_atoms(key: Key) -> tuple[Key, ...]:
     if kind == "F":
         return (("F", to, mb),)
     return (("B", to, mb), ("BW", to, mb))
+
+
+# -- array forms (numpy; for the flat program form, :mod:`schedsim.program.flat`) -------
+# The same rules as above, over integer arrays: message kind 0 is "F", 1 is "B"; a comm
+# kind code is 2 * message kind + side (0 send, 1 recv), as
+# :class:`schedsim.program.flat.CommKind`; compute kind codes are
+# :class:`schedsim.program.flat.OpKind` (F 0, B 1, W 2, BW 3).
+
+def comm_message_arrays(ckind, cstage):
+    """``(message kind, side, producing stage)`` of comm ops given as kind codes and
+    issuing stages (the array form of :func:`message_key`)."""
+    import numpy as np
+
+    ck = np.asarray(ckind)
+    mk = ck >> 1
+    side = ck & 1
+    off = np.where(side == 1, np.where(mk == 1, 1, -1), 0)
+    return mk, side, np.asarray(cstage) + off
+
+
+def consumer_stages(mkind, pstage):
+    """Array form of :func:`consumer_stage`."""
+    import numpy as np
+
+    return np.where(np.asarray(mkind) == 0, np.asarray(pstage) + 1, np.asarray(pstage) - 1)
+
+
+def cross_stage_inputs(kind, stage, stages: int):
+    """``(message kind, producing stage)`` of each op's input from *another stage* (the
+    first entry of :func:`needs`): ``F`` of stage s-1 for ``F`` (s > 0), ``B`` of stage
+    s+1 for ``B``/``BW`` (s < stages-1); producing stage -1 where there is none (the first
+    stage's F, the last stage's backward, W)."""
+    import numpy as np
+
+    k, s = np.asarray(kind), np.asarray(stage)
+    is_f = k == 0
+    is_b = (k == 1) | (k == 3)
+    ps = np.where(is_f & (s > 0), s - 1, np.where(is_b & (s < stages - 1), s + 1, -1))
+    return np.where(is_f, 0, 1), ps
+
+
+def outputs(kind, stage):
+    """``(message kind, stage)`` of the output each op makes (array form of
+    :func:`produces`); stage -1 for ``W``, which makes none."""
+    import numpy as np
+
+    k, s = np.asarray(kind), np.asarray(stage)
+    return np.where(k == 0, 0, 1), np.where(k == 2, -1, s)
+
+
+def key_codes(mkind, pstage, mb, stages: int, microbatches: int):
+    """A dense integer per message key ``(kind, producing stage, mb)``:
+    ``(kind * stages + stage) * microbatches + mb`` (int64; the caller checks ranges)."""
+    import numpy as np
+
+    return ((np.asarray(mkind, dtype=np.int64) * stages + np.asarray(pstage)) * microbatches
+            + np.asarray(mb))

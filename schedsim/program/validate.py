@@ -1,36 +1,62 @@
-"""Schedule validation: every op present once, on the right rank, in a legal order.
+"""Compute-order validation, the one home of these rules for schedules and programs:
+every op present once, on the right rank, in a legal order.
 
 Rules (checked in this order, the first violation is reported with rank, position and
 token):
 
 1. one op list per rank of the placement; stages and microbatches in range;
-2. each op runs on the rank that holds its stage (``placement.rank_of(stage, mb)``);
-3. every (stage, mb) has exactly one ``F`` and, unless the whole schedule is forward-only,
-   exactly one backward: ``BW``, or ``B`` and ``W``;
+2. each op runs on the rank that holds its stage (``placement.rank_of(stage, mb)``), once;
+3. (complete schedules) every (stage, mb) has exactly one ``F`` and, unless the whole
+   schedule is forward-only, exactly one backward: ``BW``, or ``B`` and ``W``;
 4. on its rank, an op comes after the ops it needs that live on the same rank (``F`` before
-   ``B``/``BW`` before ``W``, and same-rank stage hand-offs such as the V turn-around).
+   ``B``/``BW`` before ``W``, and same-rank stage hand-offs such as the V turn-around); for a
+   program (which may run a part of a schedule) such an input must be made by some op.
+
+:func:`validate_schedule` checks a schedule (all four rules);
+:func:`validate_program` a program's compute order (rules 1, 2 and 4, positions counted in
+instructions). The comm instructions are checked by :mod:`schedsim.sim.compile`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from schedsim.errors import ScheduleError
-from schedsim.program.ir import Op, Schedule
+from schedsim.errors import ProgramError, SchedsimError, ScheduleError
+from schedsim.program.ir import Compute, Op, Schedule
 from schedsim.program.routing import needs, produces
-from schedsim.program.tokens import format_op
+from schedsim.program.tokens import format_instr, format_op
 
 
 def _where(r: int, i: int, op: Op) -> str:
     return f"rank {r}, op {i} ({format_op(op)})"
 
 
+def validate_program(program: Any) -> None:
+    """Check the compute order of a :class:`~schedsim.program.ir.Program` (rules 1, 2 and 4;
+    a program may run a part of a schedule). Raises :class:`ProgramError` naming the
+    first offending instruction as ``rank r, instr i (token)``."""
+    pos: list[list[int]] = []
+    for row in program.ranks:
+        pos.append([i for i, ins in enumerate(row) if type(ins) is Compute])
+
+    def locate(r: int, k: int) -> str:
+        i = pos[r][k]
+        return f"rank {r}, instr {i} ({format_instr(program.ranks[r][i])})"
+
+    validate_schedule(program.schedule(), locate, complete=False, error=ProgramError)
+
+
 def validate_schedule(schedule: Schedule,
-                      locate: Callable[[int, int], str] | None = None) -> None:
-    """Check ``schedule`` against the rules above. Raises :class:`ScheduleError` naming the
-    first offending action (ranks in order, each rank's ops in order) as ``rank r, op i
-    (token)``, or as ``locate(r, i)`` when given (file readers use it to name the cell).
-    An op absent from every rank is named by its stage, microbatch and expected rank.
+                      locate: Callable[[int, int], str] | None = None, *,
+                      complete: bool = True, error: type[SchedsimError] = ScheduleError
+                      ) -> None:
+    """Check ``schedule`` against the rules above. Raises ``error``
+    (:class:`ScheduleError`) naming the first offending action (ranks in order, each
+    rank's ops in order) as ``rank r, op i (token)``, or as ``locate(r, i)`` when given
+    (file readers use it to name the cell). An op absent from every rank is named by its
+    stage, microbatch and expected rank. ``complete=False`` skips rule 3 (a program may
+    run part of a schedule) and instead requires every same-rank input to be made.
     """
+    ScheduleError = error     # noqa: N806 - one name for the error raised below
     where = locate or (lambda r, i: _where(r, i, schedule.ranks[r][i]))
     pl = schedule.placement
     S, M = pl.stages, schedule.microbatches
@@ -64,12 +90,13 @@ def validate_schedule(schedule: Schedule,
                 if key in pos:
                     fr, fi = pos[key]
                     raise ScheduleError(f"{where(r, i)}: duplicate {a.kind} of stage "
-                                        f"{a.stage} mb {a.mb} (first at {where(fr, fi)})")
+                                        f"{a.stage} mb {a.mb}: it runs a second time "
+                                        f"(first at {where(fr, fi)}; each op runs once)")
                 pos[key] = (r, i)
                 if a.kind != "F":
                     has_backward = True
     # completeness, named at the first action of an incomplete (stage, mb)
-    for r, row in enumerate(schedule.ranks):
+    for r, row in (enumerate(schedule.ranks) if complete else ()):
         for i, op in enumerate(row):
             for a in op.atoms():
                 k, s, mb = a.kind, a.stage, a.mb
@@ -92,7 +119,7 @@ def validate_schedule(schedule: Schedule,
                 if k == "W" and not b:
                     raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
                                         f"no B for this W (expected on rank {r})")
-    for s in range(S):
+    for s in range(S if complete else 0):
         for mb in range(M):
             if ("F", s, mb) not in pos:
                 raise ScheduleError(f"missing op: stage {s} mb {mb} has no F (expected on "
@@ -108,6 +135,11 @@ def validate_schedule(schedule: Schedule,
             for a in op.atoms():
                 for need in needs(a, S):
                     src = made.get(need)
+                    if src is None and not complete and pl.rank_of(need[1], need[2]) == r:
+                        what = "activation" if need[0] == "F" else "gradient"
+                        raise ScheduleError(f"{where(r, i)} needs the {what} of stage "
+                                            f"{need[1]} mb {need[2]}, which no op of the "
+                                            f"program produces")
                     if src is None or src[0] != r:
                         continue
                     if src[1] >= i:

@@ -1,417 +1,610 @@
-"""Compile a :class:`~schedsim.program.ir.Program` into the flat arrays the engine runs, with the
-static checks that make a program well-formed.
+"""Compile a :class:`~schedsim.program.ir.Program` into the arrays the engine runs, with
+the comm checks that make a program well-formed (its compute order is checked by
+:mod:`schedsim.program.validate`).
 
 Messages are matched as gloo and NCCL match P2P: per directed link (src -> dst), the k-th
 send posted by src pairs with the k-th recv posted by dst, and both must name the same
 message (kind, producing stage, microbatch). Every cross-rank input of a compute op must be
-received and waited for before the op; every send must come after the op that produced
-its data. Under ``data`` semantics the comm instructions are dropped and one implicit
-message is made per cross-rank producer -> consumer edge.
+received and waited for before the op; every send must come after the op that produced its
+data. Under ``data`` semantics the comm instructions are only checked; one implicit message
+is made per cross-rank producer -> consumer edge.
 
-Handles: message m has a send handle ``2m`` (owned by its source rank) and a recv handle
-``2m+1`` (owned by its destination rank).
-
-Compiled instruction tuples (per rank, in program order):
-
-- ``(0, cost, span_id, (), send_handles)``: compute; ``send_handles`` is non-empty only
-  under ``data`` semantics (the outputs it sends when it ends);
-- ``(1, handles, units)``: one launch (a bare post, or a ``BATCH``'s ops);
-- ``(2, handles, kind, index)``: block until every handle completed (``WAIT``/``COMMIT``/
-  ``END``, and ``DATA`` before a compute op under ``data`` semantics).
+The code is built from the program's flat form (:mod:`schedsim.program.flat`) by array
+operations and one sequential pass (:func:`schedsim.sim.kernels.compile_comm_kernel`, run
+by numba for large programs when it is installed). Handles: message m has a send handle
+``2m`` (owned by its source rank) and a recv handle ``2m+1`` (its destination rank).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
 
 from schedsim.errors import ProgramError
-from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Post, Program, Wait
-from schedsim.program.ops import recv_comm, send_comm
-from schedsim.program.routing import COMM_SIDES, consumer_stage, needs, produces
-from schedsim.program.tokens import format_instr
+from schedsim.program.flat import FlatProgram, Opcode, ranks_of
+from schedsim.program.ir import Op, Program
+from schedsim.program.ops import COMM_KINDS, COMPUTE_KINDS, Comm, recv_comm, send_comm
+from schedsim.program.routing import (
+    comm_message_arrays,
+    consumer_stages,
+    cross_stage_inputs,
+    key_codes,
+    outputs,
+)
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.kernels import Err, Step, WaitKind
 
-_COMPUTE, _POST, _WAIT = 0, 1, 2
-_POST_KEY = COMM_SIDES
+I64 = np.int64
+_STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
 
 
 @dataclass
 class Compiled:
-    """Flat, index-based form of a program under one cost/link/comm setting."""
+    """A program compiled under one cost/link/comm setting (arrays over all ranks).
+
+    Code: step ``pc`` of rank r lies in ``crptr[r]:crptr[r+1]``; ``cop`` (a
+    :class:`~schedsim.sim.kernels.Step`), ``cipc`` (its program instruction index; a
+    rank's ``END`` has the program length), ``cwk`` (:class:`~schedsim.sim.kernels.
+    WaitKind` of a wait step), ``ccost``/``cspan`` (compute), handles
+    ``ch[chptr[pc]:chptr[pc+1]]``, comm-stream units ``cuptr[pc]..cuptr[pc+1]-1``,
+    ``cinit`` (lazy init: the rank pair whose communicator this bare post creates, -1).
+    Spans: ``span_gi`` (flat instruction index of span s). Messages (by id ``m``):
+    ``mcode`` (key code), ``msrc``/``mdst``, ``mbytes``, ``mlat``, ``mocc`` (link
+    occupancy), ``mlink``, ``meager``; handles ``hindex``/``hseq`` (instruction index and
+    posting order of each handle's post); units ``unit_stream``, ``unit_h`` at
+    ``unit_hptr``, ``hunit``.
+    """
 
     program: Program
+    flat: FlatProgram
     data_mode: bool
-    code: list[list[tuple]]
-    # spans: (rank, op, instruction index)
-    span_meta: list[tuple[int, Op, int]] = field(default_factory=list)
-    # messages
-    mkey: list[tuple[str, int, int]] = field(default_factory=list)
-    msrc: list[int] = field(default_factory=list)
-    mdst: list[int] = field(default_factory=list)
-    mbytes: list[float] = field(default_factory=list)
-    mlat: list[float] = field(default_factory=list)
-    mocc: list[float] = field(default_factory=list)
-    mlink: list[int] = field(default_factory=list)
-    meager: list[bool] = field(default_factory=list)
-    # instruction index of each handle's post (or producing/consuming compute, data mode)
-    hindex: list[int] = field(default_factory=list)
-    # posting order of each handle on its rank (ops of one batch in the order listed)
-    hseq: list[int] = field(default_factory=list)
-    # comm streams: unit -> (stream id, handles); handle -> unit
-    unit_stream: list[int] = field(default_factory=list)
-    unit_handles: list[tuple[int, ...]] = field(default_factory=list)
-    hunit: list[int] = field(default_factory=list)
-    num_streams: int = 0
+    ranks: int
+    stages: int
+    microbatches: int
+    crptr: np.ndarray
+    cop: np.ndarray
+    cipc: np.ndarray
+    cwk: np.ndarray
+    ccost: np.ndarray
+    cspan: np.ndarray
+    chptr: np.ndarray
+    ch: np.ndarray
+    cuptr: np.ndarray
+    cinit: np.ndarray
+    span_gi: np.ndarray
+    mcode: np.ndarray
+    msrc: np.ndarray
+    mdst: np.ndarray
+    hindex: np.ndarray
+    hseq: np.ndarray
+    unit_stream: np.ndarray
+    unit_hptr: np.ndarray
+    unit_h: np.ndarray
+    hunit: np.ndarray
+    mbytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mlat: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mocc: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mlink: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))
+    meager: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     num_links: int = 0
     launch_cost: float = 0.0
+    lazy_init: bool = False
+    init_cost: float = 0.0
+    pair_first: dict[int, dict[int, int]] = field(default_factory=dict)
 
     @property
     def num_messages(self) -> int:
-        return len(self.mkey)
+        return len(self.mcode)
 
-    def instr_index(self, r: int, pc: int) -> int:
-        """Program instruction index of compiled position ``pc`` on rank ``r``."""
-        if pc >= len(self.code[r]):
-            return len(self.program.ranks[r])
-        ins = self.code[r][pc]
-        if ins[0] == 0:
-            return self.span_meta[ins[2]][2]
-        if ins[0] == 1:
-            return self.hindex[ins[1][0]]
-        return ins[3]
+    @property
+    def num_streams(self) -> int:
+        return self.ranks + self.ranks * self.ranks
+
+    # -- message identity ---------------------------------------------------------------
+    @cached_property
+    def mkey(self) -> list[tuple[str, int, int]]:
+        """``(kind, producing stage, mb)`` of every message."""
+        S, M = self.stages, self.microbatches
+        code = self.mcode
+        kinds = ("F", "B")
+        return list(zip([kinds[k] for k in (code // (S * M)).tolist()],
+                        ((code // M) % S).tolist(), (code % M).tolist()))
 
     def handle_token(self, h: int) -> str:
         """Program token of a handle (``1RECV_F0``) for messages and diagnostics."""
         key = self.mkey[h >> 1]
         return str(send_comm(key) if h & 1 == 0 else recv_comm(key))
 
+    def owner(self, h: int) -> int:
+        """The rank that posts handle h."""
+        return int(self.msrc[h >> 1] if h & 1 == 0 else self.mdst[h >> 1])
 
-def _where(r: int, i: int, ins: object) -> str:
-    return f"rank {r}, instr {i} ({format_instr(ins)})"
+    # -- positions ----------------------------------------------------------------------
+    def instr_index(self, r: int, pc: int) -> int:
+        """Program instruction index of rank r's compiled step ``pc`` (counted from the
+        rank's first step; the program length past its end)."""
+        g = int(self.crptr[r]) + pc
+        if g >= int(self.crptr[r + 1]):
+            return self.flat.row_length(r)
+        return int(self.cipc[g])
+
+    def token(self, r: int, i: int) -> str:
+        """Token of rank r's instruction i (``END`` past the end)."""
+        if i >= self.flat.row_length(r):
+            return "END"
+        return self.flat.token(int(self.flat.rptr[r]) + i)
+
+    def step_handles(self, g: int) -> list[int]:
+        """Handles of global step g."""
+        return self.ch[self.chptr[g]:self.chptr[g + 1]].tolist()
+
+    # -- object views (for analyses that walk the code as tuples) -----------------------
+    @cached_property
+    def span_meta(self) -> list[tuple[int, Op, int]]:
+        """``(rank, op, instruction index)`` of every span."""
+        fl = self.flat
+        ranks = fl.rank_of_instr()[self.span_gi].tolist()
+        idx = fl.index_of_instr()[self.span_gi].tolist()
+        ops = fl.schedule().rows()
+        flat_ops = [op for row in ops for op in row]
+        return list(zip(ranks, flat_ops, idx))
+
+    @cached_property
+    def unit_handles(self) -> list[tuple[int, ...]]:
+        hp, uh = self.unit_hptr.tolist(), self.unit_h.tolist()
+        return [tuple(uh[hp[u]:hp[u + 1]]) for u in range(len(self.unit_stream))]
+
+    @cached_property
+    def code(self) -> list[list[tuple]]:
+        """Per rank, the steps as tuples: ``(0, cost, span, (), send_handles)``,
+        ``(1, handles, units)`` and ``(2, handles, kind, index)`` (kind ``WAIT``,
+        ``COMMIT``, ``END`` or ``DATA``)."""
+        cop, cost, span = self.cop.tolist(), self.ccost.tolist(), self.cspan.tolist()
+        hp, ch, up = self.chptr.tolist(), self.ch.tolist(), self.cuptr.tolist()
+        wk, ipc = self.cwk.tolist(), self.cipc.tolist()
+        names = [k.name for k in WaitKind]
+        out = []
+        for r in range(self.ranks):
+            row = []
+            for g in range(int(self.crptr[r]), int(self.crptr[r + 1])):
+                hs = tuple(ch[hp[g]:hp[g + 1]])
+                if cop[g] == Step.COMPUTE:
+                    row.append((0, cost[g], span[g], (), hs))
+                elif cop[g] == Step.LAUNCH:
+                    row.append((1, hs, tuple(range(up[g], up[g + 1]))))
+                else:
+                    row.append((2, hs, names[wk[g]], ipc[g]))
+            out.append(row)
+        return out
+
+
+def _where(cp_flat: FlatProgram, r: int, i: int) -> str:
+    return f"rank {r}, instr {i} ({cp_flat.token(int(cp_flat.rptr[r]) + i)})"
 
 
 def _ordinal(k: int) -> str:
     return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
 
 
+@dataclass
+class _Prep:
+    """Array facts about a flat program under a placement (vectorized, before the
+    sequential pass)."""
+
+    S: int
+    M: int
+    P: int
+    # members
+    mk: np.ndarray
+    side: np.ndarray
+    ps: np.ndarray
+    cs: np.ndarray
+    mvalid: np.ndarray
+    mcode: np.ndarray
+    msrc: np.ndarray
+    mdst: np.ndarray
+    # compute atoms (one per non-FB op, two per FB), instr-ordered
+    aptr: np.ndarray
+    a_instr: np.ndarray
+    a_kind: np.ndarray
+    a_stage: np.ndarray
+    a_mb: np.ndarray
+    a_rank: np.ndarray
+    a_in: np.ndarray      # key code of the cross-rank input, -1
+    a_in_rank: np.ndarray  # rank that produces that input, -1
+    a_out: np.ndarray     # key code of the output, -1
+
+
+def _prep(fl: FlatProgram, program: Program) -> _Prep:
+    pl = program.placement
+    S, M, P = pl.stages, program.microbatches, pl.ranks
+    mk, side, ps = comm_message_arrays(fl.ckind.astype(I64), fl.cstage.astype(I64))
+    cs = consumer_stages(mk, ps)
+    cmb = fl.cmb.astype(I64)
+    valid = (ps >= 0) & (ps < S) & (cs >= 0) & (cs < S) & (cmb >= 0) & (cmb < M)
+    mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
+    psv, csv, mbv = np.where(valid, ps, 0), np.where(valid, cs, 0), np.where(valid, cmb, 0)
+    msrc = np.where(valid, ranks_of(pl, psv, mbv), -1).astype(I64)
+    mdst = np.where(valid, ranks_of(pl, csv, mbv), -1).astype(I64)
+    # atoms
+    is_c = fl.code == Opcode.COMPUTE
+    n = len(fl)
+    cnt = is_c.astype(I64)
+    cnt[fl.fb_at] += 1
+    aptr = np.zeros(n + 1, I64)
+    np.cumsum(cnt, out=aptr[1:])
+    na = int(aptr[-1])
+    a_instr = np.repeat(np.arange(n, dtype=I64), cnt)
+    a_kind = np.where(fl.kind == 4, 0, fl.kind).astype(I64)[a_instr]
+    a_stage = fl.stage.astype(I64)[a_instr]
+    a_mb = fl.mb.astype(I64)[a_instr]
+    if len(fl.fb_at):
+        second = aptr[fl.fb_at] + 1
+        a_kind[second] = fl.fb_kind
+        a_stage[second] = fl.fb_stage
+        a_mb[second] = fl.fb_mb
+    a_rank = fl.rank_of_instr().astype(I64)[a_instr]
+    ok = (a_stage >= 0) & (a_stage < S) & (a_mb >= 0) & (a_mb < M) & (a_kind >= 0)
+    ink, inps = cross_stage_inputs(a_kind, a_stage, S)
+    has_in = ok & (inps >= 0)
+    in_rank = np.full(na, -1, I64)
+    if has_in.any():
+        in_rank[has_in] = ranks_of(pl, inps[has_in], a_mb[has_in])
+    a_in = np.where(has_in & (in_rank != a_rank), key_codes(ink, inps, a_mb, S, M), -1)
+    ok_out, out_s = outputs(a_kind, a_stage)
+    a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
+    return _Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
+                 a_kind, a_stage, a_mb, a_rank, a_in.astype(I64), in_rank,
+                 a_out.astype(I64))
+
+
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
-                    comm: CommModel) -> Compiled:
-    """Check ``program`` and flatten it. Raises :class:`ProgramError` naming the first
-    offending instruction (unmatched or mismatched send/recv, a recv never waited, a send
-    before its data exists, a local hand-off posted as P2P, a wrong rank)."""
+                    comm: CommModel, flat: FlatProgram | None = None) -> Compiled:
+    """Check ``program``'s comm and compile it. Raises :class:`ProgramError` naming the
+    first offending instruction (unmatched or mismatched send/recv, a recv never waited,
+    a send before its data exists, a local hand-off posted as P2P, a wrong rank). The
+    compute order is not checked here (:func:`schedsim.program.validate.validate_program`).
+
+    ``flat``: the program's flat form when the caller has it already.
+    """
     pl = program.placement
     P = pl.ranks
-    if len(program.ranks) != P:
-        raise ProgramError(f"program has {len(program.ranks)} rank rows but the placement "
-                           f"has {P} ranks")
+    fl = flat if flat is not None else program.flat()
+    if fl.ranks != P:
+        raise ProgramError(f"program has {fl.ranks} rank rows but the placement has {P} "
+                           f"ranks")
+    pr = _prep(fl, program)
     data_mode = comm.semantics == "data"
-    cp = Compiled(program=program, data_mode=data_mode, code=[[] for _ in range(P)],
-                  launch_cost=0.0 if data_mode else comm.launch_cost)
     if data_mode:
-        if program.has_comm():     # the comm instructions are ignored, but must be right
-            _compile_comm(Compiled(program=program, data_mode=False,
-                                   code=[[] for _ in range(P)]), program, costs, comm)
-        _compile_data(cp, program, costs)
+        if fl.has_comm():      # the comm instructions are ignored, but must be right
+            _compile_comm(program, fl, pr, costs, comm, with_costs=False)
+        cp = _compile_data(program, fl, pr, costs)
     else:
-        _compile_comm(cp, program, costs, comm)
+        cp = _compile_comm(program, fl, pr, costs, comm)
+        cp.launch_cost = comm.launch_cost
+        if comm.lazy_init:
+            cp.lazy_init = True
+            cp.init_cost = comm.init_cost
+            _mark_first_touch(cp, pr)
     _message_arrays(cp, costs, link, comm)
     return cp
 
 
-def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
-    """Fill bytes, latency, link occupancy, link id and eagerness of every message."""
-    params: dict[tuple[int, int], tuple[float, float, int]] = {}
-    for lk in set(zip(cp.msrc, cp.mdst)):
-        lat, bw = link.params(*lk)
-        params[lk] = (lat, bw, len(params))
-    nbytes = [costs.bytes_of(k[1]) for k in cp.mkey]
-    lks = [params[lk] for lk in zip(cp.msrc, cp.mdst)]
-    cp.mbytes = nbytes
-    cp.mlat = [p[0] for p in lks]
-    cp.mocc = [0.0 if math.isinf(p[1]) else b / p[1] for p, b in zip(lks, nbytes)]
-    cp.mlink = [p[2] for p in lks]
-    is_eager = comm.is_eager
-    cp.meager = [is_eager(b) for b in nbytes]
-    cp.num_links = len(params)
-    if len(cp.hunit) < 2 * len(cp.mkey):
-        cp.hunit = [-1] * (2 * len(cp.mkey))
+def _key_ids(pr: _Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Compact ids of every key code the program names: ``(keys, member ids, atom input
+    ids, atom output ids)`` (-1 stays -1)."""
+    allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
+    keys, inv = np.unique(allc, return_inverse=True)
+    if len(keys) and keys[0] < 0:
+        keys = keys[1:]
+        inv = inv - 1
+    inv = inv.astype(I64)
+    n1, n2 = len(pr.mcode), len(pr.mcode) + len(pr.a_in)
+    return keys, inv[:n1], inv[n1:n2], inv[n2:]
 
 
-def _made_map(program: Program) -> dict[tuple[str, int, int], tuple[int, int]]:
-    """Output key -> (rank, instruction index) of the op that produces it."""
-    made: dict[tuple[str, int, int], tuple[int, int]] = {}
-    for r, row in enumerate(program.ranks):
-        for i, ins in enumerate(row):
-            if type(ins) is Compute:
-                for a in ins.op.atoms():
-                    k = produces(a)
-                    if k is not None:
-                        if k in made:
-                            q, j = made[k]
-                            raise ProgramError(f"{_where(r, i, ins)}: runs a second time "
-                                               f"(first at rank {q}, instr {j}; each op "
-                                               f"runs once)")
-                        made[k] = (r, i)
-    return made
+def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel,
+                  comm: CommModel, with_costs: bool = True) -> Compiled:
+    """The sequential pass (:func:`~schedsim.sim.kernels.compile_comm_kernel`) plus the
+    link-order check."""
+    from schedsim.sim.fast import kernels_for
+
+    keys, mkey, a_in, a_out = _key_ids(pr)
+    n, nmem, P = len(fl), len(pr.mcode), pr.P
+    is_c = fl.code == Opcode.COMPUTE
+    icost = np.zeros(n)
+    if with_costs and is_c.any():
+        icost[is_c] = _compute_costs(fl, costs, is_c)
+    ispan = np.where(is_c, np.cumsum(is_c) - 1, -1).astype(I64)
+    mowner = np.where(pr.side == 0, pr.msrc, pr.mdst)
+    mpeer = np.where(pr.side == 0, pr.mdst, pr.msrc)
+    mlocal = ((pr.msrc == pr.mdst) & pr.mvalid).astype(I64)
+    nk = len(keys)
+    nsteps = n + P
+    nlaunch = int(np.diff(fl.mptr)[(fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)].sum())
+    nwaitm = nmem - nlaunch
+    cap_h = 3 * nlaunch + nwaitm + 1
+    K, xs = kernels_for(n, "compile")
+    a = {"key_msg": xs.full(nk, -1), "msg_key": xs.full(nk, -1),
+         "hindex": xs.full(2 * nk, -1), "hseq": xs.full(2 * nk, -1),
+         "made_rank": xs.full(nk, -1), "waited": xs.full(nk, 0),
+         "posted": xs.full(nlaunch + 1, -1), "cop": xs.full(nsteps, 0),
+         "cipc": xs.full(nsteps, 0), "cwk": xs.full(nsteps, -1), "ccost": xs.fullf(nsteps, 0.0),
+         "cspan": xs.full(nsteps, -1), "chptr": xs.full(nsteps + 1, 0),
+         "ch": xs.full(cap_h, 0), "cuptr": xs.full(nsteps + 1, 0),
+         "crptr": xs.full(P + 1, 0), "unit_stream": xs.full(nlaunch + 1, -1),
+         "unit_hptr": xs.full(nlaunch + 2, 0), "unit_h": xs.full(nlaunch + 1, -1),
+         "hunit": xs.full(2 * nk, -1), "ugroup": xs.full(max(P, 1), -1),
+         "counts": xs.full(4, 0), "err": xs.full(4, 0)}
+    K.compile_comm_kernel(
+        P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),
+        xs.ints(pr.side), xs.ints(mowner), xs.ints(mlocal), xs.ints(mpeer), xs.ints(pr.aptr),
+        xs.ints(a_in), xs.ints(a_out), xs.floats(icost), xs.ints(ispan),
+        _STREAM_MODE[comm.comm_stream], a["key_msg"], a["msg_key"], a["hindex"], a["hseq"],
+        a["made_rank"], a["waited"], a["posted"], a["cop"], a["cipc"], a["cwk"], a["ccost"],
+        a["cspan"], a["chptr"], a["ch"], a["cuptr"], a["crptr"], a["unit_stream"],
+        a["unit_hptr"], a["unit_h"], a["hunit"], a["ugroup"], a["counts"], a["err"])
+    err = [int(x) for x in a["err"]]
+    if err[0] != Err.OK:
+        raise _comm_error(fl, pr, err, mkey, a_in, a)
+    ns, nh, nm, nu = (int(x) for x in a["counts"])
+    arr = {k: np.asarray(v, dtype=np.float64 if k == "ccost" else I64) for k, v in a.items()}
+    mcode = keys[arr["msg_key"][:nm]]
+    src, dst = _msg_ranks(program, mcode, pr)
+    nuh = int(arr["unit_hptr"][nu])
+    cp = Compiled(program=program, flat=fl, data_mode=False, ranks=P, stages=pr.S,
+                  microbatches=pr.M, crptr=arr["crptr"], cop=arr["cop"][:ns],
+                  cipc=arr["cipc"][:ns], cwk=arr["cwk"][:ns], ccost=arr["ccost"][:ns],
+                  cspan=arr["cspan"][:ns], chptr=arr["chptr"][:ns + 1], ch=arr["ch"][:nh],
+                  cuptr=arr["cuptr"][:ns + 1], cinit=np.full(ns, -1, I64),
+                  span_gi=np.flatnonzero(is_c).astype(I64), mcode=mcode, msrc=src, mdst=dst,
+                  hindex=arr["hindex"][:2 * nm], hseq=arr["hseq"][:2 * nm],
+                  unit_stream=arr["unit_stream"][:nu], unit_hptr=arr["unit_hptr"][:nu + 1],
+                  unit_h=arr["unit_h"][:nuh], hunit=arr["hunit"][:2 * nm])
+    _check_matching(cp)
+    return cp
 
 
-def _input_error(program: Program, r: int, i: int, ins: object,
-                 need: tuple[str, int, int]) -> ProgramError:
-    """The error for a same-rank input that is not available at instruction i."""
-    src = _made_map(program).get(need)
-    if src is None:
-        what = "activation" if need[0] == "F" else "gradient"
-        return ProgramError(f"{_where(r, i, ins)} needs the {what} of stage {need[1]} mb "
-                            f"{need[2]}, which no op of the program produces")
-    return ProgramError(f"{_where(r, i, ins)} comes before the op (instr {src[1]}) that "
-                        f"produces its input")
-
-
-def _compile_data(cp: Compiled, program: Program, costs: CostModel) -> None:
-    S = program.placement.stages
-    cost = costs.cost_fn()
-    made = _made_map(program)
-    key_m: dict[tuple[str, int, int], int] = {}
-    outs: dict[tuple[int, int], list[int]] = {}
-    code_pos: dict[tuple[int, int], int] = {}
-    hindex = cp.hindex
-    for r, row in enumerate(program.ranks):
-        code = cp.code[r]
-        for i, ins in enumerate(row):
-            if type(ins) is not Compute:
-                continue
-            op = ins.op
-            ins_h: list[int] = []
-            for a in op.atoms():
-                if not (0 <= a.stage < S and 0 <= a.mb < program.microbatches):
-                    raise _range_error(r, i, ins, S, program.microbatches)
-                for need in needs(a, S):
-                    src = made.get(need)
-                    if src is None or (src[0] == r and src[1] >= i):
-                        raise _input_error(program, r, i, ins, need)
-                    if src[0] == r:
-                        continue
-                    mk = need
-                    m = key_m.get(mk)
-                    if m is None:
-                        m = key_m[mk] = len(cp.mkey)
-                        cp.mkey.append(mk)
-                        cp.msrc.append(src[0])
-                        cp.mdst.append(r)
-                        hindex += (src[1], i)
-                        outs.setdefault(src, []).append(2 * m)
-                    ins_h.append(2 * m + 1)
-            sid = len(cp.span_meta)
-            cp.span_meta.append((r, op, i))
-            if ins_h:     # block until the inputs arrived (recorded as a DATA wait)
-                code.append((_WAIT, tuple(ins_h), "DATA", i))
-            code_pos[(r, i)] = len(code)
-            code.append((_COMPUTE, cost(op), sid, (), ()))
-    for src, hs in outs.items():
-        code = cp.code[src[0]]
-        j = code_pos[src]
-        c = code[j]
-        code[j] = (c[0], c[1], c[2], c[3], tuple(hs))
-
-
-def _compile_comm(cp: Compiled, program: Program, costs: CostModel, comm: CommModel) -> None:
-    """One pass over every rank's instructions: resolve posts to messages (created on
-    first sight from either side), check producers and waits, emit code. Then check that
-    each message was posted by both sides and that, per link, sends and recvs were posted
-    in the same message order."""
+def _msg_ranks(program: Program, mcode: np.ndarray, pr: _Prep) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+    S, M = pr.S, pr.M
+    mk, ps, mb = mcode // (S * M), (mcode // M) % S, mcode % M
+    cs = consumer_stages(mk, ps)
     pl = program.placement
-    S, P, M = pl.stages, pl.ranks, program.microbatches
-    rank_of = pl.rank_fn()
-    cost = costs.cost_fn()
-    stream_mode = comm.comm_stream
-    plain = stream_mode == "none"
-    mkey, msrc, mdst, hindex, hunit = cp.mkey, cp.msrc, cp.mdst, cp.hindex, cp.hunit
-    hseq = cp.hseq
-    key_m: dict[tuple[str, int, int], int] = {}
-    span_meta = cp.span_meta
-    for r, row in enumerate(program.ranks):
-        code = cp.code[r]
-        made_here: set[tuple[str, int, int]] = set()   # outputs made so far on this rank
-        waited: set[tuple[str, int, int]] = set()      # messages received and waited
-        all_h: list[int] = []          # everything this rank posts (the END wait)
-        committed = 0                  # all_h[committed:] is what the next COMMIT waits for
-        for i, ins in enumerate(row):
-            t = type(ins)
-            if t is Post or t is Batch:    # one launch: isend/irecv or batch_isend_irecv
-                run = []
-                for c in (ins.comms if t is Batch else (ins.comm,)):
-                    kk, side, off = _POST_KEY[c.kind]
-                    mb = c.mb
-                    key = (kk, c.stage + off, mb)
-                    m = key_m.get(key)
-                    if m is None:         # first sight of this message, from either side
-                        ps = key[1]
-                        to = consumer_stage(key)
-                        if not (0 <= ps < S and 0 <= to < S and 0 <= mb < M):
-                            raise _no_message(r, i, ins, ps, to, mb, S, M)
-                        src, dst = rank_of(ps, mb), rank_of(to, mb)
-                        if src == dst:
-                            raise _local_handoff(r, i, ins, ps, to, src)
-                        m = key_m[key] = len(mkey)
-                        mkey.append(key)
-                        msrc.append(src)
-                        mdst.append(dst)
-                        hindex += (-1, -1)
-                        hunit += (-1, -1)
-                        hseq += (-1, -1)
-                    h = 2 * m + side
-                    if (msrc[m] if side == 0 else mdst[m]) != r or hindex[h] >= 0:
-                        raise _post_error(cp, r, i, c, m, h)
-                    hindex[h] = i
-                    hseq[h] = len(all_h) + len(run)
-                    if side == 0 and key not in made_here:
-                        raise ProgramError(f"{_where(r, i, ins)}: sends {c} before the op "
-                                           f"that produces its data ran on this rank")
-                    run.append(h)
-                tr = tuple(run)
-                all_h.extend(tr)
-                if plain:
-                    code.append((_POST, tr, ()))
-                else:
-                    _flush_run(cp, code, tr, stream_mode, r, P)
-                continue
-            if t is Compute:
-                op = ins.op
-                for a in (op.parts if op.parts else (op,)):
-                    if not (0 <= a.stage < S and 0 <= a.mb < M):
-                        raise _range_error(r, i, ins, S, M)
-                    for need in needs(a, S):
-                        if need in made_here:
-                            continue
-                        if need in waited:      # messages are always cross-rank
-                            continue
-                        raise _need_error(cp, program, key_m, rank_of, r, i, ins, need)
-                    k = produces(a)
-                    if k is not None:
-                        if k in made_here:
-                            raise ProgramError(f"{_where(r, i, ins)}: runs a second time on "
-                                               f"this rank (each op runs once)")
-                        made_here.add(k)
-                sid = len(span_meta)
-                span_meta.append((r, op, i))
-                code.append((_COMPUTE, cost(op), sid, (), ()))
-            elif t is Commit:
-                hs = tuple(all_h[committed:])
-                for h in hs:
-                    if h & 1:
-                        waited.add(mkey[h >> 1])
-                code.append((_WAIT, hs, "COMMIT", i))
-                committed = len(all_h)
-            elif t is Wait:
-                hs = []
-                for c in ins.comms:
-                    kk, side, off = _POST_KEY[c.kind]
-                    m = key_m.get((kk, c.stage + off, c.mb))
-                    h = -1 if m is None else 2 * m + side
-                    if h < 0 or not 0 <= hindex[h] < i or (
-                            msrc[m] if h & 1 == 0 else mdst[m]) != r:
-                        raise ProgramError(f"{_where(r, i, ins)}: waits for {c}, which this "
-                                           f"rank has not posted before")
-                    if h & 1:
-                        waited.add(mkey[m])
-                    hs.append(h)
-                code.append((_WAIT, tuple(hs), "WAIT", i))
-            else:
-                raise ProgramError(f"{_where(r, i, ins)}: unknown instruction")
-        code.append((_WAIT, tuple(all_h), "END", len(row)))
-    _check_matching(cp, program)
-    cp.num_streams = P + P * P
+    return (ranks_of(pl, ps, mb).astype(I64), ranks_of(pl, cs, mb).astype(I64))
 
 
-def _range_error(r: int, i: int, ins: object, S: int, M: int) -> ProgramError:
-    return ProgramError(f"{_where(r, i, ins)}: stage must be in [0, {S}) and microbatch in "
-                        f"[0, {M})")
+def _compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:
+    """Cost of every compute instruction, in order."""
+    n = len(fl)
+    bk = np.full(n, 0, I64)
+    bs = np.full(n, 0, I64)
+    bm = np.full(n, 0, I64)
+    bk[fl.fb_at] = fl.fb_kind
+    bs[fl.fb_at] = fl.fb_stage
+    bm[fl.fb_at] = fl.fb_mb
+    return costs.op_costs(fl.kind[is_c], fl.stage[is_c], fl.mb[is_c], bk[is_c], bs[is_c],
+                          bm[is_c])
 
 
-def _no_message(r: int, i: int, ins: object, s: int, to: int, mb: int, S: int,
-                M: int) -> ProgramError:
-    return ProgramError(f"{_where(r, i, ins)}: no such message (stages {s}->{to}, mb {mb}; "
-                        f"the program has {S} stages and {M} microbatches)")
+def _comm_error(fl: FlatProgram, pr: _Prep, err: list[int], mkey: np.ndarray,
+                a_in: np.ndarray, a: dict[str, Any]) -> ProgramError:
+    """The :class:`ProgramError` for an error code of the compile pass (``mkey``/``a_in``:
+    key ids of the members and of the atoms' cross-rank inputs; ``a``: the pass's
+    arrays)."""
+    code, r, i, j = err
+    where = _where(fl, r, i)
+    if code == Err.NEED:      # j is an atom: its cross-rank input was never received
+        kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
+        need = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
+        m = int(a["key_msg"][int(a_in[j])])
+        posted = m >= 0 and 0 <= int(a["hindex"][2 * m + 1]) < i
+        return ProgramError(f"{where} uses data from rank {int(pr.a_in_rank[j])} but the "
+                            f"program never {'waits for' if posted else 'posts'} "
+                            f"{recv_comm(need)} before it (add the recv and a WAIT or "
+                            f"COMMIT)")
+    c = Comm(COMM_KINDS[int(fl.ckind[j])], int(fl.cstage[j]), int(fl.cmb[j]))
+    if code == Err.NO_MESSAGE:
+        return ProgramError(f"{where}: no such message (stages {int(pr.ps[j])}->"
+                            f"{int(pr.cs[j])}, mb {c.mb}; the program has {pr.S} stages and "
+                            f"{pr.M} microbatches)")
+    if code == Err.LOCAL:
+        return ProgramError(f"{where}: stages {int(pr.ps[j])} and {int(pr.cs[j])} are both "
+                            f"on rank {int(pr.msrc[j])}; the hand-off is local, remove this "
+                            f"op")
+    if code == Err.POST:
+        own = int(pr.msrc[j] if pr.side[j] == 0 else pr.mdst[j])
+        if own != r:
+            return ProgramError(f"{where}: {c} belongs to rank {own} (stage {c.stage} mb "
+                                f"{c.mb} runs there)")
+        m = int(a["key_msg"][int(mkey[j])])
+        first = int(a["hindex"][2 * m + int(pr.side[j])])
+        return ProgramError(f"{where}: {c} posted twice (first at instr {first})")
+    if code == Err.SEND_EARLY:
+        return ProgramError(f"{where}: sends {c} before the op that produces its data ran "
+                            f"on this rank")
+    return ProgramError(f"{where}: waits for {c}, which this rank has not posted before")
 
 
-def _local_handoff(r: int, i: int, ins: object, s: int, to: int, rank: int) -> ProgramError:
-    return ProgramError(f"{_where(r, i, ins)}: stages {s} and {to} are both on rank {rank}; "
-                        f"the hand-off is local, remove this op")
-
-
-def _post_error(cp: Compiled, r: int, i: int, c: Comm, m: int, h: int) -> ProgramError:
-    own = cp.msrc[m] if h & 1 == 0 else cp.mdst[m]
-    ins = cp.program.ranks[r][i]
-    if own != r:
-        return ProgramError(f"{_where(r, i, ins)}: {c} belongs to rank {own} (stage "
-                            f"{c.stage} mb {c.mb} runs there)")
-    return ProgramError(f"{_where(r, i, ins)}: {c} posted twice (first at instr "
-                        f"{cp.hindex[h]})")
-
-
-def _need_error(cp: Compiled, program: Program, key_m: dict, rank_of, r: int, i: int,
-                ins: object, need: tuple[str, int, int]) -> ProgramError:
-    """The error for an input that is not available to instruction i of rank r."""
-    src_rank = rank_of(need[1], need[2])
-    if src_rank == r:
-        return _input_error(program, r, i, ins, need)
-    rc = recv_comm(need)
-    m = key_m.get(need)
-    what = ("waits for" if m is not None and cp.mdst[m] == r
-            and 0 <= cp.hindex[2 * m + 1] < i else "posts")
-    return ProgramError(f"{_where(r, i, ins)} uses data from rank {src_rank} but the program "
-                        f"never {what} {rc} before it (add the recv and a WAIT or COMMIT)")
-
-
-def _check_matching(cp: Compiled, program: Program) -> None:
+def _check_matching(cp: Compiled) -> None:
     """Every message posted by both sides, and on each directed link the k-th send and the
     k-th recv name the same message (all sends of a link come from one rank, all recvs go
     to one rank, so posting order is instruction order on that rank)."""
-    hindex = cp.hindex
-    by_link: dict[tuple[int, int], list[int]] = {}
-    for m, lk in enumerate(zip(cp.msrc, cp.mdst)):
-        if hindex[2 * m] < 0 or hindex[2 * m + 1] < 0:
-            side = "send" if hindex[2 * m] >= 0 else "recv"
-            r = cp.msrc[m] if side == "send" else cp.mdst[m]
-            i = hindex[2 * m if side == "send" else 2 * m + 1]
-            other, orank = ("recv", cp.mdst[m]) if side == "send" else ("send", cp.msrc[m])
-            raise ProgramError(f"{_where(r, i, program.ranks[r][i])}: unmatched {side}: rank "
-                               f"{orank} never posts the matching {other}")
-        lst = by_link.get(lk)
-        if lst is None:
-            lst = by_link[lk] = []
-        lst.append(m)
-    for (src, dst), ms in by_link.items():
-        hseq = cp.hseq
-        so = sorted(ms, key=lambda m: hseq[2 * m])
-        ro = sorted(ms, key=lambda m: hseq[2 * m + 1])
-        if so == ro:
-            continue
-        for k, (a, b) in enumerate(zip(so, ro)):
-            if a != b:
-                si, ri = hindex[2 * a], hindex[2 * b + 1]
-                raise ProgramError(
-                    f"the {_ordinal(k)} send on link {src}->{dst} is "
-                    f"{_where(src, si, program.ranks[src][si])} but the {_ordinal(k)} recv is "
-                    f"{_where(dst, ri, program.ranks[dst][ri])}: P2P ops match in posting "
-                    f"order per link, so both must name the same message")
+    fl = cp.flat
+    nm = cp.num_messages
+    if nm == 0:
+        return
+    hi = cp.hindex.reshape(-1, 2)
+    missing = np.flatnonzero((hi[:, 0] < 0) | (hi[:, 1] < 0))
+    if len(missing):
+        m = int(missing[0])
+        if hi[m, 0] >= 0:
+            side, r, i, other, orank = "send", cp.msrc[m], hi[m, 0], "recv", cp.mdst[m]
+        else:
+            side, r, i, other, orank = "recv", cp.mdst[m], hi[m, 1], "send", cp.msrc[m]
+        raise ProgramError(f"{_where(fl, int(r), int(i))}: unmatched {side}: rank "
+                           f"{int(orank)} never posts the matching {other}")
+    hs = cp.hseq.reshape(-1, 2)
+    link = cp.msrc * cp.ranks + cp.mdst
+    ms = np.arange(nm)
+    so = np.lexsort((hs[:, 0], link))
+    ro = np.lexsort((hs[:, 1], link))
+    if np.array_equal(so, ro):
+        return
+    bad = np.flatnonzero(so != ro)[0]
+    lk = link[so[bad]]
+    start = int(np.searchsorted(link[so], lk))
+    k = int(bad) - start
+    a, b = int(ms[so[bad]]), int(ms[ro[bad]])
+    src, dst = int(cp.msrc[a]), int(cp.mdst[a])
+    si, ri = int(hi[a, 0]), int(hi[b, 1])
+    raise ProgramError(
+        f"the {_ordinal(k)} send on link {src}->{dst} is {_where(fl, src, si)} but the "
+        f"{_ordinal(k)} recv is {_where(fl, dst, ri)}: P2P ops match in posting order per "
+        f"link, so both must name the same message")
 
 
-def _flush_run(cp: Compiled, code: list, run: tuple[int, ...], stream_mode: str, r: int,
-               P: int) -> None:
-    """Append one launch; on a comm stream split it into per-stream units."""
-    units: list[int] = []
-    if stream_mode != "none":
-        groups: dict[int, list[int]] = {}
-        for h in run:
-            peer = cp.mdst[h >> 1] if h & 1 == 0 else cp.msrc[h >> 1]
-            sid = r if stream_mode == "per-rank" else P + r * P + peer
-            groups.setdefault(sid, []).append(h)
-        for sid, hs in groups.items():
-            u = len(cp.unit_stream)
-            cp.unit_stream.append(sid)
-            cp.unit_handles.append(tuple(hs))
-            for h in hs:
-                cp.hunit[h] = u
-            units.append(u)
-    code.append((_POST, run, tuple(units)))
+def _compile_data(program: Program, fl: FlatProgram, pr: _Prep,
+                  costs: CostModel) -> Compiled:
+    """``data`` semantics: one message per cross-rank producer -> consumer edge (ids in
+    order of first consumption, ranks then instructions); a consumer waits for its inputs
+    (a ``DATA`` wait step) and a producer's end activates its sends."""
+    P, n = pr.P, len(fl)
+    is_c = fl.code == Opcode.COMPUTE
+    gi_c = np.flatnonzero(is_c).astype(I64)
+    nc = len(gi_c)
+    cpos = np.full(n, -1, I64)            # instr -> position among compute instrs
+    cpos[gi_c] = np.arange(nc)
+    has_out = pr.a_out >= 0
+    prod_code, prod_instr = pr.a_out[has_out], pr.a_instr[has_out]
+    po = np.argsort(prod_code, kind="stable")
+    prod_code, prod_instr = prod_code[po], prod_instr[po]
+    has_in = pr.a_in >= 0
+    need_code, need_instr, need_atom = pr.a_in[has_in], pr.a_instr[has_in], \
+        np.flatnonzero(has_in)
+    at = np.searchsorted(prod_code, need_code)
+    found = (at < len(prod_code)) & (prod_code[np.minimum(at, max(len(prod_code) - 1, 0))]
+                                     == need_code) if len(prod_code) else \
+        np.zeros(len(need_code), bool)
+    if not found.all():
+        j = int(need_atom[np.flatnonzero(~found)[0]])
+        gi = int(pr.a_instr[j])
+        r = int(pr.a_rank[j])
+        kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
+        what = "activation" if int(kind[0]) == 0 else "gradient"
+        raise ProgramError(f"{_where(fl, r, gi - int(fl.rptr[r]))} needs the {what} of stage "
+                           f"{int(ps[0])} mb {int(pr.a_mb[j])}, which no op of the program "
+                           f"produces")
+    producer = prod_instr[at] if len(at) else np.zeros(0, I64)
+    uniq, first, inv = np.unique(need_code, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    mid_of = np.empty(len(uniq), I64)
+    mid_of[order] = np.arange(len(uniq))
+    need_m = mid_of[inv]
+    nm = len(uniq)
+    mcode = uniq[order]
+    m_cons = need_instr[first[order]]
+    m_prod = producer[first[order]]
+    rank_of = fl.rank_of_instr().astype(I64)
+    idx_of = fl.index_of_instr().astype(I64)
+    hindex = np.empty(2 * nm, I64)
+    hindex[0::2] = idx_of[m_prod]
+    hindex[1::2] = idx_of[m_cons]
+    # steps: per compute instr an optional DATA wait, then the compute
+    w = np.zeros(n, I64)
+    np.add.at(w, need_instr, 1)
+    has_w = (w[gi_c] > 0).astype(I64)
+    per = 1 + has_w
+    cstep = np.cumsum(per) - 1                  # position of each compute step
+    ns = int(per.sum())
+    cop = np.full(ns, int(Step.COMPUTE), I64)
+    cwk = np.full(ns, -1, I64)
+    wstep = cstep[has_w == 1] - 1
+    cop[wstep] = int(Step.WAIT)
+    cwk[wstep] = int(WaitKind.DATA)
+    cipc = np.empty(ns, I64)
+    cipc[cstep] = idx_of[gi_c]
+    cipc[wstep] = idx_of[gi_c[has_w == 1]]
+    ccost = np.zeros(ns)
+    if nc:
+        ccost[cstep] = _compute_costs(fl, costs, is_c)
+    cspan = np.full(ns, -1, I64)
+    cspan[cstep] = np.arange(nc)
+    # handles: a wait's recvs (scan order), a compute's sends (message order)
+    item_step = np.concatenate((cstep[cpos[need_instr]] - 1, cstep[cpos[m_prod]]))
+    item_key = np.concatenate((np.arange(len(need_m)), np.arange(nm)))
+    item_h = np.concatenate((2 * need_m + 1, 2 * np.arange(nm, dtype=I64)))
+    o = np.lexsort((item_key, item_step))
+    ch = item_h[o]
+    chptr = np.zeros(ns + 1, I64)
+    np.cumsum(np.bincount(item_step, minlength=ns), out=chptr[1:])
+    crptr = np.zeros(P + 1, I64)
+    np.cumsum(np.bincount(rank_of[gi_c], weights=per, minlength=P).astype(I64),
+              out=crptr[1:])
+    return Compiled(program=program, flat=fl, data_mode=True, ranks=P, stages=pr.S,
+                    microbatches=pr.M, crptr=crptr, cop=cop, cipc=cipc, cwk=cwk, ccost=ccost,
+                    cspan=cspan, chptr=chptr, ch=ch.astype(I64), cuptr=np.zeros(ns + 1, I64),
+                    cinit=np.full(ns, -1, I64), span_gi=gi_c, mcode=mcode,
+                    msrc=rank_of[m_prod], mdst=rank_of[m_cons], hindex=hindex,
+                    hseq=np.full(2 * nm, -1, I64), unit_stream=np.zeros(0, I64),
+                    unit_hptr=np.zeros(1, I64), unit_h=np.zeros(0, I64),
+                    hunit=np.full(2 * nm, -1, I64))
+
+
+def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
+    """Fill bytes, latency, link occupancy, link id and eagerness of every message."""
+    nm, P, S = cp.num_messages, cp.ranks, cp.stages
+    ps = (cp.mcode // cp.microbatches) % S
+    nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
+    lk = cp.msrc * P + cp.mdst
+    uniq, inv = np.unique(lk, return_inverse=True)
+    params = [link.params(int(u) // P, int(u) % P) for u in uniq]
+    lat = np.array([p[0] for p in params], dtype=np.float64)
+    bw = np.array([p[1] for p in params], dtype=np.float64)
+    cp.mbytes = nbytes
+    cp.mlat = lat[inv] if nm else np.zeros(0)
+    mbw = bw[inv] if nm else np.zeros(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cp.mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
+    cp.mlink = inv.astype(I64)
+    if comm.semantics == "rendezvous":
+        t = comm.eager_threshold_bytes
+        eager = (nbytes <= t) if t is not None else np.zeros(nm, bool)
+    else:
+        eager = np.ones(nm, bool)
+    cp.meager = eager.astype(I64)
+    cp.num_links = len(uniq)
+
+
+def _mark_first_touch(cp: Compiled, pr: _Prep) -> None:
+    """Lazy communicator init: mark each rank's first bare post to each peer with the
+    rank pair's id (``cinit``) and record where each side first touches each pair
+    (``pair_first[pair][rank] = instruction index``)."""
+    fl, P = cp.flat, cp.ranks
+    for r, peer, gi in first_touches(fl, pr.msrc, pr.mdst, pr.side):
+        pair = min(r, peer) * P + max(r, peer)
+        cp.cinit[gi + r] = pair         # one step per instruction, plus one END per rank
+        cp.pair_first.setdefault(pair, {})[r] = gi - int(fl.rptr[r])
+
+
+def first_touches(fl: FlatProgram, msrc: np.ndarray, mdst: np.ndarray,
+                  side: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(rank, peer, flat instruction index)`` of each rank's first *bare* post (an
+    ``isend``/``irecv`` of its own, not in a ``BATCH``) to each peer, in program order
+    per rank (ranks in order): where NCCL creates the pair's communicator under lazy
+    init. Members' ``msrc``/``mdst``/``side`` as compile computes them."""
+    gi = np.flatnonzero(fl.code == Opcode.POST)
+    if not len(gi):
+        return []
+    j = fl.mptr[gi]
+    rank = fl.rank_of_instr()[gi].astype(I64)
+    peer = np.where(side[j] == 0, mdst[j], msrc[j]).astype(I64)
+    keep = peer >= 0
+    gi, rank, peer = gi[keep], rank[keep], peer[keep]
+    key = rank * (int(max(rank.max(initial=0), peer.max(initial=0))) + 1) + peer
+    _, first = np.unique(key, return_index=True)
+    first.sort()
+    return list(zip(rank[first].tolist(), peer[first].tolist(), gi[first].tolist()))

@@ -7,7 +7,7 @@ the T0, T1, ... slot diagrams papers draw.
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -125,6 +125,55 @@ class CostModel(BaseModel):
             return c
         return fn
 
+    def op_costs(self, kind: Any, stage: Any, mb: Any, bkind: Any, bstage: Any,
+                 bmb: Any) -> Any:
+        """Costs of many ops at once, as :meth:`cost` gives them (float64 array).
+
+        Arrays of equal length: ``kind`` (OpKind codes: F 0, B 1, W 2, BW 3, FB 4),
+        ``stage``, ``mb`` (for FB the forward part's) and, for FB, the backward part's
+        ``bkind``/``bstage``/``bmb`` (ignored elsewhere). Stages must be in range.
+        Ops on a (stage, mb) that ``overrides`` name are looked up one by one.
+        """
+        import numpy as np
+
+        kind = np.asarray(kind)
+        stage = np.asarray(stage)
+        n = len(kind)
+        S = int(max(stage.max(initial=-1), np.asarray(bstage).max(initial=-1))) + 1
+        names = ("F", "B", "W", "BW")
+        table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names]
+                         ).reshape(4, S)
+        fbt = np.array([np.nan if (v := self._explicit("FB", s, -1)) is None else v
+                        for s in range(S)])
+        is_fb = kind == 4
+        k0 = np.where(is_fb, 0, kind)
+        out = table[k0, stage] if n else np.zeros(0)
+        if is_fb.any():
+            bk = np.where(is_fb, bkind, 0)
+            bs = np.where(is_fb, bstage, 0)
+            with np.errstate(over="ignore"):
+                pair = table[0, stage] + table[bk, bs]
+            explicit = fbt[stage]
+            out = np.where(is_fb, np.where(np.isnan(explicit), pair, explicit), out)
+        if self.overrides:
+            mb = np.asarray(mb, dtype=np.int64)
+            big = int(max(mb.max(initial=0), np.asarray(bmb).max(initial=0),
+                          max(o.mb for o in self.overrides))) + 1
+            touched = np.array(sorted({o.stage * big + o.mb for o in self.overrides}))
+            hit = np.isin(stage * big + mb, touched)
+            if is_fb.any():
+                hit |= is_fb & np.isin(np.asarray(bstage) * big + np.asarray(bmb), touched)
+            kinds = ("F", "B", "W", "BW", "FB")
+            for i in np.flatnonzero(hit).tolist():
+                k = kinds[int(kind[i])]
+                if k == "FB":
+                    op = Op.fb(Op("F", int(stage[i]), int(mb[i])),
+                               Op(names[int(bkind[i])], int(bstage[i]), int(bmb[i])))
+                else:
+                    op = Op(k, int(stage[i]), int(mb[i]))
+                out[i] = self.cost(op)
+        return np.asarray(out, dtype=np.float64)
+
     def bytes_of(self, producing_stage: int) -> float:
         """Bytes of a message produced by ``producing_stage`` (activation or gradient)."""
         return self.stage_bytes.get(producing_stage, self.message_bytes)
@@ -219,6 +268,11 @@ class CommModel(BaseModel):
       ``BATCH``: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
       busy for it and its ops count as posted when it ends. Default 0; ``schedsim
       calibrate`` measures it. Not used under ``data`` semantics.
+    - ``lazy_init``: NCCL creates a 2-rank communicator at the first *bare* post
+      (``isend``/``irecv``) between two ranks: both hosts block at that launch until the
+      other rank reaches its own first bare post to it, then ``init_cost`` more (in the
+      cost unit). A ``BATCH`` uses the group's communicator, taken as already created.
+      Not used under ``data`` semantics. See ``docs/comm-semantics.md``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -227,6 +281,8 @@ class CommModel(BaseModel):
     comm_stream: CommStream = "none"
     eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     launch_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    lazy_init: bool = False
+    init_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @field_validator("comm_stream", mode="before")
     @classmethod

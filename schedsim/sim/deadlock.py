@@ -1,26 +1,24 @@
 """Explain a deadlock: every blocked rank, what it waits for, and the wait-for cycle.
 
-A rank is blocked on a set of its own comm ops (or, under ``data`` semantics, on inputs).
+A rank is blocked on a set of its own comm ops (or, under ``data`` semantics, on inputs),
+or, under lazy communicator init, in the creation of a pair's communicator at a bare post.
 Each op that has not completed is traced to the op some rank still has to *post*: the
 partner of a rendezvous send/recv, the op at the head of a comm stream it is queued behind,
-or the producer of its data. That rank is its successor in the wait-for graph; a cycle in
-that graph (found with networkx) is the deadlock.
+or the producer of its data; an init waits for the other rank of the pair to reach its own
+first bare post to this rank. That rank is its successor in the wait-for graph; a cycle in
+that graph (found with networkx) is the deadlock, reported once, one line per edge.
 """
 from __future__ import annotations
 
-import networkx as nx
-
-from schedsim.program.tokens import format_instr
 from schedsim.sim.compile import Compiled
 from schedsim.sim.engine import RunState
+from schedsim.sim.kernels import Step
 from schedsim.timeline import BlockedRank, CycleStep, Deadlock
 
 
 def _instr_token(cp: Compiled, r: int, idx: int) -> str:
-    row = cp.program.ranks[r]
-    if idx >= len(row):
-        return "END (waits for everything it posted)"
-    return format_instr(row[idx])
+    tok = cp.token(r, idx)
+    return "END (waits for everything it posted)" if tok == "END" else tok
 
 
 def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
@@ -32,18 +30,18 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
     m = h >> 1
     tok = cp.handle_token(h)
     if cp.data_mode:
-        q, i = cp.msrc[m], cp.hindex[2 * m]
+        q, i = int(cp.msrc[m]), int(cp.hindex[2 * m])
         return [(q, 2 * m)], (f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
                               f"rank {q}, which has not run")
-    owner = cp.msrc[m] if h & 1 == 0 else cp.mdst[m]
-    if st.hpost[h] is None:
+    owner = cp.owner(h)
+    if st.hpost[h] < 0:
         return [(owner, h)], f"{tok}, which rank {owner} posts only at instr {cp.hindex[h]}"
-    if st.hact[h] is None:   # posted, but queued on the owner's comm stream
-        u = cp.hunit[h]
-        head = st.stream_busy.get(cp.unit_stream[u], -1)
+    if st.hact[h] < 0:   # posted, but queued on the owner's comm stream
+        u = int(cp.hunit[h])
+        head = int(st.stream_busy[cp.unit_stream[u]])
         if head >= 0:
             for h2 in cp.unit_handles[head]:
-                if st.hdone[h2] is None and h2 not in seen:
+                if st.hdone[h2] < 0 and h2 not in seen:
                     seen.add(h2)
                     hops, txt = _why(cp, st, h2, seen)
                     return [(owner, h)] + hops, (f"{tok}, queued on rank {owner}'s comm "
@@ -57,65 +55,84 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
     return hops, f"{tok}, which needs its partner {txt}"
 
 
+def _init_wait(cp: Compiled, r: int, g: int) -> tuple[int, str, str]:
+    """A rank blocked in a lazy communicator init at step g: ``(peer, what it waits for,
+    the clause)``."""
+    pair = int(cp.cinit[g])
+    q = pair // cp.ranks if pair % cp.ranks == r else pair % cp.ranks
+    j = cp.pair_first.get(pair, {}).get(q)
+    what = f"the communicator init of ranks {r}-{q}"
+    if j is None:
+        return q, what, (f"{what} (created at the first bare P2P between them), which rank "
+                         f"{q} never joins: it posts nothing to rank {r} on its own, only "
+                         f"in batches")
+    return q, what, (f"{what} (created at the first bare P2P between them), which rank {q} "
+                     f"joins only at instr {j} ({_instr_token(cp, q, j)})")
+
+
 def diagnose(cp: Compiled, st: RunState) -> Deadlock:
     """Build the :class:`~schedsim.timeline.Deadlock` record of a run that got stuck."""
+    import networkx as nx
+
     blocked: list[BlockedRank] = []
-    edges: dict[int, list[tuple[int, int, str]]] = {}
+    edges: dict[int, list[tuple[int, str, str, bool]]] = {}
     where: dict[int, tuple[int, str]] = {}
-    for r, code in enumerate(cp.code):
-        pc = st.pcs[r]
-        if pc >= len(code):
+    for r in range(cp.ranks):
+        pc = int(st.pcs[r])
+        g = int(cp.crptr[r]) + pc
+        if g >= int(cp.crptr[r + 1]):
             continue
-        ins = code[pc]
-        hs = ins[1]
         idx = cp.instr_index(r, pc)
         tok = _instr_token(cp, r, idx)
         where[r] = (idx, tok)
         waiting = []
-        for h in hs:
-            if st.hdone[h] is not None:
-                continue
-            hops, txt = _why(cp, st, h, {h})
+        if cp.cop[g] == Step.LAUNCH:           # blocked in a lazy communicator init
+            q, what, txt = _init_wait(cp, r, g)
             waiting.append(txt)
-            prev, prev_h = r, h
-            for q, hq in hops:
-                if q != prev:
-                    if prev == r:     # the blocked rank's own wait
-                        edges.setdefault(prev, []).append((q, hq, txt, True))
-                    else:             # a rank whose comm stream holds the awaited op
-                        edges.setdefault(prev, []).append(
-                            (q, hq, f"its comm stream holds {cp.handle_token(prev_h)} "
-                                    f"behind an op that needs rank {q}", False))
-                    prev, prev_h = q, hq
-        since = st.reach[r] if st.reach[r] is not None else st.times[r]
+            edges.setdefault(r, []).append((q, what, txt, True))
+        else:
+            for h in cp.step_handles(g):
+                if st.hdone[h] >= 0:
+                    continue
+                hops, txt = _why(cp, st, h, {h})
+                waiting.append(txt)
+                prev, prev_h = r, h
+                for q, hq in hops:
+                    if q != prev:
+                        if prev == r:     # the blocked rank's own wait
+                            edges.setdefault(prev, []).append(
+                                (q, cp.handle_token(hq), txt, True))
+                        else:             # a rank whose comm stream holds the awaited op
+                            edges.setdefault(prev, []).append(
+                                (q, cp.handle_token(hq),
+                                 f"its comm stream holds {cp.handle_token(prev_h)} behind "
+                                 f"an op that needs rank {q}", False))
+                        prev, prev_h = q, hq
+        since = float(st.reach[r]) if st.reach[r] >= 0 else float(st.times[r])
         blocked.append(BlockedRank(rank=r, index=idx, instruction=tok, since=since,
                                    waiting_for=waiting))
-    g = nx.DiGraph()
+    g_ = nx.DiGraph()
     for r, es in edges.items():
-        for q, hq, txt, own in es:     # a rank's own wait explains an edge best
-            if not g.has_edge(r, q) or (own and not g.edges[r, q]["own"]):
-                g.add_edge(r, q, handle=hq, text=txt, own=own)
-    cycle: list[CycleStep] = []
+        for q, waits_for, txt, own in es:     # a rank's own wait explains an edge best
+            if not g_.has_edge(r, q) or (own and not g_.edges[r, q]["own"]):
+                g_.add_edge(r, q, waits_for=waits_for, text=txt, own=own)
     try:
-        found = nx.find_cycle(g)
+        found = nx.find_cycle(g_)
     except nx.NetworkXNoCycle:
         found = []
-    for r, q in found:
-        e = g.edges[r, q]
-        qi, qtok = where.get(q, (-1, "?"))
-        cycle.append(CycleStep(
-            rank=r, index=where[r][0], instruction=where[r][1],
-            waits_for=cp.handle_token(e["handle"]), peer=q,
-            because=f"rank {q} is blocked at instr {qi} ({qtok})"))
+    cycle: list[CycleStep] = []
     lines = []
-    for c in cycle:
-        e = g.edges[c.rank, c.peer]
+    for r, q in found:
+        e = g_.edges[r, q]
+        qi, qtok = where.get(q, (-1, "?"))
+        cycle.append(CycleStep(rank=r, index=where[r][0], instruction=where[r][1],
+                               waits_for=e["waits_for"], peer=q,
+                               because=f"rank {q} is blocked at instr {qi} ({qtok})"))
         if e["own"]:
-            lines.append(f"rank {c.rank} waits at instr {c.index} ({c.instruction}) for "
-                         f"{e['text']}; rank {c.peer} is blocked at instr "
-                         f"{where[c.peer][0]} ({where[c.peer][1]})")
+            lines.append(f"rank {r} waits at instr {where[r][0]} ({where[r][1]}) for "
+                         f"{e['text']}; rank {q} is blocked at instr {qi} ({qtok})")
         else:
-            lines.append(f"rank {c.rank} ({c.instruction}): {e['text']}")
+            lines.append(f"rank {r} ({where[r][1]}): {e['text']}")
     if not lines:
         lines = [f"rank {b.rank} is blocked at instr {b.index} ({b.instruction})"
                  for b in blocked]

@@ -1,302 +1,242 @@
-"""Discrete-event simulator: Program + costs -> Timeline.
+"""Discrete-event simulator: compiled program -> raw run results -> Timeline.
 
 Model (DESIGN.md, "Comm semantics"): each rank's host runs its program in order; a compute
-op occupies the rank for its cost; posting a send/recv does not block (launching a batch
-costs ``CommModel.launch_cost`` of host time, 0 by default); ``WAIT``/``COMMIT``
-block until the named ops complete; at the end of its program a rank waits for everything
-it posted. Each directed link carries messages FIFO in the order they start, occupying the
-link ``bytes/bandwidth`` and arriving ``latency`` later. Under ``eager`` a send completes
-once its bytes have left and a recv at ``max(arrival, post)``; under ``rendezvous`` the
-transfer starts once both sides are posted and both complete at arrival. With a comm
-stream, a rank's launches (bare posts and batches) start one after another: a launch's
-ops count as posted only when the launch reaches the head of its stream.
+op occupies the rank for its cost; posting a send/recv does not block (a launch costs
+``CommModel.launch_cost`` of host time, 0 by default; under ``lazy_init`` a rank's first
+bare post to a peer first waits for that peer to reach its own, see
+:mod:`schedsim.sim.kernels`); ``WAIT``/``COMMIT`` block until the named ops complete; at the
+end of its program a rank waits for everything it posted. Each directed link carries
+messages FIFO in the order they start, occupying the link ``bytes/bandwidth`` and arriving
+``latency`` later. Under ``eager`` a send completes once its bytes have left and a recv at
+``max(arrival, post)``; under ``rendezvous`` the transfer starts once both sides are
+active and both complete at arrival. With a comm stream, a rank's launches (bare posts and
+batches) start one after another: a launch's ops become *active* only when the launch
+reaches the head of its stream.
 
-Algorithm: ranks run ahead until they block; completion times are exact as soon as a
-transfer starts, so a blocked rank is resumed at the time its last awaited op completes.
-Only when a link has finite bandwidth (a shared resource) are events processed strictly in
-time order (compute ends and transfer starts go through the event heap), so that each link
-serves transfers in the order they become ready. Everything terminates: when no event is
-left and a rank has not finished, the program is deadlocked and
+The event loop is :func:`schedsim.sim.kernels.run_kernel` (its docstring gives the event
+order); :func:`run` executes it in CPython or, for large programs with numba installed,
+compiled (:mod:`schedsim.sim.fast`): same source, same results. Everything terminates:
+when no event is left and a rank has not finished, the program is deadlocked and
 :mod:`schedsim.sim.deadlock` explains the wait-for cycle.
 """
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from dataclasses import dataclass
 
-from schedsim.program.ir import Op
+import numpy as np
+
+from schedsim.program.flat import COMPUTE_KINDS
 from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel
+from schedsim.sim.kernels import Step, WaitKind
 from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
 
 
+@dataclass
 class RunState:
-    """Raw results of one run (arrays indexed by span, handle and message id)."""
+    """Raw results of one run (numpy arrays; -1 where a time is unknown: never ran,
+    never posted, never completed). Indexed by span (``sstart``/``send``), handle
+    (``hpost``: posted, ``hact``: active, i.e. at the head of its comm stream,
+    ``hdone``: completed), message (``mstart``/``marr``: transfer start and arrival),
+    rank (``pcs``: steps done, counted from the rank's first; ``times``; ``reach``: when
+    the rank reached the step it is blocked on) and stream (``stream_busy``: the unit
+    at its head, -1). ``waits``: ``(global step, reached, released)`` per recorded wait;
+    ``pair_state``/``pair_rank``/``pair_t``: lazy communicator inits."""
 
-    def __init__(self, cp: Compiled) -> None:
-        nh = 2 * cp.num_messages
-        self.sstart = [0.0] * len(cp.span_meta)
-        self.send = [-1.0] * len(cp.span_meta)   # -1: never ran (deadlock)
-        self.hpost: list[float | None] = [None] * nh
-        self.hact: list[float | None] = [None] * nh
-        self.hdone: list[float | None] = [None] * nh
-        self.mstart: list[float | None] = [None] * cp.num_messages
-        self.marr: list[float | None] = [None] * cp.num_messages
-        self.pcs = [0] * len(cp.code)
-        self.times = [0.0] * len(cp.code)
-        self.reach: list[float | None] = [None] * len(cp.code)
-        self.waits: list[tuple] = []
-        self.stream_busy: dict[int, int] = {}
-        self.stream_queue: dict[int, list[int]] = {}
+    sstart: np.ndarray
+    send: np.ndarray
+    hpost: np.ndarray
+    hact: np.ndarray
+    hdone: np.ndarray
+    mstart: np.ndarray
+    marr: np.ndarray
+    pcs: np.ndarray
+    times: np.ndarray
+    reach: np.ndarray
+    waits: tuple[np.ndarray, np.ndarray, np.ndarray]
+    stream_busy: np.ndarray
+    pair_state: np.ndarray
+    pair_rank: np.ndarray
+    pair_t: np.ndarray
+
+    def finished(self, cp: Compiled) -> bool:
+        """True if every rank ran its whole program."""
+        return bool(np.all(self.pcs + cp.crptr[:-1] >= cp.crptr[1:]))
 
 
 def run(cp: Compiled) -> RunState:
     """Execute a compiled program; returns the raw :class:`RunState`."""
-    st = RunState(cp)
-    code = cp.code
-    P = len(code)
-    data_mode = cp.data_mode
-    strict = any(o > 0 for o in cp.mocc)
-    sstart, send_ = st.sstart, st.send
-    hpost, hact, hdone = st.hpost, st.hact, st.hdone
-    mstart, marr = st.mstart, st.marr
-    meager, mlat, mocc, mlink = cp.meager, cp.mlat, cp.mocc, cp.mlink
-    hunit, unit_handles, unit_stream = cp.hunit, cp.unit_handles, cp.unit_stream
-    link_free = [0.0] * max(cp.num_links, 1)
-    waiter = [-1] * len(hdone)
-    wcnt = [0] * P
-    wmax = [0.0] * P
-    reach = st.reach
-    pcs, times, waits = st.pcs, st.times, st.waits
-    heap: list[tuple[float, int, int]] = []
-    seq = 0
-    # comm streams
-    ucnt = [len(hs) for hs in unit_handles]
-    udone = [0.0] * len(unit_handles)
-    uenq = [0.0] * len(unit_handles)
-    sbusy = st.stream_busy
-    squeue = st.stream_queue
-    sfree: dict[int, float] = {}
-    ready_streams: list[int] = []
-    launch_cost = cp.launch_cost
-    launched = [False] * P
+    from schedsim.sim.fast import kernels_for
 
-    streams = bool(unit_handles)
-    if data_mode:   # implicit recvs are always posted
-        for m in range(cp.num_messages):
-            hact[2 * m + 1] = 0.0
+    P = cp.ranks
+    K, xs = kernels_for(len(cp.cop), "run")
+    nsp, nh, nm = len(cp.span_gi), 2 * cp.num_messages, cp.num_messages
+    nu, nst, ns = len(cp.unit_stream), cp.num_streams, len(cp.cop)
+    npair = P * P if cp.lazy_init else 1
+    o = {"sstart": xs.fullf(nsp, 0.0), "send": xs.fullf(nsp, -1.0),
+         "hpost": xs.fullf(nh, -1.0), "hact": xs.fullf(nh, -1.0),
+         "hdone": xs.fullf(nh, -1.0), "mstart": xs.fullf(nm, -1.0),
+         "marr": xs.fullf(nm, -1.0), "pcs": xs.ints(cp.crptr[:-1]),
+         "times": xs.fullf(P, 0.0), "reach": xs.fullf(P, -1.0), "wrec": xs.full(ns, -1),
+         "wt0": xs.fullf(ns, 0.0), "wt1": xs.fullf(ns, 0.0), "counts": xs.full(1, 0),
+         "sbusy": xs.full(nst, -1), "sfree": xs.fullf(nst, 0.0), "qhead": xs.full(nst, -1),
+         "qtail": xs.full(nst, -1), "unext": xs.full(nu, -1), "uenq": xs.fullf(nu, 0.0),
+         "udone": xs.fullf(nu, 0.0), "ucnt": xs.ints(np.diff(cp.unit_hptr)),
+         "waiter": xs.full(nh, -1), "wmax": xs.fullf(P, 0.0), "wcnt": xs.full(P, 0),
+         "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
+         "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
+         "pair_t": xs.fullf(npair, 0.0)}
+    if cp.data_mode:      # implicit recvs are always posted
+        o["hact"][1::2] = xs.fullf(nm, 0.0)
+    strict = bool(np.any(cp.mocc > 0))
+    K.run_kernel(P, xs.ints(cp.crptr), xs.ints(cp.cop), xs.floats(cp.ccost),
+                 xs.ints(cp.cspan), xs.ints(cp.chptr), xs.ints(cp.ch), xs.ints(cp.cuptr),
+                 xs.ints(cp.cinit), xs.ints(cp.hunit), xs.ints(cp.unit_stream),
+                 xs.ints(cp.unit_hptr), xs.ints(cp.unit_h), xs.floats(cp.mlat),
+                 xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(cp.meager), cp.data_mode,
+                 strict, float(cp.launch_cost), cp.lazy_init, float(cp.init_cost),
+                 o["sstart"], o["send"], o["hpost"], o["hact"], o["hdone"], o["mstart"],
+                 o["marr"], o["pcs"], o["times"], o["reach"], o["wrec"], o["wt0"], o["wt1"],
+                 o["counts"], o["sbusy"], o["sfree"], o["qhead"], o["qtail"], o["unext"],
+                 o["uenq"], o["udone"], o["ucnt"], o["waiter"], o["wmax"], o["wcnt"],
+                 o["link_free"], o["launched"], o["pair_state"], o["pair_rank"],
+                 o["pair_t"])
+    f, i = np.float64, np.int64
+    nrec = int(o["counts"][0])
+    return RunState(
+        sstart=np.asarray(o["sstart"], f), send=np.asarray(o["send"], f),
+        hpost=np.asarray(o["hpost"], f), hact=np.asarray(o["hact"], f),
+        hdone=np.asarray(o["hdone"], f), mstart=np.asarray(o["mstart"], f),
+        marr=np.asarray(o["marr"], f), pcs=np.asarray(o["pcs"], i) - cp.crptr[:-1],
+        times=np.asarray(o["times"], f), reach=np.asarray(o["reach"], f),
+        waits=(np.asarray(o["wrec"][:nrec], i), np.asarray(o["wt0"][:nrec], f),
+               np.asarray(o["wt1"][:nrec], f)),
+        stream_busy=np.asarray(o["sbusy"], i), pair_state=np.asarray(o["pair_state"], i),
+        pair_rank=np.asarray(o["pair_rank"], i), pair_t=np.asarray(o["pair_t"], f))
 
-    def set_done(h: int, td: float) -> None:
-        nonlocal seq
-        hdone[h] = td
-        w = waiter[h]
-        if w >= 0:
-            waiter[h] = -1
-            if td > wmax[w]:
-                wmax[w] = td
-            wcnt[w] -= 1
-            if wcnt[w] == 0:
-                heappush(heap, (wmax[w], seq, w))
-                seq += 1
-        if streams:
-            u = hunit[h]
-            if u >= 0:
-                if td > udone[u]:
-                    udone[u] = td
-                ucnt[u] -= 1
-                if ucnt[u] == 0:
-                    ready_streams.append(unit_stream[u])
 
-    def do_transfer(m: int, tc: float) -> None:
-        lk = mlink[m]
-        s = link_free[lk]
-        if tc > s:
-            s = tc
-        occ = mocc[m]
-        link_free[lk] = s + occ
-        arr = s + occ + mlat[m]
-        mstart[m] = s
-        marr[m] = arr
-        if meager[m]:
-            set_done(2 * m, s + occ)
-            ra = hact[2 * m + 1]
-            if ra is not None:
-                set_done(2 * m + 1, arr if arr > ra else ra)
-        else:
-            set_done(2 * m, arr)
-            set_done(2 * m + 1, arr)
+def _opt(a: np.ndarray) -> list:
+    """A float array as a list with None where it is -1 (unknown)."""
+    lst = a.tolist()
+    if (a < 0).any():
+        return [None if x < 0 else x for x in lst]
+    return lst
 
-    def queue_transfer(m: int, tc: float) -> None:
-        nonlocal seq
-        heappush(heap, (tc, seq, ~m))
-        seq += 1
 
-    # a transfer whose conditions hold at tc: start it now, or (a link is a shared
-    # resource) when the event loop reaches tc
-    ready = queue_transfer if strict else do_transfer
+def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
+    """Program tokens of handles ``hs`` (``1RECV_F0``), built from the message arrays."""
+    if not len(hs):
+        return []
+    S, M = cp.stages, cp.microbatches
+    code = cp.mcode[hs >> 1]
+    mk, ps, mb = code // (S * M), (code // M) % S, code % M
+    recv = (hs & 1) == 1
+    stage = np.where(recv, np.where(mk == 0, ps + 1, ps - 1), ps)
+    names = (("SEND_F", "RECV_F"), ("SEND_B", "RECV_B"))
+    return [f"{s}{names[k][r]}{m}" for s, k, r, m in
+            zip(stage.tolist(), mk.tolist(), recv.tolist(), mb.tolist())]
 
-    def activate(h: int, ta: float) -> None:
-        hact[h] = ta
-        m = h >> 1
-        if h & 1 == 0:
-            if meager[m]:
-                ready(m, ta)
-            else:
-                ra = hact[h + 1]
-                if ra is not None:
-                    ready(m, ta if ta > ra else ra)
-        else:
-            if meager[m]:
-                a = marr[m]
-                if a is not None:
-                    set_done(h, a if a > ta else ta)
-            else:
-                sa = hact[h - 1]
-                if sa is not None:
-                    ready(m, ta if ta > sa else sa)
 
-    def start_unit(u: int, ts: float) -> None:
-        sbusy[unit_stream[u]] = u
-        for h in unit_handles[u]:
-            activate(h, ts)
+def _spans(cp: Compiled, st: RunState) -> list[Span]:
+    """Spans of the ops that ran (a deadlock leaves some unreached)."""
+    fl, pl = cp.flat, cp.program.placement
+    ran = np.flatnonzero(st.send >= 0.0)
+    gi = cp.span_gi[ran]
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    mb = fl.mb[gi].astype(np.int64)
+    chunk = _chunks(pl, stage, mb)
+    rank = fl.rank_of_instr()[gi].tolist()
+    index = fl.index_of_instr()[gi].tolist()
+    names = [COMPUTE_KINDS[k] for k in kind.tolist()]
+    parts: list = [None] * len(gi)
+    if len(fl.fb_at):
+        fb_pos = {g: k for k, g in enumerate(fl.fb_at.tolist())}
+        for j in np.flatnonzero(kind == 4).tolist():
+            k = fb_pos[int(gi[j])]
+            bs, bm = int(fl.fb_stage[k]), int(fl.fb_mb[k])
+            parts[j] = [Part("F", int(mb[j]), int(chunk[j]), int(stage[j])),
+                        Part(COMPUTE_KINDS[int(fl.fb_kind[k])], bm,
+                             int(_chunks(pl, np.array([bs]), np.array([bm]))[0]), bs)]
+    return list(map(Span, rank, names, mb.tolist(), chunk.tolist(), stage.tolist(),
+                    st.sstart[ran].tolist(), st.send[ran].tolist(), index, parts))
 
-    def settle() -> None:
-        while ready_streams:
-            s = ready_streams.pop()
-            u = sbusy.get(s, -1)
-            if u < 0 or ucnt[u]:
-                continue
-            sfree[s] = udone[u]
-            sbusy[s] = -1
-            q = squeue.get(s)
-            if q:
-                nu = q.pop(0)
-                ts = uenq[nu] if uenq[nu] > udone[u] else udone[u]
-                start_unit(nu, ts)
 
-    def enqueue(u: int, t: float) -> None:
-        s = unit_stream[u]
-        uenq[u] = t
-        if sbusy.get(s, -1) < 0 and not squeue.get(s):
-            f = sfree.get(s, 0.0)
-            start_unit(u, t if t > f else f)
-        else:
-            squeue.setdefault(s, []).append(u)
+def _chunks(pl, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
+    """Vectorized :meth:`Placement.chunk_of`."""
+    if pl.kind == "dual":
+        return (mb >= (pl.microbatches or 0) // 2).astype(np.int64)
+    table = np.asarray([pl.chunk_of(s) for s in range(pl.stages)], dtype=np.int64)
+    return table[stage]
 
-    for r in range(P):
-        heappush(heap, (0.0, seq, r))
-        seq += 1
-    while heap:
-        t, _, x = heappop(heap)
-        if x < 0:
-            do_transfer(~x, t)
-            if ready_streams:
-                settle()
-            continue
-        r = x
-        rc = code[r]
-        n = len(rc)
-        pc = pcs[r]
-        while pc < n:
-            ins = rc[pc]
-            op = ins[0]
-            if op == 0:
-                end = t + ins[1]
-                sid = ins[2]
-                sstart[sid] = t
-                send_[sid] = end
-                for h in ins[4]:
-                    activate(h, end)
-                t = end
-                pc += 1
-                if strict:
-                    heappush(heap, (t, seq, r))
-                    seq += 1
-                    break
-            elif op == 1:
-                if launch_cost:      # the host is busy launching the batch
-                    if strict and not launched[r]:
-                        launched[r] = True      # resume at the launch's end, in time order
-                        heappush(heap, (t + launch_cost, seq, r))
-                        seq += 1
-                        break
-                    if launched[r]:
-                        launched[r] = False
-                    else:
-                        t += launch_cost
-                hs = ins[1]
-                for h in hs:
-                    hpost[h] = t
-                if ins[2]:
-                    for u in ins[2]:
-                        enqueue(u, t)
-                    if ready_streams:
-                        settle()
-                else:
-                    for h in hs:
-                        activate(h, t)
-                pc += 1
-            else:
-                cnt = 0
-                tmax = t
-                for h in ins[1]:
-                    d = hdone[h]
-                    if d is None:
-                        waiter[h] = r
-                        cnt += 1
-                    elif d > tmax:
-                        tmax = d
-                if cnt:
-                    wcnt[r] = cnt
-                    wmax[r] = tmax
-                    if reach[r] is None:
-                        reach[r] = t
-                    break
-                t0 = reach[r]
-                if t0 is not None:
-                    reach[r] = None
-                else:
-                    t0 = t
-                if tmax > t0:
-                    waits.append((r, pc, ins[2], t0, tmax, ins[1]))
-                t = tmax
-                pc += 1
-        pcs[r] = pc
-        times[r] = t
-    return st
+
+def _messages(cp: Compiled, st: RunState) -> list[Message]:
+    S, M = cp.stages, cp.microbatches
+    code = cp.mcode
+    kinds = ("F", "B")
+    kind = [kinds[k] for k in (code // (S * M)).tolist()]
+    if cp.data_mode:
+        sposts, rposts = _opt(st.hact[0::2]), [None] * cp.num_messages
+    else:
+        sposts, rposts = _opt(st.hpost[0::2]), _opt(st.hpost[1::2])
+    return list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), (code % M).tolist(),
+                    ((code // M) % S).tolist(), cp.mbytes.tolist(), sposts, rposts,
+                    _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
+                    _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist()))
+
+
+def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:
+    g, t0, t1 = st.waits
+    if not len(g):
+        return []
+    rank = np.searchsorted(cp.crptr, g, side="right") - 1
+    is_init = cp.cop[g] == Step.LAUNCH
+    kinds = [k.name for k in WaitKind]
+    kind = np.where(is_init, int(WaitKind.INIT), cp.cwk[g])
+    lo, cnt = cp.chptr[g], cp.chptr[g + 1] - cp.chptr[g]
+    offs = np.concatenate(([0], np.cumsum(cnt)))
+    # the handles of every record, concatenated: record k's are ch[lo[k]:lo[k]+cnt[k]]
+    allh = cp.ch[np.repeat(lo - offs[:-1], cnt) + np.arange(int(offs[-1]))]
+    toks = handle_tokens(cp, allh)
+    o = offs.tolist()
+    comms = [toks[o[k]:o[k + 1]] for k in range(len(g))]
+    return list(map(WaitRecord, rank.tolist(), cp.cipc[g].tolist(),
+                    [kinds[k] for k in kind.tolist()], t0.tolist(), t1.tolist(), comms))
 
 
 def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Timeline:
     """Turn raw run results into a :class:`Timeline` (spans, messages, waits, summary)."""
     prog = cp.program
     pl = prog.placement
-    chunk_of = pl.chunk_fn()
-    sstart, send_ = st.sstart, st.send
-    ran = [sid for sid, e in enumerate(send_) if e >= 0.0]   # deadlock: skip unreached ops
-    meta = cp.span_meta
+    spans = _spans(cp, st)
+    makespan, per_rank = _summary(cp, st, pl.ranks)
+    return Timeline.model_construct(
+        schedule=prog.name, ranks=pl.ranks, stages=pl.stages, microbatches=prog.microbatches,
+        semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
+        source="simulated", placement=pl.kind, makespan=makespan, per_rank=per_rank,
+        spans=spans, messages=_messages(cp, st), waits=_waits(cp, st), deadlock=None,
+        params=dict(prog.params))
 
-    def part(p: Op) -> Part:
-        return Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage)
 
-    spans = [Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, sstart[sid],
-                  send_[sid], idx, [part(p) for p in op.parts] if op.parts else None)
-             for sid in ran for r, op, idx in (meta[sid],)]
-    n = cp.num_messages
-    hpost, hdone, hindex = st.hpost, st.hdone, cp.hindex
-    if cp.data_mode:
-        sposts, rposts = st.hact[0::2], [None] * n
-    else:
-        sposts, rposts = hpost[0::2], hpost[1::2]
-    msgs = list(map(Message, [k[0] for k in cp.mkey], cp.msrc, cp.mdst,
-                    [k[2] for k in cp.mkey], [k[1] for k in cp.mkey], cp.mbytes, sposts,
-                    rposts, st.mstart, st.marr, hdone[0::2], hdone[1::2], hindex[0::2],
-                    hindex[1::2]))
-    waits = []
-    for (r, pc, kind, t0, t1, hs) in st.waits:
-        idx = cp.instr_index(r, pc)
-        waits.append(WaitRecord(r, idx, kind, t0, t1, [cp.handle_token(h) for h in hs]))
-    makespan, per_rank = Timeline.summarize(pl.ranks, spans)
-    return Timeline(schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
-                    microbatches=prog.microbatches, semantics=comm.semantics,
-                    comm_stream=comm.comm_stream, unit=unit, placement=pl.kind,
-                    makespan=makespan, per_rank=per_rank, spans=spans, messages=msgs,
-                    waits=waits, params=dict(prog.params))
+def _summary(cp: Compiled, st: RunState, ranks: int) -> tuple[float, list]:
+    """:meth:`Timeline.summarize` over the arrays (same sums in the same order)."""
+    from schedsim.timeline import RankSummary
+
+    ran = st.send >= 0.0
+    a, b = st.sstart[ran], st.send[ran]
+    rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]
+    with np.errstate(invalid="ignore", over="ignore"):     # inf times: caller reports
+        busy = np.bincount(rank, weights=b - a, minlength=ranks)
+    first = np.full(ranks, np.inf)
+    last = np.full(ranks, -np.inf)
+    np.minimum.at(first, rank, a)
+    np.maximum.at(last, rank, b)
+    makespan = max(float(last.max()), 0.0) if len(a) else 0.0
+    rows = []
+    for r in range(ranks):
+        idle = makespan - float(busy[r])
+        rows.append(RankSummary(rank=r, busy=float(busy[r]), idle=idle,
+                                bubble_ratio=idle / makespan if makespan > 0 else 0.0,
+                                first_start=float(first[r]) if first[r] < np.inf else None,
+                                last_end=float(last[r]) if last[r] > -np.inf else None))
+    return makespan, rows

@@ -1,8 +1,9 @@
-"""``simulate``: compile a program, run the engine, build the Timeline and, when the
-program cannot finish, explain the deadlock."""
+"""``simulate``: validate and compile a program, run the engine, build the Timeline and,
+when the program cannot finish, explain the deadlock."""
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 from schedsim.errors import DeadlockError, ScenarioError
 from schedsim.program.ir import Program
@@ -10,15 +11,28 @@ from schedsim.sim.compile import compile_program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.deadlock import diagnose
 from schedsim.sim.engine import build_timeline, run
+from schedsim.sim.free import make_free
 from schedsim.timeline import Timeline
 from schedsim.util.gc import no_gc
 
 
 def simulate(program: Program, costs: CostModel | None = None, link: LinkModel | None = None,
-             comm: CommModel | None = None, *, raise_on_deadlock: bool = True) -> Timeline:
+             comm: CommModel | None = None, *, raise_on_deadlock: bool = True,
+             free_ops: Iterable[tuple[int, int]] = (),
+             free_messages: Iterable[tuple[str, int, int]] = ()) -> Timeline:
     """Simulate ``program`` and return its :class:`Timeline` (times in ``costs.unit``).
 
-    Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program and
+    ``free_ops``: ``(rank, instruction index)`` of compute ops that cost 0 in this run;
+    ``free_messages``: message keys ``(kind, producing stage, mb)`` (``"F"``/``"B"``) made
+    free: under ``eager``/``rendezvous`` each side completes the moment it is posted (no
+    rank waits for it, it occupies no link or comm stream), under ``data`` it costs
+    nothing on the link (its consumer still waits for its producer). Counterfactual
+    queries (:mod:`schedsim.analysis.query`) use them; see ``docs/comm-semantics.md``.
+
+    Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program (its compute
+    order is checked by :func:`~schedsim.program.validate.validate_program` unless it was
+    built by a registered generator), :class:`~schedsim.errors.ScenarioError` for a free
+    op or message the program does not have, and
     :class:`~schedsim.errors.DeadlockError` (carrying the partial timeline with its
     ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
     False, in which case the partial timeline is returned.
@@ -27,13 +41,22 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
     link = link or LinkModel()
     comm = comm or CommModel()
     with no_gc():
-        cp = compile_program(program, costs, link, comm)
+        trusted = program.trusted
+        fl = program.flat()
+        if not trusted:
+            from schedsim.program.validate import validate_program
+
+            validate_program(program)
+        cp = compile_program(program, costs, link, comm, flat=fl)
+        free_ops, free_messages = list(free_ops), list(free_messages)
+        if free_ops or free_messages:
+            make_free(cp, free_ops, free_messages)
         st = run(cp)
         tl = build_timeline(cp, st, comm, costs.unit)
     if not math.isfinite(tl.makespan):
         raise ScenarioError(f"times overflow to {tl.makespan}: the costs, latencies or "
                             f"message sizes are too large for floating point")
-    if any(st.pcs[r] < len(cp.code[r]) for r in range(len(cp.code))):
+    if not st.finished(cp):
         tl.deadlock = diagnose(cp, st)
         if raise_on_deadlock:
             raise DeadlockError(tl.deadlock.message, tl)

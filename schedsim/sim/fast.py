@@ -1,0 +1,129 @@
+"""Which executor runs the kernels of :mod:`schedsim.sim.kernels`: CPython over lists, or
+numba over numpy arrays.
+
+numba (``pip install schedsim[fast]``) is optional: it is imported only when a program is
+large enough for its compiled loops to pay for the import (about 0.3 s) and the loading
+of the cached machine code (compiled once per machine into numba's on-disk cache).
+Both executors run the same source and give identical results (the tests compare them on
+random programs). ``SCHEDSIM_ENGINE`` chooses: ``auto`` (default: numba from
+:data:`THRESHOLD` instructions on, when importable), ``python`` or ``numba`` (always, an
+error if numba is missing).
+"""
+from __future__ import annotations
+
+import os
+from types import FunctionType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from schedsim.errors import ScenarioError
+
+#: programs with at least this many instructions run on numba when it is installed
+THRESHOLD = 20_000
+
+_JITTED: SimpleNamespace | None = None
+_AVAILABLE: bool | None = None
+
+
+class _Lists:
+    """Allocation and conversion for the CPython executor (Python lists)."""
+
+    @staticmethod
+    def full(n: int, v: int) -> list:
+        return [v] * n
+
+    @staticmethod
+    def fullf(n: int, v: float) -> list:
+        return [float(v)] * n
+
+    @staticmethod
+    def ints(a: Any) -> list:
+        return np.asarray(a).tolist()
+
+    floats = ints
+
+
+class _Arrays:
+    """Allocation and conversion for the numba executor (contiguous numpy arrays)."""
+
+    @staticmethod
+    def full(n: int, v: int) -> np.ndarray:
+        return np.full(n, v, dtype=np.int64)
+
+    @staticmethod
+    def fullf(n: int, v: float) -> np.ndarray:
+        return np.full(n, v, dtype=np.float64)
+
+    @staticmethod
+    def ints(a: Any) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    @staticmethod
+    def floats(a: Any) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def numba_available() -> bool:
+    """True if numba can be imported (checked once)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        try:
+            import numba  # noqa: F401
+            _AVAILABLE = True
+        except ImportError:
+            _AVAILABLE = False
+    return _AVAILABLE
+
+
+def choice() -> str:
+    """The ``SCHEDSIM_ENGINE`` setting: ``auto``, ``python`` or ``numba``."""
+    v = os.environ.get("SCHEDSIM_ENGINE", "auto").strip().lower() or "auto"
+    if v not in ("auto", "python", "numba"):
+        raise ScenarioError(f"SCHEDSIM_ENGINE={v!r}: expected auto, python or numba")
+    return v
+
+
+def use_numba(n: int) -> bool:
+    """Whether a program of ``n`` instructions runs on numba."""
+    c = choice()
+    if c == "python":
+        return False
+    if c == "numba":
+        if not numba_available():
+            raise ScenarioError("SCHEDSIM_ENGINE=numba but numba is not installed: pip "
+                                "install 'schedsim[fast]' (or unset SCHEDSIM_ENGINE)")
+        return True
+    return n >= THRESHOLD and numba_available()
+
+
+def jitted() -> SimpleNamespace:
+    """The kernels compiled by numba (cached on disk; compiled on first use)."""
+    global _JITTED
+    if _JITTED is None:
+        import numba
+
+        from schedsim.sim import kernels
+
+        # numba resolves the functions a kernel calls through its globals: give every
+        # kernel a namespace in which those names are the compiled versions
+        ns = dict(vars(kernels))
+        out = {}
+        for name, fn in vars(kernels).items():
+            if isinstance(fn, FunctionType) and fn.__module__ == kernels.__name__:
+                f = FunctionType(fn.__code__, ns, name, fn.__defaults__)
+                f.__qualname__ = fn.__qualname__
+                f.__module__ = fn.__module__
+                ns[name] = out[name] = numba.njit(cache=True, nogil=True)(f)
+        _JITTED = SimpleNamespace(**out)
+    return _JITTED
+
+
+def kernels_for(n: int, what: str = "run") -> tuple[Any, Any]:
+    """``(kernels, allocator)`` for a program of ``n`` instructions: the numba-compiled
+    kernels with numpy arrays, or :mod:`schedsim.sim.kernels` with Python lists."""
+    if use_numba(n):
+        return jitted(), _Arrays
+    from schedsim.sim import kernels
+
+    return kernels, _Lists
