@@ -76,16 +76,20 @@ def run(cp: Compiled) -> RunState:
     o = {"sstart": xs.fullf(nsp, 0.0), "send": xs.fullf(nsp, -1.0),
          "hpost": xs.fullf(nh, -1.0), "hact": xs.fullf(nh, -1.0),
          "hdone": xs.fullf(nh, -1.0), "mstart": xs.fullf(nm, -1.0),
-         "marr": xs.fullf(nm, -1.0), "pcs": xs.ints(cp.crptr[:-1]),
+         "marr": xs.fullf(nm, -1.0), "pcs": xs.new_ints(cp.crptr[:-1]),
          "times": xs.fullf(P, 0.0), "reach": xs.fullf(P, -1.0), "wrec": xs.full(ns, -1),
          "wt0": xs.fullf(ns, 0.0), "wt1": xs.fullf(ns, 0.0), "counts": xs.full(1, 0),
          "sbusy": xs.full(nst, -1), "sfree": xs.fullf(nst, 0.0), "qhead": xs.full(nst, -1),
          "qtail": xs.full(nst, -1), "unext": xs.full(nu, -1), "uenq": xs.fullf(nu, 0.0),
-         "udone": xs.fullf(nu, 0.0), "ucnt": xs.ints(np.diff(cp.unit_hptr)),
+         "udone": xs.fullf(nu, 0.0), "ucnt": xs.new_ints(np.diff(cp.unit_hptr)),
          "waiter": xs.full(nh, -1), "wmax": xs.fullf(P, 0.0), "wcnt": xs.full(P, 0),
          "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
          "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
          "pair_t": xs.fullf(npair, 0.0)}
+    depth = 8 + max(int(np.diff(cp.chptr).max(initial=0)), int(np.diff(cp.unit_hptr).max(
+        initial=0)))
+    o.update(wk_kind=xs.full(depth, 0), wk_x=xs.full(depth, 0), wk_t=xs.fullf(depth, 0.0),
+             ready=xs.full(nu + 1, 0))
     if cp.data_mode:      # implicit recvs are always posted
         o["hact"][1::2] = xs.fullf(nm, 0.0)
     strict = bool(np.any(cp.mocc > 0))
@@ -100,7 +104,7 @@ def run(cp: Compiled) -> RunState:
                  o["counts"], o["sbusy"], o["sfree"], o["qhead"], o["qtail"], o["unext"],
                  o["uenq"], o["udone"], o["ucnt"], o["waiter"], o["wmax"], o["wcnt"],
                  o["link_free"], o["launched"], o["pair_state"], o["pair_rank"],
-                 o["pair_t"])
+                 o["pair_t"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"])
     f, i = np.float64, np.int64
     nrec = int(o["counts"][0])
     return RunState(

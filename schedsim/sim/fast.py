@@ -42,6 +42,7 @@ class _Lists:
         return np.asarray(a).tolist()
 
     floats = ints
+    new_ints = ints
 
 
 class _Arrays:
@@ -62,6 +63,11 @@ class _Arrays:
     @staticmethod
     def floats(a: Any) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float64)
+
+    @staticmethod
+    def new_ints(a: Any) -> np.ndarray:
+        """A writable copy (for outputs initialised from data)."""
+        return np.array(a, dtype=np.int64)
 
 
 def numba_available() -> bool:
@@ -107,6 +113,8 @@ def jitted() -> SimpleNamespace:
 
         # numba resolves the functions a kernel calls through its globals: give every
         # kernel a namespace in which those names are the compiled versions
+        # helpers (``_name``) are inlined into the kernels that call them (numba's own
+        # inlining: no call and no reference counting of their many array arguments)
         ns = dict(vars(kernels))
         out = {}
         for name, fn in vars(kernels).items():
@@ -114,7 +122,8 @@ def jitted() -> SimpleNamespace:
                 f = FunctionType(fn.__code__, ns, name, fn.__defaults__)
                 f.__qualname__ = fn.__qualname__
                 f.__module__ = fn.__module__
-                ns[name] = out[name] = numba.njit(cache=True, nogil=True)(f)
+                inline = "always" if name.startswith("_") else "never"
+                ns[name] = out[name] = numba.njit(cache=True, nogil=True, inline=inline)(f)
         _JITTED = SimpleNamespace(**out)
     return _JITTED
 

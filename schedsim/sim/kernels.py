@@ -261,274 +261,281 @@ def _units(r, P, stream_mode, first, last, posted, m0, mpeer, nu, unit_stream, u
 
 
 # -- run -------------------------------------------------------------------------------
-def _complete(h, td, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream,
-              ready_streams):
-    """Handle h completes at td: wake the rank waiting for it, count down its unit."""
-    hdone[h] = td
-    w = waiter[h]
-    if w >= 0:
-        waiter[h] = -1
-        if td > wmax[w]:
-            wmax[w] = td
-        wcnt[w] -= 1
-        if wcnt[w] == 0:
-            heappush(heap, (wmax[w], seq[0], w))
-            seq[0] += 1
-    u = hunit[h]
-    if u >= 0:
-        if td > udone[u]:
-            udone[u] = td
-        ucnt[u] -= 1
-        if ucnt[u] == 0:
-            ready_streams.append(unit_stream[u])
+_ACT = 0      # work item: handle x becomes active at time t
+_XFER = 1     # work item: message x is ready to move at time t
+_DONE = 2     # work item: handle x completes at time t
 
 
-def _transfer(m, tc, link_free, mlink, mocc, mlat, meager, mstart, marr, hact, hdone, waiter,
-              wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream, ready_streams):
-    """Message m is ready to move at tc: it starts once its link is free (FIFO), then
-    completes its send (eager: when its bytes left) and its recv (on arrival)."""
-    lk = mlink[m]
-    s = link_free[lk]
-    if tc > s:
-        s = tc
-    occ = mocc[m]
-    link_free[lk] = s + occ
-    arr = s + occ + mlat[m]
-    mstart[m] = s
-    marr[m] = arr
-    if meager[m]:
-        _complete(2 * m, s + occ, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt,
-                  unit_stream, ready_streams)
-        ra = hact[2 * m + 1]
-        if ra >= 0.0:
-            _complete(2 * m + 1, arr if arr > ra else ra, hdone, waiter, wmax, wcnt, heap,
-                      seq, hunit, udone, ucnt, unit_stream, ready_streams)
-    else:
-        _complete(2 * m, arr, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt,
-                  unit_stream, ready_streams)
-        _complete(2 * m + 1, arr, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt,
-                  unit_stream, ready_streams)
+def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, hunit, unit_stream,
+               unit_hptr, unit_h, mlat, mocc, mlink, meager, data_mode, strict, launch_cost,
+               lazy_init, init_cost, sstart, send, hpost, hact, hdone, mstart, marr, pcs,
+               times, reach, wrec, wt0, wt1, counts, sbusy, sfree, qhead, qtail, unext, uenq,
+               udone, ucnt, waiter, wmax, wcnt, link_free, launched, pair_state, pair_rank,
+               pair_t, wk_kind, wk_x, wk_t, ready):
+    """Execute compiled code; fills the output arrays (see
+    :class:`~schedsim.sim.engine.RunState`). ``counts[0]`` is the number of wait records
+    ``wrec`` (step), ``wt0``/``wt1`` (reached, released); ``pair_*`` track lazy
+    communicator inits (state 0 none, 1 one rank waiting: ``pair_rank`` since ``pair_t``,
+    2 created); ``wk_*`` (the work stack) and ``ready`` are scratch.
 
-
-def _activate(h, ta, strict, link_free, mlink, mocc, mlat, meager, mstart, marr, hact, hdone,
-              waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream, ready_streams):
-    """Handle h becomes active at ta (posted, or reached the head of its comm stream):
-    start its transfer when both sides are ready (rendezvous) or the send is (eager), or
-    complete an eager recv whose data already arrived. With ``strict`` (finite
-    bandwidth) a ready transfer goes through the event heap, so links serve transfers
-    in time order."""
-    hact[h] = ta
-    m = h >> 1
-    tc = -1.0
-    if h & 1 == 0:
-        if meager[m]:
-            tc = ta
-        else:
-            ra = hact[h + 1]
-            if ra >= 0.0:
-                tc = ta if ta > ra else ra
-    elif meager[m]:
-        a = marr[m]
-        if a >= 0.0:
-            _complete(h, a if a > ta else ta, hdone, waiter, wmax, wcnt, heap, seq, hunit,
-                      udone, ucnt, unit_stream, ready_streams)
-    else:
-        sa = hact[h - 1]
-        if sa >= 0.0:
-            tc = ta if ta > sa else sa
-    if tc >= 0.0:
-        if strict:
-            heappush(heap, (tc, seq[0], -1 - m))
-            seq[0] += 1
-        else:
-            _transfer(m, tc, link_free, mlink, mocc, mlat, meager, mstart, marr, hact, hdone,
-                      waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream,
-                      ready_streams)
-
-
-def _start_unit(u, ts, strict, sbusy, unit_hptr, unit_h, link_free, mlink, mocc, mlat,
-                meager, mstart, marr, hact, hdone, waiter, wmax, wcnt, heap, seq, hunit,
-                udone, ucnt, unit_stream, ready_streams):
-    """Unit u reaches the head of its comm stream at ts: its handles become active."""
-    sbusy[unit_stream[u]] = u
-    for q in range(unit_hptr[u], unit_hptr[u + 1]):
-        _activate(unit_h[q], ts, strict, link_free, mlink, mocc, mlat, meager, mstart, marr,
-                  hact, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt,
-                  unit_stream, ready_streams)
-
-
-def _settle(strict, sbusy, sfree, qhead, unext, uenq, unit_hptr, unit_h, link_free, mlink,
-            mocc, mlat, meager, mstart, marr, hact, hdone, waiter, wmax, wcnt, heap, seq,
-            hunit, udone, ucnt, unit_stream, ready_streams):
-    """Advance every comm stream whose head unit completed (last readied first)."""
-    while len(ready_streams) > 0:
-        s = ready_streams.pop()
-        u = sbusy[s]
-        if u < 0 or ucnt[u] != 0:
-            continue
-        sfree[s] = udone[u]
-        sbusy[s] = -1
-        nu = qhead[s]
-        if nu >= 0:
-            qhead[s] = unext[nu]
-            ts = uenq[nu] if uenq[nu] > udone[u] else udone[u]
-            _start_unit(nu, ts, strict, sbusy, unit_hptr, unit_h, link_free, mlink, mocc,
-                        mlat, meager, mstart, marr, hact, hdone, waiter, wmax, wcnt, heap,
-                        seq, hunit, udone, ucnt, unit_stream, ready_streams)
-
-
-def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, hunit,
-               unit_stream, unit_hptr, unit_h, mlat, mocc, mlink, meager, data_mode, strict,
-               launch_cost, lazy_init, init_cost, sstart, send, hpost, hact, hdone, mstart,
-               marr, pcs, times, reach, wrec, wt0, wt1, counts, sbusy, sfree, qhead, qtail,
-               unext, uenq, udone, ucnt, waiter, wmax, wcnt, link_free, launched, pair_state,
-               pair_rank, pair_t):
-    """Execute compiled code; fills the output arrays (see :class:`~schedsim.sim.engine.
-    RunState`). ``counts[0]`` is the number of wait records ``wrec`` (step),
-    ``wt0``/``wt1`` (reached, released); ``pair_*`` track lazy communicator inits (state
-    0 none, 1 one rank waiting: ``pair_rank`` since ``pair_t``, 2 created).
-
-    Event order (the heap is keyed by (time, sequence number)): every rank starts at
-    time 0, in rank order. A popped rank runs its program until it blocks: a compute
-    step ends at ``t + cost`` (with ``strict``, the rank is re-queued at that time, so
-    events run in time order; else it just goes on); a launch activates its ops (or
-    queues its units on their comm streams); a wait whose handles are not all complete
-    registers the rank as their waiter and stops; the completion of its last handle
-    re-queues it at the latest completion time. Completions are exact the moment a
-    transfer starts, so a rank that runs ahead never needs to be rolled back. A popped
-    transfer (strict only) starts on its link at the popped time.
+    Event order. The heap holds (time, sequence number, event): a rank to resume, or
+    (with ``strict``: finite bandwidth, so links serve transfers in time order) a transfer
+    to start. Every rank starts at time 0, in rank order. A popped rank runs its program
+    until it blocks: a compute step ends at ``t + cost`` (with ``strict`` the rank is
+    re-queued at that time; else it just goes on); a launch activates its ops, or queues
+    its units on their comm streams; a wait whose handles are not all complete makes the
+    rank their waiter and stops it, and the completion of the last one re-queues it at
+    the latest completion time. What a step sets off is worked off depth first before the
+    next step: an activated op starts its transfer once both sides are active
+    (rendezvous) or its send is (eager), a started transfer completes its send, then its
+    recv; then the comm streams whose head unit completed start their next unit (the
+    stream readied last first). Completion times are exact the moment a transfer starts,
+    so a rank that runs ahead is never rolled back.
     """
     nrec = 0
     heap = [(0.0, r, r) for r in range(P)]
-    seq = [P]
-    ready_streams = [0 for _ in range(0)]
-    while len(heap) > 0:
-        t, _, x = heappop(heap)
-        if x < 0:
-            _transfer(-1 - x, t, link_free, mlink, mocc, mlat, meager, mstart, marr, hact,
-                      hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream,
-                      ready_streams)
-            if len(ready_streams) > 0:
-                _settle(strict, sbusy, sfree, qhead, unext, uenq, unit_hptr, unit_h,
-                        link_free, mlink, mocc, mlat, meager, mstart, marr, hact, hdone,
-                        waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt, unit_stream,
-                        ready_streams)
-            continue
-        r = x
-        pc = pcs[r]
-        end = crptr[r + 1]
-        while pc < end:
-            op = cop[pc]
-            if op == _COMPUTE:
-                e = t + ccost[pc]
-                sid = cspan[pc]
-                sstart[sid] = t
-                send[sid] = e
-                for q in range(chptr[pc], chptr[pc + 1]):      # data semantics: outputs
-                    _activate(ch[q], e, strict, link_free, mlink, mocc, mlat, meager, mstart,
-                              marr, hact, hdone, waiter, wmax, wcnt, heap, seq, hunit, udone,
-                              ucnt, unit_stream, ready_streams)
-                t = e
-                pc += 1
-                if strict:
-                    heappush(heap, (t, seq[0], r))
-                    seq[0] += 1
-                    break
-            elif op == _LAUNCH:
-                q = cinit[pc]
-                if lazy_init and q >= 0 and pair_state[q] != 2:
-                    if pair_state[q] == 0:         # first of the pair: wait for the peer
-                        pair_state[q] = 1
-                        pair_rank[q] = r
-                        pair_t[q] = t
-                        reach[r] = t
-                        break
-                    tr = (t if t > pair_t[q] else pair_t[q]) + init_cost
-                    pair_state[q] = 2              # the peer is waiting: both go on at tr
-                    heappush(heap, (tr, seq[0], pair_rank[q]))
-                    seq[0] += 1
-                    if tr > t:
-                        wrec[nrec] = pc
-                        wt0[nrec] = t
-                        wt1[nrec] = tr
-                        nrec += 1
-                    t = tr
-                elif lazy_init and q >= 0 and reach[r] >= 0.0:   # resumed after the init
-                    if t > reach[r]:
-                        wrec[nrec] = pc
-                        wt0[nrec] = reach[r]
-                        wt1[nrec] = t
-                        nrec += 1
-                    reach[r] = -1.0
-                if launch_cost > 0.0:               # the host is busy launching
-                    if strict and not launched[r]:
-                        launched[r] = 1             # resume at the launch's end, in order
-                        heappush(heap, (t + launch_cost, seq[0], r))
-                        seq[0] += 1
-                        break
-                    if launched[r]:
-                        launched[r] = 0
+    seq = P
+    sp = 0            # work stack depth
+    nready = 0        # comm streams whose head unit completed
+    r = -1            # the running rank (-1: none), at step pc and time t
+    yielding = False  # strict: re-queue the running rank once its work is done
+    pc = 0
+    t = 0.0
+    end = 0
+    while True:
+        # (a) work off activations, transfers and completions, depth first
+        while sp > 0:
+            sp -= 1
+            x = wk_x[sp]
+            tt = wk_t[sp]
+            if wk_kind[sp] == _ACT:
+                hact[x] = tt
+                m = x >> 1
+                tc = -1.0
+                if x & 1 == 0:                       # a send: ready to move?
+                    if meager[m]:
+                        tc = tt
+                    elif hact[x + 1] >= 0.0:
+                        tc = tt if tt > hact[x + 1] else hact[x + 1]
+                elif meager[m]:                      # an eager recv: data already here?
+                    if marr[m] >= 0.0:
+                        wk_kind[sp] = _DONE
+                        wk_x[sp] = x
+                        wk_t[sp] = marr[m] if marr[m] > tt else tt
+                        sp += 1
+                elif hact[x - 1] >= 0.0:             # a rendezvous recv: send active?
+                    tc = tt if tt > hact[x - 1] else hact[x - 1]
+                if tc >= 0.0:
+                    if strict:                       # links are shared: in time order
+                        heappush(heap, (tc, seq, -1 - m))
+                        seq += 1
                     else:
-                        t += launch_cost
-                for q in range(chptr[pc], chptr[pc + 1]):
-                    hpost[ch[q]] = t
-                if cuptr[pc + 1] > cuptr[pc]:
-                    for u in range(cuptr[pc], cuptr[pc + 1]):
-                        s = unit_stream[u]
-                        uenq[u] = t
-                        if sbusy[s] < 0 and qhead[s] < 0:
-                            f = sfree[s]
-                            _start_unit(u, t if t > f else f, strict, sbusy, unit_hptr,
-                                        unit_h, link_free, mlink, mocc, mlat, meager, mstart,
-                                        marr, hact, hdone, waiter, wmax, wcnt, heap, seq,
-                                        hunit, udone, ucnt, unit_stream, ready_streams)
+                        wk_kind[sp] = _XFER
+                        wk_x[sp] = m
+                        wk_t[sp] = tc
+                        sp += 1
+            elif wk_kind[sp] == _XFER:               # start on the link (FIFO), complete
+                m = x
+                lk = mlink[m]
+                s0 = link_free[lk] if link_free[lk] > tt else tt
+                occ = mocc[m]
+                link_free[lk] = s0 + occ
+                arr = s0 + occ + mlat[m]
+                mstart[m] = s0
+                marr[m] = arr
+                ra = hact[2 * m + 1]
+                if not meager[m] or ra >= 0.0:       # the recv (done second)
+                    wk_kind[sp] = _DONE
+                    wk_x[sp] = 2 * m + 1
+                    wk_t[sp] = arr if (not meager[m] or arr > ra) else ra
+                    sp += 1
+                wk_kind[sp] = _DONE                  # the send (done first)
+                wk_x[sp] = 2 * m
+                wk_t[sp] = s0 + occ if meager[m] else arr
+                sp += 1
+            else:                                    # handle x completes at tt
+                hdone[x] = tt
+                w = waiter[x]
+                if w >= 0:
+                    waiter[x] = -1
+                    if tt > wmax[w]:
+                        wmax[w] = tt
+                    wcnt[w] -= 1
+                    if wcnt[w] == 0:
+                        heappush(heap, (wmax[w], seq, w))
+                        seq += 1
+                u = hunit[x]
+                if u >= 0:
+                    if tt > udone[u]:
+                        udone[u] = tt
+                    ucnt[u] -= 1
+                    if ucnt[u] == 0:
+                        ready[nready] = unit_stream[u]
+                        nready += 1
+        # (b) a comm stream whose head unit completed starts its next unit
+        if nready > 0:
+            nready -= 1
+            s = ready[nready]
+            u = sbusy[s]
+            if u >= 0 and ucnt[u] == 0:
+                sfree[s] = udone[u]
+                sbusy[s] = -1
+                nu = qhead[s]
+                if nu >= 0:
+                    qhead[s] = unext[nu]
+                    sbusy[s] = nu
+                    ts = uenq[nu] if uenq[nu] > udone[u] else udone[u]
+                    for q in range(unit_hptr[nu + 1] - 1, unit_hptr[nu] - 1, -1):
+                        wk_kind[sp] = _ACT
+                        wk_x[sp] = unit_h[q]
+                        wk_t[sp] = ts
+                        sp += 1
+            continue
+        # (c) run the current rank until it blocks or sets work off
+        if r >= 0:
+            stop = False          # the rank blocked or yielded
+            work = False          # a step set work off: do it before the next step
+            if yielding:          # strict: a compute ended and its sends were set off
+                heappush(heap, (t, seq, r))
+                seq += 1
+                yielding = False
+                stop = True
+            while pc < end and not stop and not work:
+                op = cop[pc]
+                if op == _COMPUTE:
+                    e = t + ccost[pc]
+                    sid = cspan[pc]
+                    sstart[sid] = t
+                    send[sid] = e
+                    for q in range(chptr[pc + 1] - 1, chptr[pc] - 1, -1):   # data: sends
+                        wk_kind[sp] = _ACT
+                        wk_x[sp] = ch[q]
+                        wk_t[sp] = e
+                        sp += 1
+                        work = True
+                    t = e
+                    pc += 1
+                    if strict:            # yield, re-queued at t once the sends are set off
+                        if work:
+                            yielding = True
                         else:
-                            unext[u] = -1
-                            if qhead[s] < 0:
-                                qhead[s] = u
-                            else:
-                                unext[qtail[s]] = u
-                            qtail[s] = u
-                    if len(ready_streams) > 0:
-                        _settle(strict, sbusy, sfree, qhead, unext, uenq, unit_hptr, unit_h,
-                                link_free, mlink, mocc, mlat, meager, mstart, marr, hact,
-                                hdone, waiter, wmax, wcnt, heap, seq, hunit, udone, ucnt,
-                                unit_stream, ready_streams)
-                else:
+                            heappush(heap, (t, seq, r))
+                            seq += 1
+                            stop = True
+                elif op == _LAUNCH:
+                    q = cinit[pc]
+                    if lazy_init and q >= 0 and pair_state[q] != 2:
+                        if pair_state[q] == 0:     # first of the pair: wait for the peer
+                            pair_state[q] = 1
+                            pair_rank[q] = r
+                            pair_t[q] = t
+                            reach[r] = t
+                            stop = True
+                            continue
+                        tr = (t if t > pair_t[q] else pair_t[q]) + init_cost
+                        pair_state[q] = 2          # the peer waits: both go on at tr
+                        heappush(heap, (tr, seq, pair_rank[q]))
+                        seq += 1
+                        if tr > t:
+                            wrec[nrec] = pc
+                            wt0[nrec] = t
+                            wt1[nrec] = tr
+                            nrec += 1
+                        t = tr
+                    elif lazy_init and q >= 0 and reach[r] >= 0.0:   # resumed after init
+                        if t > reach[r]:
+                            wrec[nrec] = pc
+                            wt0[nrec] = reach[r]
+                            wt1[nrec] = t
+                            nrec += 1
+                        reach[r] = -1.0
+                    if launch_cost > 0.0:           # the host is busy launching
+                        if strict and not launched[r]:
+                            launched[r] = 1         # resume at the launch's end, in order
+                            heappush(heap, (t + launch_cost, seq, r))
+                            seq += 1
+                            stop = True
+                            continue
+                        if launched[r]:
+                            launched[r] = 0
+                        else:
+                            t += launch_cost
                     for q in range(chptr[pc], chptr[pc + 1]):
-                        _activate(ch[q], t, strict, link_free, mlink, mocc, mlat, meager,
-                                  mstart, marr, hact, hdone, waiter, wmax, wcnt, heap, seq,
-                                  hunit, udone, ucnt, unit_stream, ready_streams)
-                pc += 1
-            else:                                               # WAIT
-                cnt = 0
-                tmax = t
-                for q in range(chptr[pc], chptr[pc + 1]):
-                    h = ch[q]
-                    d = hdone[h]
-                    if d < 0.0:
-                        waiter[h] = r
-                        cnt += 1
-                    elif d > tmax:
-                        tmax = d
-                if cnt > 0:
-                    wcnt[r] = cnt
-                    wmax[r] = tmax
-                    if reach[r] < 0.0:
-                        reach[r] = t
-                    break
-                t0 = reach[r]
-                if t0 >= 0.0:
-                    reach[r] = -1.0
-                else:
-                    t0 = t
-                if tmax > t0:
-                    wrec[nrec] = pc
-                    wt0[nrec] = t0
-                    wt1[nrec] = tmax
-                    nrec += 1
-                t = tmax
-                pc += 1
-        pcs[r] = pc
-        times[r] = t
+                        hpost[ch[q]] = t
+                    if cuptr[pc + 1] > cuptr[pc]:       # comm streams: queue the units
+                        for u in range(cuptr[pc + 1] - 1, cuptr[pc] - 1, -1):
+                            s = unit_stream[u]
+                            uenq[u] = t
+                            if sbusy[s] < 0 and qhead[s] < 0:
+                                sbusy[s] = u
+                                ts = t if t > sfree[s] else sfree[s]
+                                for q in range(unit_hptr[u + 1] - 1, unit_hptr[u] - 1, -1):
+                                    wk_kind[sp] = _ACT
+                                    wk_x[sp] = unit_h[q]
+                                    wk_t[sp] = ts
+                                    sp += 1
+                            else:
+                                unext[u] = -1
+                                if qhead[s] < 0:
+                                    qhead[s] = u
+                                else:
+                                    unext[qtail[s]] = u
+                                qtail[s] = u
+                    else:
+                        for q in range(chptr[pc + 1] - 1, chptr[pc] - 1, -1):
+                            wk_kind[sp] = _ACT
+                            wk_x[sp] = ch[q]
+                            wk_t[sp] = t
+                            sp += 1
+                    work = sp > 0
+                    pc += 1
+                else:                                           # WAIT
+                    cnt = 0
+                    tmax = t
+                    for q in range(chptr[pc], chptr[pc + 1]):
+                        h = ch[q]
+                        d = hdone[h]
+                        if d < 0.0:
+                            waiter[h] = r
+                            cnt += 1
+                        elif d > tmax:
+                            tmax = d
+                    if cnt > 0:
+                        wcnt[r] = cnt
+                        wmax[r] = tmax
+                        if reach[r] < 0.0:
+                            reach[r] = t
+                        stop = True
+                        continue
+                    t0 = reach[r]
+                    if t0 >= 0.0:
+                        reach[r] = -1.0
+                    else:
+                        t0 = t
+                    if tmax > t0:
+                        wrec[nrec] = pc
+                        wt0[nrec] = t0
+                        wt1[nrec] = tmax
+                        nrec += 1
+                    t = tmax
+                    pc += 1
+            if stop or (pc >= end and not yielding):
+                pcs[r] = pc
+                times[r] = t
+                r = -1
+            continue
+        # (d) the next event
+        if len(heap) == 0:
+            break
+        tt, _, x = heappop(heap)
+        if x < 0:                                   # a transfer (strict)
+            wk_kind[0] = _XFER
+            wk_x[0] = -1 - x
+            wk_t[0] = tt
+            sp = 1
+        else:
+            r = x
+            pc = pcs[r]
+            end = crptr[r + 1]
+            t = tt
     counts[0] = nrec
