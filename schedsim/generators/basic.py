@@ -1,8 +1,23 @@
-"""GPipe and 1F1B: one stage per rank, fused backward (``BW``)."""
+"""GPipe and 1F1B: one stage per rank, fused backward (``BW``).
+
+Both emit the flat form (:class:`~schedsim.program.flat.FlatSchedule`): per rank, integer
+columns of op kind, stage and microbatch; the object rows are built only if asked for.
+"""
 from __future__ import annotations
 
+import numpy as np
+
 from schedsim.generators import register
-from schedsim.program.ir import Op, Placement, Schedule
+from schedsim.program.flat import FlatSchedule, OpKind
+from schedsim.program.ir import Placement, Schedule
+
+F, BW = int(OpKind.F), int(OpKind.BW)
+
+
+def _schedule(name: str, ranks: int, m: int, rows: list) -> Schedule:
+    return Schedule.from_flat(FlatSchedule.from_columns(rows), name=name,
+                              placement=Placement(kind="loop", ranks=ranks, stages=ranks),
+                              microbatches=m, params={"ranks": ranks, "microbatches": m})
 
 
 @register("gpipe", summary="all forwards, then all backwards (fused BW), ascending mb",
@@ -14,11 +29,10 @@ def gpipe(ranks: int, microbatches: int) -> Schedule:
     Ordered as torch.distributed.pipelining's ``ScheduleGPipe``
     (torch/distributed/pipelining/schedules.py). Returns a compute-only Schedule.
     """
-    rows = [[Op("F", r, i) for i in range(microbatches)]
-            + [Op("BW", r, i) for i in range(microbatches)] for r in range(ranks)]
-    return Schedule(name="gpipe", placement=Placement(kind="loop", ranks=ranks, stages=ranks),
-                    microbatches=microbatches, ranks=rows,
-                    params={"ranks": ranks, "microbatches": microbatches})
+    m = microbatches
+    kind = np.repeat([F, BW], m)
+    mb = np.tile(np.arange(m), 2)
+    return _schedule("gpipe", ranks, m, [(kind, np.full(2 * m, r), mb) for r in range(ranks)])
 
 
 @register("1f1b", summary="warmup p-r-1 forwards, then one-forward-one-backward, cooldown",
@@ -33,14 +47,16 @@ def one_f_one_b(ranks: int, microbatches: int) -> Schedule:
     ``pipeline_order`` table is off by one on the last rank; see ../shared/refs/torch).
     Returns a compute-only Schedule (fused ``BW`` backwards).
     """
-    rows = []
     m = microbatches
+    rows = []
     for r in range(ranks):
         w = min(m, ranks - r - 1)
-        row = [Op("F", r, i) for i in range(w)]
-        for i in range(m - w):
-            row += [Op("F", r, w + i), Op("BW", r, i)]
-        row += [Op("BW", r, i) for i in range(m - w, m)]
-        rows.append(row)
-    return Schedule(name="1f1b", placement=Placement(kind="loop", ranks=ranks, stages=ranks),
-                    microbatches=m, ranks=rows, params={"ranks": ranks, "microbatches": m})
+        steady = m - w
+        kind = np.empty(2 * m, np.int32)
+        mb = np.empty(2 * m, np.int32)
+        kind[:w], mb[:w] = F, np.arange(w)                           # warmup
+        kind[w:w + 2 * steady:2], mb[w:w + 2 * steady:2] = F, np.arange(w, m)   # steady:
+        kind[w + 1:w + 2 * steady:2], mb[w + 1:w + 2 * steady:2] = BW, np.arange(steady)
+        kind[w + 2 * steady:], mb[w + 2 * steady:] = BW, np.arange(steady, m)   # cooldown
+        rows.append((kind, np.full(2 * m, r), mb))
+    return _schedule("1f1b", ranks, m, rows)

@@ -20,11 +20,13 @@ step; its runtime skips them, so the orders here drop them. Backward ops that to
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Callable
+
+import numpy as np
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
+from schedsim.program.flat import FlatSchedule, OpKind
 from schedsim.program.ir import Op, Placement, Schedule
 
 _VARIANTS = ("torch", "megatron")
@@ -56,55 +58,50 @@ def torch_rounds(ranks: int, microbatches: int, name: str) -> int:
 
 
 def _torch_1f1b_rank(p: int, m: int, v: int, r: int, per_round: int, warmup: int,
-                     zero_bubble: bool) -> list[Op]:
-    """One rank of torch's ``_get_1f1b_rank_ops`` (idle cells dropped).
+                     zero_bubble: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rank of torch's ``_get_1f1b_rank_ops`` (idle cells dropped), as columns
+    ``(kind, stage, mb)``.
 
     ``warmup`` forwards, then one forward + one backward per step, then the remaining
     backwards. Forward step k runs chunk ``(k // per_round) % v``; backward step j runs
-    chunk ``v - 1 - (j // per_round) % v``; microbatches count up per stage. With
-    ``zero_bubble`` the backward is ``B`` and its ``W`` follows FIFO, ``r`` backwards later.
+    chunk ``v - 1 - (j // per_round) % v``; microbatches count up per stage (the k-th
+    step of a chunk is microbatch ``(k // (per_round*v)) * per_round + k % per_round``).
+    With ``zero_bubble`` the backward is ``B`` and its ``W`` follows FIFO, ``r`` backwards
+    later (after backward j comes the W of backward j - r), the rest at the end.
     """
-    total = m * v
-    fmb: dict[int, int] = defaultdict(int)
-    bmb: dict[int, int] = defaultdict(int)
-    row: list[Op] = []
-    bkind = "B" if zero_bubble else "BW"
-    backs: list[Op] = []
-    wdone = 0
-
-    def fwd(k: int) -> None:
-        s = ((k // per_round) % v) * p + r
-        row.append(Op("F", s, fmb[s]))
-        fmb[s] += 1
-
-    def bwd(j: int) -> None:
-        nonlocal wdone
-        s = (v - 1 - (j // per_round) % v) * p + r
-        op = Op(bkind, s, bmb[s])
-        bmb[s] += 1
-        row.append(op)
-        backs.append(op)
-        if zero_bubble and j >= r:
-            b = backs[wdone]
-            row.append(Op("W", b.stage, b.mb))
-            wdone += 1
-
-    for k in range(warmup):
-        fwd(k)
-    for j in range(total - warmup):
-        fwd(warmup + j)
-        bwd(j)
-    for j in range(total - warmup, total):
-        bwd(j)
-    if zero_bubble:
-        row.extend(Op("W", b.stage, b.mb) for b in backs[wdone:])
-    return row
+    n, total = per_round, m * v
+    k = np.arange(total)
+    chunk = (k // n) % v
+    mbs = (k // (n * v)) * n + k % n
+    f_stage, b_stage = chunk * p + r, (v - 1 - chunk) * p + r
+    bkind = OpKind.B if zero_bubble else OpKind.BW
+    # sort keys: warmup forward k at k; steady step j (forward warmup+j, backward j,
+    # then W of backward j-r) at warmup + 3j ..; cooldown backwards after; trailing Ws
+    steady = total - warmup
+    f_key = np.where(k < warmup, k, warmup + 3 * (k - warmup))
+    b_key = np.where(k < steady, warmup + 3 * k + 1, warmup + 3 * steady + 2 * (k - steady))
+    kinds = [np.full(total, int(OpKind.F)), np.full(total, int(bkind))]
+    stages, mb, keys = [f_stage, b_stage], [mbs, mbs], [f_key, b_key]
+    if zero_bubble:      # W of backward i follows backward i + r (or comes at the end)
+        w_after = k + r
+        w_key = np.where(w_after < total, b_key[np.minimum(w_after, total - 1)] + 1,
+                         warmup + 3 * steady + 2 * (total - steady) + k)
+        kinds.append(np.full(total, int(OpKind.W)))
+        stages.append(b_stage)
+        mb.append(mbs)
+        keys.append(w_key)
+    order = np.argsort(np.concatenate(keys), kind="stable")
+    return (np.concatenate(kinds)[order], np.concatenate(stages)[order],
+            np.concatenate(mb)[order])
 
 
-def _schedule(name: str, placement: Placement, m: int, rows: list[list[Op]],
+def _schedule(name: str, placement: Placement, m: int, rows: list,
               **params: object) -> Schedule:
-    return Schedule(name=name, placement=placement, microbatches=m, ranks=rows,
-                    params={"ranks": placement.ranks, "microbatches": m, **params})
+    """A trusted-shape schedule from per-rank columns ``(kind, stage, mb)``."""
+    return Schedule.from_flat(FlatSchedule.from_columns(rows), name=name,
+                              placement=placement, microbatches=m,
+                              params={"ranks": placement.ranks, "microbatches": m,
+                                      **params})
 
 
 @register("interleaved-1f1b",
@@ -212,25 +209,24 @@ def megatron_schedule_table(microbatches: int, chunks: int,
     return table
 
 
-def _megatron_rank(p: int, m: int, v: int, r: int, n: int) -> list[Op]:
-    """One rank of Megatron's interleaved 1F1B (no p2p overlap, the default)."""
-    table = megatron_schedule_table(m, v, n)
+def _megatron_rank(p: int, m: int, v: int, r: int, n: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rank of Megatron's interleaved 1F1B (no p2p overlap, the default), as columns:
+    ``warmup`` forwards, then forward/backward pairs, then the remaining backwards;
+    virtual microbatch k is ``megatron_schedule_table[k]`` for both directions, the
+    backward running the chunks last first."""
+    table = np.asarray(megatron_schedule_table(m, v, n), dtype=np.int64).reshape(-1, 2)
     total = m * v
     warmup = min(total, 2 * (p - r - 1) + (v - 1) * n)
-
-    def fwd(k: int) -> Op:
-        mb, c = table[k]
-        return Op("F", c * p + r, mb)
-
-    def bwd(k: int) -> Op:
-        mb, c = table[k]
-        return Op("BW", (v - 1 - c) * p + r, mb)
-
-    row = [fwd(k) for k in range(warmup)]
-    for k in range(total - warmup):
-        row += [fwd(warmup + k), bwd(k)]
-    row += [bwd(k) for k in range(total - warmup, total)]
-    return row
+    k = np.arange(total)
+    mbs, chunk = table[:, 0], table[:, 1]
+    steady = total - warmup
+    f_key = np.where(k < warmup, k, warmup + 2 * (k - warmup))
+    b_key = np.where(k < steady, warmup + 2 * k + 1, warmup + 2 * steady + (k - steady))
+    order = np.argsort(np.concatenate((f_key, b_key)), kind="stable")
+    kind = np.repeat([int(OpKind.F), int(OpKind.BW)], total)
+    stage = np.concatenate((chunk * p + r, (v - 1 - chunk) * p + r))
+    return kind[order], stage[order], np.concatenate((mbs, mbs))[order]
 
 
 @register("looped-bfs",
@@ -253,10 +249,11 @@ def looped_bfs(ranks: int, microbatches: int, chunks: int = 2) -> Schedule:
     pl = Placement(kind="loop", ranks=p, stages=p * v)
     rows = []
     for r in range(p):
-        stages = pl.stages_of(r)
-        row = [Op("F", s, i) for s in stages for i in range(m)]
-        row += [Op("BW", s, i) for s in reversed(stages) for i in reversed(range(m))]
-        rows.append(row)
+        stages = np.asarray(pl.stages_of(r))
+        kind = np.repeat([int(OpKind.F), int(OpKind.BW)], v * m)
+        stage = np.concatenate((np.repeat(stages, m), np.repeat(stages[::-1], m)))
+        mb = np.concatenate((np.tile(np.arange(m), v), np.tile(np.arange(m)[::-1], v)))
+        rows.append((kind, stage, mb))
     return _schedule("looped-bfs", pl, m, rows, chunks=v)
 
 
@@ -349,7 +346,8 @@ def zbv_torch(ranks: int, microbatches: int) -> Schedule:
         row += [Op("W", s1, i) for i in range(w1, cnt["b1"])]
         row += [Op("W", s0, i) for i in range(w0, cnt["b0"])]
         rows.append([op for op in row if op.mb < m])
-    return _schedule("zbv", pl, m, rows, variant="torch")
+    return Schedule(name="zbv", placement=pl, microbatches=m, ranks=rows,
+                    params={"ranks": p, "microbatches": m, "variant": "torch"})
 
 
 #: the torch schedule classes these generators reproduce, for interop and tests

@@ -27,9 +27,10 @@ offsets).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +46,6 @@ from schedsim.program.ops import (
     Post,
     Wait,
 )
-
-if TYPE_CHECKING:
-    from schedsim.program.ir import Placement
 
 
 class Opcode(IntEnum):
@@ -117,7 +115,7 @@ class FlatSchedule:
         return int(self.rptr[-1])
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Iterable[Op]]) -> "FlatSchedule":
+    def from_rows(cls, rows: Iterable[Iterable[Op]]) -> FlatSchedule:
         """Convert object rows (lists of :class:`Op`)."""
         kind, stage, mb, fb = [], [], [], []
         rptr = [0]
@@ -135,7 +133,7 @@ class FlatSchedule:
 
     @classmethod
     def from_columns(cls, rows: Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]]
-                     ) -> "FlatSchedule":
+                     ) -> FlatSchedule:
         """Build from per-rank ``(kinds, stages, mbs)`` integer columns (no FB ops): what
         the fast generators emit."""
         lens = [len(k) for k, _, _ in rows]
@@ -246,7 +244,7 @@ class FlatProgram:
 
     # -- object view ------------------------------------------------------------------
     @classmethod
-    def from_rows(cls, rows: Iterable[Iterable[Instr]]) -> "FlatProgram":
+    def from_rows(cls, rows: Iterable[Iterable[Instr]]) -> FlatProgram:
         """Convert object rows (lists of instructions). Raises TypeError on a row entry
         that is not an instruction."""
         b = FlatBuilder()
@@ -411,8 +409,9 @@ class FlatBuilder:
                            _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
 
 
-def placement_rank_table(pl: "Placement") -> tuple[np.ndarray, int, int]:
-    """``(table, half, last)`` for vectorized ``rank_of``: the rank of stage s is
+def placement_rank_table(pl: Any) -> tuple[np.ndarray, int, int]:
+    """``(table, half, last)`` for vectorized ``rank_of`` of a
+    :class:`~schedsim.program.ir.Placement`: the rank of stage s is
     ``table[s]``, except under ``dual`` placement where microbatches ``>= half`` run
     stage s on ``last - s`` (see :meth:`Placement.rank_of`)."""
     table = np.asarray([pl.rank_of(s, 0) for s in range(pl.stages)], dtype=I32)
@@ -421,7 +420,7 @@ def placement_rank_table(pl: "Placement") -> tuple[np.ndarray, int, int]:
     return table, -1, -1
 
 
-def ranks_of(pl: "Placement", stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
+def ranks_of(pl: Any, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
     """Vectorized :meth:`Placement.rank_of` (stages must be in range)."""
     table, half, last = placement_rank_table(pl)
     out = table[stage]

@@ -13,8 +13,9 @@ their per-rank lists are written as the text tokens of :mod:`schedsim.program.to
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -45,8 +46,21 @@ from schedsim.program.ops import (
 from schedsim.program.tokens import parse_instr, parse_op
 
 #: the atoms are defined in :mod:`schedsim.program.ops` and importable from here too
-__all__ = ["COMM_KINDS", "COMPUTE_KINDS", "Comm", "Commit", "Compute", "Instr", "Op", "Post",
-           "Batch", "Wait", "Placement", "Schedule", "Program"]
+__all__ = [
+    "COMM_KINDS",
+    "COMPUTE_KINDS",
+    "Batch",
+    "Comm",
+    "Commit",
+    "Compute",
+    "Instr",
+    "Op",
+    "Placement",
+    "Post",
+    "Program",
+    "Schedule",
+    "Wait",
+]
 
 
 class Placement(BaseModel):
@@ -72,7 +86,7 @@ class Placement(BaseModel):
     stage_ranks: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "Placement":
+    def _check(self) -> Placement:
         p, s = self.ranks, self.stages
         if self.kind == "loop" and s % p:
             raise ScheduleError(

@@ -24,20 +24,12 @@ holds the registry of policies and :func:`~schedsim.program.lower.lower`.
 """
 from __future__ import annotations
 
-from schedsim.program.ir import (
-    Batch,
-    Comm,
-    Commit,
-    Compute,
-    Instr,
-    Op,
-    Placement,
-    Post,
-    Program,
-    Schedule,
-    Wait,
-)
-from schedsim.program.ops import recv_comm, send_comm
+from typing import Any
+
+import numpy as np
+
+from schedsim.program.ir import Comm, Instr, Op, Placement, Program, Schedule
+from schedsim.program.ops import COMM_KINDS, recv_comm, send_comm
 from schedsim.program.routing import consumer_stage, needs, produces
 
 
@@ -81,69 +73,58 @@ def link_ordered_recvs(schedule: Schedule) -> list[list[list[Comm]]]:
     messages from one peer in a different order than that peer sent them, it must post
     the earlier messages' recvs first: so for op k this lists, for each input it needs
     from another rank, every not yet posted recv on that link up to and including it,
-    in the sender's order. Equal to :func:`op_recvs` when consumers follow the send
-    order (1F1B, GPipe, DualPipe).
+    in the sender's order (a recv whose message no rank sends is kept as it is). Equal to
+    :func:`op_recvs` when consumers follow the send order (1F1B, GPipe, DualPipe).
+    Computed by :func:`schedsim.program.flat_lowering.link_order`.
     """
-    pl = schedule.placement
-    bw = has_backward(schedule)
-    rank_of = pl.rank_fn()
-    seq: dict[tuple[int, int], list[tuple[str, int, int]]] = {}
-    pos: dict[tuple[str, int, int], int] = {}
-    for r, ops in enumerate(schedule.ranks):
-        for op in ops:
-            for c in op_sends(op, r, pl, bw):
-                key = c.message_key()
-                link = (r, rank_of(consumer_stage(key), key[2]))
-                lst = seq.setdefault(link, [])
-                pos[key] = len(lst)
-                lst.append(key)
-    out: list[list[list[Comm]]] = []
-    for r, ops in enumerate(schedule.ranks):
-        nxt: dict[tuple[int, int], int] = {}
-        posted: set[tuple[str, int, int]] = set()
-        row = []
-        for op in ops:
-            batch: list[Comm] = []
-            for c in op_recvs(op, r, pl):
-                key = c.message_key()
-                if key in posted:
-                    continue
-                link = (rank_of(key[1], key[2]), r)
-                i = pos.get(key)
-                if i is None or seq[link][i] != key:     # no such send: keep the recv
-                    batch.append(c)
-                    posted.add(key)
-                    continue
-                while nxt.get(link, 0) <= i:
-                    k2 = seq[link][nxt.get(link, 0)]
-                    nxt[link] = nxt.get(link, 0) + 1
-                    if k2 not in posted:
-                        batch.append(recv_comm(k2))
-                        posted.add(k2)
-            row.append(batch)
-        out.append(row)
+    from schedsim.program.flat_lowering import atom_comms, link_order
+
+    _check_ranges(schedule)
+    fs = schedule.flat()
+    rp = link_order(atom_comms(fs, schedule.placement, schedule.microbatches),
+                    schedule.placement.ranks)
+    out: list[list[list[Comm]]] = [[[] for _ in range(int(fs.rptr[r + 1] - fs.rptr[r]))]
+                                   for r in range(fs.ranks)]
+    rank = np.repeat(np.arange(fs.ranks), np.diff(fs.rptr))
+    for o, k, st, mb in zip(rp.op.tolist(), rp.kind.tolist(), rp.stage.tolist(),
+                            rp.mb.tolist()):
+        r = int(rank[o])
+        out[r][o - int(fs.rptr[r])].append(Comm(COMM_KINDS[k], st, mb))
     return out
 
 
+def _check_ranges(schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` (the validator's message) for a schedule with a
+    stage or microbatch out of range or a rank count that differs from the placement's,
+    which the array lowering cannot index."""
+    fs = schedule.flat()
+    pl, M = schedule.placement, schedule.microbatches
+    bad = (fs.ranks != pl.ranks or bool(np.any((fs.stage < 0) | (fs.stage >= pl.stages)))
+           or bool(np.any((fs.mb < 0) | (fs.mb >= M)))
+           or bool(np.any((fs.fb_stage < 0) | (fs.fb_stage >= pl.stages)))
+           or bool(np.any((fs.fb_mb < 0) | (fs.fb_mb >= M))))
+    if bad:
+        from schedsim.program.validate import validate_schedule
+
+        validate_schedule(schedule)
+
+
 def lower_async(schedule: Schedule) -> Program:
-    """The ``async`` policy (module docstring)."""
-    pl = schedule.placement
-    bw = has_backward(schedule)
-    posts = link_ordered_recvs(schedule)
-    rows: list[list[Instr]] = []
-    for r, ops in enumerate(schedule.ranks):
-        recvs = posts[r]
-        row: list[Instr] = [Post(c) for c in (recvs[0] if ops else [])]
-        for k, op in enumerate(ops):
-            if k + 1 < len(ops):
-                row.extend(Post(c) for c in recvs[k + 1])
-            need = op_recvs(op, r, pl)
-            if need:
-                row.append(Wait(tuple(need)))
-            row.append(Compute(op))
-            row.extend(Post(c) for c in op_sends(op, r, pl, bw))
-        rows.append(row)
-    return program_of(schedule, rows)
+    """The ``async`` policy (module docstring). Raises :class:`ScheduleError` for a
+    stage or microbatch out of range."""
+    from schedsim.program.flat_lowering import lower_async_flat
+
+    _check_ranges(schedule)
+    return program_of_flat(schedule, lower_async_flat(schedule.flat(), schedule.placement,
+                                                      schedule.microbatches))
+
+
+def program_of_flat(schedule: Schedule, flat: Any) -> Program:
+    """A :class:`Program` held as the flat arrays ``flat``, named and placed as
+    ``schedule`` (trusted when the schedule is)."""
+    return Program.from_flat(flat, name=schedule.name, placement=schedule.placement,
+                             microbatches=schedule.microbatches, params=schedule.params,
+                             trusted=schedule.trusted)
 
 
 def program_of(schedule: Schedule, rows: list[list[Instr]]) -> Program:
@@ -157,22 +138,10 @@ def lower_commit(schedule: Schedule) -> Program:
     """The ``commit`` policy (module docstring): the P2P ops of one step (the sends of the
     op just run and the recvs the next op needs, recvs in link order; see
     :func:`link_ordered_recvs`) are launched as one ``BATCH[...]`` and committed right
-    before the next compute, as DualPipe's ``_commit_and_wait_comm`` does."""
-    pl = schedule.placement
-    bw = has_backward(schedule)
-    recvs = link_ordered_recvs(schedule)
-    rows: list[list[Instr]] = []
-    for r, ops in enumerate(schedule.ranks):
-        row: list[Instr] = []
-        pending = list(recvs[r][0]) if ops else []
-        for k, op in enumerate(ops):
-            if pending:
-                row += [Batch(tuple(pending)), Commit()]
-            row.append(Compute(op))
-            pending = op_sends(op, r, pl, bw)
-            if k + 1 < len(ops):
-                pending = pending + recvs[r][k + 1]
-        if pending:
-            row += [Batch(tuple(pending)), Commit()]
-        rows.append(row)
-    return program_of(schedule, rows)
+    before the next compute, as DualPipe's ``_commit_and_wait_comm`` does. Raises
+    :class:`ScheduleError` for a stage or microbatch out of range."""
+    from schedsim.program.flat_lowering import lower_commit_flat
+
+    _check_ranges(schedule)
+    return program_of_flat(schedule, lower_commit_flat(schedule.flat(), schedule.placement,
+                                                       schedule.microbatches))

@@ -18,7 +18,8 @@ instructions). The comm instructions are checked by :mod:`schedsim.sim.compile`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from schedsim.errors import ProgramError, SchedsimError, ScheduleError
 from schedsim.program.ir import Compute, Op, Schedule
@@ -56,7 +57,7 @@ def validate_schedule(schedule: Schedule,
     stage, microbatch and expected rank. ``complete=False`` skips rule 3 (a program may
     run part of a schedule) and instead requires every same-rank input to be made.
     """
-    ScheduleError = error     # noqa: N806 - one name for the error raised below
+    ScheduleError = error
     where = locate or (lambda r, i: _where(r, i, schedule.ranks[r][i]))
     pl = schedule.placement
     S, M = pl.stages, schedule.microbatches
@@ -90,8 +91,8 @@ def validate_schedule(schedule: Schedule,
                 if key in pos:
                     fr, fi = pos[key]
                     raise ScheduleError(f"{where(r, i)}: duplicate {a.kind} of stage "
-                                        f"{a.stage} mb {a.mb}: it runs a second time "
-                                        f"(first at {where(fr, fi)}; each op runs once)")
+                                        f"{a.stage} mb {a.mb} (first at {where(fr, fi)}); "
+                                        f"each op runs once, this one runs a second time")
                 pos[key] = (r, i)
                 if a.kind != "F":
                     has_backward = True

@@ -7,7 +7,8 @@ the T0, T1, ... slot diagrams papers draw.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -103,7 +104,7 @@ class CostModel(BaseModel):
             c = sum(self.kind_cost(p.kind, p.stage, p.mb) for p in op.parts)
         return c
 
-    def cost_fn(self) -> "Callable[[Op], float]":
+    def cost_fn(self) -> Callable[[Op], float]:
         """A fast, memoising ``op -> cost`` function, for hot loops."""
         slow = self.cost
         if not self.stage and not self.overrides:     # cost depends on the kind only

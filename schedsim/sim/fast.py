@@ -1,5 +1,5 @@
-"""Which executor runs the kernels of :mod:`schedsim.sim.kernels`: CPython over lists, or
-numba over numpy arrays.
+"""Which executor runs the kernels (:mod:`schedsim.sim.kernels`,
+:mod:`schedsim.sim.compile_kernel`): CPython over lists, or numba over numpy arrays.
 
 numba (``pip install schedsim[fast]``) is optional: it is imported only when a program is
 large enough for its compiled loops to pay for the import (about 0.3 s) and the loading
@@ -23,6 +23,7 @@ from schedsim.errors import ScenarioError
 THRESHOLD = 20_000
 
 _JITTED: SimpleNamespace | None = None
+_PURE: SimpleNamespace | None = None
 _AVAILABLE: bool | None = None
 
 
@@ -103,22 +104,45 @@ def use_numba(n: int) -> bool:
     return n >= THRESHOLD and numba_available()
 
 
+#: the modules whose functions are kernels
+KERNEL_MODULES = ("schedsim.sim.kernels", "schedsim.sim.compile_kernel")
+
+
+def _functions(module: Any) -> dict[str, FunctionType]:
+    return {n: f for n, f in vars(module).items()
+            if isinstance(f, FunctionType) and f.__module__ == module.__name__}
+
+
+def pure() -> SimpleNamespace:
+    """The kernels as plain Python functions."""
+    global _PURE
+    if _PURE is None:
+        import importlib
+
+        out: dict[str, Any] = {}
+        for name in KERNEL_MODULES:
+            out.update(_functions(importlib.import_module(name)))
+        _PURE = SimpleNamespace(**out)
+    return _PURE
+
+
 def jitted() -> SimpleNamespace:
     """The kernels compiled by numba (cached on disk; compiled on first use)."""
     global _JITTED
     if _JITTED is None:
+        import importlib
+
         import numba
 
-        from schedsim.sim import kernels
-
-        # numba resolves the functions a kernel calls through its globals: give every
-        # kernel a namespace in which those names are the compiled versions
-        # helpers (``_name``) are inlined into the kernels that call them (numba's own
-        # inlining: no call and no reference counting of their many array arguments)
-        ns = dict(vars(kernels))
-        out = {}
-        for name, fn in vars(kernels).items():
-            if isinstance(fn, FunctionType) and fn.__module__ == kernels.__name__:
+        out: dict[str, Any] = {}
+        for mod_name in KERNEL_MODULES:
+            module = importlib.import_module(mod_name)
+            # numba resolves the functions a kernel calls through its globals: give the
+            # module's kernels a namespace in which those names are the compiled versions;
+            # helpers (``_name``) are inlined into their callers by numba (no call, no
+            # reference counting of their array arguments)
+            ns = dict(vars(module))
+            for name, fn in _functions(module).items():
                 f = FunctionType(fn.__code__, ns, name, fn.__defaults__)
                 f.__qualname__ = fn.__qualname__
                 f.__module__ = fn.__module__
@@ -130,9 +154,7 @@ def jitted() -> SimpleNamespace:
 
 def kernels_for(n: int, what: str = "run") -> tuple[Any, Any]:
     """``(kernels, allocator)`` for a program of ``n`` instructions: the numba-compiled
-    kernels with numpy arrays, or :mod:`schedsim.sim.kernels` with Python lists."""
+    kernels with numpy arrays, or the plain functions with Python lists."""
     if use_numba(n):
         return jitted(), _Arrays
-    from schedsim.sim import kernels
-
-    return kernels, _Lists
+    return pure(), _Lists

@@ -3,7 +3,7 @@ when the program cannot finish, explain the deadlock."""
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from schedsim.errors import DeadlockError, ScenarioError
 from schedsim.program.ir import Program

@@ -1,0 +1,215 @@
+"""The compile pass over a flat program (see :mod:`schedsim.sim.compile`), written in the
+subset of Python that both CPython and numba run (see :mod:`schedsim.sim.kernels`)."""
+from __future__ import annotations
+
+from schedsim.program.flat import Opcode
+from schedsim.sim.kernels import Err, Step, WaitKind
+
+_COMPUTE = int(Step.COMPUTE)
+_LAUNCH = int(Step.LAUNCH)
+_WAIT = int(Step.WAIT)
+_K_WAIT = int(WaitKind.WAIT)
+_K_COMMIT = int(WaitKind.COMMIT)
+_K_END = int(WaitKind.END)
+_E_NO_MESSAGE = int(Err.NO_MESSAGE)
+_E_LOCAL = int(Err.LOCAL)
+_E_POST = int(Err.POST)
+_E_SEND_EARLY = int(Err.SEND_EARLY)
+_E_NEED = int(Err.NEED)
+_E_WAIT_UNPOSTED = int(Err.WAIT_UNPOSTED)
+_P_POST = int(Opcode.POST)
+_P_BATCH = int(Opcode.BATCH)
+_P_COMPUTE = int(Opcode.COMPUTE)
+_P_COMMIT = int(Opcode.COMMIT)
+
+def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer, aptr, a_in,
+                        a_out, icost, ispan, stream_mode, key_msg, msg_key, hindex, hseq,
+                        made_rank, waited, posted, cop, cipc, cwk, ccost, cspan, chptr, ch,
+                        cuptr, crptr, unit_stream, unit_hptr, unit_h, hunit, ugroup,
+                        counts, err):
+    """One pass over every rank's instructions (ranks in order, each in program order):
+    resolve posts to messages (created on first sight, from either side), check the comm
+    rules, emit compiled code. Returns nothing; ``err[0]`` is an :class:`Err` code
+    (``err[1:4]`` = rank, instruction, member or atom index) and ``counts`` = (steps,
+    handles in code, messages, units).
+
+    Inputs per instruction ``i``: ``code`` (Opcode), members ``mptr[i]:mptr[i+1]``
+    (``mkey``: key id or -1 when no such message; ``mside``: 0 send / 1 recv;
+    ``mowner``: the rank that must issue it; ``mlocal``: 1 for a same-rank hand-off;
+    ``mpeer``: the other side's rank), compute atoms ``aptr[i]:aptr[i+1]`` (``a_in``: key
+    of the cross-rank input or -1, ``a_out``: key of the output or -1), ``icost``,
+    ``ispan``. ``stream_mode``: 0 none, 1 per-peer, 2 per-rank.
+    """
+    n = 0       # steps emitted
+    nh = 0      # handles emitted in code
+    nm = 0      # messages
+    nu = 0      # units
+    for r in range(P):
+        crptr[r] = n
+        npost = 0            # handles posted so far by this rank (posted[0:npost])
+        committed = 0
+        for i in range(rptr[r], rptr[r + 1]):
+            c = code[i]
+            ipc = i - rptr[r]
+            if c == _P_POST or c == _P_BATCH:          # one launch
+                cop[n] = _LAUNCH
+                cipc[n] = ipc
+                ccost[n] = 0.0
+                cspan[n] = -1
+                chptr[n] = nh
+                first = npost
+                for j in range(mptr[i], mptr[i + 1]):
+                    k = mkey[j]
+                    if k < 0:
+                        err[0] = _E_NO_MESSAGE
+                        err[1] = r
+                        err[2] = ipc
+                        err[3] = j
+                        return
+                    m = key_msg[k]
+                    if m < 0:
+                        if mlocal[j]:
+                            err[0] = _E_LOCAL
+                            err[1] = r
+                            err[2] = ipc
+                            err[3] = j
+                            return
+                        m = nm
+                        key_msg[k] = m
+                        msg_key[m] = k
+                        nm += 1
+                    h = 2 * m + mside[j]
+                    if mowner[j] != r or hindex[h] >= 0:
+                        err[0] = _E_POST
+                        err[1] = r
+                        err[2] = ipc
+                        err[3] = j
+                        return
+                    hindex[h] = ipc
+                    hseq[h] = npost
+                    if mside[j] == 0 and made_rank[k] != r:
+                        err[0] = _E_SEND_EARLY
+                        err[1] = r
+                        err[2] = ipc
+                        err[3] = j
+                        return
+                    posted[npost] = h
+                    npost += 1
+                    ch[nh] = h
+                    nh += 1
+                cuptr[n] = nu
+                if stream_mode != 0:
+                    nu = _units(r, P, stream_mode, first, npost, posted, mptr[i], mpeer, nu,
+                                unit_stream, unit_hptr, unit_h, hunit, ugroup)
+                n += 1
+            elif c == _P_COMPUTE:
+                for a in range(aptr[i], aptr[i + 1]):
+                    k = a_in[a]
+                    if k >= 0 and not waited[k]:
+                        err[0] = _E_NEED
+                        err[1] = r
+                        err[2] = ipc
+                        err[3] = a
+                        return
+                for a in range(aptr[i], aptr[i + 1]):
+                    k = a_out[a]
+                    if k >= 0:
+                        made_rank[k] = r
+                cop[n] = _COMPUTE
+                cipc[n] = ipc
+                ccost[n] = icost[i]
+                cspan[n] = ispan[i]
+                chptr[n] = nh
+                cuptr[n] = nu
+                n += 1
+            elif c == _P_COMMIT:
+                cop[n] = _WAIT
+                cipc[n] = ipc
+                cwk[n] = _K_COMMIT
+                ccost[n] = 0.0
+                cspan[n] = -1
+                chptr[n] = nh
+                cuptr[n] = nu
+                for q in range(committed, npost):
+                    h = posted[q]
+                    if h & 1:
+                        waited[msg_key[h >> 1]] = 1
+                    ch[nh] = h
+                    nh += 1
+                committed = npost
+                n += 1
+            else:                                      # WAIT
+                cop[n] = _WAIT
+                cipc[n] = ipc
+                cwk[n] = _K_WAIT
+                ccost[n] = 0.0
+                cspan[n] = -1
+                chptr[n] = nh
+                cuptr[n] = nu
+                for j in range(mptr[i], mptr[i + 1]):
+                    k = mkey[j]
+                    m = -1 if k < 0 else key_msg[k]
+                    h = -1 if m < 0 else 2 * m + mside[j]
+                    if h < 0 or hindex[h] < 0 or hindex[h] >= ipc or mowner[j] != r:
+                        err[0] = _E_WAIT_UNPOSTED
+                        err[1] = r
+                        err[2] = ipc
+                        err[3] = j
+                        return
+                    if h & 1:
+                        waited[k] = 1
+                    ch[nh] = h
+                    nh += 1
+                n += 1
+        cop[n] = _WAIT                                  # END: everything posted
+        cipc[n] = rptr[r + 1] - rptr[r]
+        cwk[n] = _K_END
+        ccost[n] = 0.0
+        cspan[n] = -1
+        chptr[n] = nh
+        cuptr[n] = nu
+        for q in range(npost):
+            ch[nh] = posted[q]
+            nh += 1
+        n += 1
+    crptr[P] = n
+    chptr[n] = nh
+    cuptr[n] = nu
+    counts[0] = n
+    counts[1] = nh
+    counts[2] = nm
+    counts[3] = nu
+
+
+def _units(r, P, stream_mode, first, last, posted, m0, mpeer, nu, unit_stream, unit_hptr,
+           unit_h, hunit, ugroup):
+    """Split one launch's handles ``posted[first:last]`` into per-stream units (streams
+    in order of their first handle; the launch's units are the new ids, in order);
+    returns the new unit count. Unit u's handles are ``unit_h[unit_hptr[u]:unit_hptr[u+1]]``
+    (``unit_hptr[nu]`` is kept at the end; the caller allocates it zeroed)."""
+    start = unit_hptr[nu]
+    ng = 0
+    for q in range(first, last):
+        sid = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+        g = -1
+        for x in range(ng):
+            if ugroup[x] == sid:
+                g = x
+        if g < 0:
+            ugroup[ng] = sid
+            ng += 1
+    pos = start
+    for x in range(ng):
+        sid = ugroup[x]
+        unit_stream[nu] = sid
+        unit_hptr[nu] = pos
+        for q in range(first, last):
+            s2 = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+            if s2 == sid:
+                h = posted[q]
+                unit_h[pos] = h
+                hunit[h] = nu
+                pos += 1
+        nu += 1
+    unit_hptr[nu] = pos
+    return nu
