@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from schedsim.util.lazy import LazyFields
 
 
 @dataclass(slots=True)
@@ -152,10 +154,16 @@ class Deadlock(BaseModel):
     cycle: list[CycleStep]
 
 
-class Timeline(BaseModel):
-    """Spans, messages and waits of one execution, with summary statistics."""
+class Timeline(LazyFields):
+    """Spans, messages and waits of one execution, with summary statistics.
+
+    A simulated timeline builds its ``spans``, ``messages`` and ``waits`` lists on first
+    use (:class:`~schedsim.util.lazy.LazyFields`): reading the summary of a large run
+    costs no object per op.
+    """
 
     model_config = ConfigDict(extra="allow")
+    _lazy_fields: ClassVar[tuple[str, ...]] = ("spans", "messages", "waits")
 
     schedule: str
     ranks: int
@@ -220,6 +228,18 @@ class Timeline(BaseModel):
 
     def spans_of(self, rank: int) -> list[Span]:
         return sorted((s for s in self.spans if s.rank == rank), key=lambda s: s.start)
+
+    @classmethod
+    def deferred(cls, build: Callable[[], dict[str, Any]], **fields: Any) -> "Timeline":
+        """A timeline whose ``spans``, ``messages`` and ``waits`` are made by ``build()``
+        (returning them as a dict) when first needed; ``fields`` are the others, taken
+        as valid (not validated)."""
+        tl = cls.model_construct(**fields)
+        tl._defer(build)
+        return tl
+
+    def _build_lazy(self, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        return build()
 
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)

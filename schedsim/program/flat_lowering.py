@@ -122,17 +122,27 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
     grp = np.repeat(starts, np.diff(np.r_[starts, len(sl)]))
     s_pos = np.empty(len(sl), I64)
     s_pos[order] = np.arange(len(sl)) - grp               # position within its link
-    # each need's position on its link (-1: no such send)
+    # each need's position on its link (-1: no such send): look its key up among the
+    # sends' keys (a dense table when the key space is small, else a sorted search)
     n_link = ac.need_src * P + ac.op_rank[ac.need_op]
-    code_order = np.argsort(ac.send_code, kind="stable")
-    sc = ac.send_code[code_order]
-    at = np.searchsorted(sc, ac.need_code)
-    atc = np.minimum(at, max(len(sc) - 1, 0))
-    found = (at < len(sc)) & (sc[atc] == ac.need_code) if len(sc) else \
-        np.zeros(len(ac.need_code), bool)
-    sid = code_order[atc]
-    found &= s_link[sid] == n_link if len(sc) else found
-    pos = np.where(found, s_pos[sid] if len(sc) else 0, -1)
+    space = int(max(ac.send_code.max(initial=-1), ac.need_code.max(initial=-1))) + 1
+    if space <= 4 * (len(ac.send_code) + len(ac.need_code)) + 1024:
+        table = np.full(space, -1, I64)
+        table[ac.send_code] = np.arange(len(ac.send_code))
+        sid = table[ac.need_code]
+        found = sid >= 0
+        sid = np.maximum(sid, 0)
+    else:
+        code_order = np.argsort(ac.send_code, kind="stable")
+        sc = ac.send_code[code_order]
+        at = np.searchsorted(sc, ac.need_code)
+        atc = np.minimum(at, max(len(sc) - 1, 0))
+        found = (at < len(sc)) & (sc[atc] == ac.need_code) if len(sc) else \
+            np.zeros(len(ac.need_code), bool)
+        sid = code_order[atc] if len(sc) else np.zeros(len(ac.need_code), I64)
+    if len(ac.send_code):
+        found &= s_link[sid] == n_link
+    pos = np.where(found, s_pos[sid] if len(ac.send_code) else 0, -1)
     # running maximum of positions per link, in need order
     BIG = int(pos.max(initial=0)) + 2
     n_order = np.argsort(n_link, kind="stable")
@@ -208,39 +218,65 @@ def _assemble(fs: FlatSchedule, item_rank: np.ndarray, item_key: np.ndarray,
                        *_fb_sides(fs, op_instr))
 
 
-def lower_async_flat(fs: FlatSchedule, pl: Placement, microbatches: int) -> FlatProgram:
+def lower_async_flat(fs: FlatSchedule, pl: "Placement", microbatches: int) -> FlatProgram:
     """The ``async`` policy: per rank, the first op's recvs, then for each op k the next
-    op's recvs (link order), a ``WAIT`` on op k's own recvs, op k, op k's sends."""
+    op's recvs (link order), a ``WAIT`` on op k's own recvs, op k, op k's sends.
+
+    Every instruction's position is computed directly: op k's group
+    ``[R(k+1)] [W(k)] C(k) [S(k)]`` starts after the rank's first recvs and the groups
+    before it."""
     ac = atom_comms(fs, pl, microbatches)
     rp = link_order(ac, pl.ranks)
     n = len(fs)
-    nn = np.bincount(ac.need_op, minlength=n)
-    need_start = np.cumsum(nn) - nn
-    pos, rank = ac.op_pos, ac.op_rank
-    # sort keys within a rank: op k's group is 4k+4 .. 4k+7 (R_{k+1}, W_k, C_k, S_k);
-    # the first op's recvs come first (key 3)
-    k_post = 4 * pos[rp.op]                     # R_j sits in op j-1's group (4(j-1)+4)
-    k_post = np.where(pos[rp.op] == 0, 3, k_post)
-    has_w = np.flatnonzero(nn > 0)
-    np_, nw, ns = len(rp.op), len(has_w), len(ac.send_op)
-    item_rank = np.concatenate((rank[rp.op], rank[has_w], rank, rank[ac.send_op]))
-    item_key = np.concatenate((k_post, 4 * pos[has_w] + 5, 4 * pos + 6,
-                               4 * pos[ac.send_op] + 7))
-    item_code = np.concatenate((np.full(np_, int(Opcode.POST)), np.full(nw, int(Opcode.WAIT)),
-                                np.full(n, int(Opcode.COMPUTE)), np.full(ns, int(Opcode.POST))))
-    item_op = np.concatenate((np.full(np_ + nw, -1), np.arange(n), np.full(ns, -1)))
+    nn = np.bincount(ac.need_op, minlength=n)            # recvs op o waits for
+    na = np.bincount(rp.op, minlength=n)                 # recvs posted for op o
+    nsend = np.bincount(ac.send_op, minlength=n)
+    first = np.zeros(n, bool)
+    first[fs.rptr[:-1][np.diff(fs.rptr) > 0]] = True
+    last = np.zeros(n, bool)
+    last[fs.rptr[1:][np.diff(fs.rptr) > 0] - 1] = True
+    a_next = np.where(last, 0, np.r_[na[1:], 0])        # recvs of the next op, same rank
+    w = (nn > 0).astype(I64)
+    pre = np.where(first, na, 0)                         # the rank's first recvs
+    size = pre + a_next + w + 1 + nsend
+    ends = np.cumsum(size)
+    start = ends - size + pre                            # where op o's group starts
+    pos_w = start + a_next
+    pos_c = pos_w + w
+    N = int(ends[-1]) if n else 0
+    code = np.empty(N, I32)
+    mcount = np.zeros(N, I64)
+    mstart = np.zeros(N, I64)
+    # recv posts: in the rank's prefix (first op) or at the previous op's group start
+    k_in = np.arange(len(rp.op)) - (np.cumsum(na) - na)[rp.op]
+    pos_r = np.where(first[rp.op], start[rp.op] - pre[rp.op], start[rp.op - 1]) + k_in
+    np_ = len(rp.op)
+    code[pos_r] = Opcode.POST
+    mcount[pos_r] = 1
+    mstart[pos_r] = np.arange(np_)
+    wo = np.flatnonzero(w)
+    code[pos_w[wo]] = Opcode.WAIT
+    mcount[pos_w[wo]] = nn[wo]
+    mstart[pos_w[wo]] = np_ + (np.cumsum(nn) - nn)[wo]
+    code[pos_c] = Opcode.COMPUTE
+    k_s = np.arange(len(ac.send_op)) - (np.cumsum(nsend) - nsend)[ac.send_op]
+    pos_s = pos_c[ac.send_op] + 1 + k_s
+    code[pos_s] = Opcode.POST
+    mcount[pos_s] = 1
+    mstart[pos_s] = np_ + len(ac.need_op) + np.arange(len(ac.send_op))
     # member table: recv posts, needs (waited), sends
     mk = np.concatenate((rp.kind, ac.need_kind, ac.send_kind))
     ms = np.concatenate((rp.stage, ac.need_stage, ac.send_stage))
     mm = np.concatenate((rp.mb, ac.need_mb, ac.send_mb))
-    nneed = len(ac.need_op)
-    item_mcount = np.concatenate((np.ones(np_, I64), nn[has_w], np.zeros(n, I64),
-                                  np.ones(ns, I64)))
-    item_mstart = np.concatenate((np.arange(np_), np_ + need_start[has_w], np.zeros(n, I64),
-                                  np_ + nneed + np.arange(ns)))
-    # stable order within a key: posts and sends keep their generation order
-    return _assemble(fs, item_rank, _stable_keys(item_key), item_code, item_op.astype(I64),
-                     item_mcount, item_mstart.astype(I64), mk, ms, mm, pl.ranks)
+    kind = np.full(N, -1, I32)
+    stage = np.full(N, -1, I32)
+    mb = np.full(N, -1, I32)
+    kind[pos_c], stage[pos_c], mb[pos_c] = fs.kind, fs.stage, fs.mb
+    mptr, midx = _members(N, mcount, mstart)
+    rptr = np.concatenate(([0], ends))[fs.rptr].astype(I64)
+    return FlatProgram(rptr, code, kind, stage, mb, mptr, mk[midx].astype(I32),
+                       ms[midx].astype(I32), mm[midx].astype(I32),
+                       *_fb_sides(fs, pos_c.astype(I64)))
 
 
 def _stable_keys(key: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,7 +24,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     PrivateAttr,
-    model_serializer,
     model_validator,
 )
 
@@ -44,6 +43,7 @@ from schedsim.program.ops import (
     format_instr,
 )
 from schedsim.program.tokens import parse_instr, parse_op
+from schedsim.util.lazy import LazyFields
 
 #: the atoms are defined in :mod:`schedsim.program.ops` and importable from here too
 __all__ = [
@@ -187,7 +187,7 @@ InstrRows = Annotated[list[list[Instr]], BeforeValidator(_instrs_in),
                       PlainSerializer(_tokens_out)]
 
 
-class _PerRank(BaseModel):
+class _PerRank(LazyFields):
     """Fields shared by :class:`Schedule` and :class:`Program` (rows are per rank).
 
     ``ranks`` (the object rows) may be held in the flat array form
@@ -197,13 +197,13 @@ class _PerRank(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    _lazy_fields: ClassVar[tuple[str, ...]] = ("ranks",)
 
     name: str = "custom"
     placement: Placement
     microbatches: int = Field(ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
 
-    _flat: Any = PrivateAttr(default=None)
     _trusted: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -218,31 +218,24 @@ class _PerRank(BaseModel):
         """
         obj = cls.model_construct(name=name, placement=placement, microbatches=microbatches,
                                   params=dict(params or {}))
-        obj.__dict__.pop("ranks", None)
-        obj._flat = flat
+        obj._defer(flat)
         obj._trusted = trusted
         return obj
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "ranks":
-            priv = self.__pydantic_private__
-            flat = priv.get("_flat") if priv else None
-            if flat is not None:
-                rows = flat.rows()
-                self.__dict__["ranks"] = rows
-                priv["_flat"] = None      # the rows are the program from now on
-                priv["_trusted"] = False
-                return rows
-        return super().__getattr__(name)  # type: ignore[misc]
+    def _build_lazy(self, flat: Any) -> dict[str, Any]:
+        return {"ranks": flat.rows()}
 
-    def _rows_ready(self) -> None:
-        if "ranks" not in self.__dict__:
-            self.__getattr__("ranks")
+    def _after_build(self) -> None:
+        self._trusted = False     # the rows may be edited from now on
+
+    @property
+    def _flat(self) -> Any:
+        return self._lazy
 
     @property
     def is_flat(self) -> bool:
         """True while the rows are held as arrays only (not yet built as objects)."""
-        return "ranks" not in self.__dict__
+        return self.is_deferred
 
     @property
     def trusted(self) -> bool:
@@ -254,39 +247,6 @@ class _PerRank(BaseModel):
         compute order is not re-validated); no effect once its rows were built."""
         if self.is_flat:
             self._trusted = True
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: Any) -> Any:
-        self._rows_ready()
-        return handler(self)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _PerRank):
-            self._rows_ready()
-            other._rows_ready()
-        return super().__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __iter__(self) -> Any:
-        self._rows_ready()
-        return super().__iter__()
-
-    def __repr_args__(self) -> Any:
-        self._rows_ready()
-        return super().__repr_args__()
-
-    def __copy__(self) -> Any:
-        self._rows_ready()
-        return super().__copy__()
-
-    def __deepcopy__(self, memo: dict | None = None) -> Any:
-        self._rows_ready()
-        return super().__deepcopy__(memo)
-
-    def __getstate__(self) -> dict[Any, Any]:
-        self._rows_ready()
-        return super().__getstate__()
 
 
 class Schedule(_PerRank):

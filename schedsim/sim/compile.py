@@ -154,7 +154,12 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
 
 def _key_ids(pr: _Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compact ids of every key code the program names: ``(keys, member ids, atom input
-    ids, atom output ids)`` (-1 stays -1)."""
+    ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
+    microbatches) is small next to the program, the codes are their own ids."""
+    n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
+    space = 2 * pr.S * pr.M
+    if space <= max(4 * n, 1 << 16):
+        return np.arange(space, dtype=I64), pr.mcode, pr.a_in, pr.a_out
     allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
     keys, inv = np.unique(allc, return_inverse=True)
     if len(keys) and keys[0] < 0:
@@ -187,16 +192,16 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
     nwaitm = nmem - nlaunch
     cap_h = 3 * nlaunch + nwaitm + 1
     K, xs = kernels_for(n, "compile")
-    a = {"key_msg": xs.full(nk, -1), "msg_key": xs.full(nk, -1),
+    a = {"key_msg": xs.full(nk, -1), "msg_key": xs.empty(nk),
          "hindex": xs.full(2 * nk, -1), "hseq": xs.full(2 * nk, -1),
          "made_rank": xs.full(nk, -1), "waited": xs.full(nk, 0),
-         "posted": xs.full(nlaunch + 1, -1), "cop": xs.full(nsteps, 0),
-         "cipc": xs.full(nsteps, 0), "cwk": xs.full(nsteps, -1), "ccost": xs.fullf(nsteps, 0.0),
-         "cspan": xs.full(nsteps, -1), "chptr": xs.full(nsteps + 1, 0),
-         "ch": xs.full(cap_h, 0), "cuptr": xs.full(nsteps + 1, 0),
-         "crptr": xs.full(P + 1, 0), "unit_stream": xs.full(nlaunch + 1, -1),
-         "unit_hptr": xs.full(nlaunch + 2, 0), "unit_h": xs.full(nlaunch + 1, -1),
-         "hunit": xs.full(2 * nk, -1), "ugroup": xs.full(max(P, 1), -1),
+         "posted": xs.empty(nlaunch + 1), "cop": xs.empty(nsteps),
+         "cipc": xs.empty(nsteps), "cwk": xs.full(nsteps, -1), "ccost": xs.emptyf(nsteps),
+         "cspan": xs.empty(nsteps), "chptr": xs.empty(nsteps + 1),
+         "ch": xs.empty(cap_h), "cuptr": xs.empty(nsteps + 1),
+         "crptr": xs.empty(P + 1), "unit_stream": xs.empty(nlaunch + 1),
+         "unit_hptr": xs.full(nlaunch + 2, 0), "unit_h": xs.empty(nlaunch + 1),
+         "hunit": xs.full(2 * nk, -1), "ugroup": xs.empty(max(P, 1)),
          "counts": xs.full(4, 0), "err": xs.full(4, 0)}
     K.compile_comm_kernel(
         P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),

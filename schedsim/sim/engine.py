@@ -22,6 +22,7 @@ when no event is left and a rank has not finished, the program is deadlocked and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -73,23 +74,23 @@ def run(cp: Compiled) -> RunState:
     nsp, nh, nm = len(cp.span_gi), 2 * cp.num_messages, cp.num_messages
     nu, nst, ns = len(cp.unit_stream), cp.num_streams, len(cp.cop)
     npair = P * P if cp.lazy_init else 1
-    o = {"sstart": xs.fullf(nsp, 0.0), "send": xs.fullf(nsp, -1.0),
+    o = {"sstart": xs.emptyf(nsp), "send": xs.fullf(nsp, -1.0),
          "hpost": xs.fullf(nh, -1.0), "hact": xs.fullf(nh, -1.0),
          "hdone": xs.fullf(nh, -1.0), "mstart": xs.fullf(nm, -1.0),
          "marr": xs.fullf(nm, -1.0), "pcs": xs.new_ints(cp.crptr[:-1]),
-         "times": xs.fullf(P, 0.0), "reach": xs.fullf(P, -1.0), "wrec": xs.full(ns, -1),
-         "wt0": xs.fullf(ns, 0.0), "wt1": xs.fullf(ns, 0.0), "counts": xs.full(1, 0),
+         "times": xs.fullf(P, 0.0), "reach": xs.fullf(P, -1.0), "wrec": xs.empty(ns),
+         "wt0": xs.emptyf(ns), "wt1": xs.emptyf(ns), "counts": xs.full(1, 0),
          "sbusy": xs.full(nst, -1), "sfree": xs.fullf(nst, 0.0), "qhead": xs.full(nst, -1),
-         "qtail": xs.full(nst, -1), "unext": xs.full(nu, -1), "uenq": xs.fullf(nu, 0.0),
+         "qtail": xs.empty(nst), "unext": xs.empty(nu), "uenq": xs.emptyf(nu),
          "udone": xs.fullf(nu, 0.0), "ucnt": xs.new_ints(np.diff(cp.unit_hptr)),
-         "waiter": xs.full(nh, -1), "wmax": xs.fullf(P, 0.0), "wcnt": xs.full(P, 0),
+         "waiter": xs.full(nh, -1), "wmax": xs.emptyf(P), "wcnt": xs.empty(P),
          "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
          "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
          "pair_t": xs.fullf(npair, 0.0)}
     depth = 8 + max(int(np.diff(cp.chptr).max(initial=0)), int(np.diff(cp.unit_hptr).max(
-        initial=0)))
-    o.update(wk_kind=xs.full(depth, 0), wk_x=xs.full(depth, 0), wk_t=xs.fullf(depth, 0.0),
-             ready=xs.full(nu + 1, 0))
+        initial=0)))      # the work stack: one step's or one unit's handles, and what follows
+    o.update(wk_kind=xs.empty(depth), wk_x=xs.empty(depth), wk_t=xs.emptyf(depth),
+             ready=xs.empty(nu + 1))
     if cp.data_mode:      # implicit recvs are always posted
         o["hact"][1::2] = xs.fullf(nm, 0.0)
     strict = bool(np.any(cp.mocc > 0))
@@ -212,14 +213,21 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
     """Turn raw run results into a :class:`Timeline` (spans, messages, waits, summary)."""
     prog = cp.program
     pl = prog.placement
-    spans = _spans(cp, st)
     makespan, per_rank = _summary(cp, st, pl.ranks)
-    return Timeline.model_construct(
-        schedule=prog.name, ranks=pl.ranks, stages=pl.stages, microbatches=prog.microbatches,
-        semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
-        source="simulated", placement=pl.kind, makespan=makespan, per_rank=per_rank,
-        spans=spans, messages=_messages(cp, st), waits=_waits(cp, st), deadlock=None,
-        params=dict(prog.params))
+    return Timeline.deferred(
+        partial(_objects, cp, st), schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
+        microbatches=prog.microbatches, semantics=comm.semantics,
+        comm_stream=comm.comm_stream, unit=unit, source="simulated", placement=pl.kind,
+        makespan=makespan, per_rank=per_rank, deadlock=None, params=dict(prog.params))
+
+
+def _objects(cp: Compiled, st: RunState) -> dict[str, list]:
+    """The span, message and wait objects of a run (built when first needed)."""
+    from schedsim.util.gc import no_gc
+
+    with no_gc():
+        return {"spans": _spans(cp, st), "messages": _messages(cp, st),
+                "waits": _waits(cp, st)}
 
 
 def _summary(cp: Compiled, st: RunState, ranks: int) -> tuple[float, list]:

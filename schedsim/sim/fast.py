@@ -39,6 +39,15 @@ class _Lists:
         return [float(v)] * n
 
     @staticmethod
+    def empty(n: int) -> list:
+        """Scratch or output the kernel writes before reading."""
+        return [0] * n
+
+    @staticmethod
+    def emptyf(n: int) -> list:
+        return [0.0] * n
+
+    @staticmethod
     def ints(a: Any) -> list:
         return np.asarray(a).tolist()
 
@@ -56,6 +65,15 @@ class _Arrays:
     @staticmethod
     def fullf(n: int, v: float) -> np.ndarray:
         return np.full(n, v, dtype=np.float64)
+
+    @staticmethod
+    def empty(n: int) -> np.ndarray:
+        """Scratch or output the kernel writes before reading."""
+        return np.empty(n, dtype=np.int64)
+
+    @staticmethod
+    def emptyf(n: int) -> np.ndarray:
+        return np.empty(n, dtype=np.float64)
 
     @staticmethod
     def ints(a: Any) -> np.ndarray:
