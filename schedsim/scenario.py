@@ -32,6 +32,8 @@ Example (``schedules/dualpipe-figure.toml``)::
     comm_stream = "none"       # none | per-peer | per-rank
     # eager_threshold_bytes = 65536
     # launch_cost = 0.2        host time per launched batch of sends/recvs
+    # lazy_init = true         NCCL's lazy 2-rank communicator init (docs/comm-semantics.md)
+    # init_cost = 5            its cost, in the cost unit
 
 Relative paths are resolved against the scenario file's folder. Every unknown key is an
 error that names it.

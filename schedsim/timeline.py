@@ -9,7 +9,7 @@ JSON (stable; extend only compatibly)::
                    "parts": null | [{"kind", "mb", "chunk", "stage"}, ...]}],
      "messages": [{"kind": "F"|"B", "src", "dst", "mb", "stage", "bytes", "send_posted",
                    "recv_posted", "start", "arrival", "send_done", "recv_done",
-                   "send_index", "recv_index"}],
+                   "send_index", "recv_index", "send_active", "recv_active"}],
      "waits":    [{"rank", "index", "kind", "start", "end", "comms"}],
      "deadlock": null | {"message", "blocked": [...], "cycle": [...]}}
 
@@ -17,7 +17,10 @@ Times are in ``unit``. ``index`` fields are instruction positions in the rank's 
 A span's ``mb``/``chunk``/``stage`` are its forward part's for ``FB``. A message's
 ``stage`` is the stage that produced it. ``waits`` has one record per blocking instruction
 (``COMMIT``, ``WAIT``, ``END`` = the implicit wait for outstanding ops at program end,
-``DATA`` = a compute op waiting for its inputs under ``data`` semantics).
+``DATA`` = a compute op waiting for its inputs under ``data`` semantics, ``INIT`` = a
+bare post blocked in a lazy communicator init, ``comms`` naming that post).
+``send_active``/``recv_active`` (added with the comm-stream stall blame; None in older
+files and where not recorded) are when each side reached the head of its comm stream.
 """
 from __future__ import annotations
 
@@ -81,7 +84,12 @@ class Message:
     - ``start`` / ``arrival``: when the transfer began / its last byte arrived (None in
       measured timelines: not observable);
     - ``send_done`` / ``recv_done``: when each side completed (measured: the end of the
-      first wait that covers it).
+      first wait that covers it);
+    - ``send_active`` / ``recv_active``: when each side became active, i.e. reached the
+      head of its rank's comm stream (the post time without a comm stream; later when
+      the op was queued behind earlier launches on the stream). None when not recorded
+      (measured timelines) or never reached (deadlock); under ``data`` semantics
+      ``send_active`` is when the producer ended.
     """
 
     kind: str
@@ -98,6 +106,8 @@ class Message:
     recv_done: float | None = None
     send_index: int = -1
     recv_index: int = -1
+    send_active: float | None = None
+    recv_active: float | None = None
 
     def label(self) -> str:
         return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"

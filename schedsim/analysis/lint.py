@@ -128,14 +128,19 @@ def rank_ranges(ranks: list[int]) -> str:
 
 
 def lint(program: Program, tl: Timeline | None = None,
-         late_threshold: float = 0.0) -> list[Finding]:
+         late_threshold: float = 0.0, lazy_init: bool = False) -> list[Finding]:
     """Run every rule on ``program`` (``tl``: a run of it under comm semantics, used by
     the timed rules; a ``data`` run is ignored, its posts carry no timing; a run that
-    deadlocked gives the ``deadlock`` finding and no timed rule). Findings are sorted by
-    severity (the run's ``deadlock`` first among equals), then cost (largest first)."""
+    deadlocked gives the ``deadlock`` finding and no timed rule; ``lazy_init``: the run
+    uses lazy communicator init, so ``init-order`` lists each rank's order,
+    :mod:`schedsim.analysis.lint_init`). Findings are sorted by severity (the run's
+    ``deadlock`` first among equals), then cost (largest first)."""
+    from schedsim.analysis.lint_init import init_order_findings
+
     dead = tl is not None and tl.deadlock is not None
     timed = tl if tl is not None and tl.semantics != "data" and not dead else None
     out = late_sends(program, timed, late_threshold) + crossed_orders(program)
+    out += init_order_findings(program, lazy_init)
     if dead:
         out += deadlock_findings(tl)
     if timed is not None:

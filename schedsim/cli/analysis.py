@@ -305,7 +305,7 @@ def lint(
     comm = sc.comm if sc.comm.semantics != "data" else \
         sc.comm.model_copy(update={"semantics": "eager"})
     _, tl = run_scenario(sc, comm)
-    found = run_lint(prog, tl, late_threshold)
+    found = run_lint(prog, tl, late_threshold, lazy_init=sc.comm.lazy_init)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
     t = Table(title=f"lint of {prog.name} ({comm.semantics} run"

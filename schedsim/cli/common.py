@@ -72,6 +72,13 @@ ThresholdOpt = Annotated[Optional[float], typer.Option(
 LaunchCostOpt = Annotated[Optional[float], typer.Option(
     "--launch-cost", help="Host time to launch one batch of sends/recvs, in the cost "
     "unit (default 0; 'schedsim calibrate' measures it).")]
+LazyInitOpt = Annotated[Optional[bool], typer.Option(
+    "--lazy-init/--no-lazy-init", help="NCCL's lazy communicator init: the first bare P2P "
+    "between two ranks blocks both hosts until both reach it (see docs/comm-semantics.md).",
+    show_default=False)]
+InitCostOpt = Annotated[Optional[float], typer.Option(
+    "--init-cost", help="With --lazy-init: time to create a 2-rank communicator, in the "
+    "cost unit (default 0).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
@@ -121,7 +128,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    mem_limit: float | None = None, param: list[str] | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
-                   launch_cost: float | None = None,
+                   launch_cost: float | None = None, lazy_init: bool | None = None,
+                   init_cost: float | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -152,7 +160,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
         data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):
+                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
+                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -182,7 +191,7 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
-    ("message_bytes", BytesOpt),
+    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("message_bytes", BytesOpt),
     ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
     ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
     ("placement", PlacementOpt),

@@ -472,3 +472,15 @@ def first_touches(fl: FlatProgram, msrc: np.ndarray, mdst: np.ndarray,
     _, first = np.unique(key, return_index=True)
     first.sort()
     return list(zip(rank[first].tolist(), peer[first].tolist(), gi[first].tolist()))
+
+
+def first_touch_order(program: Program) -> list[list[tuple[int, int]]]:
+    """Per rank, ``(peer, instruction index)`` of its first bare post (``isend`` /
+    ``irecv`` of its own) to each peer, in program order: the order in which the rank
+    creates its 2-rank communicators under lazy init (``CommModel.lazy_init``)."""
+    fl = program.flat()
+    pr = _prep(fl, program)
+    out: list[list[tuple[int, int]]] = [[] for _ in range(fl.ranks)]
+    for r, peer, gi in first_touches(fl, pr.msrc, pr.mdst, pr.side):
+        out[r].append((peer, gi - int(fl.rptr[r])))
+    return out

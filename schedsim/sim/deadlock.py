@@ -130,13 +130,17 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
                                because=f"rank {q} is blocked at instr {qi} ({qtok})"))
         if e["own"]:
             lines.append(f"rank {r} waits at instr {where[r][0]} ({where[r][1]}) for "
-                         f"{e['text']}; rank {q} is blocked at instr {qi} ({qtok})")
+                         f"{e['text']}")
         else:
             lines.append(f"rank {r} ({where[r][1]}): {e['text']}")
-    if not lines:
+    if lines:      # the cycle once, one line per edge
+        ring = " -> ".join(f"rank {r}" for r, _ in found) + f" -> rank {found[0][0]}"
+        head = f"wait-for cycle {ring}:\n  "
+    else:
+        head = ""
         lines = [f"rank {b.rank} is blocked at instr {b.index} ({b.instruction})"
                  for b in blocked]
-    msg = ("deadlock: the program can never finish (instructions count from 0). "
-           + ". ".join(lines) + ". Blocked ranks: "
+    msg = ("deadlock: the program can never finish (instructions count from 0); " + head
+           + ";\n  ".join(lines) + ".\nBlocked ranks: "
            + ", ".join(str(b.rank) for b in blocked) + ".")
     return Deadlock(message=msg, blocked=blocked, cycle=cycle)

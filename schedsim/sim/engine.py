@@ -180,14 +180,17 @@ def _messages(cp: Compiled, st: RunState) -> list[Message]:
     code = cp.mcode
     kinds = ("F", "B")
     kind = [kinds[k] for k in (code // (S * M)).tolist()]
+    sact = _opt(st.hact[0::2])
     if cp.data_mode:
-        sposts, rposts = _opt(st.hact[0::2]), [None] * cp.num_messages
+        sposts, rposts, ract = sact, [None] * cp.num_messages, [None] * cp.num_messages
     else:
-        sposts, rposts = _opt(st.hpost[0::2]), _opt(st.hpost[1::2])
+        sposts, rposts, ract = _opt(st.hpost[0::2]), _opt(st.hpost[1::2]), \
+            _opt(st.hact[1::2])
     return list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), (code % M).tolist(),
                     ((code // M) % S).tolist(), cp.mbytes.tolist(), sposts, rposts,
                     _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
-                    _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist()))
+                    _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist(),
+                    sact, ract))
 
 
 def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:
