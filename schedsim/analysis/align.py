@@ -10,15 +10,19 @@ Flags:
 
 - ``late-send``: the send was posted after the data was ready (by ``send_posted - ready``);
 - ``late-recv``: under rendezvous the transfer waited for the receiver to post its recv;
-- ``queued``: the transfer started after it could have (link FIFO or comm stream).
+- ``queued``: the transfer started after it could have (link FIFO or comm stream);
+  ``queued_behind`` then names what held it: the rank whose comm stream held a side (often
+  the peer's), its stream and the op at the head of its queue
+  (:mod:`schedsim.analysis.blame`), or the message ahead of it on the link.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
 from schedsim.analysis._index import EPS, TimelineIndex, fmt_t, span_token
-from schedsim.analysis.stalls import transfer_ready
-from schedsim.timeline import Timeline
+from schedsim.analysis.blame import streams_of
+from schedsim.analysis.stalls import queued_behind, transfer_ready
+from schedsim.timeline import Message, Timeline
 
 
 @dataclass
@@ -42,6 +46,7 @@ class AlignRow:
     send_index: int = -1
     recv_index: int = -1
     flags: list[str] = field(default_factory=list)
+    queued_behind: str = ""
 
     @property
     def label(self) -> str:
@@ -89,10 +94,25 @@ def alignment(tl: Timeline, late_threshold: float = 0.0) -> list[AlignRow]:
         ready = transfer_ready(tl, m)
         if m.start is not None and ready is not None and m.start > ready + EPS:
             row.flags.append("queued")
+            row.queued_behind = _queued_behind(idx, m)
         rows.append(row)
     rows.sort(key=lambda r: (r.ready if r.ready is not None else float("inf"), r.src,
                              r.dst))
     return rows
+
+
+def _queued_behind(idx: TimelineIndex, m: Message) -> str:
+    """What held a queued transfer: ``rank 0's comm stream: 0SEND_F1 (instr 4) behind
+    3RECV_F0 (instr 3)``, or ``link 0->1 behind F mb0 0->1``."""
+    blk = streams_of(idx).transfer_blocker(m)
+    if blk is not None:
+        s, h = blk.side, blk.head
+        return (f"{blk.stream}: {s.token} (instr {s.index})"
+                + (f" behind {h.token} (instr {h.index})" if h is not None else ""))
+    ahead = queued_behind(idx.tl, m)
+    if ahead:
+        return f"link {m.src}->{m.dst} behind {ahead[0].label()}"
+    return ""
 
 
 def is_slotted(tl: Timeline) -> bool:
@@ -121,9 +141,11 @@ def row_cells(r: AlignRow, slotted: bool) -> list[str]:
     else:
         ready = fmt_t(r.ready)
         cons = f"{r.consumer} {fmt_t(r.consumer_start)}"
+    flags = [f if f != "queued" or not r.queued_behind else f"queued ({r.queued_behind})"
+             for f in r.flags]
     return [r.label, r.producer, ready, fmt_t(r.send_posted), fmt_t(r.recv_posted),
             f"{fmt_t(r.start)}-{fmt_t(r.arrival)}", fmt_t(r.recv_done), cons,
-            ", ".join(r.flags)]
+            ", ".join(flags)]
 
 
 ALIGN_COLUMNS = ("message", "producer", "data ready", "send posted", "recv posted",

@@ -21,7 +21,7 @@ from schedsim.analysis.graph import DepGraph, Node
 class Step:
     """One link of a chain: an op (``kind="op"``), a message, a post or a wait."""
 
-    kind: str            # op | message | post | wait | stream
+    kind: str            # op | message | post | wait | stream | init
     rank: int | None
     index: int | None    # instruction index (ops, posts, waits)
     what: str            # token or message label
@@ -68,8 +68,15 @@ def condense(G: DepGraph, nodes: list[Node]) -> list[Step]:
             d = G.describe(v)
             tok = d.split(" (instr")[0].split(f"rank {v[1]} ", 1)[1]
             steps.append(Step("wait", v[1], v[2], tok, t, t, d))
+        elif k == "I":
+            a, b = divmod(v[1], G.cp.ranks)
+            steps.append(Step("init", None, None, f"communicator init {a}-{b}", t, t,
+                              G.describe(v)))
         elif k == "U":
-            steps.append(Step("stream", None, None, f"batch {v[1]}", t, t, G.describe(v)))
+            from schedsim.analysis.blame import unit_text
+
+            rank, toks, _ = unit_text(G.cp, v[1], t)
+            steps.append(Step("stream", rank, None, toks, t, t, G.describe(v)))
     return steps
 
 

@@ -11,6 +11,8 @@ Nodes (tuples) and their time:
 - ``("S", r, i)`` / ``("E", r, i)``: start / end of the compute at instruction i of rank r;
 - ``("P", r, i)``: the host posts comm instruction i (posting does not block);
 - ``("U", u)``: comm-stream unit u (a batch's ops for one stream) starts;
+- ``("I", pair)``: lazy communicator init of rank pair ``a * ranks + b`` (a < b): both
+  ranks reached their first bare post to each other (edge kind ``init``);
 - ``("T", key)``, ``("A", key)``: transfer start and arrival of message ``key``;
 - ``("DS", key)``, ``("DR", key)``: the send / recv side of the message completes;
 - ``("W", r, i)``: the wait (``COMMIT``/``WAIT``, or ``END`` at i = program length) of rank
@@ -133,8 +135,14 @@ class DepGraph:
             row = self.program.ranks[v[1]]
             tok = "END" if v[2] >= len(row) else format_instr(row[v[2]])
             return f"rank {v[1]} {tok} (instr {v[2]}) releases at {t}"
-        if k == "U":
-            return f"comm-stream batch {v[1]} starts at {t}"
+        if k == "I":
+            a, b = divmod(v[1], self.cp.ranks)
+            return (f"ranks {a} and {b} both reach their first bare P2P with each other "
+                    f"and create their communicator (lazy init), ready at {t}")
+        if k == "U":      # name the rank, its stream and the unit ahead (stall blame)
+            from schedsim.analysis.blame import unit_text
+
+            return unit_text(self.cp, v[1], self.time.get(v))[2]
         if k in ("T", "A", "DS", "DR"):
             what = {"T": "transfer starts", "A": "arrives", "DS": "send completes",
                     "DR": "recv completes"}[k]
@@ -209,7 +217,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
     stream_last: dict[int, int] = {}
     for r, code in enumerate(cp.code):
         prev: Node = ("0",)
-        for ins in code:
+        for g_step, ins in enumerate(code, int(cp.crptr[r])):
             op = ins[0]
             if op == 0:
                 _, _, sid, rh, sh = ins
@@ -228,8 +236,13 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                 prev = E
             elif op == 1:
                 hs, units = ins[1], ins[2]
-                P = ("P", r, cp.hindex[hs[0]])     # one launch: a bare post or a BATCH
-                edge(prev, P, 0.0, "host")
+                P = ("P", r, int(cp.cipc[g_step]))   # one launch: a bare post or a BATCH
+                pair = int(cp.cinit[g_step]) if cp.lazy_init else -1
+                if pair >= 0:      # lazy init: the pair's two first bare posts meet
+                    edge(prev, ("I", pair), 0.0, "init")
+                    edge(("I", pair), P, cp.init_cost, "init")
+                else:
+                    edge(prev, P, 0.0, "host")
                 prev = P
                 if units:
                     for u in units:

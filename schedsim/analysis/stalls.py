@@ -15,9 +15,13 @@ semantics, an op waited for its inputs) and each piece gets one cause:
                 receiver posts the matching recv
 ``wait-batch``  a commit-and-wait (a wait on several P2P ops) held by a member the next op
                 does not itself need
-``head-of-line`` the awaited transfer was queued behind another one on the same link (or
-                behind earlier P2P ops on the rank's comm stream)
+``head-of-line`` the awaited transfer was queued behind another one on the same link, or
+                one of its sides behind earlier P2P ops on its rank's comm stream: the
+                detail names that rank, its stream and the op at the head of the queue
+                (often the *peer's* stream, :mod:`schedsim.analysis.blame`)
 ``transfer``    a send whose bytes were still on the wire (finite bandwidth or latency)
+``comm-init``   a bare post that creates its rank pair's communicator (lazy init) and
+                waited for the peer to reach its own first bare post to this rank
 ``deadlock``    the rank is blocked for ever (the timeline ends in a deadlock)
 ``host``        idle time no recorded wait explains (measured timelines: host overhead)
 ==============  ===========================================================================
@@ -39,6 +43,7 @@ from schedsim.analysis._index import (
     partner_token,
     span_token,
 )
+from schedsim.analysis.blame import NOBODY, Culprit, Side, culprit, init_wait, streams_of
 from schedsim.program.ir import Program
 from schedsim.timeline import Message, Span, Timeline, WaitRecord
 
@@ -51,6 +56,7 @@ CAUSES: dict[str, str] = {
     "wait-batch": "a commit-and-wait held by a member the next op does not need",
     "head-of-line": "a transfer queued behind another on the same link or comm stream",
     "transfer": "a send whose bytes were still on the wire",
+    "comm-init": "a lazy communicator init: the first bare P2P of two ranks waits for both",
     "deadlock": "blocked for ever",
     "host": "idle time no recorded wait explains",
 }
@@ -62,7 +68,10 @@ class Stall:
 
     ``cause`` is a key of :data:`CAUSES`; ``detail`` explains it in one sentence.
     ``index``/``instruction`` name the blocking instruction (-1/"" when none), ``comms``
-    its binding members (program tokens such as ``5RECV_F3``).
+    its binding members (program tokens such as ``5RECV_F3``); ``peer``/``peer_index``/
+    ``peer_instruction`` the other rank's instruction that made it late (the partner's
+    post, or the op at the head of the comm stream or link that held the transfer;
+    -1/-1/"" when there is none).
     """
 
     rank: int
@@ -73,6 +82,9 @@ class Stall:
     index: int = -1
     instruction: str = ""
     comms: list[str] = field(default_factory=list)
+    peer: int = -1
+    peer_index: int = -1
+    peer_instruction: str = ""
 
     @property
     def duration(self) -> float:
@@ -137,14 +149,27 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
     if m.done is None:
         return "deadlock", f"{m.token} ({key_label(m.key)}) never completes"
     ready = transfer_ready(tl, msg)
+    owner = msg.src if m.is_send else msg.dst
     if msg.start is not None and ready is not None and msg.start > ready + EPS:
+        blk = streams_of(idx).transfer_blocker(msg, owner)
+        if blk is not None:        # a side queued on its rank's comm stream
+            return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to "
+                                    f"move at {fmt_t(ready)} but started only at "
+                                    f"{fmt_t(msg.start)}: {blk.sentence()}")
         behind = queued_behind(tl, msg)
         what = (", ".join(f"{b.label()} (started {fmt_t(b.start)})" for b in behind[:3])
-                if behind else f"earlier P2P ops on rank "
-                f"{msg.src if m.is_send else msg.dst}'s comm stream")
+                if behind else f"earlier P2P ops on rank {owner}'s comm stream")
         return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to move "
                                 f"at {fmt_t(ready)} but started only at {fmt_t(msg.start)}, "
                                 f"queued behind {what}")
+    own = Side(msg, m.is_send)
+    blk = streams_of(idx).blocker(own)
+    if blk is not None and m.done >= (own.active or 0.0) - EPS and (
+            msg.arrival is None or own.active > msg.arrival + EPS):
+        # the op itself was queued on its own rank's stream past the data's arrival
+        return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) arrived at "
+                                f"{fmt_t(msg.arrival)} but {blk.sentence()}; it completed "
+                                f"at {fmt_t(m.done)}")
     if not m.is_send:
         sp = msg.send_posted
         txt = f"{m.token} waits for the {key_label(m.key)} from rank {msg.src} ({made})"
@@ -169,11 +194,16 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
 
 
 def explain_wait(idx: TimelineIndex, w: WaitRecord, next_span: Span | None
-                 ) -> tuple[str, str, list[str]]:
-    """``(cause, detail, binding tokens)`` of one recorded wait."""
+                 ) -> tuple[str, str, list[str], Culprit]:
+    """``(cause, detail, binding tokens, culprit)`` of one recorded wait (the culprit:
+    :func:`schedsim.analysis.blame.culprit`)."""
+    if w.kind == "INIT":
+        tok = w.comms[0] if w.comms else "?"
+        txt, who = init_wait(idx.tl, w.rank, w.index, tok, w.end)
+        return "comm-init", txt, list(w.comms), who
     members = _members(idx, w)
     if not members:
-        return "host", f"{w.kind} at instr {w.index} with nothing to wait for", []
+        return "host", f"{w.kind} at instr {w.index} with nothing to wait for", [], NOBODY
     # the member(s) that completed last bound the wait (in a simulated run they complete
     # exactly at its release; in a measured one the wait returns a little later)
     last = max((float("inf") if m.done is None else m.done) for m in members)
@@ -183,18 +213,21 @@ def explain_wait(idx: TimelineIndex, w: WaitRecord, next_span: Span | None
     where = f"{w.kind} at instr {w.index}" if w.kind != "DATA" else "its inputs"
     toks = [m.token for m in binding]
     if len(members) > 1 and next_span is not None and not needed_binding:
-        parts = "; ".join(mechanism(idx, m)[1] for m in binding)
+        mechs = [mechanism(idx, m) for m in binding]
+        parts = "; ".join(t for _, t in mechs)
+        who = culprit(idx, binding[0].msg, binding[0].is_send, mechs[0][0])
         return "wait-batch", (f"{where} waits for {len(members)} P2P ops and is held by "
                               f"{', '.join(toks)}, which the next op "
-                              f"{span_token(next_span)} does not need: {parts}"), toks
+                              f"{span_token(next_span)} does not need: {parts}"), toks, who
     m = needed_binding[0] if needed_binding else binding[0]
     cause, txt = mechanism(idx, m)
+    who = culprit(idx, m.msg, m.is_send, cause)
     if (next_span is not None and not m.is_send and m.key not in needed
             and cause == "wait-recv"):
         txt += f" (the next op {span_token(next_span)} does not need it)"
     if len(binding) > 1:
         txt += f"; completing at the same time: {', '.join(t for t in toks if t != m.token)}"
-    return cause, f"{where}: {txt}" if w.kind != "DATA" else txt, toks
+    return cause, f"{where}: {txt}" if w.kind != "DATA" else txt, toks, who
 
 
 def _pieces(a: float, b: float, waits: list[WaitRecord]) -> list[tuple[float, float,
@@ -260,10 +293,14 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
            blocked: dict) -> Stall:
     if pos == "deadlock":
         b = blocked[r]
+        who = NOBODY
+        for c in (idx.tl.deadlock.cycle if idx.tl.deadlock else []):
+            if c.rank == r and c.peer in blocked:     # the rank it waits for, where stuck
+                who = (c.peer, blocked[c.peer].index, blocked[c.peer].instruction)
         return Stall(r, s0, s1, "deadlock",
                      f"blocked at instr {b.index} ({b.instruction}) since {fmt_t(b.since)}, "
                      f"waiting for " + "; ".join(b.waiting_for), b.index, b.instruction,
-                     [])
+                     [], *who)
     if w is None:
         cause = pos or "host"
         if pos == "cooldown":
@@ -276,7 +313,7 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
         else:
             detail = "no recorded wait covers this interval (host-side time between ops)"
         return Stall(r, s0, s1, cause, detail)
-    cause, detail, toks = explain_wait(idx, w, nxt)
+    cause, detail, toks, who = explain_wait(idx, w, nxt)
     tok = ("DATA" if w.kind == "DATA" else
            _instr_token(program, r, w.index, w.kind if w.kind != "WAIT" else
                         "WAIT[" + "+".join(w.comms) + "]"))
@@ -288,7 +325,7 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
         detail = (f"after its last op {span_token(spans[-1])} (ended "
                   f"{fmt_t(spans[-1].end)}), the rank only waits: {detail}")
         cause = "cooldown"
-    return Stall(r, s0, s1, cause, detail, w.index, tok, toks)
+    return Stall(r, s0, s1, cause, detail, w.index, tok, toks, *who)
 
 
 def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:
