@@ -140,7 +140,7 @@ def lint(program: Program, tl: Timeline | None = None,
     dead = tl is not None and tl.deadlock is not None
     timed = tl if tl is not None and tl.semantics != "data" and not dead else None
     out = late_sends(program, timed, late_threshold) + crossed_orders(program)
-    out += init_order_findings(program, lazy_init)
+    out += [Finding(*f) for f in init_order_findings(program, lazy_init)]
     if dead:
         out += deadlock_findings(tl)
     if timed is not None:
