@@ -238,6 +238,39 @@ def _located_validate(path: Path, sched: Schedule, cols: list[list[int]]) -> Non
     validate_schedule(sched, locate=locate)
 
 
+def _fast_read(path: Path, text: str, placement: str, stages: int | None,
+               microbatches: int | None) -> tuple | None:
+    """``(columns, placement, microbatches, flat schedule)`` of a CSV the one-pass reader
+    (:mod:`schedsim.interop.torch_csv`) handles and finds valid; None otherwise (the
+    per-cell reader then reads it, or names what is wrong)."""
+    from schedsim.interop.torch_csv import compute_schedule, placement_ok, read_columns
+    from schedsim.program.validate_flat import is_valid
+
+    if placement not in PLACEMENTS:
+        return None
+    cols = read_columns(text)
+    if cols is None or cols.ranks < 1 or cols.is_comm.all():
+        return None
+    p = cols.ranks
+    st, mbs = cols.stage[~cols.is_comm], cols.mb[~cols.is_comm]
+    if stages is None:
+        stages = {"v": 2 * p, "dual": p}.get(placement, int(st.max()) + 1)
+        if placement == "loop" and stages % p:
+            stages += p - stages % p
+    m = microbatches or int(mbs.max()) + 1
+    try:
+        pl = Placement(kind=placement, ranks=p, stages=stages,
+                       microbatches=m if placement == "dual" else None)
+    except ScheduleError:
+        return None
+    if not placement_ok(cols, pl, m):
+        return None
+    fs = compute_schedule(cols)
+    if not is_valid(fs, pl, m, complete=True):
+        return None
+    return cols, pl, m, fs
+
+
 def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None = None,
                    microbatches: int | None = None) -> Schedule:
     """Read a torch CSV (compute-only, or compute+comms with its comm cells dropped) as a
@@ -257,6 +290,11 @@ def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None
     :class:`ScenarioError` for a missing file or bad option.
     """
     path, text = _read(path)
+    fast = _fast_read(path, text, placement, stages, microbatches)
+    if fast is not None:
+        _, pl, m, fs = fast
+        return Schedule.from_flat(fs, name=path.stem, placement=pl, microbatches=m,
+                                  params={"source": str(path)}, trusted=True)
     rows, cols = parse_torch_csv(text, str(path))
     pl, m = _placement(path, rows, placement, stages, microbatches)
     ops, ocols = [], []
@@ -281,10 +319,21 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
     Same defaults and errors as :func:`read_torch_csv`; a missing or misplaced SEND/RECV
     is reported when the program is compiled (:class:`~schedsim.errors.ProgramError`).
     """
+    from schedsim.interop.torch_csv import runtime_program
     from schedsim.program.torch_runtime import runtime_rows
 
+    path, text = _read(path)
+    fast = _fast_read(path, text, placement, stages, microbatches)
+    if fast is not None:
+        cols, pl, m, _ = fast
+        if not cols.is_comm.any():
+            return None
+        flat = runtime_program(cols, pl)
+        if flat is not None:
+            return Program.from_flat(flat, name=path.stem, placement=pl, microbatches=m,
+                                     params={"source": str(path)}, trusted=True)
     sched = read_torch_csv(path, placement, stages, microbatches)
-    rows, _ = parse_torch_csv(Path(path).read_text(), str(path))
+    rows, _ = parse_torch_csv(text, str(path))
     if not any(isinstance(x, Comm) for row in rows for x in row):
         return None
     return Program(name=sched.name, placement=sched.placement,

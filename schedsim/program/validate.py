@@ -35,6 +35,11 @@ def validate_program(program: Any) -> None:
     """Check the compute order of a :class:`~schedsim.program.ir.Program` (rules 1, 2 and 4;
     a program may run a part of a schedule). Raises :class:`ProgramError` naming the
     first offending instruction as ``rank r, instr i (token)``."""
+    from schedsim.program.validate_flat import is_valid
+
+    fl = program.flat()
+    if is_valid(fl.schedule(), program.placement, program.microbatches, complete=False):
+        return
     pos: list[list[int]] = []
     for row in program.ranks:
         pos.append([i for i, ins in enumerate(row) if type(ins) is Compute])
