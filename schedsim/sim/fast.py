@@ -7,9 +7,10 @@ of the cached machine code (compiled once per machine into numba's on-disk cache
 Both executors run the same source and give identical results (the tests compare them on
 random programs). ``SCHEDSIM_ENGINE`` chooses: ``auto`` (default: numba when it is
 importable and the program has :data:`THRESHOLD` instructions or more, or the compiled
-kernels are loaded in this process already, e.g. by :func:`warm_up`), ``python`` or
+kernels are loaded in this process already, e.g. by
+:func:`schedsim.sim.simulate.warm_up`), ``python`` or
 ``numba`` (always, an error if numba is missing). A process that simulates many small
-programs (a schedule search, a benchmark) calls :func:`warm_up` once.
+programs (a schedule search, a benchmark) calls ``warm_up()`` once.
 """
 from __future__ import annotations
 
@@ -122,24 +123,6 @@ def use_numba(n: int) -> bool:
                                 "install 'schedsim[fast]' (or unset SCHEDSIM_ENGINE)")
         return True
     return (n >= THRESHOLD or _JITTED is not None) and numba_available()
-
-
-def warm_up() -> bool:
-    """Load the numba-compiled kernels now (compiling them into numba's cache the first
-    time), so that every later simulation in this process uses them whatever its size.
-    Returns False (and does nothing) when numba is not installed or
-    ``SCHEDSIM_ENGINE=python``."""
-    if choice() == "python" or not numba_available():
-        return False
-    from schedsim.program.ir import Placement, Program
-    from schedsim.sim.costs import CommModel
-    from schedsim.sim.simulate import simulate
-
-    jitted()
-    prog = Program(placement=Placement(kind="loop", ranks=2, stages=2), microbatches=1,
-                   ranks=[["0F0", "0SEND_F0"], ["1RECV_F0", "WAIT[1RECV_F0]", "1F0"]])
-    simulate(prog, comm=CommModel(semantics="eager"))      # loads both kernels
-    return True
 
 
 #: the modules whose functions are kernels

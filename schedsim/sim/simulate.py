@@ -61,3 +61,20 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
         if raise_on_deadlock:
             raise DeadlockError(tl.deadlock.message, tl)
     return tl
+
+
+def warm_up() -> bool:
+    """Load the numba-compiled kernels now (compiling them into numba's on-disk cache the
+    first time), so that every later simulation in this process uses them whatever its
+    size (:mod:`schedsim.sim.fast`). Returns False, doing nothing, when numba is not
+    installed or ``SCHEDSIM_ENGINE=python``."""
+    from schedsim.program.ir import Placement
+    from schedsim.sim.fast import choice, jitted, numba_available
+
+    if choice() == "python" or not numba_available():
+        return False
+    jitted()
+    prog = Program(placement=Placement(kind="loop", ranks=2, stages=2), microbatches=1,
+                   ranks=[["0F0", "0SEND_F0"], ["1RECV_F0", "WAIT[1RECV_F0]", "1F0"]])
+    simulate(prog, comm=CommModel(semantics="eager"))      # loads both kernels
+    return True
