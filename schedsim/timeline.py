@@ -244,7 +244,8 @@ class Timeline(LazyFields):
         """A timeline whose ``spans``, ``messages`` and ``waits`` are made by ``build()``
         (returning them as a dict) when first needed; ``fields`` are the others, taken
         as valid (not validated)."""
-        tl = cls.model_construct(**fields)
+        # every field given: model_construct then resolves no default (slow for factories)
+        tl = cls.model_construct(**{"spans": [], "messages": [], "waits": [], **fields})
         tl._defer(build)
         return tl
 

@@ -117,15 +117,15 @@ def comm_message_arrays(ckind, cstage):
     ck = np.asarray(ckind)
     mk = ck >> 1
     side = ck & 1
-    off = np.where(side == 1, np.where(mk == 1, 1, -1), 0)
-    return mk, side, np.asarray(cstage) + off
+    # RECV_F (1): -1, RECV_B (3): +1, sends: 0  ==  side * (mk * 2 - 1)
+    return mk, side, np.asarray(cstage) + side * (2 * mk - 1)
 
 
 def consumer_stages(mkind, pstage):
     """Array form of :func:`consumer_stage`."""
     import numpy as np
 
-    return np.where(np.asarray(mkind) == 0, np.asarray(pstage) + 1, np.asarray(pstage) - 1)
+    return np.asarray(pstage) + 1 - 2 * np.asarray(mkind)
 
 
 def cross_stage_inputs(kind, stage, stages: int):

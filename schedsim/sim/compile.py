@@ -80,32 +80,40 @@ class _Prep:
 def _prep(fl: FlatProgram, program: Program) -> _Prep:
     pl = program.placement
     S, M, P = pl.stages, program.microbatches, pl.ranks
-    mk, side, ps = comm_message_arrays(fl.ckind.astype(I64), fl.cstage.astype(I64))
+    mk, side, ps = comm_message_arrays(fl.ckind, fl.cstage)
     cs = consumer_stages(mk, ps)
-    cmb = fl.cmb.astype(I64)
+    cmb = fl.cmb
     valid = (ps >= 0) & (ps < S) & (cs >= 0) & (cs < S) & (cmb >= 0) & (cmb < M)
-    mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
-    psv, csv, mbv = np.where(valid, ps, 0), np.where(valid, cs, 0), np.where(valid, cmb, 0)
-    msrc = np.where(valid, ranks_of(pl, psv, mbv), -1).astype(I64)
-    mdst = np.where(valid, ranks_of(pl, csv, mbv), -1).astype(I64)
-    # atoms
+    if valid.all():
+        mcode = key_codes(mk, ps, cmb, S, M)
+        msrc, mdst = ranks_of(pl, ps, cmb), ranks_of(pl, cs, cmb)
+    else:
+        mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
+        psv, csv, mbv = np.where(valid, ps, 0), np.where(valid, cs, 0), np.where(valid, cmb, 0)
+        msrc = np.where(valid, ranks_of(pl, psv, mbv), -1)
+        mdst = np.where(valid, ranks_of(pl, csv, mbv), -1)
+    # atoms: one per compute op, two for FB (forward part, then backward part)
     is_c = fl.code == Opcode.COMPUTE
     n = len(fl)
     cnt = is_c.astype(I64)
-    cnt[fl.fb_at] += 1
+    if len(fl.fb_at):
+        cnt[fl.fb_at] += 1
+        a_instr = np.repeat(np.arange(n, dtype=I64), cnt)
+    else:
+        a_instr = np.flatnonzero(is_c)
     aptr = np.zeros(n + 1, I64)
     np.cumsum(cnt, out=aptr[1:])
-    na = int(aptr[-1])
-    a_instr = np.repeat(np.arange(n, dtype=I64), cnt)
-    a_kind = np.where(fl.kind == 4, 0, fl.kind).astype(I64)[a_instr]
-    a_stage = fl.stage.astype(I64)[a_instr]
-    a_mb = fl.mb.astype(I64)[a_instr]
+    na = len(a_instr)
+    a_kind = fl.kind[a_instr]
+    a_stage = fl.stage[a_instr]
+    a_mb = fl.mb[a_instr]
     if len(fl.fb_at):
         second = aptr[fl.fb_at] + 1
+        a_kind = np.where(a_kind == 4, 0, a_kind)
         a_kind[second] = fl.fb_kind
         a_stage[second] = fl.fb_stage
         a_mb[second] = fl.fb_mb
-    a_rank = fl.rank_of_instr().astype(I64)[a_instr]
+    a_rank = fl.rank_of_instr()[a_instr]
     ok = (a_stage >= 0) & (a_stage < S) & (a_mb >= 0) & (a_mb < M) & (a_kind >= 0)
     ink, inps = cross_stage_inputs(a_kind, a_stage, S)
     has_in = ok & (inps >= 0)
@@ -116,8 +124,7 @@ def _prep(fl: FlatProgram, program: Program) -> _Prep:
     ok_out, out_s = outputs(a_kind, a_stage)
     a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
     return _Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
-                 a_kind, a_stage, a_mb, a_rank, a_in.astype(I64), in_rank,
-                 a_out.astype(I64))
+                 a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out)
 
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
@@ -202,6 +209,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
          "crptr": xs.empty(P + 1), "unit_stream": xs.empty(nlaunch + 1),
          "unit_hptr": xs.full(nlaunch + 2, 0), "unit_h": xs.empty(nlaunch + 1),
          "hunit": xs.full(2 * nk, -1), "ugroup": xs.empty(max(P, 1)),
+         "link_posts": xs.full(2 * P * P, 0), "hord": xs.full(2 * nk, -1),
+         "msg_src": xs.empty(nk), "msg_dst": xs.empty(nk),
          "counts": xs.full(4, 0), "err": xs.full(4, 0)}
     K.compile_comm_kernel(
         P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),
@@ -210,14 +219,15 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
         _STREAM_MODE[comm.comm_stream], a["key_msg"], a["msg_key"], a["hindex"], a["hseq"],
         a["made_rank"], a["waited"], a["posted"], a["cop"], a["cipc"], a["cwk"], a["ccost"],
         a["cspan"], a["chptr"], a["ch"], a["cuptr"], a["crptr"], a["unit_stream"],
-        a["unit_hptr"], a["unit_h"], a["hunit"], a["ugroup"], a["counts"], a["err"])
+        a["unit_hptr"], a["unit_h"], a["hunit"], a["ugroup"], a["link_posts"], a["hord"],
+        a["msg_src"], a["msg_dst"], a["counts"], a["err"])
     err = [int(x) for x in a["err"]]
     if err[0] != Err.OK:
         raise _comm_error(fl, pr, err, mkey, a_in, a)
     ns, nh, nm, nu = (int(x) for x in a["counts"])
     arr = {k: np.asarray(v, dtype=np.float64 if k == "ccost" else I64) for k, v in a.items()}
     mcode = keys[arr["msg_key"][:nm]]
-    src, dst = _msg_ranks(program, mcode, pr)
+    src, dst = arr["msg_src"][:nm], arr["msg_dst"][:nm]
     nuh = int(arr["unit_hptr"][nu])
     cp = Compiled(program=program, flat=fl, data_mode=False, ranks=P, stages=pr.S,
                   microbatches=pr.M, crptr=arr["crptr"], cop=arr["cop"][:ns],
@@ -228,30 +238,21 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
                   hindex=arr["hindex"][:2 * nm], hseq=arr["hseq"][:2 * nm],
                   unit_stream=arr["unit_stream"][:nu], unit_hptr=arr["unit_hptr"][:nu + 1],
                   unit_h=arr["unit_h"][:nuh], hunit=arr["hunit"][:2 * nm])
-    _check_matching(cp)
+    _check_matching(cp, arr["hord"][:2 * nm])
     return cp
-
-
-def _msg_ranks(program: Program, mcode: np.ndarray, pr: _Prep) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
-    S, M = pr.S, pr.M
-    mk, ps, mb = mcode // (S * M), (mcode // M) % S, mcode % M
-    cs = consumer_stages(mk, ps)
-    pl = program.placement
-    return (ranks_of(pl, ps, mb).astype(I64), ranks_of(pl, cs, mb).astype(I64))
 
 
 def _compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:
     """Cost of every compute instruction, in order."""
-    n = len(fl)
-    bk = np.full(n, 0, I64)
-    bs = np.full(n, 0, I64)
-    bm = np.full(n, 0, I64)
-    bk[fl.fb_at] = fl.fb_kind
-    bs[fl.fb_at] = fl.fb_stage
-    bm[fl.fb_at] = fl.fb_mb
-    return costs.op_costs(fl.kind[is_c], fl.stage[is_c], fl.mb[is_c], bk[is_c], bs[is_c],
-                          bm[is_c])
+    ci = np.flatnonzero(is_c)
+    n = len(ci)
+    bk = np.zeros(n, I64)
+    bs = np.zeros(n, I64)
+    bm = np.zeros(n, I64)
+    if len(fl.fb_at):
+        k = np.searchsorted(ci, fl.fb_at)
+        bk[k], bs[k], bm[k] = fl.fb_kind, fl.fb_stage, fl.fb_mb
+    return costs.op_costs(fl.kind[ci], fl.stage[ci], fl.mb[ci], bk, bs, bm)
 
 
 def _comm_error(fl: FlatProgram, pr: _Prep, err: list[int], mkey: np.ndarray,
@@ -293,15 +294,19 @@ def _comm_error(fl: FlatProgram, pr: _Prep, err: list[int], mkey: np.ndarray,
     return ProgramError(f"{where}: waits for {c}, which this rank has not posted before")
 
 
-def _check_matching(cp: Compiled) -> None:
+def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
     """Every message posted by both sides, and on each directed link the k-th send and the
     k-th recv name the same message (all sends of a link come from one rank, all recvs go
-    to one rank, so posting order is instruction order on that rank)."""
+    to one rank, so posting order is instruction order on that rank). ``hord``: each
+    handle's k on its link (from the compile pass); only when they differ is the first
+    mismatch looked for."""
     fl = cp.flat
     nm = cp.num_messages
     if nm == 0:
         return
     hi = cp.hindex.reshape(-1, 2)
+    if np.all(hi >= 0) and np.array_equal(hord[0::2], hord[1::2]):
+        return
     missing = np.flatnonzero((hi[:, 0] < 0) | (hi[:, 1] < 0))
     if len(missing):
         m = int(missing[0])
@@ -419,28 +424,31 @@ def _compile_data(program: Program, fl: FlatProgram, pr: _Prep,
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
-    """Fill bytes, latency, link occupancy, link id and eagerness of every message."""
+    """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
+    of every message."""
     nm, P, S = cp.num_messages, cp.ranks, cp.stages
     ps = (cp.mcode // cp.microbatches) % S
     nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
     lk = cp.msrc * P + cp.mdst
-    uniq, inv = np.unique(lk, return_inverse=True)
-    params = [link.params(int(u) // P, int(u) % P) for u in uniq]
-    lat = np.array([p[0] for p in params], dtype=np.float64)
-    bw = np.array([p[1] for p in params], dtype=np.float64)
+    used = np.zeros(P * P, bool)
+    used[lk] = True
+    lat_t = np.zeros(P * P)
+    bw_t = np.full(P * P, np.inf)
+    for u in np.flatnonzero(used).tolist():
+        lat_t[u], bw_t[u] = link.params(u // P, u % P)
     cp.mbytes = nbytes
-    cp.mlat = lat[inv] if nm else np.zeros(0)
-    mbw = bw[inv] if nm else np.zeros(0)
+    cp.mlat = lat_t[lk]
+    mbw = bw_t[lk]
     with np.errstate(divide="ignore", invalid="ignore"):
         cp.mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
-    cp.mlink = inv.astype(I64)
+    cp.mlink = lk.astype(I64)
     if comm.semantics == "rendezvous":
         t = comm.eager_threshold_bytes
         eager = (nbytes <= t) if t is not None else np.zeros(nm, bool)
     else:
         eager = np.ones(nm, bool)
     cp.meager = eager.astype(I64)
-    cp.num_links = len(uniq)
+    cp.num_links = P * P
 
 
 def _mark_first_touch(cp: Compiled, pr: _Prep) -> None:

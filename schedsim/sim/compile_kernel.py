@@ -26,7 +26,7 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
                         a_out, icost, ispan, stream_mode, key_msg, msg_key, hindex, hseq,
                         made_rank, waited, posted, cop, cipc, cwk, ccost, cspan, chptr, ch,
                         cuptr, crptr, unit_stream, unit_hptr, unit_h, hunit, ugroup,
-                        counts, err):
+                        link_posts, hord, msg_src, msg_dst, counts, err):
     """One pass over every rank's instructions (ranks in order, each in program order):
     resolve posts to messages (created on first sight, from either side), check the comm
     rules, emit compiled code. Returns nothing; ``err[0]`` is an :class:`Err` code
@@ -38,7 +38,11 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
     ``mowner``: the rank that must issue it; ``mlocal``: 1 for a same-rank hand-off;
     ``mpeer``: the other side's rank), compute atoms ``aptr[i]:aptr[i+1]`` (``a_in``: key
     of the cross-rank input or -1, ``a_out``: key of the output or -1), ``icost``,
-    ``ispan``. ``stream_mode``: 0 none, 1 per-peer, 2 per-rank.
+    ``ispan``. ``stream_mode``: 0 none, 1 per-peer, 2 per-rank. ``hord[h]``: the k of
+    "the k-th send (or recv) on its directed link" of handle h (``link_posts`` counts
+    them per link and side), so that matching in posting order per link holds when
+    ``hord[2m] == hord[2m+1]`` for every message; ``msg_src``/``msg_dst``: each
+    message's two ranks.
     """
     n = 0       # steps emitted
     nh = 0      # handles emitted in code
@@ -77,6 +81,12 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
                         m = nm
                         key_msg[k] = m
                         msg_key[m] = k
+                        if mside[j] == 0:
+                            msg_src[m] = r
+                            msg_dst[m] = mpeer[j]
+                        else:
+                            msg_src[m] = mpeer[j]
+                            msg_dst[m] = r
                         nm += 1
                     h = 2 * m + mside[j]
                     if mowner[j] != r or hindex[h] >= 0:
@@ -87,6 +97,10 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
                         return
                     hindex[h] = ipc
                     hseq[h] = npost
+                    side = mside[j]
+                    lk = 2 * ((r * P + mpeer[j]) if side == 0 else (mpeer[j] * P + r)) + side
+                    hord[h] = link_posts[lk]
+                    link_posts[lk] += 1
                     if mside[j] == 0 and made_rank[k] != r:
                         err[0] = _E_SEND_EARLY
                         err[1] = r

@@ -140,6 +140,16 @@ class CostModel(BaseModel):
         kind = np.asarray(kind)
         stage = np.asarray(stage)
         n = len(kind)
+        if not self.stage and not self.overrides:     # the cost depends on the kind only
+            per = [self.kind_cost(k, 0, -1) for k in ("F", "B", "W", "BW")]
+            fb = self.FB
+            table = np.array(per + [np.nan])
+            out = table[kind]
+            is_fb = kind == 4
+            if is_fb.any():
+                pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
+                out = np.where(is_fb, pair if fb is None else fb, out)
+            return out.astype(np.float64)
         S = int(max(stage.max(initial=-1), np.asarray(bstage).max(initial=-1))) + 1
         names = ("F", "B", "W", "BW")
         table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names]

@@ -239,19 +239,22 @@ def _summary(cp: Compiled, st: RunState, ranks: int) -> tuple[float, list]:
 
     ran = st.send >= 0.0
     a, b = st.sstart[ran], st.send[ran]
-    rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]
+    rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
     with np.errstate(invalid="ignore", over="ignore"):     # inf times: caller reports
-        busy = np.bincount(rank, weights=b - a, minlength=ranks)
+        busy = np.bincount(rank, weights=b - a, minlength=ranks)   # in order, as summed
     first = np.full(ranks, np.inf)
     last = np.full(ranks, -np.inf)
-    np.minimum.at(first, rank, a)
-    np.maximum.at(last, rank, b)
+    if len(a):
+        starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+        first[rank[starts]] = np.minimum.reduceat(a, starts)
+        last[rank[starts]] = np.maximum.reduceat(b, starts)
     makespan = max(float(last.max()), 0.0) if len(a) else 0.0
     rows = []
     for r in range(ranks):
         idle = makespan - float(busy[r])
-        rows.append(RankSummary(rank=r, busy=float(busy[r]), idle=idle,
-                                bubble_ratio=idle / makespan if makespan > 0 else 0.0,
-                                first_start=float(first[r]) if first[r] < np.inf else None,
-                                last_end=float(last[r]) if last[r] > -np.inf else None))
+        rows.append(RankSummary.model_construct(
+            rank=r, busy=float(busy[r]), idle=idle,
+            bubble_ratio=idle / makespan if makespan > 0 else 0.0,
+            first_start=float(first[r]) if first[r] < np.inf else None,
+            last_end=float(last[r]) if last[r] > -np.inf else None))
     return makespan, rows

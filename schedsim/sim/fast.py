@@ -80,6 +80,10 @@ class _Arrays:
 
     @staticmethod
     def ints(a: Any) -> np.ndarray:
+        """Read-only input: int32 and int64 arrays pass as they are (no copy)."""
+        a = np.asarray(a)
+        if a.dtype == np.int32 or a.dtype == np.int64:
+            return np.ascontiguousarray(a)
         return np.ascontiguousarray(a, dtype=np.int64)
 
     @staticmethod
