@@ -12,8 +12,9 @@ Three parts (``--part``):
   and ``--time-limit`` seconds (default 60) per case.
 - ``slow``: p=8, m=24, F=B=W=1 with the last stage 1.5x slower, at 1F1B's memory (its peak
   on every rank, and its per-rank peaks), against every built-in schedule.
-- ``rendezvous``: rendezvous semantics, link latency 0.5, async comm policy: the solver
-  order's simulated makespan against the refined order's, on several sizes.
+- ``rendezvous``: rendezvous semantics, link latency 0.5, each comm policy: the solver
+  order's simulated makespan against the same order after the refinement alone, the full
+  search and the best fitting built-in.
 
 Usage: ``python benchmarks/bench_search.py [--part ilp|slow|rendezvous|all]
 [--time-limit 60] [--json results.json]``. The machine's load changes the wall times (the
@@ -118,28 +119,50 @@ def part_slow(time_limit: float, seed: int) -> list[dict]:
 
 
 def part_rendezvous(time_limit: float, seed: int) -> list[dict]:
+    """Per case: the solver's order (optimal in the data model) simulated under rendezvous,
+    the same order after the refinement alone (local search from it, ``time_limit``
+    seconds), the full search (refinement from the best start) and the best built-in
+    that fits."""
+    from schedsim.search.refine import Evaluator, refine
+
     out = []
-    print("\n| p | m | costs | limit | solver order (simulated) | refined | best built-in "
-          "that fits | evaluations |")
+    print("\n| p | m | costs | policy | solver order: model / simulated | refined from it | "
+          "search | best fitting built-in |")
     print("|---|---|---|---|---|---|---|---|")
-    for p, m, cost, limit in ((4, 8, (1, 1, 1), None), (4, 8, (1, 2, 1), None),
-                              (4, 16, (1, 1, 1), None), (4, 8, (1, 1, 1), 8.0),
-                              (8, 16, (1, 1, 1), None), (8, 16, (1, 2, 1), None)):
-        costs = CostModel(F=cost[0], B=cost[1], W=cost[2])
-        st = SearchSettings(ranks=p, microbatches=m, costs=costs, limit=limit,
-                            link=LinkModel(latency=0.5),
-                            comm=CommModel(semantics="rendezvous"), time_limit=time_limit,
-                            seed=seed)
-        res = search(st)
-        fit = [b.makespan for b in res.baselines.rows if b.fits and b.makespan is not None]
-        row = {"p": p, "m": m, "costs": cost, "limit": res.limit[0],
-               "solver_sim": res.solver_sim_makespan, "refined": res.makespan,
-               "best_builtin": min(fit) if fit else None, "evals": res.evals}
-        out.append(row)
-        print(f"| {p} | {m} | F={cost[0]},B={cost[1]},W={cost[2]} | {res.limit[0]:g} | "
-              f"{res.solver_sim_makespan:g} | {res.makespan:g} | {row['best_builtin']:g} | "
-              f"{res.evals} |", flush=True)
+    link, comm = LinkModel(latency=0.5), CommModel(semantics="rendezvous")
+    for p, m, cost in ((4, 8, (1, 1, 1)), (4, 8, (1, 2, 1)), (4, 16, (1, 1, 1)),
+                       (8, 16, (1, 1, 1))):
+        for policy in ("async", "torch", "commit"):
+            costs = CostModel(F=cost[0], B=cost[1], W=cost[2])
+            st = SearchSettings(ranks=p, microbatches=m, costs=costs, link=link, comm=comm,
+                                policy=policy, time_limit=time_limit, seed=seed)
+            res = search(st)
+            sol = res.solver
+            pb = _problem(st)
+            ev = Evaluator(pb, costs, link, comm, policy)
+            ref = refine(pb, sol.order, ev, time.perf_counter() + time_limit / 2, seed=seed)
+            fit = [(b.makespan, b.label) for b in res.baselines.rows
+                   if b.fits and b.makespan is not None]
+            best = min(fit)
+            row = {"p": p, "m": m, "costs": cost, "policy": policy,
+                   "solver_model": sol.makespan, "solver_sim": res.solver_sim_makespan,
+                   "refined_from_solver": ref.evaluation.makespan,
+                   "refine_evals": ref.evals, "search": res.makespan,
+                   "search_start": res.start_label, "best_builtin": best[0],
+                   "best_builtin_name": best[1]}
+            out.append(row)
+            print(f"| {p} | {m} | F={cost[0]},B={cost[1]},W={cost[2]} | {policy} | "
+                  f"{sol.makespan:g} / {res.solver_sim_makespan:g} | "
+                  f"{ref.evaluation.makespan:g} ({ref.evals} sims) | {res.makespan:g} | "
+                  f"{best[0]:g} ({best[1]}) |", flush=True)
     return out
+
+
+def _problem(st: SearchSettings):
+    from schedsim.search.problem import build_problem
+
+    return build_problem(st.make_placement(), st.microbatches, st.costs, st.link, st.memory,
+                         st.resolve_limit(), st.fused)
 
 
 def main() -> None:
