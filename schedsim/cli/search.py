@@ -213,15 +213,19 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         console.print(f"solver: no solution in time ({escape(s.status if s else 'skipped')})"
                       f"; the refinement started from {escape(res.start_label)}",
                       highlight=False)
-    how = ("converged" if res.converged else "stopped by the time limit" if res.time_limited
-           else "skipped")
-    console.print(
-        f"refinement under {st.comm.semantics} ({st.policy} policy): started from "
-        f"{escape(res.start_label)}"
-        + (f" (solver order simulates at {fmt_t(res.solver_sim_makespan)})"
-           if res.solver_sim_makespan is not None else "")
-        + f"; {res.evals} simulations, {res.improvements} improvements, {how}",
-        highlight=False, soft_wrap=True)
+    if res.refined:
+        how = "converged" if res.converged else "stopped by the time limit"
+        console.print(
+            f"refinement under {st.comm.semantics} ({st.policy} policy): started from "
+            f"{escape(res.start_label)}"
+            + (f" (solver order simulates at {fmt_t(res.solver_sim_makespan)})"
+               if res.solver_sim_makespan is not None else "")
+            + f"; {res.evals} simulations, {res.improvements} improvements, {how}",
+            highlight=False, soft_wrap=True)
+    else:
+        console.print("refinement: not needed (data semantics without contention is the "
+                      "solver's own model, and its order is proven optimal)",
+                      highlight=False, soft_wrap=True)
     console.print(f"best: makespan [bold]{fmt_t(res.makespan)}[/] {res.timeline.unit}, "
                   f"bubble ratio {res.bubble:.3f}, peak activation {_spread(res.peak)}",
                   highlight=False)

@@ -115,6 +115,7 @@ class SearchResult:
     evals: int
     improvements: int
     converged: bool
+    refined: bool
     seconds: dict[str, float]
     time_limited: bool
 
@@ -131,8 +132,9 @@ class SearchResult:
                 "trace": [list(t) for t in s.trace]},
             "warm_start": {"schedule": self.warm_start,
                            "model_makespan": self.warm_start_model_makespan},
-            "refinement": {"start": self.start_label, "evaluations": self.evals,
-                           "improvements": self.improvements, "converged": self.converged},
+            "refinement": {"ran": self.refined, "start": self.start_label,
+                           "evaluations": self.evals, "improvements": self.improvements,
+                           "converged": self.converged},
             "baselines": [b.to_dict() for b in self.baselines.rows],
             "skipped": self.baselines.skipped,
             "seconds": self.seconds, "time_limited": self.time_limited,
@@ -184,7 +186,8 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     evaluator = Evaluator(pb, st.costs, st.link, st.comm, st.policy)
     start, start_label, sim_solver = _start(pb, sol, base, hint, evaluator)
     note("refine", {"start": start_label})
-    if sol.optimal and not _refinement_matters(st):
+    refined = not (sol.optimal and not _refinement_matters(st))
+    if not refined:
         # the solver's model is the engine's here: nothing left to find
         res = RefineResult(start, evaluator(start), evaluator.calls, 0, True)
     else:
@@ -192,8 +195,8 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
                      on_progress=lambda n, best: note("refine", {"evals": n, "best": best}))
     t_ref = time.perf_counter()
     return _finish(st, pb, sol, sim_solver, hint_label, hint_ms, start_label, base, res,
-                   limit, {"baselines": t_base - t0, "solver": t_solve - t_base,
-                           "refine": t_ref - t_solve}, t_ref >= deadline)
+                   refined, limit, {"baselines": t_base - t0, "solver": t_solve - t_base,
+                                    "refine": t_ref - t_solve}, t_ref >= deadline)
 
 
 def _start(pb: SearchProblem, sol: SolveResult, base: Baselines, hint: list[list[int]],
@@ -224,8 +227,9 @@ def _start(pb: SearchProblem, sol: SolveResult, base: Baselines, hint: list[list
 
 def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
             sim_solver: float | None, hint_label: str, hint_ms: float | None,
-            start_label: str, base: Baselines, res: Any, limit: list[float],
-            seconds: dict[str, float], time_limited: bool) -> SearchResult:
+            start_label: str, base: Baselines, res: Any, refined: bool,
+            limit: list[float], seconds: dict[str, float], time_limited: bool
+            ) -> SearchResult:
     from schedsim.program.lower import lower
     from schedsim.sim.simulate import simulate
 
@@ -237,4 +241,4 @@ def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
     peak = peak_activation(tl, st.memory)
     return SearchResult(sched, tl, tl.makespan, tl.bubble_ratio(), peak, limit, sol,
                         sim_solver, hint_label, hint_ms, start_label, base, res.evals,
-                        res.improvements, res.converged, seconds, time_limited)
+                        res.improvements, res.converged, refined, seconds, time_limited)

@@ -16,44 +16,47 @@ def asap(pb: SearchProblem, order: list[list[int]], integer: bool = False
          ) -> list[float] | None:
     """Start time of every op when ``order`` runs as early as possible, or None when the
     order cannot run (an op waits on an op its rank runs later: a cycle). Times in the
-    problem's unit, or in CP-SAT's integer unit when ``integer``. O(ops + inputs)."""
-    n = pb.n
+    problem's unit, or in CP-SAT's integer unit when ``integer``.
+
+    Ranks are swept in turn, each running ahead until its next op lacks an input; a sweep
+    in which no rank moves means a cycle. O(ops + inputs + ranks x sweeps)."""
     if integer:
         dur: list = pb.int_dur()
         lags: list = pb.int_lags()
     else:
         dur, lags = pb.dur, pb.lags
-    succ: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i in range(n):
-        for j, lag in lags[i]:
-            succ[j].append((i, lag))
-            indeg[i] += 1
-    nxt = [-1] * n
-    for row in order:
-        for a, b in itertools.pairwise(row):
-            nxt[a] = b
-            indeg[b] += 1
-    start = [0] * n if integer else [0.0] * n
-    ready = deque(i for i in range(n) if indeg[i] == 0)
-    done = 0
-    while ready:
-        i = ready.popleft()
-        done += 1
-        end = start[i] + dur[i]
-        b = nxt[i]
-        if b >= 0:
-            start[b] = max(start[b], end)
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                ready.append(b)
-        for c, lag in succ[i]:
-            t = end + lag
-            start[c] = max(start[c], t)
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                ready.append(c)
-    return start if done == n else None
+    n = pb.n
+    end: list = [None] * n
+    start: list = [0] * n
+    pos = [0] * len(order)
+    clock = [0] * len(order)
+    left = n
+    moved = True
+    while moved and left:
+        moved = False
+        for r, row in enumerate(order):
+            k, t = pos[r], clock[r]
+            while k < len(row):
+                i = row[k]
+                s = t
+                for j, lag in lags[i]:
+                    e = end[j]
+                    if e is None:
+                        break
+                    e += lag
+                    if e > s:
+                        s = e
+                else:
+                    start[i] = s
+                    t = end[i] = s + dur[i]
+                    k += 1
+                    continue
+                break
+            if k != pos[r]:
+                left -= k - pos[r]
+                pos[r], clock[r] = k, t
+                moved = True
+    return start if not left else None
 
 
 def makespan_of(pb: SearchProblem, start: list, integer: bool = False) -> float:
