@@ -224,6 +224,22 @@ def test_search_is_no_worse_than_any_fitting_builtin_and_fits():
     assert res.solver.optimal and res.solver.bound <= res.makespan + 1e-9
 
 
+@pytest.mark.parametrize("semantics,policy", [("rendezvous", "commit"),
+                                              ("rendezvous", "torch"), ("eager", "async")])
+def test_search_is_no_worse_than_fitting_builtins_as_they_run(semantics, policy):
+    """Under each semantics and policy the result is no slower than any built-in that
+    fits, fused-backward ones included (they start the refinement as themselves)."""
+    res = search(_settings(ranks=3, microbatches=6, link=LinkModel(latency=0.5),
+                           comm=CommModel(semantics=semantics), policy=policy))
+    fitting = {b.label: b.makespan for b in res.baselines.rows
+               if b.fits and b.makespan is not None}
+    assert "1f1b" in fitting and res.makespan <= min(fitting.values()) + 1e-9
+    tl = simulate(lower(res.schedule, policy), CostModel(), LinkModel(latency=0.5),
+                  CommModel(semantics=semantics))
+    assert tl.makespan == pytest.approx(res.makespan)
+    assert max(peak_activation(tl, MemoryModel())) <= 3.0 + 1e-9
+
+
 def test_search_per_rank_limit_from_a_schedule_name():
     costs = CostModel(stage={3: KindCosts(F=1.5, B=1.5, W=1.5)})
     res = search(_settings(ranks=4, microbatches=8, costs=costs, limit="1f1b"))

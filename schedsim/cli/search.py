@@ -256,7 +256,7 @@ def _table(res: Any, st: Any) -> Table:
     rows = sorted(res.baselines.rows, key=lambda b: (b.makespan is None, b.makespan or 0.0))
     for b in rows:
         if b.makespan is None:
-            t.add_row(escape(b.label), "-", "-", _spread(b.peak), "no", escape(b.note))
+            t.add_row(escape(b.label), "-", "-", "-", "-", escape(b.note))
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
         t.add_row(escape(b.label), fmt_t(b.makespan), f"{b.bubble:.3f}", _spread(b.peak),

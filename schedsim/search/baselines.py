@@ -25,8 +25,9 @@ class Baseline:
     """One built-in schedule at the search's costs. ``makespan``/``bubble``: simulated
     under the chosen semantics and comm policy; ``peak``: per-rank peak activation;
     ``fits``: within the limit on every rank; ``order``: its op order in the search
-    problem (None when it runs ops the problem does not have, e.g. FB pairs);
-    ``model_makespan``: that order's makespan in the solver's model."""
+    problem (None when it runs ops the problem does not have, e.g. FB pairs) and
+    ``fused``: the ``B`` ops it runs fused as ``BW``; ``model_makespan``: that order's
+    makespan in the solver's model (with every backward split)."""
 
     label: str
     name: str
@@ -36,6 +37,7 @@ class Baseline:
     peak: list[float]
     fits: bool
     order: list[list[int]] | None = None
+    fused: frozenset[int] = frozenset()
     model_makespan: float | None = None
     note: str = ""
 
@@ -135,13 +137,14 @@ def run_baselines(pb: SearchProblem, costs: CostModel, link: LinkModel, comm: Co
             out.rows.append(Baseline(label, name, params, None, None, peak, False,
                                      note=f"deadlocks under {comm.semantics}"))
             continue
-        order = pb.order_of(sched)
-        ms = None
-        if order is not None:
+        got = pb.order_and_fused(sched)
+        order, fused, ms = None, frozenset(), None
+        if got is not None:
+            order, fused = got
             st = asap(pb, order)
             ms = makespan_of(pb, st) if st is not None else None
         out.rows.append(Baseline(label, name, params, tl.makespan, tl.bubble_ratio(), peak,
-                                 fits, order, ms))
+                                 fits, order, fused, ms))
     return out
 
 

@@ -30,7 +30,7 @@ from schedsim.program.ir import Placement, Schedule
 from schedsim.search.baselines import Baselines, run_baselines, schedule_peak
 from schedsim.search.cpsat import SolveResult, require_ortools, solve
 from schedsim.search.problem import SearchProblem, build_problem, sequential_order
-from schedsim.search.refine import Evaluator, RefineResult, refine
+from schedsim.search.refine import Evaluator, RefineResult, State, refine
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Timeline
 
@@ -183,7 +183,7 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
         raise ScenarioError("no order meets the memory limit (the solver proved it "
                             "infeasible); raise --mem-limit")
     t_solve = time.perf_counter()
-    evaluator = Evaluator(pb, st.costs, st.link, st.comm, st.policy)
+    evaluator = Evaluator(pb, st.costs, st.link, st.comm, st.policy, st.memory)
     start, start_label, sim_solver = _start(pb, sol, base, hint, evaluator)
     note("refine", {"start": start_label})
     refined = not (sol.optimal and not _refinement_matters(st))
@@ -200,25 +200,26 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
 
 
 def _start(pb: SearchProblem, sol: SolveResult, base: Baselines, hint: list[list[int]],
-           evaluator: Evaluator) -> tuple[list[list[int]], str, float | None]:
-    """The refinement's starting order: the best simulated of the solver's order and the
-    fitting built-ins (and the warm start); also the solver order's simulated makespan."""
-    cands: list[tuple[str, list[list[int]]]] = []
+           evaluator: Evaluator) -> tuple[State, str, float | None]:
+    """The refinement's starting state: the best simulated of the solver's order, the
+    fitting built-ins (as they run: fused backward included) and the warm start; also the
+    solver order's simulated makespan."""
+    cands: list[tuple[str, State]] = []
     if sol.order is not None:
-        cands.append(("solver", sol.order))
-    cands += [(b.label, b.order) for b in base.rows
+        cands.append(("solver", State(sol.order)))
+    cands += [(b.label, State(b.order, b.fused)) for b in base.rows
               if b.fits and b.order is not None and b.makespan is not None]
-    cands.append(("warm start", hint))
+    cands.append(("warm start", State(hint)))
     best = None
     sim_solver = None
-    for label, order in cands:
-        ev = evaluator(order)
+    for label, state in cands:
+        ev = evaluator(state)
         if ev is None:
             continue
         if label == "solver":
             sim_solver = ev.makespan
         if best is None or ev.makespan < best[2] - 1e-9:
-            best = (order, label, ev.makespan)
+            best = (state, label, ev.makespan)
     if best is None:
         raise ScenarioError("no candidate order runs under these semantics and comm policy "
                             "(each deadlocks); try --comm-policy async")
@@ -236,7 +237,7 @@ def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
     params = {"search": {"costs_unit": st.costs.unit, "semantics": st.comm.semantics,
                          "comm_policy": st.policy, "mem_limit": limit, "seed": st.seed,
                          "optimal_in_model": bool(sol.optimal)}}
-    sched = pb.schedule(res.order, "search", params)
+    sched = pb.schedule(res.order, "search", params, res.state.fused)
     tl = simulate(lower(sched, st.policy), st.costs, st.link, st.comm)
     peak = peak_activation(tl, st.memory)
     return SearchResult(sched, tl, tl.makespan, tl.bubble_ratio(), peak, limit, sol,

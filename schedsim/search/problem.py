@@ -111,24 +111,40 @@ class SearchProblem:
 
     # -- orders --------------------------------------------------------------------------
     def schedule(self, order: list[list[int]], name: str = "search",
-                 params: dict | None = None) -> Schedule:
-        """The :class:`Schedule` of a per-rank order of op indices."""
+                 params: dict | None = None, fused: frozenset[int] = frozenset()
+                 ) -> Schedule:
+        """The :class:`Schedule` of a per-rank order of op indices; a ``B`` in ``fused``
+        and the ``W`` right after it run as one ``BW``."""
+        rows = []
+        for row in order:
+            out = []
+            for i in row:
+                op = self.ops[i]
+                if op.kind == "W" and self.index[("B", op.stage, op.mb)] in fused:
+                    continue
+                out.append(Op("BW", op.stage, op.mb) if i in fused else op)
+            rows.append(out)
         return Schedule(name=name, placement=self.placement, microbatches=self.microbatches,
-                        ranks=[[self.ops[i] for i in row] for row in order],
-                        params=params or {})
+                        ranks=rows, params=params or {})
 
     def order_of(self, schedule: Schedule) -> list[list[int]] | None:
-        """The per-rank order of op indices of ``schedule``, with each ``BW`` split into
-        ``B`` then ``W`` when the problem splits the backward; None when the schedule
-        runs other ops (``FB`` pairs, a split backward on a fused problem) or another
-        placement."""
+        """The per-rank order of op indices of ``schedule`` (each ``BW`` as ``B`` then
+        ``W`` when the problem splits the backward: see :meth:`order_and_fused`), or None when
+        the schedule runs other ops (``FB`` pairs, a split backward on a fused problem) or
+        another placement."""
+        got = self.order_and_fused(schedule)
+        return None if got is None else got[0]
+
+    def order_and_fused(self, schedule: Schedule
+                        ) -> tuple[list[list[int]], frozenset[int]] | None:
+        """:meth:`order_of` and the ``B`` ops that ran fused (as ``BW``)."""
         pl = schedule.placement
         if (pl.kind, pl.ranks, pl.stages) != (self.placement.kind, self.ranks,
                                               self.placement.stages):
             return None
         if schedule.microbatches != self.microbatches:
             return None
-        out = []
+        out, fused = [], set()
         for row in schedule.ranks:
             cur = []
             for op in row:
@@ -141,28 +157,55 @@ class SearchProblem:
                     if i is None:
                         return None
                     cur.append(i)
+                if len(keys) == 2:
+                    fused.add(cur[-2])
             out.append(cur)
         if sum(len(r) for r in out) != self.n:
             return None
-        return out
+        return out, frozenset(fused)
 
-    def peak(self, order: list[list[int]]) -> list[float]:
+    def fused_durations(self, costs: CostModel, fused: frozenset[int]) -> list[float]:
+        """Op durations when the ``B`` ops in ``fused`` run as ``BW`` with the ``W`` after
+        them: the pair takes the ``BW`` cost, all of it on the ``B`` (whose output leaves
+        only when the pair ends), the ``W`` none."""
+        dur = list(self.dur)
+        for i in fused:
+            op = self.ops[i]
+            dur[i] = costs.kind_cost("BW", op.stage, op.mb)
+            dur[self.index[("W", op.stage, op.mb)]] = 0.0
+        return dur
+
+    def fused_memory(self, memory: MemoryModel, fused: frozenset[int]) -> list[float]:
+        """Activation deltas when the ``B`` ops in ``fused`` run as ``BW``: the pair
+        releases the ``BW`` delta at its end (on the ``W``, the pair's last op)."""
+        if not fused:
+            return self.mem
+        k = memory.factor(self.ranks, self.placement.stages)
+        mem = list(self.mem)
+        for i in fused:
+            op = self.ops[i]
+            mem[i] = 0.0
+            mem[self.index[("W", op.stage, op.mb)]] = memory.BW * k
+        return mem
+
+    def peak(self, order: list[list[int]], mem: list[float] | None = None) -> list[float]:
         """Peak activation per rank of ``order`` (ops of a rank never overlap, so the
         level before op k is the sum of the deltas before it; an allocation counts from
-        the op's start)."""
+        the op's start). ``mem``: other deltas (e.g. :meth:`fused_memory`)."""
+        mem = self.mem if mem is None else mem
         out = []
         for row in order:
             level = top = 0.0
             for i in row:
-                d = self.mem[i]
+                d = mem[i]
                 if d > 0:
                     top = max(top, level + d)
                 level += d
             out.append(top)
         return out
 
-    def fits(self, order: list[list[int]]) -> bool:
-        return all(p <= lim + 1e-9 for p, lim in zip(self.peak(order), self.limit))
+    def fits(self, order: list[list[int]], mem: list[float] | None = None) -> bool:
+        return all(p <= lim + 1e-9 for p, lim in zip(self.peak(order, mem), self.limit))
 
 
 def build_problem(placement: Placement, microbatches: int, costs: CostModel,

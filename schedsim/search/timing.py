@@ -12,19 +12,20 @@ from collections import deque
 from schedsim.search.problem import SearchProblem
 
 
-def asap(pb: SearchProblem, order: list[list[int]], integer: bool = False
-         ) -> list[float] | None:
+def asap(pb: SearchProblem, order: list[list[int]], integer: bool = False,
+         dur: list[float] | None = None) -> list[float] | None:
     """Start time of every op when ``order`` runs as early as possible, or None when the
     order cannot run (an op waits on an op its rank runs later: a cycle). Times in the
-    problem's unit, or in CP-SAT's integer unit when ``integer``.
+    problem's unit, or in CP-SAT's integer unit when ``integer``; ``dur`` overrides the
+    durations (e.g. :meth:`~schedsim.search.problem.SearchProblem.fused_durations`).
 
     Ranks are swept in turn, each running ahead until its next op lacks an input; a sweep
     in which no rank moves means a cycle. O(ops + inputs + ranks x sweeps)."""
     if integer:
-        dur: list = pb.int_dur()
+        dur = pb.int_dur()
         lags: list = pb.int_lags()
     else:
-        dur, lags = pb.dur, pb.lags
+        dur, lags = dur or pb.dur, pb.lags
     n = pb.n
     end: list = [None] * n
     start: list = [0] * n
