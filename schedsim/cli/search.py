@@ -210,18 +210,17 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
             + f" ({escape(s.status)}, {s.wall:.1f} s; warm start {escape(res.warm_start)} "
             f"at {fmt_t(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
     else:
-        console.print(f"solver: no solution in time ({escape(s.status if s else 'skipped')})"
-                      f"; the refinement started from {escape(res.start_label)}",
+        console.print(f"solver: no solution in time ({escape(s.status if s else 'skipped')})",
                       highlight=False)
     if res.refined:
         how = "converged" if res.converged else "stopped by the time limit"
         console.print(
-            f"refinement under {st.comm.semantics} ({st.policy} policy): started from "
-            f"{escape(res.start_label)}"
-            + (f" (solver order simulates at {fmt_t(res.solver_sim_makespan)})"
+            f"refinement under {st.comm.semantics} ({st.policy} policy) from "
+            f"{escape(' and '.join(res.starts))}"
+            + (f" (the solver's order simulates at {fmt_t(res.solver_sim_makespan)})"
                if res.solver_sim_makespan is not None else "")
-            + f"; {res.evals} simulations, {res.improvements} improvements, {how}",
-            highlight=False, soft_wrap=True)
+            + f": best from {escape(res.start_label)}; {res.evals} simulations, "
+            f"{res.improvements} improvements, {how}", highlight=False, soft_wrap=True)
     else:
         console.print("refinement: not needed (data semantics without contention is the "
                       "solver's own model, and its order is proven optimal)",

@@ -30,7 +30,7 @@ from schedsim.program.ir import Placement, Schedule
 from schedsim.search.baselines import Baselines, run_baselines, schedule_peak
 from schedsim.search.cpsat import SolveResult, require_ortools, solve
 from schedsim.search.problem import SearchProblem, build_problem, sequential_order
-from schedsim.search.refine import Evaluator, RefineResult, State, refine
+from schedsim.search.refine import Evaluation, Evaluator, RefineResult, State, better, refine
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Timeline
 
@@ -111,6 +111,7 @@ class SearchResult:
     warm_start: str
     warm_start_model_makespan: float | None
     start_label: str
+    starts: list[str]
     baselines: Baselines
     evals: int
     improvements: int
@@ -132,7 +133,8 @@ class SearchResult:
                 "trace": [list(t) for t in s.trace]},
             "warm_start": {"schedule": self.warm_start,
                            "model_makespan": self.warm_start_model_makespan},
-            "refinement": {"ran": self.refined, "start": self.start_label,
+            "refinement": {"ran": self.refined, "starts": self.starts,
+                           "best_from": self.start_label,
                            "evaluations": self.evals, "improvements": self.improvements,
                            "converged": self.converged},
             "baselines": [b.to_dict() for b in self.baselines.rows],
@@ -184,33 +186,33 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
                             "infeasible); raise --mem-limit")
     t_solve = time.perf_counter()
     evaluator = Evaluator(pb, st.costs, st.link, st.comm, st.policy, st.memory)
-    start, start_label, sim_solver = _start(pb, sol, base, hint, evaluator)
-    note("refine", {"start": start_label})
+    starts, sim_solver = _starts(sol, base, hint, evaluator)
     refined = not (sol.optimal and not _refinement_matters(st))
     if not refined:
         # the solver's model is the engine's here: nothing left to find
-        res = RefineResult(start, evaluator(start), evaluator.calls, 0, True)
+        label, state, ev = starts[0]
+        res = RefineResult(state, ev, evaluator.calls, 0, True)
     else:
-        res = refine(pb, start, evaluator, deadline, seed=st.seed, restarts=st.restarts,
-                     on_progress=lambda n, best: note("refine", {"evals": n, "best": best}))
+        label, res = _refine_all(pb, st, starts, evaluator, deadline, note)
     t_ref = time.perf_counter()
-    return _finish(st, pb, sol, sim_solver, hint_label, hint_ms, start_label, base, res,
-                   refined, limit, {"baselines": t_base - t0, "solver": t_solve - t_base,
+    return _finish(st, pb, sol, sim_solver, hint_label, hint_ms,
+                   (label, [x[0] for x in starts]), base, res, refined, limit, {"baselines": t_base - t0, "solver": t_solve - t_base,
                                     "refine": t_ref - t_solve}, t_ref >= deadline)
 
 
-def _start(pb: SearchProblem, sol: SolveResult, base: Baselines, hint: list[list[int]],
-           evaluator: Evaluator) -> tuple[State, str, float | None]:
-    """The refinement's starting state: the best simulated of the solver's order, the
-    fitting built-ins (as they run: fused backward included) and the warm start; also the
-    solver order's simulated makespan."""
+def _starts(sol: SolveResult, base: Baselines, hint: list[list[int]], evaluator: Evaluator
+            ) -> tuple[list[tuple[str, State, Evaluation]], float | None]:
+    """Where the refinement starts: the best simulated of the solver's order, the fitting
+    built-ins (as they run: fused backward included) and the warm start; then the
+    solver's order if it is not that one (the local search from each can end in a
+    different optimum). Also the solver order's simulated makespan."""
     cands: list[tuple[str, State]] = []
     if sol.order is not None:
         cands.append(("solver", State(sol.order)))
     cands += [(b.label, State(b.order, b.fused)) for b in base.rows
               if b.fits and b.order is not None and b.makespan is not None]
     cands.append(("warm start", State(hint)))
-    best = None
+    runs = []
     sim_solver = None
     for label, state in cands:
         ev = evaluator(state)
@@ -218,17 +220,43 @@ def _start(pb: SearchProblem, sol: SolveResult, base: Baselines, hint: list[list
             continue
         if label == "solver":
             sim_solver = ev.makespan
-        if best is None or ev.makespan < best[2] - 1e-9:
-            best = (state, label, ev.makespan)
-    if best is None:
+        runs.append((label, state, ev))
+    if not runs:
         raise ScenarioError("no candidate order runs under these semantics and comm policy "
                             "(each deadlocks); try --comm-policy async")
-    return best[0], best[1], sim_solver
+    best = min(runs, key=lambda x: x[2].makespan)      # first of the equals: the solver
+    out = [best]
+    if runs[0][0] == "solver" and best is not runs[0]:
+        out.append(runs[0])
+    return out, sim_solver
+
+
+def _refine_all(pb: SearchProblem, st: SearchSettings,
+                starts: list[tuple[str, State, Evaluation]], evaluator: Evaluator,
+                deadline: float, note: Progress) -> tuple[str, RefineResult]:
+    """Refine from each start in turn (each gets an equal share of the time left, a run
+    that converges early leaves its time to the next); the best result and its start."""
+    best: tuple[str, RefineResult] | None = None
+    improvements, converged = 0, True
+    for k, (label, state, _) in enumerate(starts):
+        now = time.perf_counter()
+        until = now + (deadline - now) / (len(starts) - k)
+        note("refine", {"start": label})
+        res = refine(pb, state, evaluator, until, seed=st.seed, restarts=st.restarts,
+                     on_progress=lambda n, b: note("refine", {"evals": n, "best": b}))
+        improvements += res.improvements
+        converged = converged and res.converged
+        if best is None or better(res.evaluation, best[1].evaluation):
+            best = (label, res)
+    assert best is not None
+    label, res = best
+    return label, RefineResult(res.state, res.evaluation, evaluator.calls, improvements,
+                               converged)
 
 
 def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
             sim_solver: float | None, hint_label: str, hint_ms: float | None,
-            start_label: str, base: Baselines, res: Any, refined: bool,
+            labels: tuple[str, list[str]], base: Baselines, res: Any, refined: bool,
             limit: list[float], seconds: dict[str, float], time_limited: bool
             ) -> SearchResult:
     from schedsim.program.lower import lower
@@ -241,5 +269,5 @@ def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
     tl = simulate(lower(sched, st.policy), st.costs, st.link, st.comm)
     peak = peak_activation(tl, st.memory)
     return SearchResult(sched, tl, tl.makespan, tl.bubble_ratio(), peak, limit, sol,
-                        sim_solver, hint_label, hint_ms, start_label, base, res.evals,
+                        sim_solver, hint_label, hint_ms, *labels, base, res.evals,
                         res.improvements, res.converged, refined, seconds, time_limited)
