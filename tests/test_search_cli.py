@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 pytest.importorskip("ortools")
 
-from schedsim.cli import app  # noqa: E402
-from schedsim.interop.schedule_files import load_schedule_file  # noqa: E402
+from schedsim.cli import app
+from schedsim.interop.schedule_files import load_schedule_file
 
 runner = CliRunner()
 
@@ -83,7 +83,7 @@ def test_result_replays_on_gloo_with_grad_check(tmp_path: Path):
     assert r.exit_code == 0, r.output
     p = subprocess.run([sys.executable, "-m", "schedsim", "replay", "--schedule-file",
                         str(out), "--check-grads", "--timeout", "90"],
-                       capture_output=True, text=True, timeout=150)
+                       capture_output=True, text=True, timeout=150, check=False)
     assert p.returncode == 0, p.stderr
     assert "passed" in p.stdout.lower()
 

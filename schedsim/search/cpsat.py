@@ -3,7 +3,7 @@ F, BW), minimising the makespan under an activation-memory limit.
 
 Model (on the integer view of :class:`~schedsim.search.problem.SearchProblem`):
 
-- one fixed-size interval per op (``start``, cost); ``AddNoOverlap`` per rank;
+- one fixed-size interval per op (``start``, cost); ``add_no_overlap`` per rank;
 - data inputs: ``start_i >= end_j + lag`` (lag = link cost across ranks, 0 on one rank);
 - per stage and kind, microbatches in order (as every built-in and the authors' ILP);
 - activation memory as a reservoir per rank: an allocation at its op's start, a release at
@@ -74,6 +74,7 @@ class _Model:
     makespan: Any
     lower: int
     upper: int
+    sizes: list[tuple[Any, int, int]]
 
 
 def _heads_tails(pb: SearchProblem, d: list[int], lags: list[list[tuple[int, int]]]
@@ -100,14 +101,15 @@ def _heads_tails(pb: SearchProblem, d: list[int], lags: list[list[tuple[int, int
 
 
 def _memory(m: Any, pb: SearchProblem, mine: list[int], start: list[Any], d: list[int],
-            mem: list[int], neg: int, upper: int) -> None:
+            mem: list[int], neg: int, upper: int) -> list[tuple[Any, int, int]]:
     """Rank ``mine``'s activation limit. When every (stage, mb) allocates at its F and
     releases at most that at its backward ends (the zb and inflight models), the memory is
     a sum of intervals (F start -> B end holding B's release, F start -> W end holding W's,
     a leak held to the horizon) and a cumulative constraint states it; otherwise a
-    reservoir of the individual events does."""
+    reservoir of the individual events does. Returns each interval's size variable with
+    its F op and the op ending it (-1: the horizon), so a warm start can hint them."""
     limit = pb.int_limit(pb.rank[mine[0]])
-    iv, dem = [], []
+    iv, dem, sizes = [], [], []
     ok = True
     for i in mine:
         op = pb.ops[i]
@@ -121,24 +123,27 @@ def _memory(m: Any, pb: SearchProblem, mine: list[int], start: list[Any], d: lis
         for k in (("BW",) if pb.fused else ("B", "W")):
             j = pb.index[(k, op.stage, op.mb)]
             if mem[j] < 0:
-                size = m.NewIntVar(0, upper, "")
-                iv.append(m.NewIntervalVar(start[i], size, start[j] + d[j], ""))
+                size = m.new_int_var(0, upper, "")
+                iv.append(m.new_interval_var(start[i], size, start[j] + d[j], ""))
+                sizes.append((size, i, j))
                 dem.append(-mem[j])
                 left += mem[j]
         if left < 0:
             ok = False
             break
         if left > 0:
-            size = m.NewIntVar(0, upper, "")
-            iv.append(m.NewIntervalVar(start[i], size, upper, ""))
+            size = m.new_int_var(0, upper, "")
+            iv.append(m.new_interval_var(start[i], size, upper, ""))
+            sizes.append((size, i, -1))
             dem.append(left)
     if ok:
         if iv:
-            m.AddCumulative(iv, dem, limit)
-        return
+            m.add_cumulative(iv, dem, limit)
+        return sizes
     ev = [(start[i] if mem[i] > 0 else start[i] + d[i], mem[i]) for i in mine if mem[i]]
     if ev:
-        m.AddReservoirConstraint([t for t, _ in ev], [x for _, x in ev], neg, limit)
+        m.add_reservoir_constraint([t for t, _ in ev], [x for _, x in ev], neg, limit)
+    return []
 
 
 def _memory_precedences(m: Any, pb: SearchProblem, start: list[Any], d: list[int],
@@ -168,12 +173,12 @@ def _memory_precedences(m: Any, pb: SearchProblem, start: list[Any], d: list[int
                 x = -(-need // (b + w))
                 if 1 <= x <= k:
                     j = back[0][x - 1]
-                    m.Add(start[f[k]] >= start[j] + d[j])
+                    m.add(start[f[k]] >= start[j] + d[j])
             if w > 0:
                 y = -(-(need - k * b) // w)
                 if 1 <= y <= k:
                     j = back[1][y - 1]
-                    m.Add(start[f[k]] >= start[j] + d[j])
+                    m.add(start[f[k]] >= start[j] + d[j])
 
 
 def build_model(pb: SearchProblem, upper: int | None = None) -> _Model:
@@ -186,99 +191,175 @@ def build_model(pb: SearchProblem, upper: int | None = None) -> _Model:
     if upper is None:
         upper = sum(d) + sum(lag for row in lags for _, lag in row)
     upper = max(upper, max(h + x + t for h, x, t in zip(head, d, tail)))
-    start = [m.NewIntVar(head[i], upper - tail[i] - d[i], f"s{i}") for i in range(pb.n)]
-    iv = [m.NewFixedSizeIntervalVar(start[i], d[i], f"i{i}") for i in range(pb.n)]
+    start = [m.new_int_var(head[i], upper - tail[i] - d[i], f"s{i}") for i in range(pb.n)]
+    iv = [m.new_fixed_size_interval_var(start[i], d[i], f"i{i}") for i in range(pb.n)]
     for i, row in enumerate(lags):
         for j, lag in row:
-            m.Add(start[i] >= start[j] + d[j] + lag)
+            m.add(start[i] >= start[j] + d[j] + lag)
     for ch in pb.chains:
         for a, b in itertools.pairwise(ch):
-            m.Add(start[b] >= start[a] + d[a])
+            m.add(start[b] >= start[a] + d[a])
     lower = 0
+    sizes = []
     neg = -sum(-x for x in mem if x < 0)
     for r in range(pb.ranks):
         mine = pb.ops_of(r)
         if not mine:
             continue
-        m.AddNoOverlap([iv[i] for i in mine])
+        m.add_no_overlap([iv[i] for i in mine])
         lower = max(lower, min(head[i] for i in mine) + sum(d[i] for i in mine)
                     + min(tail[i] for i in mine))
-        _memory(m, pb, mine, start, d, mem, neg, upper)
+        sizes += _memory(m, pb, mine, start, d, mem, neg, upper)
     _memory_precedences(m, pb, start, d, mem)
-    makespan = m.NewIntVar(lower, upper, "makespan")
+    makespan = m.new_int_var(lower, upper, "makespan")
     for ch in pb.chains:
-        m.Add(makespan >= start[ch[-1]] + d[ch[-1]])
-    m.Minimize(makespan)
-    return _Model(m, start, makespan, lower, upper)
+        m.add(makespan >= start[ch[-1]] + d[ch[-1]])
+    m.minimize(makespan)
+    return _Model(m, start, makespan, lower, upper, sizes)
+
+
+def lower_bound(pb: SearchProblem) -> int:
+    """The constant lower bound of :func:`build_model` (integer units): for each rank, the
+    earliest start of any of its ops + its total work + the shortest tail after them."""
+    d, lags = pb.int_dur(), pb.int_lags()
+    head, tail = _heads_tails(pb, d, lags)
+    lower = 0
+    for r in range(pb.ranks):
+        mine = pb.ops_of(r)
+        if mine:
+            lower = max(lower, min(head[i] for i in mine) + sum(d[i] for i in mine)
+                        + min(tail[i] for i in mine))
+    return lower
 
 
 def solve(pb: SearchProblem, hint: list[list[int]] | None, time_limit: float, *,
-          seed: int = 0, workers: int = 2, work_limit: float | None = None,
+          seed: int = 0, workers: int = 2,
           on_progress: Callable[[float, float | None, float], None] | None = None,
           extra: dict[str, Any] | None = None) -> SolveResult:
     """Minimise the makespan of ``pb`` with CP-SAT, warm-started from ``hint`` (a valid
     per-rank order that fits the memory limit, or None).
 
-    ``time_limit``: wall seconds (always respected); ``work_limit``: CP-SAT deterministic
-    time (machine-independent work units; with ``seed`` and ``workers`` fixed the search is
-    reproducible when this, not the wall clock, ends it); ``on_progress(seconds, best,
-    bound)`` is called at each improving solution and bound. Raises
-    :class:`ScenarioError` when OR-Tools is missing.
+    CP-SAT runs in a child process that is killed at ``time_limit`` wall seconds (its own
+    limit is not checked while it loads a large model), sending each improving solution
+    and bound back; so the limit always holds and the best solution found so far is kept.
+    With ``seed`` and ``workers`` fixed the search is reproducible when a proof, not the
+    wall clock, ends it (``interleave_search``). ``extra``: more CP-SAT parameters; ``on_progress(seconds, best, bound)`` is
+    called at each improving solution and bound. Raises :class:`ScenarioError` when
+    OR-Tools is missing.
     """
-    cp_model = require_ortools()
+    require_ortools()
     t0 = time.perf_counter()
+    k = pb.time_scale
     hint_start = asap(pb, hint, integer=True) if hint is not None else None
     upper = makespan_of(pb, hint_start, integer=True) if hint_start is not None else None
-    mdl = build_model(pb, upper)
-    k = pb.time_scale
-    if hint_start is not None and upper is not None and upper <= mdl.lower:
+    lower = lower_bound(pb)
+    if hint_start is not None and upper is not None and upper <= lower:
         ms = upper / k      # the warm start meets the lower bound: optimal, no search
         if on_progress is not None:
             on_progress(time.perf_counter() - t0, ms, ms)
         return SolveResult(hint, ms, ms, True,
                            "OPTIMAL (warm start meets the lower bound)",
                            time.perf_counter() - t0, [(time.perf_counter() - t0, ms, ms)])
+    params = {"num_workers": max(1, workers), "random_seed": seed, "interleave_search": True,
+              **(extra or {})}
+    run = _ChildSolve(pb, hint_start, upper, params, t0 + time_limit)
+    trace: list[tuple[float, float, float]] = []
+    bound = lower / k
+    best: list[int] | None = None
+    for msg in run.messages():
+        now = time.perf_counter() - t0
+        if msg[0] == "bound":
+            bound = max(bound, msg[1] / k)
+        elif msg[0] == "solution":
+            bound = max(bound, msg[2] / k)
+            best = msg[3]
+            trace.append((now, msg[1] / k, bound))
+        if on_progress is not None and msg[0] in ("bound", "solution"):
+            on_progress(now, trace[-1][1] if trace else None, bound)
+    status = run.status
+    optimal = status == "OPTIMAL"
+    wall = time.perf_counter() - t0
+    if best is None:
+        return SolveResult(None, None, bound, False, status, wall, trace)
+    ms = makespan_of(pb, best, integer=True) / k
+    bound = ms if optimal else max(bound, run.bound / k)
+    return SolveResult(order_by_start(pb, best), ms, min(bound, ms), optimal, status, wall,
+                       trace)
+
+
+class _ChildSolve:
+    """CP-SAT on ``pb`` in a child process (see :func:`solve`); :meth:`messages` yields
+    ``("solution", objective, bound, starts)`` and ``("bound", bound)`` (integer units)
+    until the child ends or ``deadline`` (``time.perf_counter()``) passes, when it is
+    killed. Then :attr:`status` is CP-SAT's status name (``"TIME_LIMIT"`` if killed,
+    ``"CRASHED"`` if the child died without a word) and :attr:`bound` its last bound."""
+
+    def __init__(self, pb: SearchProblem, hint_start: list[int] | None, upper: int | None,
+                 params: dict[str, Any], deadline: float) -> None:
+        import multiprocessing as mp
+        import sys
+
+        ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+        self._recv, send = ctx.Pipe(duplex=False)
+        params = {**params, "max_time_in_seconds": max(0.01, deadline - time.perf_counter())}
+        self._proc = ctx.Process(target=_child, args=(send, pb, hint_start, upper, params),
+                                 daemon=True)
+        self._proc.start()
+        send.close()
+        self.deadline = deadline
+        self.status, self.bound = "TIME_LIMIT", 0.0
+
+    def messages(self):
+        try:
+            while True:
+                left = self.deadline - time.perf_counter()
+                if left <= 0 or not self._recv.poll(min(left, 0.2)):
+                    if left > 0 and not self._proc.is_alive() and not self._recv.poll():
+                        self.status = "CRASHED"
+                        return
+                    if left <= 0:
+                        return
+                    continue
+                try:
+                    msg = self._recv.recv()
+                except EOFError:
+                    self.status = "CRASHED"
+                    return
+                if msg[0] == "done":
+                    self.status, self.bound = msg[1], msg[2]
+                    return
+                yield msg
+        finally:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join()
+            self._recv.close()
+
+
+def _child(conn: Any, pb: SearchProblem, hint_start: list[int] | None, upper: int | None,
+           params: dict[str, Any]) -> None:
+    """The child process of :class:`_ChildSolve`: build, hint, solve, report."""
+    cp_model = require_ortools()
+    mdl = build_model(pb, upper)
     if hint_start is not None:
         for v, s in zip(mdl.start, hint_start):
-            mdl.model.AddHint(v, s)
-        mdl.model.AddHint(mdl.makespan, upper)
+            mdl.model.add_hint(v, s)
+        d = pb.int_dur()
+        for v, i, j in mdl.sizes:
+            mdl.model.add_hint(v, (hint_start[j] + d[j] if j >= 0 else mdl.upper)
+                               - hint_start[i])
+        mdl.model.add_hint(mdl.makespan, mdl.upper)
     solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.num_workers = max(1, workers)
-    prm.random_seed = seed
-    prm.interleave_search = True
-    for key, val in (extra or {}).items():
-        setattr(prm, key, val)
-    prm.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - t0))
-    if work_limit is not None:
-        prm.max_deterministic_time = work_limit
-    trace: list[tuple[float, float, float]] = []
-    state = {"bound": mdl.lower / k}
+    for key, val in params.items():
+        setattr(solver.parameters, key, val)
 
     class _Callback(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self) -> None:
-            best = self.ObjectiveValue() / k
-            state["bound"] = max(state["bound"], self.BestObjectiveBound() / k)
-            trace.append((time.perf_counter() - t0, best, state["bound"]))
-            if on_progress is not None:
-                on_progress(time.perf_counter() - t0, best, state["bound"])
+            conn.send(("solution", self.objective_value, self.best_objective_bound,
+                       [self.value(v) for v in mdl.start]))
 
-    if on_progress is not None and hasattr(solver, "best_bound_callback"):
-        def _bound(b: float) -> None:
-            state["bound"] = max(state["bound"], b / k)
-            on_progress(time.perf_counter() - t0, trace[-1][1] if trace else None,
-                        state["bound"])
-        solver.best_bound_callback = _bound
-    status = solver.Solve(mdl.model, _Callback())
-    name = solver.StatusName(status)
-    wall = time.perf_counter() - t0
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return SolveResult(None, None, state["bound"], False, name, wall, trace)
-    starts = [solver.Value(v) for v in mdl.start]
-    order = order_by_start(pb, starts)
-    ms = makespan_of(pb, starts, integer=True) / k
-    bound = max(state["bound"], solver.BestObjectiveBound() / k)
-    optimal = status == cp_model.OPTIMAL
-    if optimal:
-        bound = ms
-    return SolveResult(order, ms, min(bound, ms), optimal, name, wall, trace)
+    if hasattr(solver, "best_bound_callback"):
+        solver.best_bound_callback = lambda b: conn.send(("bound", b))
+    status = solver.solve(mdl.model, _Callback())
+    conn.send(("done", solver.status_name(status), solver.best_objective_bound))
+    conn.close()

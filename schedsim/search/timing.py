@@ -45,8 +45,7 @@ def asap(pb: SearchProblem, order: list[list[int]], integer: bool = False,
                     if e is None:
                         break
                     e += lag
-                    if e > s:
-                        s = e
+                    s = max(s, e)
                 else:
                     start[i] = s
                     t = end[i] = s + dur[i]
