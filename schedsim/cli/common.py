@@ -132,7 +132,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     """
     if scenario is not None:
         sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True)
+        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
         base = sc.base_dir
     else:
         data, base = {}, "."
@@ -149,7 +149,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
             sched[k] = v
     sched.update(key_values(param, "--param"))
     if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):

@@ -120,7 +120,8 @@ def compare(
     else:
         data, mem_spec = {}, None
     if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     if message_bytes is not None:
         data.setdefault("costs", {})["message_bytes"] = message_bytes
     comm = data.setdefault("comm", {})
