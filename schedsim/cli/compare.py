@@ -94,6 +94,10 @@ def compare(
     scenario: Annotated[Optional[Path], typer.Option(
         "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
         "(its \\[schedule] is ignored).")] = None,
+    model_overlap: Annotated[Optional[str], typer.Option(
+        "--model-overlap", help="With a --scenario that has a \[model]: compare once per "
+        "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
+        "schedule's makespan gain over the first mode.")] = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
@@ -115,7 +119,8 @@ def compare(
         fail("compare needs --ranks and --microbatches")
     if scenario is not None:
         sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True)
+        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                             exclude_unset=True)
         mem_spec: object = sc.memory or None
     else:
         data, mem_spec = {}, None
@@ -137,6 +142,11 @@ def compare(
     base = parse_scenario(data, "compare options")
     mm = _memory_model(mem_spec, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    if model_overlap is not None:
+        from schedsim.cli.collectives import compare_overlaps
+
+        return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
+                                json_out)
     res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
     if per_rank_costs:
         rows = []
