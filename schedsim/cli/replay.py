@@ -67,10 +67,10 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
 
 
 def _check_nproc(spec: Any, nproc: int | None) -> int:
-    p = spec.program["placement"]["ranks"]
+    p = spec.program["placement"]["ranks"] * spec.config.tp   # tp processes per rank
     if nproc is not None and nproc != p:
-        raise ScenarioError(f"--nproc {nproc} does not match the program's {p} ranks (one "
-                            f"process per rank): use --nproc {p}")
+        raise ScenarioError(f"--nproc {nproc} does not match the program's {p} processes "
+                            f"(ranks x tp): use --nproc {p}")
     return p
 
 

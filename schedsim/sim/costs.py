@@ -122,7 +122,7 @@ class CostModel(BaseModel):
         if (self._derived is not None and b.kind in ("B", "BW")
                 and self._untyped(f.stage, f.mb, "F") and self._untyped(b.stage, b.mb, *back)):
             return self._derived.fb_cost(f.stage, b.stage, b.kind)
-        c = getattr(self, "FB")
+        c = self.FB
         if c is not None and self._derived is None:
             return c
         return sum(self.kind_cost(p.kind, p.stage, p.mb) for p in op.parts)
