@@ -176,16 +176,19 @@ def print_check(res: dict[str, Any]) -> None:
     n = res["tp"]
     t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
                     f"1.0 = equal, {n}.0 = {n}x)")
-    for col in ("variant", "replicated loss", "summed loss", "correct for", "note"):
-        t.add_column(col, justify="right" if "loss" in col else "left")
+    for col in ("variant", "replicated loss", "summed loss", "correct for"):
+        t.add_column(col, justify="right" if "loss" in col else "left", no_wrap=True)
 
     def sc(x: float | None) -> str:
-        return "not a scale" if x is None else f"{x:.12g}"
+        return "not a multiple" if x is None else str(round(x, 12))
 
     for v in res["variants"]:
         t.add_row(v["name"], sc(v["scale_replicated_loss"]), sc(v["scale_summed_loss"]),
-                  v["correct_for"], escape(v["note"]))
+                  v["correct_for"])
     console.print(t)
+    for v in res["variants"]:
+        console.print(f"[bold]{v['name']}[/]: {escape(v['note'])}", highlight=False,
+                      soft_wrap=True)
     for f in res.get("findings", []):
         console.print(f"finding [bold]{escape(f['name'])}[/]: {escape(f['note'])}",
                       highlight=False, soft_wrap=True)

@@ -121,6 +121,8 @@ class ReplayConfig(BaseModel):
             if err["type"] == "extra_forbidden":
                 msg = (f"unknown key '{loc}' (expected one of "
                        f"{', '.join(cls.model_fields)})")
+            elif not err["loc"]:          # a whole-table rule (model validator)
+                msg = str(err["msg"]).removeprefix("Value error, ")
             else:
                 msg = f"'{loc}': {err['msg']}"
             raise ScenarioError(f"{source}: {msg}") from None

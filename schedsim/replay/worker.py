@@ -241,7 +241,14 @@ def main_worker(spec_path: str) -> int:
     spec = None
     try:
         spec = JobSpec.model_validate_json(Path(spec_path).read_text())
-        run_rank(spec)
+        if spec.task == "check-collectives":
+            from schedsim.replay.collectives_check import check_rank
+
+            start_watchdog(spec.deadline or time.time() + spec.config.timeout,
+                           os.environ.get("RANK", "?"))
+            check_rank(spec)
+        else:
+            run_rank(spec)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then exit 1
         report_failure(spec, e)
