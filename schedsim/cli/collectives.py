@@ -50,15 +50,15 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
         return
     default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
     t = Table(title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
-    for col in ("stages", "kind", "cost", "compute", "collectives", "exposed", "hidden",
-                "simulated with"):
-        t.add_column(col, justify="left" if col in ("stages", "kind", "simulated with")
-                     else "right")
+    for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
+                "used"):
+        t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
+                     no_wrap=True)
     for label, kind, oc in sco.table():
         st = default_stage if label in ("all", "default") else int(label)
         used = "-" if st is None else _used(sc, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
-            1.0, oc.cost) else f"typed {fmt_t(used)}")
+            1.0, oc.cost) else f"typed: {fmt_t(used)}")
         t.add_row(label, kind, fmt_t(oc.cost), fmt_t(oc.compute), fmt_t(oc.collective),
                   fmt_t(oc.exposed), fmt_t(oc.hidden), how)
     console.print(t)

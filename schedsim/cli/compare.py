@@ -95,7 +95,7 @@ def compare(
         "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
         "(its \\[schedule] is ignored).")] = None,
     model_overlap: Annotated[Optional[str], typer.Option(
-        "--model-overlap", help="With a --scenario that has a \[model]: compare once per "
+        "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
         "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
         "schedule's makespan gain over the first mode.")] = None,
     json_out: JsonOpt = None,

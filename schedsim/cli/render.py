@@ -53,7 +53,7 @@ def render(
     stalls: StallsOpt = False,
     detail: Annotated[bool, typer.Option(
         "--detail", help="Gantt: draw each op's compute and collective pieces (a timeline "
-        "with pieces: 'simulate --json' with a \[model], a TP replay).")] = False,
+        "with pieces: 'simulate --json' with a \\[model], a TP replay).")] = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
 ) -> None:
     """Draw a Timeline JSON as a Gantt chart, or overlay two timelines of the same ops.

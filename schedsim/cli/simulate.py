@@ -89,7 +89,7 @@ def simulate(
         "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
     detail: Annotated[bool, typer.Option(
         "--detail", help="With --gantt: draw each op's compute and collective pieces "
-        "(scenario with \[model]).")] = False,
+        "(scenario with \\[model]).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.

@@ -107,12 +107,13 @@ class CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, tp: TPContext, name: str):  # type: ignore[override]
-        ctx.tp, ctx.name = tp, name
+        ctx.tp, ctx.name, ctx.where = tp, name, (tp.log.layer, tp.log.half)
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         g = g.contiguous().clone()
+        ctx.tp.log.layer, ctx.tp.log.half = ctx.where
         ctx.tp.all_reduce(g, ctx.name)
         return g, None, None
 
@@ -145,11 +146,13 @@ class DominoCopy(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, tp: TPContext, box: _Box,  # type: ignore[override]
                 name: str):
         ctx.tp, ctx.box, ctx.name = tp, box, name
+        ctx.where = (tp.log.layer, tp.log.half)
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[override]
         g = g.contiguous().clone()
+        ctx.tp.log.layer, ctx.tp.log.half = ctx.where
         ctx.box.pending = ctx.tp.all_reduce_async(g, ctx.name)
         return g, None, None, None
 

@@ -76,7 +76,8 @@ class OpCost:
 
     @property
     def hidden(self) -> float:
-        return max(0.0, self.collective - self.exposed)
+        h = self.collective - self.exposed
+        return h if h > 1e-12 * max(1.0, self.cost) else 0.0
 
 
 def levels(pieces: list[Piece]) -> list[float]:
@@ -129,7 +130,9 @@ def schedule(pieces: list[Piece]) -> OpCost:
     compute = sum(p.duration for p in pieces if p.stream == COMPUTE)
     coll = sum(p.duration for p in pieces if p.stream == COLLECTIVE)
     placed = tuple(Placed(p, start[i], end[i]) for i, p in enumerate(pieces))
-    return OpCost(cost, compute, coll, max(0.0, cost - compute), placed)
+    exposed = cost - compute
+    return OpCost(cost, compute, coll, exposed if exposed > 1e-12 * max(1.0, cost) else 0.0,
+                  placed)
 
 
 def chained(pieces: list[Piece]) -> list[Piece]:
