@@ -10,7 +10,7 @@ Drawn over each op box of a timeline that has ``pieces``
 - above it, thin white lines separate the op's **compute pieces** (attention, MLP or
   experts, per layer and Domino half), and the stretches inside the op where the compute
   stream has nothing to run — it waits for a collective: the *exposed* collective time —
-  are hatched (:data:`EXPOSED_HATCH`).
+  are hatched over the op's colour (:data:`EXPOSED_HATCH`).
 
 Measured timelines (a TP replay) carry collective pieces only (per TP rank; those of TP
 rank 0 are drawn). Collections have gids ``detail-lane``, ``detail-collectives``,
@@ -34,7 +34,7 @@ COLL_COLORS = {"all-reduce": "#2b2b2b", "all-gather": "#17becf",
                "reduce-scatter": "#e377c2", "all-to-all": "#d62728"}
 LANE_COLOR = "#e9e9e9"
 EXPOSED_HATCH = "////"
-EXPOSED_COLOR = "#444444"
+EXPOSED_COLOR = "#1a1a1a"
 
 
 def _free(span: tuple[float, float], busy: list[tuple[float, float]]
@@ -88,9 +88,8 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
             ("detail-lane", lanes, dict(facecolors=LANE_COLOR, edgecolors="none")),
             ("detail-collectives", bars, dict(facecolors=colors, edgecolors="white",
                                               linewidths=0.3)),
-            ("detail-exposed", exposed, dict(facecolors="white", edgecolors=EXPOSED_COLOR,
-                                             hatch=EXPOSED_HATCH, linewidths=0.0,
-                                             alpha=0.85))):
+            ("detail-exposed", exposed, dict(facecolors="none", edgecolors=EXPOSED_COLOR,
+                                             hatch=EXPOSED_HATCH, linewidths=0.0))):
         if rects:
             pc = PatchCollection(rects, zorder=3.6, **kw)
             pc.set_gid(gid)
@@ -102,7 +101,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
     handles: list[Any] = [Patch(facecolor=COLL_COLORS[k], label=k) for k in COLL_COLORS
                           if k in used]
     if exposed:
-        handles.append(Patch(facecolor="white", edgecolor=EXPOSED_COLOR,
+        handles.append(Patch(facecolor="#9aa8c7", edgecolor=EXPOSED_COLOR,
                              hatch=EXPOSED_HATCH, linewidth=0.0,
                              label="compute waits for a collective (exposed)"))
     return handles
