@@ -254,7 +254,10 @@ def test_dualpipe_csv_round_trip(fmt: str, policy: str, tmp_path: Path) -> None:
         assert loaded["spans"] == direct["spans"] and loaded["makespan"] == direct["makespan"]
     back = read_torch_csv(f, placement="dual")
     assert back.placement == Placement(kind="dual", ranks=4, stages=4, microbatches=8)
-    assert back.ranks == generate("dualpipe", 4, 8).schedule().ranks
+    want = generate("dualpipe", 4, 8).schedule()
+    if policy == "torch":        # torch's runtime runs each F&B pair as F then B
+        want = lower(want, "torch").schedule()
+    assert back.ranks == want.ranks
     r = runner.invoke(app, ["simulate", "--schedule-file", str(f)])     # loop by default
     assert r.exit_code == 2 and "row 1 (rank 0) runs stage 3, which the loop placement " \
         "puts on rank 3; the file follows the dual placement: pass --placement dual" \
