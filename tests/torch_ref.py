@@ -19,12 +19,9 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-import pytest
-
-torch = pytest.importorskip("torch")
-from torch.distributed.pipelining import schedules as S  # noqa: E402
-from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  # noqa: E402
-from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
+from torch.distributed.pipelining import schedules as S
+from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+from torch.distributed.pipelining.stage import PipelineStage
 
 BOOKKEEPING = ("REDUCE_GRAD", "UNSHARD", "RESHARD")
 _KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
