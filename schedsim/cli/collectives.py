@@ -120,7 +120,7 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
         console.print(f"{rec['schedule']}: makespan {fmt_t(b)} ({modes[0]}) -> "
                       f"{fmt_t(rec['makespan'])} ({rec['overlap']}): gain "
                       f"{fmt_t(gain)}{pct}", highlight=False)
-    for mode, _sc, res in runs[:1]:
+    for _mode, _sc, res in runs[:1]:
         for n, why in res.skipped.items():
             console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
     if json_out is not None:

@@ -214,6 +214,12 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
 
 
 def _cost_text(c: CostModel) -> str:
+    if c._derived is not None:     # a [model]: the costs the simulation uses
+        from schedsim.program.ir import Op
+
+        kinds = [(k, c.cost(Op(k, 0, 0))) for k in ("F", "B", "W", "BW")]
+        kinds.append(("FB", c.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))))
+        return ",".join(f"{k}={fmt_t(v)}" for k, v in kinds) + " (stage model)"
     parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
     if c.BW is not None:
         parts.append(f"BW={fmt_t(c.BW)}")

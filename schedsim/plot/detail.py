@@ -78,7 +78,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
                 colors.append(COLL_COLORS.get(p.get("collective") or "", "#888888"))
                 used.add(p.get("collective") or "collective")
         top = y0 + h
-        for a, b in comp[1:]:
+        for a, _b in comp[1:]:
             if s.start < a < s.end:
                 splits.append([(a, top), (a, n - s.rank - pad)])
         if comp:

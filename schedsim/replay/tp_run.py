@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from schedsim.replay.config import ReplayConfig
