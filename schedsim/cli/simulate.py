@@ -128,7 +128,8 @@ def simulate(
         from schedsim.cli.collectives import print_stage_costs
         from schedsim.sim.pieces import attach_pieces
 
-        attach_pieces(tl, sc.stage_costs())
+        if json_out or trace or detail:     # the pieces go into these outputs only
+            attach_pieces(tl, sc.stage_costs())
         if not quiet:
             print_stage_costs(sc, prog.placement.stages, tl)
     with output_group() as outs:      # all outputs appear together, or none does

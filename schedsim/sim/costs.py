@@ -74,7 +74,6 @@ class CostModel(BaseModel):
     _ov: dict = PrivateAttr(default_factory=dict)
     _cache: dict = PrivateAttr(default_factory=dict)
     _derived: Any = PrivateAttr(default=None)
-    _derived_bytes: float | None = PrivateAttr(default=None)
 
     def model_post_init(self, _ctx: object) -> None:
         self._ov = {(o.stage, o.mb, o.kind): o.cost for o in self.overrides}
@@ -86,7 +85,10 @@ class CostModel(BaseModel):
         ``varies`` (stages differ) and ``table()`` (rows whose third item has ``.cost``),
         such as :class:`schedsim.sim.stage_model.StageCosts`."""
         c = self.model_copy()
-        c._derived, c._derived_bytes, c._cache = derived, message_bytes, {}
+        c._derived, c._cache = derived, {}
+        if message_bytes is not None and "message_bytes" not in self.model_fields_set:
+            # the field's value, left unset: a dump with exclude_unset leaves it out
+            object.__setattr__(c, "message_bytes", message_bytes)
         return c
 
     def _typed(self, kind: str, stage: int, mb: int) -> float | None:
@@ -178,12 +180,7 @@ class CostModel(BaseModel):
 
     def bytes_of(self, producing_stage: int) -> float:
         """Bytes of a message produced by ``producing_stage`` (activation or gradient)."""
-        v = self.stage_bytes.get(producing_stage)
-        if v is not None:
-            return v
-        if self._derived_bytes is not None and "message_bytes" not in self.model_fields_set:
-            return self._derived_bytes
-        return self.message_bytes
+        return self.stage_bytes.get(producing_stage, self.message_bytes)
 
     def is_integral(self) -> bool:
         """True if every cost is a whole number (the Gantt then draws T0, T1, ... slots)."""
