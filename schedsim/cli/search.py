@@ -210,8 +210,10 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
             + f" ({escape(s.status)}, {s.wall:.1f} s; warm start {escape(res.warm_start)} "
             f"at {fmt_t(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
     else:
-        console.print(f"solver: no solution in time ({escape(s.status if s else 'skipped')})",
-                      highlight=False)
+        console.print(f"solver: no solution in time ({escape(s.status)}, {s.wall:.1f} s; "
+                      f"lower bound {fmt_t(s.bound)}; warm start {escape(res.warm_start)} "
+                      f"at {fmt_t(res.warm_start_model_makespan)})", highlight=False,
+                      soft_wrap=True)
     if res.refined:
         how = "converged" if res.converged else "stopped by the time limit"
         console.print(

@@ -31,6 +31,7 @@ from schedsim.search.baselines import Baselines, run_baselines, schedule_peak
 from schedsim.search.cpsat import SolveResult, require_ortools, solve
 from schedsim.search.problem import SearchProblem, build_problem, sequential_order
 from schedsim.search.refine import Evaluation, Evaluator, RefineResult, State, better, refine
+from schedsim.search.timing import asap, makespan_of
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Timeline
 
@@ -171,8 +172,6 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     if hint_row is not None:
         hint, hint_label, hint_ms = hint_row.order, hint_row.label, hint_row.model_makespan
     else:
-        from schedsim.search.timing import asap, makespan_of
-
         hint, hint_label = sequential_order(pb), "one microbatch at a time"
         hint_ms = makespan_of(pb, asap(pb, hint))
     share = SOLVER_SHARE if _refinement_matters(st) else SOLVER_SHARE_EXACT
@@ -195,9 +194,11 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     else:
         label, res = _refine_all(pb, st, starts, evaluator, deadline, note)
     t_ref = time.perf_counter()
+    seconds = {"baselines": t_base - t0, "solver": t_solve - t_base,
+               "refine": t_ref - t_solve}
     return _finish(st, pb, sol, sim_solver, hint_label, hint_ms,
-                   (label, [x[0] for x in starts]), base, res, refined, limit, {"baselines": t_base - t0, "solver": t_solve - t_base,
-                                    "refine": t_ref - t_solve}, t_ref >= deadline)
+                   (label, [x[0] for x in starts]), base, res, refined, limit, seconds,
+                   t_ref >= deadline)
 
 
 def _starts(sol: SolveResult, base: Baselines, hint: list[list[int]], evaluator: Evaluator
