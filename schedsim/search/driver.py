@@ -30,7 +30,7 @@ from schedsim.program.ir import Placement, Schedule
 from schedsim.search.baselines import Baselines, run_baselines, schedule_peak
 from schedsim.search.cpsat import SolveResult, require_ortools, solve
 from schedsim.search.problem import SearchProblem, build_problem, sequential_order
-from schedsim.search.refine import Evaluation, Evaluator, RefineResult, State, better, refine
+from schedsim.search.refine import Evaluator, RefineResult, State, better, refine
 from schedsim.search.timing import asap, makespan_of
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Timeline
@@ -185,12 +185,12 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
                             "infeasible); raise --mem-limit")
     t_solve = time.perf_counter()
     evaluator = Evaluator(pb, st.costs, st.link, st.comm, st.policy, st.memory)
-    starts, sim_solver = _starts(sol, base, hint, evaluator)
+    starts, sim_solver = _starts(sol, base, hint, hint_label, evaluator)
     refined = not (sol.optimal and not _refinement_matters(st))
     if not refined:
         # the solver's model is the engine's here: nothing left to find
-        label, state, ev = starts[0]
-        res = RefineResult(state, ev, evaluator.calls, 0, True)
+        label, state, _ = starts[0]
+        res = RefineResult(state, evaluator(state), evaluator.calls, 0, True)
     else:
         label, res = _refine_all(pb, st, starts, evaluator, deadline, note)
     t_ref = time.perf_counter()
@@ -201,31 +201,30 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
                    t_ref >= deadline)
 
 
-def _starts(sol: SolveResult, base: Baselines, hint: list[list[int]], evaluator: Evaluator
-            ) -> tuple[list[tuple[str, State, Evaluation]], float | None]:
+def _starts(sol: SolveResult, base: Baselines, hint: list[list[int]], hint_label: str,
+            evaluator: Evaluator) -> tuple[list[tuple[str, State, float]], float | None]:
     """Where the refinement starts: the best simulated of the solver's order, the fitting
-    built-ins (as they run: fused backward included) and the warm start; then the
-    solver's order if it is not that one (the local search from each can end in a
-    different optimum). Also the solver order's simulated makespan."""
-    cands: list[tuple[str, State]] = []
-    if sol.order is not None:
-        cands.append(("solver", State(sol.order)))
-    cands += [(b.label, State(b.order, b.fused)) for b in base.rows
-              if b.fits and b.order is not None and b.makespan is not None]
-    cands.append(("warm start", State(hint)))
-    runs = []
+    built-ins (as they run: fused backward included; their makespans are already known)
+    and the warm start; then the solver's order if it is not that one (the local search
+    from each can end in a different optimum). Also the solver order's simulated
+    makespan."""
+    runs: list[tuple[str, State, float]] = []
     sim_solver = None
-    for label, state in cands:
-        ev = evaluator(state)
-        if ev is None:
-            continue
-        if label == "solver":
+    if sol.order is not None:
+        ev = evaluator(State(sol.order))
+        if ev is not None:
             sim_solver = ev.makespan
-        runs.append((label, state, ev))
+            runs.append(("solver", State(sol.order), ev.makespan))
+    runs += [(b.label, State(b.order, b.fused), b.makespan) for b in base.rows
+             if b.fits and b.order is not None and b.makespan is not None]
+    if not any(label == hint_label for label, _, _ in runs):
+        ev = evaluator(State(hint))
+        if ev is not None:
+            runs.append((hint_label, State(hint), ev.makespan))
     if not runs:
         raise ScenarioError("no candidate order runs under these semantics and comm policy "
                             "(each deadlocks); try --comm-policy async")
-    best = min(runs, key=lambda x: x[2].makespan)      # first of the equals: the solver
+    best = min(runs, key=lambda x: x[2])        # first of the equals: the solver's
     out = [best]
     if runs[0][0] == "solver" and best is not runs[0]:
         out.append(runs[0])
@@ -233,7 +232,7 @@ def _starts(sol: SolveResult, base: Baselines, hint: list[list[int]], evaluator:
 
 
 def _refine_all(pb: SearchProblem, st: SearchSettings,
-                starts: list[tuple[str, State, Evaluation]], evaluator: Evaluator,
+                starts: list[tuple[str, State, float]], evaluator: Evaluator,
                 deadline: float, note: Progress) -> tuple[str, RefineResult]:
     """Refine from each start in turn (each gets an equal share of the time left, a run
     that converges early leaves its time to the next); the best result and its start."""
