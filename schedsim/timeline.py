@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from schedsim.program.ir import Op, Placement
 
 
 @dataclass(slots=True)
@@ -76,10 +79,15 @@ class Message:
       earlier batches. Under ``data`` semantics (no post instructions) ``send_posted`` is
       when the send became active (its producer ended) and ``recv_posted`` is None; also
       None for measured timelines that did not record it;
-    - ``start`` / ``arrival``: when the transfer began / its last byte arrived (None in
-      measured timelines: not observable);
-    - ``send_done`` / ``recv_done``: when each side completed (measured: the end of the
-      first wait that covers it).
+    - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
+      timelines (replay, imported traces) cannot observe them; the builder
+      (:func:`build_timeline`) sets them from what they can: ``start`` = when both sides
+      had posted (gloo and NCCL move the bytes only then), ``arrival`` = ``recv_done``
+      (exact when the receiver was blocked on it, an upper bound otherwise); None when a
+      side was not recorded. So a measured side's time from post to done splits into
+      *waiting for the peer* (post to ``start``) and *transferring* (``start`` to done);
+    - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
+      for it returned).
     """
 
     kind: str
@@ -242,3 +250,63 @@ class Timeline(BaseModel):
             first = str(e).splitlines()
             raise ScenarioError(f"{path}: not a schedsim timeline JSON "
                                 f"({first[0] if first else e})") from None
+
+
+def build_timeline(placement: "Placement", *, name: str, microbatches: int,
+                   span_rank: Sequence[int], span_op: Sequence["Op"],
+                   span_start: Sequence[float], span_end: Sequence[float],
+                   span_index: Sequence[int], messages: Iterable[Message] = (),
+                   waits: Iterable[WaitRecord] = (), semantics: str, unit: str,
+                   source: Literal["simulated", "measured"] = "simulated",
+                   comm_stream: str = "none", params: dict[str, Any] | None = None,
+                   order: Literal["given", "rank-start"] = "given",
+                   **extra: Any) -> Timeline:
+    """The one builder of a :class:`Timeline`, shared by the executors (simulator, replay)
+    and trace import: plain columns in, a Timeline with summary statistics out.
+
+    Spans are given as parallel columns (one entry per compute op that ran): ``span_rank``
+    (int), ``span_op`` (an :class:`~schedsim.program.ir.Op`, ``FB`` included: its parts
+    become the span's ``parts``), ``span_start``/``span_end`` (floats in ``unit``) and
+    ``span_index`` (the instruction position in the rank's program). The chunk of every
+    span and part comes from ``placement``. ``messages`` and ``waits`` are taken as they
+    are (``Message(kind, src, dst, mb, stage, ...)`` positionally builds one from
+    columns). ``order="rank-start"`` sorts the spans by ``(rank, start)``; ``"given"``
+    keeps the input order. ``extra`` fields are stored on the Timeline (JSON extra
+    fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
+
+    Raises ValueError if the span columns differ in length.
+    """
+    n = len(span_op)
+    if not (len(span_rank) == len(span_start) == len(span_end) == len(span_index) == n):
+        raise ValueError("build_timeline: the span columns differ in length")
+    chunk_of = placement.chunk_fn()
+    spans = []
+    for r, op, a, b, i in zip(span_rank, span_op, span_start, span_end, span_index):
+        parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
+                 if op.parts else None)
+        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b, i,
+                          parts))
+    if order == "rank-start":
+        spans.sort(key=lambda s: (s.rank, s.start))
+    messages = list(messages)
+    if source == "measured":
+        for m in messages:
+            infer_transfer(m)
+    makespan, per_rank = Timeline.summarize(placement.ranks, spans)
+    return Timeline(schedule=name, ranks=placement.ranks, stages=placement.stages,
+                    microbatches=microbatches, semantics=semantics,
+                    comm_stream=comm_stream, unit=unit, source=source,
+                    placement=placement.kind, makespan=makespan, per_rank=per_rank,
+                    spans=spans, messages=messages, waits=list(waits),
+                    params=dict(params or {}), **extra)
+
+
+def infer_transfer(m: Message) -> None:
+    """Fill a measured message's unobservable ``start``/``arrival`` (left as they are when
+    set): ``start`` = the later of the two posts, ``arrival`` = ``max(start, recv_done)``
+    (the rule in :class:`Message`). Nothing when a post or ``recv_done`` is unknown."""
+    if m.start is not None or m.send_posted is None or m.recv_posted is None \
+            or m.recv_done is None:
+        return
+    m.start = max(m.send_posted, m.recv_posted)
+    m.arrival = max(m.start, m.recv_done)

@@ -155,6 +155,8 @@ class JobSpec(BaseModel):
     replay: bool = True
     calibrate: bool = False
     calib_repeats: int = Field(default=5, ge=1)
+    #: measure op costs one rank at a time (uncontended) instead of all ranks together
+    calib_isolated: bool = False
     calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
     clock: Literal["auto", "shared", "estimate"] = "auto"
     profile_dir: str | None = None

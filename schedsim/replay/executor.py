@@ -198,7 +198,12 @@ class RankExecutor:
             self.pending.append(c)
             self.since_commit.append(c)
 
-    def _wait(self, comms: list[Comm], index: int) -> None:
+    def _wait(self, comms: list[Comm], index: int) -> dict[Comm, Any]:
+        """Wait for ``comms`` in order; returns a clock stamp per comm taken when its own
+        ``wait()`` returned (its completion as this host saw it; comms already waited
+        are left out)."""
+        done: dict[Comm, Any] = {}
+        stamp = self.clock.stamp
         for c in comms:
             ws = self.works.pop(c, None)
             if ws is None:      # already waited (a batch-wide work on NCCL, or twice)
@@ -215,9 +220,11 @@ class RankExecutor:
                     raise RankFailure(
                         f"rank {self.rank} {what} at instr {index} ({self.tokens[index]}) "
                         f"waiting for {c}: {why}", False) from None
+            done[c] = stamp()
             t, key = self.tensors.pop(c)
             if not c.is_send:
                 self.recvd[key] = t
+        return done
 
     # -- the step -------------------------------------------------------------------
     def step(self, deadline: float | None = None, fault: Fault | None = None
@@ -226,9 +233,11 @@ class RankExecutor:
 
         ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
         "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
-        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a post's
-        ``t`` is the end of the launch (bare post or batch) that holds it (the simulator's post time is
-        likewise the end of the launch: :class:`~schedsim.timeline.Message`).
+        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a comm's
+        done time is when its own ``wait()`` returned (inside the covering wait); a
+        post's ``t`` is the end of the launch (bare post or batch) that holds it (the
+        simulator's post time is likewise the end of the launch:
+        :class:`~schedsim.timeline.Message`).
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
         self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
@@ -267,12 +276,12 @@ class RankExecutor:
                 ctx = _record("schedsim:END") if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, n)
+                    got = self._wait(comms, n)
                 t1 = stamp()
                 toks = [tok_of[c] for c in comms]
                 waits.append((n, "END", t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of[c], td)
                 break
             ins = row[i]
             t = type(ins)
@@ -306,12 +315,12 @@ class RankExecutor:
                 ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, i)
+                    got = self._wait(comms, i)
                 t1 = stamp()
                 toks = [tok_of.get(c) or str(c) for c in comms]
                 waits.append((i, kind, t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of.get(c) or str(c), td)
                 i += 1
         self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
         leftover = [k for k, v in self.deferred.items() if v]
