@@ -288,7 +288,7 @@ def _fake_launch(prog_name="1f1b"):
 
 
 def test_replay_outputs_all_or_nothing(tmp_path, monkeypatch):
-    """--json, --gantt and --compare's four files appear together; when one fails none
+    """--json, --gantt and --compare's five files appear together; when one fails none
     does (nor the --out-dir made for them), and the error names it."""
     import schedsim.plot.figure as plot
     import schedsim.replay.launch as launch_mod
@@ -315,7 +315,7 @@ def test_replay_outputs_all_or_nothing(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "m.json").exists() and (tmp_path / "m.png").exists()
     assert sorted(p.name for p in out.iterdir()) == [
-        "1f1b-measured.json", "1f1b-overlay.png", "1f1b-predicted.json"]
+        "1f1b-errors.json", "1f1b-measured.json", "1f1b-overlay.png", "1f1b-predicted.json"]
 
 
 def test_measured_posts_mean_what_simulated_posts_mean():

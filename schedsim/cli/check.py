@@ -13,6 +13,7 @@ prediction over the measurement).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -41,13 +42,6 @@ def report(errors: Any) -> None:
     """Print the two errors (:class:`~schedsim.replay.check.TwoErrors`)."""
     for line in errors.lines():
         console.print(line, highlight=False, soft_wrap=True)
-
-
-def write_errors(path: Path, errors: Any, outs: Any) -> None:
-    """Write the errors JSON through the output group ``outs``."""
-    import json
-
-    outs.path(path).write_text(json.dumps(errors.to_dict(), indent=1) + "\n")
 
 
 def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:
@@ -92,7 +86,13 @@ def check_trace(
     Example:
       schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
     """
-    from schedsim.cli.replay import check_folder, check_outputs, folder
+    from schedsim.cli.outputs import (
+        check_folder,
+        check_outputs,
+        folder,
+        program_text,
+        write_errors,
+    )
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto import import_traces
     from schedsim.replay.check import two_errors
@@ -133,7 +133,7 @@ def check_trace(
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
     errors = two_errors(tl, prog, semantics=semantics, model=model)  # type: ignore[arg-type]
     report(errors)
-    with folder(out_dir) if out_dir is not None else _nothing(), output_group() as outs:
+    with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
         if json_out is not None:
             write_errors(json_out, errors, outs)
         if out_dir is not None:
@@ -144,18 +144,3 @@ def check_trace(
             write_errors(f[3], errors, outs)
             outs.path(f[4]).write_text(program_text(prog))
             draw(errors, tl, f[5], outs)
-
-
-def _nothing() -> Any:
-    from contextlib import nullcontext
-
-    return nullcontext()
-
-
-def program_text(prog: Any) -> str:
-    """A program's text with a header saying how to simulate it."""
-    pl = prog.placement
-    return (f"# program of {prog.name}: {pl.ranks} ranks, {pl.stages} stages ({pl.kind} "
-            f"placement), {prog.microbatches} microbatches\n# simulate: schedsim simulate "
-            f"--program FILE --placement {pl.kind} --stages {pl.stages} --microbatches "
-            f"{prog.microbatches} --semantics rendezvous\n" + prog.to_text())

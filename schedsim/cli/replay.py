@@ -22,11 +22,9 @@ hang is stopped at ``--timeout``.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -41,6 +39,7 @@ from schedsim.cli.common import (
     scenario_command,
     write_text_out,
 )
+from schedsim.cli.outputs import check_folder, check_outputs, folder
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 
@@ -72,59 +71,6 @@ def _check_nproc(spec: Any, nproc: int | None) -> int:
         raise ScenarioError(f"--nproc {nproc} does not match the program's {p} ranks (one "
                             f"process per rank): use --nproc {p}")
     return p
-
-
-def check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) -> None:
-    """Check output files (and figure formats) before any work: a typo fails at once."""
-    from schedsim.cli.render import check_figure_path
-    from schedsim.util.files import check_output_path
-
-    for f in figures:
-        if f is not None:
-            check_figure_path(f)
-    for f in (*files, *figures):
-        if f is not None and str(f) != "-":
-            check_output_path(f)
-
-
-def check_folder(path: Path, flag: str) -> None:
-    """Raise :class:`ScenarioError` unless ``path`` is a folder or can be made one: its
-    nearest existing ancestor is a writable folder (a file in the way is named)."""
-    p = path
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir():
-        where = "is a file" if p == path else f"cannot be created: {p} is a file"
-        raise ScenarioError(f"{flag} {path}: {where}; give a folder (created if missing)")
-    if p == path:       # it exists: its files are checked one by one
-        return
-    try:        # os.access says yes to root, and to /proc: try making the folder
-        os.rmdir(tempfile.mkdtemp(prefix=".schedsim-", dir=p))
-    except OSError as e:
-        raise ScenarioError(f"{flag} {path}: cannot create a folder in {p} "
-                            f"({e.strerror})") from None
-
-
-@contextmanager
-def folder(path: Path) -> Iterator[Path]:
-    """Create ``path`` (and missing parents) for the outputs written in the block; on an
-    exception remove the folders created here again (empty if the block's outputs go
-    through an :func:`~schedsim.util.files.output_group` opened inside it)."""
-    created = []
-    p = path
-    while not p.exists() and p.parent != p:
-        created.append(p)
-        p = p.parent
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        yield path
-    except BaseException:
-        for d in created:           # deepest first
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        raise
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
@@ -299,7 +245,8 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     the timelines, the cost file, the errors and the overlay through the output group
     ``outs`` (None: a group of their own). Returns the paths written."""
     from schedsim.analysis.accuracy import compare_metrics, summary_line
-    from schedsim.cli.check import report, write_errors
+    from schedsim.cli.check import report
+    from schedsim.cli.outputs import write_errors
     from schedsim.plot.overlay import write_overlay
     from schedsim.program.ir import Program
     from schedsim.replay.calibrate import Calibration
@@ -483,7 +430,7 @@ def import_trace(
       schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
       schedsim import-trace prof/rank*.json --json imported.json --program-out prog.txt
     """
-    from schedsim.cli.check import program_text
+    from schedsim.cli.outputs import program_text
     from schedsim.cli.simulate import print_summary
     from schedsim.interop.kineto import import_traces
     from schedsim.replay.fit import timeline_program

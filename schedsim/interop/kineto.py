@@ -30,7 +30,8 @@ not show) and ``missing_ranks`` (ranks without a trace: their rows are empty).
 ``trace``.
 
 **Times**: event ``ts``/``dur`` are µs (offset by ``baseTimeNanoseconds`` when the file
-has it); the Timeline is in ms from the earliest recognised event of all files, so the
+has it); the Timeline is in ms from the earliest recognised event of all files (the
+bookkeeping ranges left aside), so the
 files must come from one host (or hosts with synchronised clocks). A span's ``index`` is
 its instruction's position in the rebuilt program.
 
@@ -324,8 +325,8 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     pl = infer_placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
     runs = {r: build_rank(e, r, pl) for r, e in sorted(ev.items())}
     check_link_order(runs, pl)
-    times = [t for e in ev.values() for x in (*e.ranges, *e.calls) for t in (x.t0,)]
-    origin = min(times)
+    origin = min(x.t0 for e in ev.values() for x in (*e.ranges, *e.calls)
+                 if getattr(x, "what", "") != "bookkeeping")
 
     def ms(t: float | None) -> float | None:
         return None if t is None else (t - origin) / 1e3
