@@ -38,10 +38,20 @@ def out_files(out_dir: Path, name: str, kinds: tuple[str, ...]) -> list[Path]:
     return [out_dir / f"{name}-{k}" for k in kinds]
 
 
-def report(errors: Any) -> None:
-    """Print the two errors (:class:`~schedsim.replay.check.TwoErrors`)."""
+def report(errors: Any, measured: Any) -> None:
+    """Print the two errors (:class:`~schedsim.replay.check.TwoErrors`) and what the
+    measured sends say about the backend's semantics."""
+    from schedsim.replay.check import send_waits_before_recv
+
     for line in errors.lines():
         console.print(line, highlight=False, soft_wrap=True)
+    late, total = send_waits_before_recv(measured)
+    if total:
+        like = ("rendezvous" if late == total else "eager" if late == 0 else
+                "neither semantics throughout")
+        console.print(f"sends: {late} of {total} whose wait began before the matching recv "
+                      f"was posted completed only after it ({measured.semantics} behaved "
+                      f"like {like} here)", highlight=False, soft_wrap=True)
 
 
 def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:
@@ -132,7 +142,7 @@ def check_trace(
     for note in getattr(tl, "import_notes", []):
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
     errors = two_errors(tl, prog, semantics=semantics, model=model)  # type: ignore[arg-type]
-    report(errors)
+    report(errors, tl)
     with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
         if json_out is not None:
             write_errors(json_out, errors, outs)

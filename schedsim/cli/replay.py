@@ -288,7 +288,7 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
                       f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)
-    report(errors)
+    report(errors, measured)
     return files
 
 

@@ -81,3 +81,28 @@ def two_errors(measured: Timeline, program: Program, *, semantics: Semantics = "
     cm = simulate(program, *model)
     return TwoErrors(prediction_error(ex, measured), prediction_error(cm, measured), ex, cm,
                      semantics)
+
+
+def send_waits_before_recv(tl: Timeline) -> tuple[int, int]:
+    """How a measured backend's sends complete: among the messages whose sender began
+    waiting for the send before the receiver posted the matching recv, ``(completed only
+    after that recv post, all of them)``. Rendezvous semantics predicts all of them (a send
+    completes only once the receiver posted), eager none (a send completes once its bytes
+    have left)."""
+    from schedsim.program.tokens import parse_comm
+
+    since: dict[tuple[str, int, int], float] = {}
+    for w in tl.waits:
+        for tok in w.comms:
+            c = parse_comm(tok)
+            if c.is_send:
+                since.setdefault(c.message_key(), w.start)
+    late = total = 0
+    for m in tl.messages:
+        t = since.get((m.kind, m.stage, m.mb))
+        if t is None or m.recv_posted is None or m.send_done is None:
+            continue
+        if t < m.recv_posted:
+            total += 1
+            late += m.send_done >= m.recv_posted
+    return late, total

@@ -145,8 +145,9 @@ def host_times(tl: Timeline, program: Program) -> list[HostTime]:
     """Per instruction of ``program``, the host time the timeline shows (module
     docstring): ``before`` = its start minus when the previous instruction let the host
     go (a compute's end, a launch's post, a wait's release; 0 for the first: the run's
-    origin), ``launch`` = a launch's post minus its start. Instructions without a record
-    (a zero-length wait the run did not record) pass the host on unchanged."""
+    origin), ``launch`` = a launch's post minus its start (without a record of the
+    launch (``posts``): its post minus when the host was free). Instructions without a
+    record (a zero-length wait the run did not record) pass the host on unchanged."""
     spans = {(s.rank, s.index): (s.start, s.end) for s in tl.spans}
     waits = {(w.rank, w.index): (w.start, w.end) for w in tl.waits}
     posted: dict[tuple[int, int], float] = {}
@@ -167,6 +168,9 @@ def host_times(tl: Timeline, program: Program) -> list[HostTime]:
                 b = posted.get(k, b)
                 out.append(HostTime(rank=r, index=i, before=max(a - free, 0.0),
                                     launch=max(b - a, 0.0)))
+            elif k in posted:       # a launch without its own record: host time to its post
+                b = posted[k]
+                out.append(HostTime(rank=r, index=i, before=0.0, launch=max(b - free, 0.0)))
             elif k in spans or k in waits:
                 a, b = spans.get(k) or waits[k]
                 out.append(HostTime(rank=r, index=i, before=max(a - free, 0.0)))
