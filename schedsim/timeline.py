@@ -21,6 +21,7 @@ A span's ``mb``/``chunk``/``stage`` are its forward part's for ``FB``. A message
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
@@ -82,10 +83,11 @@ class Message:
     - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
       timelines (replay, imported traces) cannot observe them; the builder
       (:func:`build_timeline`) sets them from what they can: ``start`` = when both sides
-      had posted (gloo and NCCL move the bytes only then), ``arrival`` = ``recv_done``
-      (exact when the receiver was blocked on it, an upper bound otherwise); None when a
-      side was not recorded. So a measured side's time from post to done splits into
-      *waiting for the peer* (post to ``start``) and *transferring* (``start`` to done);
+      had posted (gloo and NCCL move the bytes only then; :func:`effective_posts`),
+      ``arrival`` = ``recv_done`` (exact when the receiver was blocked on it, an upper
+      bound otherwise); None when a side was not recorded. So a measured side's time
+      from post to done splits into *waiting for the peer* (post to ``start``) and
+      *transferring* (``start`` to done);
     - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
       for it returned).
     """
@@ -290,8 +292,7 @@ def build_timeline(placement: "Placement", *, name: str, microbatches: int,
         spans.sort(key=lambda s: (s.rank, s.start))
     messages = list(messages)
     if source == "measured":
-        for m in messages:
-            infer_transfer(m)
+        infer_transfers(messages)
     makespan, per_rank = Timeline.summarize(placement.ranks, spans)
     return Timeline(schedule=name, ranks=placement.ranks, stages=placement.stages,
                     microbatches=microbatches, semantics=semantics,
@@ -301,12 +302,43 @@ def build_timeline(placement: "Placement", *, name: str, microbatches: int,
                     params=dict(params or {}), **extra)
 
 
-def infer_transfer(m: Message) -> None:
-    """Fill a measured message's unobservable ``start``/``arrival`` (left as they are when
-    set): ``start`` = the later of the two posts, ``arrival`` = ``max(start, recv_done)``
-    (the rule in :class:`Message`). Nothing when a post or ``recv_done`` is unknown."""
-    if m.start is not None or m.send_posted is None or m.recv_posted is None \
-            or m.recv_done is None:
-        return
-    m.start = max(m.send_posted, m.recv_posted)
-    m.arrival = max(m.start, m.recv_done)
+def _sides(m: Message) -> tuple[tuple[int, int, float | None], ...]:
+    return ((m.src, m.send_index, m.send_posted), (m.dst, m.recv_index, m.recv_posted))
+
+
+def effective_posts(messages: Iterable[Message]) -> dict[tuple[int, int], float]:
+    """``(rank, instruction index) -> time`` by which each launch of a measured run had
+    posted its ops: its recorded post (the end of the launch), or earlier when one of its
+    messages completed (either side) before that: under rendezvous, which gloo and NCCL
+    follow (docs/traces.md), no side completes before both sides posted, and a launch
+    issues its ops as it starts, so the rest of the launch was host time (a descheduled
+    host, profiler overhead). Used for the transfer split (:func:`infer_transfers`),
+    ``calibrate --exact`` and the dependency graph of a measured run."""
+    posted: dict[tuple[int, int], float] = {}
+    bound: dict[tuple[int, int], float] = {}
+    for m in messages:
+        done = [t for t in (m.recv_done, m.send_done) if t is not None]
+        for r, i, t in _sides(m):
+            if t is None or i < 0:
+                continue
+            k = (r, i)
+            posted[k] = max(t, posted.get(k, t))
+            if done:
+                bound[k] = min(min(done), bound.get(k, math.inf))
+    return {k: min(t, bound.get(k, math.inf)) for k, t in posted.items()}
+
+
+def infer_transfers(messages: list[Message]) -> None:
+    """Fill measured messages' unobservable ``start``/``arrival`` (left as they are when
+    set; the rule in :class:`Message`): ``start`` = when both sides had posted
+    (:func:`effective_posts`), ``arrival`` = ``recv_done``. Nothing for a message whose
+    posts or ``recv_done`` are unknown."""
+    eff = effective_posts(messages)
+    for m in messages:
+        if m.start is not None or m.recv_done is None:
+            continue
+        sides = [eff.get((r, i), t) for r, i, t in _sides(m)]
+        if None in sides:
+            continue
+        m.start = max(sides)
+        m.arrival = max(m.start, m.recv_done)

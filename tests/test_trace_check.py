@@ -33,10 +33,9 @@ def dressed(tl: Timeline, **extra) -> Timeline:
     for m in data["messages"]:
         m["start"] = m["arrival"] = None
     out = Timeline.model_validate(data)
-    from schedsim.timeline import infer_transfer
+    from schedsim.timeline import infer_transfers
 
-    for m in out.messages:
-        infer_transfer(m)
+    infer_transfers(out.messages)
     return out
 
 

@@ -289,13 +289,10 @@ class _MeasuredHost:
     post or a wait."""
 
     def __init__(self, tl: Timeline, idx: TimelineIndex) -> None:
+        from schedsim.timeline import effective_posts
+
         self.free: dict[Node, float] = {}
-        self.posted: dict[tuple[int, int], float] = {}
-        for m in tl.messages:
-            for r, i, t in ((m.src, m.send_index, m.send_posted),
-                            (m.dst, m.recv_index, m.recv_posted)):
-                if t is not None:
-                    self.posted[(r, i)] = max(t, self.posted.get((r, i), t))
+        self.posted = effective_posts(tl.messages)
         self.waits = {(w.rank, w.index): w for w in tl.waits}
         for (r, i), sp in idx.by_instr.items():
             self.free[("E", r, i)] = sp.end

@@ -93,6 +93,10 @@ class RankExecutor:
         keys = sorted({self.key(a.stage, a.mb) for a in atoms})
         self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
         self.dtype = DTYPES[cfg.dtype]
+        #: where P2P tensors live: the device, or the host when the backend (gloo) cannot
+        #: move device tensors (copied there before a send, back after a recv's wait)
+        self.wire = (torch.device("cpu") if self.device.type == "cuda"
+                     and cfg.backend == "gloo" else self.device)
         self.scale = torch.tensor(1.0 / self.M, dtype=self.dtype, device=self.device)
         self.data = {a.mb: microbatch_input(cfg, a.mb, self.device)
                      for a in atoms if a.kind == "F" and a.stage == 0}
@@ -177,9 +181,11 @@ class RankExecutor:
             t, peer, op = self.in_grads.pop((s, mb)).contiguous(), self.rank_of(s - 1, mb), \
                 dist.isend
         else:
-            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.device)
+            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.wire)
             peer = self.rank_of(s - 1 if k == "RECV_F" else s + 1, mb)
             op = dist.irecv
+        if op is dist.isend and t.device != self.wire:
+            t = t.to(self.wire)
         return dist.P2POp(op, t, peer, self.group), t, c.message_key()
 
     def _launch(self, comms: list[Comm], batch: bool) -> None:
@@ -223,7 +229,7 @@ class RankExecutor:
             done[c] = stamp()
             t, key = self.tensors.pop(c)
             if not c.is_send:
-                self.recvd[key] = t
+                self.recvd[key] = t if t.device == self.device else t.to(self.device)
         return done
 
     # -- the step -------------------------------------------------------------------

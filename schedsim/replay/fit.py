@@ -46,7 +46,7 @@ from schedsim.sim.costs import (
     MessageTime,
     Semantics,
 )
-from schedsim.timeline import Message, Timeline
+from schedsim.timeline import Message, Timeline, effective_posts
 
 _KINDS = ("F", "B", "W", "BW", "FB")
 
@@ -141,21 +141,33 @@ def timeline_program(tl: Timeline) -> Program | None:
     return Program.model_validate(data) if data else None
 
 
+def _released(w: Any, msgs: dict[tuple[str, int, int], Message]) -> float:
+    """When a measured wait could let go: the latest completion of what it waits for
+    (the host's own time from there to the wait's recorded end is host time), or its
+    recorded end when a completion is unknown."""
+    t = w.start
+    for tok in w.comms:
+        c = parse_comm(tok)
+        m = msgs.get(c.message_key())
+        done = None if m is None else (m.send_done if c.is_send else m.recv_done)
+        if done is None:
+            return w.end
+        t = max(t, done)
+    return min(t, w.end)
+
+
 def host_times(tl: Timeline, program: Program) -> list[HostTime]:
     """Per instruction of ``program``, the host time the timeline shows (module
     docstring): ``before`` = its start minus when the previous instruction let the host
-    go (a compute's end, a launch's post, a wait's release; 0 for the first: the run's
-    origin), ``launch`` = a launch's post minus its start (without a record of the
-    launch (``posts``): its post minus when the host was free). Instructions without a
-    record (a zero-length wait the run did not record) pass the host on unchanged."""
+    go (a compute's end, a launch's post, a wait's release: the latest completion it
+    waited for; 0 for the first: the run's origin), ``launch`` = a launch's post
+    (:func:`~schedsim.timeline.effective_posts`) minus its start (without a record of
+    the launch in ``posts``: its post minus when the host was free). Instructions without
+    a record (a zero-length wait the run did not record) pass the host on unchanged."""
+    msgs = {(m.kind, m.stage, m.mb): m for m in tl.messages}
     spans = {(s.rank, s.index): (s.start, s.end) for s in tl.spans}
-    waits = {(w.rank, w.index): (w.start, w.end) for w in tl.waits}
-    posted: dict[tuple[int, int], float] = {}
-    for m in tl.messages:
-        for r, i, t in ((m.src, m.send_index, m.send_posted),
-                        (m.dst, m.recv_index, m.recv_posted)):
-            if t is not None and i >= 0:
-                posted[(r, i)] = max(t, posted.get((r, i), t))
+    waits = {(w.rank, w.index): (w.start, _released(w, msgs)) for w in tl.waits}
+    posted = effective_posts(tl.messages)
     launches = {(p["rank"], p["index"]): (p["start"], p["end"])
                 for p in getattr(tl, "posts", None) or []}
     out = []

@@ -141,9 +141,9 @@ def _launch(ex: RankExecutor, comps: list[tuple[int, int]], repeats: int, warmup
     docstring). ``comps`` are rank 0's compositions; rank 1 launches the mirror."""
     rank = dist.get_rank()
     peer = 1 - rank
-    shape, dt, dev = ex.cfg.activation_shape, ex.dtype, ex.device
+    shape, dt, dev = ex.cfg.activation_shape, ex.dtype, ex.wire
     mod = ex.modules[min(ex.modules, key=lambda k: (k[1], k[0]))]
-    x = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
+    x = torch.randn(shape, dtype=torch.float64).to(device=ex.device, dtype=dt)
     payload = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
     isend, irecv, P2POp, batch = dist.isend, dist.irecv, dist.P2POp, dist.batch_isend_irecv
     now = time.perf_counter_ns
@@ -203,7 +203,7 @@ def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
             seen.add(key[0])
             mine[key[0]] = _stage_costs(ex, key, spec.calib_repeats)
     dist.barrier()
-    samples = (_pingpong(spec.calib_sizes, spec.calib_repeats, ex.device, ex.dtype)
+    samples = (_pingpong(spec.calib_sizes, spec.calib_repeats, ex.wire, ex.dtype)
                if world > 1 and rank < 2 else [])
     dist.barrier()
     launch = (_launch(ex, _launch_compositions(ex.program), spec.calib_repeats)
