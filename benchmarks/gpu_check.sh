@@ -28,16 +28,17 @@ dev = sys.argv[1]
 if dev == "cuda":
     assert torch.cuda.is_available(), "torch sees no CUDA GPU"
     print(torch.cuda.get_device_name(0), "torch", torch.__version__, "CUDA", torch.version.cuda)
+n = 4096 if dev == "cuda" else 256
 clock = Clock(dev)
 a = clock.stamp()
-x = torch.randn(2048, 2048, device=dev)
+x = torch.randn(n, n, device=dev)
 for _ in range(10):
-    x = x @ x.T / 2048
+    x = x @ x.T / n
 b = clock.stamp()
 clock.sync()
 ta, tb = clock.resolve(a), clock.resolve(b)
 assert ta < tb, (ta, tb)
-print(f"10 matmuls 2048^2: {(tb - ta) / 1e6:.3f} ms on the {dev} clock")
+print(f"10 matmuls {n}^2: {(tb - ta) / 1e6:.3f} ms on the {dev} clock")
 EOF
 
 step "2. calibration on $DEVICE (2 ranks together)"

@@ -227,3 +227,21 @@ def test_timeline_json_round_trip(tmp_path):
     back = Timeline.read_json(p)
     assert back.program == tl.program and back.p2p == tl.p2p
     assert [m.arrival for m in back.messages] == [m.arrival for m in tl.messages]
+
+
+def test_committed_real_traces(tmp_path):
+    """The real torch 2.13 traces in docs/examples (no torch needed to read them): every
+    message paired, the program is torch's runtime order, the engine explains the run."""
+    from pathlib import Path
+
+    from schedsim.replay.check import two_errors
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "examples" / "traces"
+    for name, gen, kw, m, msgs in (("interleaved-1f1b", "interleaved-1f1b", {"chunks": 2},
+                                    8, 48), ("gpipe", "gpipe", {}, 4, 8)):
+        tl = import_traces(sorted((root / name).glob("rank*.json.gz")), name=name)
+        assert tl.p2p["paired"] == tl.p2p["messages"] == msgs
+        prog = Program.model_validate(tl.program)
+        assert prog.ranks == build_program(gen, 2, m, "torch", **kw).ranks
+        sem = two_errors(tl, prog).to_dict()["semantics_error"]
+        assert sem["mean_start"] <= 0.05 and abs(sem["makespan"]) <= 0.05
