@@ -96,13 +96,7 @@ def check_trace(
     Example:
       schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
     """
-    from schedsim.cli.outputs import (
-        check_folder,
-        check_outputs,
-        folder,
-        program_text,
-        write_errors,
-    )
+    from schedsim.cli.outputs import check_folder, check_outputs, folder, write_errors
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto import import_traces
     from schedsim.replay.check import two_errors
@@ -147,10 +141,16 @@ def check_trace(
         if json_out is not None:
             write_errors(json_out, errors, outs)
         if out_dir is not None:
-            f = out_files(out_dir, name, kinds)
-            tl.write_json(outs.path(f[0]))
-            errors.exact_prediction.write_json(outs.path(f[1]))
-            errors.cost_prediction.write_json(outs.path(f[2]))
-            write_errors(f[3], errors, outs)
-            outs.path(f[4]).write_text(program_text(prog))
-            draw(errors, tl, f[5], outs)
+            _write_all(out_files(out_dir, name, kinds), tl, prog, errors, outs)
+
+
+def _write_all(f: list[Path], tl: Any, prog: Any, errors: Any, outs: Any) -> None:
+    """check-trace's --out-dir files (module docstring), through the output group."""
+    from schedsim.cli.outputs import program_text, write_errors
+
+    tl.write_json(outs.path(f[0]))
+    errors.exact_prediction.write_json(outs.path(f[1]))
+    errors.cost_prediction.write_json(outs.path(f[2]))
+    write_errors(f[3], errors, outs)
+    outs.path(f[4]).write_text(program_text(prog))
+    draw(errors, tl, f[5], outs)

@@ -13,6 +13,12 @@ every output path (``--json``, ``--gantt``, ``--out-dir`` and its files, ``--pro
 outputs of one command are written together or not at all
 (:func:`schedsim.util.files.output_group`).
 
+``replay --compare`` (like ``check-trace``, :mod:`schedsim.cli.check`) prints two errors,
+the semantics error and the cost-model error (:mod:`schedsim.replay.check`);
+``calibrate --from-timeline`` fits a cost file to a measured Timeline without running
+anything (:mod:`schedsim.replay.fit`); ``import-trace`` reads profiler traces
+(:mod:`schedsim.interop.kineto`). docs/traces.md is the user's guide.
+
 Hidden testing aid: ``replay --inject-fault RANK[:INDEX[:raise|hang]]`` makes rank RANK
 raise (``raise``, the default) or hang forever (``hang``) when it reaches instruction
 INDEX (default 0; the rank's program length = the implicit ``END``) of the first measured
@@ -145,20 +151,13 @@ def replay(
     before any process starts unless --no-precheck; an output path that cannot be
     written), 128+N stopped by signal N (143: SIGTERM).
     """
-    from schedsim.cli.check import check_semantics
     from schedsim.replay.config import Fault, ReplayError, spec_from_scenario
     from schedsim.replay.launch import launch
     from schedsim.timeline import Timeline
     from schedsim.util.files import output_group
 
     sc = _with_replay_keys(sc, set_)
-    if costs_file is not None and not compare:
-        fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
-             "--costs-file')")
-    if (semantics is not None or isolated) and not compare:
-        fail(f"{'--semantics' if semantics is not None else '--isolated'} goes with "
-             f"--compare (it sets how the prediction is made)")
-    semantics = check_semantics(semantics or "rendezvous")
+    semantics = _compare_flags(compare, costs_file, semantics, isolated)
     if compare and out_dir is None:
         out_dir = Path(".")
     check_outputs(json_out, figures=(gantt,))
@@ -170,14 +169,7 @@ def replay(
                               profile_dir=str(profile_dir.resolve()) if profile_dir else None,
                               fault=Fault.parse(inject_fault) if inject_fault else None,
                               precheck=not no_precheck)
-    if profile_dir is not None and profile_dir.is_dir():
-        check_outputs(*(profile_dir / f"rank{r}.json"
-                        for r in range(spec.program["placement"]["ranks"])))
-    if out_dir is not None:
-        check_folder(out_dir, "--out-dir")
-        if out_dir.is_dir():
-            check_outputs(*_compare_files(out_dir, spec.program["name"], compare,
-                                          costs_file is None))
+    _check_dirs(spec, profile_dir, out_dir, compare, costs_file is None)
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
@@ -207,6 +199,33 @@ def replay(
     if gc is not None and not gc["passed"]:
         raise ReplayError(f"gradient check failed: max relative error "
                           f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
+
+
+def _compare_flags(compare: bool, costs_file: Path | None, semantics: str | None,
+                   isolated: bool) -> str:
+    """The prediction's semantics; exits 2 for a --compare flag without --compare."""
+    from schedsim.cli.check import check_semantics
+
+    if costs_file is not None and not compare:
+        fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
+             "--costs-file')")
+    if (semantics is not None or isolated) and not compare:
+        fail(f"{'--semantics' if semantics is not None else '--isolated'} goes with "
+             f"--compare (it sets how the prediction is made)")
+    return check_semantics(semantics or "rendezvous")
+
+
+def _check_dirs(spec: Any, profile_dir: Path | None, out_dir: Path | None, compare: bool,
+                calibrated: bool) -> None:
+    """Check the files the run will write in --profile-dir and --out-dir, before it."""
+    if profile_dir is not None and profile_dir.is_dir():
+        check_outputs(*(profile_dir / f"rank{r}.json"
+                        for r in range(spec.program["placement"]["ranks"])))
+    if out_dir is not None:
+        check_folder(out_dir, "--out-dir")
+        if out_dir.is_dir():
+            check_outputs(*_compare_files(out_dir, spec.program["name"], compare,
+                                          calibrated))
 
 
 def _print_run(res: dict[str, Any], tl: Any) -> None:
