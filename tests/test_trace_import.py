@@ -12,7 +12,7 @@ import pytest
 from schedsim import build_program
 from schedsim.errors import ScenarioError
 from schedsim.interop.kineto import import_traces
-from schedsim.program.ir import Program
+from schedsim.program.ir import Placement, Program
 from schedsim.timeline import Timeline
 
 
@@ -53,11 +53,14 @@ def runtime_traces(tmp_path):
 def test_runtime_program_waits_and_times(tmp_path):
     """PP ranges: a SEND/RECV action is a bare post, a compute waits the recv it
     consumes inside its range (the wait ends when gloo:recv ends, the span starts
-    there), sends are waited at the END; a side is posted at its c10d call's start."""
+    there), the sends are waited at the end, the last posted first; a side is posted at
+    its c10d call's start."""
     tl = import_traces(list(runtime_traces(tmp_path)))
     prog = Program.model_validate(tl.program)
-    assert prog.to_text() == ("rank 0: 0F0 0SEND_F0 0RECV_B0 WAIT[0RECV_B0] 0BW0\n"
-                              "rank 1: 1RECV_F0 WAIT[1RECV_F0] 1F0 1BW0 1SEND_B0\n")
+    assert prog.to_text() == ("rank 0: 0F0 0SEND_F0 0RECV_B0 WAIT[0RECV_B0] 0BW0 "
+                              "WAIT[0SEND_F0]\n"
+                              "rank 1: 1RECV_F0 WAIT[1RECV_F0] 1F0 1BW0 1SEND_B0 "
+                              "WAIT[1SEND_B0]\n")
     assert (tl.trace_source, tl.semantics, tl.placement, tl.unit) == (
         "torch-runtime", "gloo", "loop", "ms")
     spans = {(s.rank, s.kind): (s.start, s.end, s.index) for s in tl.spans}
@@ -66,9 +69,9 @@ def test_runtime_program_waits_and_times(tmp_path):
     waits = sorted((w.rank, w.index, w.kind, w.start, w.end, tuple(w.comms))
                    for w in tl.waits)
     assert waits == [(0, 3, "WAIT", 0.3, 0.35, ("0RECV_B0",)),
-                     (0, 5, "END", 0.5, 0.5, ("0SEND_F0",)),
+                     (0, 5, "WAIT", 0.5, 0.5, ("0SEND_F0",)),
                      (1, 1, "WAIT", 0.05, 0.15, ("1RECV_F0",)),
-                     (1, 5, "END", 0.29, 0.352, ("1SEND_B0",))]
+                     (1, 5, "WAIT", 0.29, 0.352, ("1SEND_B0",))]
     m = {m.kind: m for m in tl.messages}
     f, b = m["F"], m["B"]
     assert (f.src, f.dst, f.send_posted, f.recv_posted, f.send_done, f.recv_done) == (
@@ -245,3 +248,32 @@ def test_committed_real_traces(tmp_path):
         assert prog.ranks == build_program(gen, 2, m, "torch", **kw).ranks
         sem = two_errors(tl, prog).to_dict()["semantics_error"]
         assert sem["mean_start"] <= 0.05 and abs(sem["makespan"]) <= 0.05
+
+
+def test_overlap_range_splits_and_final_waits_reverse():
+    """torch runtime without a registered overlap function: an OVERLAP_F_B range runs
+    its forward, then its backward after the backward's recv wait (the range is cut where
+    that recv completed; the forward ends with its last operator); at the end the sends
+    are waited last posted first."""
+    from schedsim.interop.kineto_events import classify_rank
+    from schedsim.interop.kineto_program import build_rank
+    from schedsim.program.tokens import format_instr
+
+    events = [ev("PP:0F0", 0, 10), ev("PP:0SEND_F0", 10, 10), *send(11, 12, 900),
+              ev("PP:0F1", 20, 10), ev("PP:0SEND_F1", 30, 10), *send(31, 32, 800),
+              ev("PP:0RECV_B0", 40, 10), *recv(41, 42, 360),
+              ev("PP:(0F2;0B0)OVERLAP_F_B", 300, 200),
+              {**ev("aten::linear", 305, 35), "cat": "cpu_op"},
+              {**ev("autograd::engine::evaluate_function: AddmmBackward0", 365, 50),
+               "cat": "cpu_op"}]
+    for e in events:
+        e.setdefault("args", {})
+    run = build_rank(classify_rank(events, 0, "t", 0.0), 0,
+                     Placement(kind="loop", ranks=2, stages=2))
+    toks = " ".join(format_instr(i) for i in run.instrs)     # torch's B is schedsim's BW
+    assert toks == ("0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0F2 WAIT[0RECV_B0] 0BW0 "
+                    "WAIT[0SEND_F1] WAIT[0SEND_F0]")
+    assert [(str(op), a, b) for op, a, b, _ in run.spans][2:] == [("0F2", 300, 340),
+                                                                  ("0BW0", 360, 500)]
+    assert [(k, a, b) for _, k, a, b, _ in run.waits] == [
+        ("WAIT", 340, 360), ("WAIT", 500, 800), ("WAIT", 800, 900)]

@@ -2,8 +2,9 @@
 torch 2.13): each imports with every cross-rank message paired, ``--program-out`` gives
 torch's runtime order (schedsim's ``torch`` lowering, token for token), ``check-trace``'s
 semantics error is within 5% of the makespan, the sends show rendezvous behaviour, and
-``stalls``/``critical-path`` name the message waits. Schedule1F1B records no range: its
-traces are refused with a message that says so."""
+``stalls``/``critical-path`` name the message waits; DualPipeV's OVERLAP_F_B ranges split
+into their parts. Schedule1F1B records no range: its traces are refused with a message
+that says so."""
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ def traces(tmp_path_factory):
     """One profiled step of each schedule (and of Schedule1F1B), recorded once."""
     root = tmp_path_factory.mktemp("torch-traces")
     return record(root, [(name, m, v) for name, (m, v, *_) in RUNS.items()]
-                  + [("Schedule1F1B", 2, 1)])
+                  + [("Schedule1F1B", 2, 1), ("ScheduleDualPipeV", 4, 2)])
 
 
 @pytest.mark.parametrize("name", list(RUNS))
@@ -108,3 +109,17 @@ def test_schedule1f1b_records_no_ranges(traces):
     with pytest.raises(ScenarioError, match="but no compute ranges: torch 2.13's "
                        "Schedule1F1B records no compute ranges"):
         import_traces(traces["Schedule1F1B"])
+
+
+def test_dualpipev_overlap_ranges(traces):
+    """ScheduleDualPipeV (V placement, OVERLAP_F_B actions run as their two parts): the
+    program is schedsim's dualpipev lowered with torch's policy, every message paired, and
+    the engine explains the run."""
+    from schedsim.replay.check import two_errors
+
+    tl = import_traces(traces["ScheduleDualPipeV"])
+    assert tl.placement == "v" and tl.p2p["paired"] == tl.p2p["messages"] == 16
+    prog = Program.model_validate(tl.program)
+    assert prog.ranks == build_program("dualpipev", 2, 4, "torch").ranks
+    sem = two_errors(tl, prog).to_dict()["semantics_error"]
+    assert sem["mean_start"] <= 0.05 and abs(sem["makespan"]) <= 0.05

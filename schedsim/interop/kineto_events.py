@@ -52,6 +52,7 @@ _RECV_CALLS = ("c10d::recv_", "c10d::recv_any_source_")
 _WORKS = {"gloo:send": True, "gloo:recv": False, "nccl:send": True, "nccl:recv": False,
           "nccl:recv_any_source": False}
 _KERNELS = ("ncclDevKernel_SendRecv", "ncclKernel_SendRecv")
+_BACKWARD_NODE = "autograd::engine::evaluate_function"
 _ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
              "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
 #: which executor wrote a range
@@ -91,12 +92,15 @@ class Call(NamedTuple):
 
 
 class RankEvents(NamedTuple):
-    """What one rank's trace shows: its ranges and P2P calls (each sorted by start), and
-    the names of the events it did not recognise (for messages about unknown traces)."""
+    """What one rank's trace shows: its ranges and P2P calls (each sorted by start), the
+    names of the events it did not recognise (for messages about unknown traces), and
+    the operator events (``cat`` ``cpu_op``: ``(start, end, is a backward node)``, sorted
+    by start), which split an ``OVERLAP_F_B`` range into its forward and backward."""
 
     ranges: list[Range]
     calls: list[Call]
     other: list[str]
+    ops: list[tuple[float, float, bool]] = []
 
 
 def event_times(e: dict[str, Any], path: Any) -> tuple[float, float]:
@@ -231,6 +235,7 @@ def classify_rank(events: list[dict[str, Any]], rank: int, path: Any,
     kernels: dict[Any, tuple[float, float]] = {}
     launches: list[tuple[float, Any]] = []
     other: list[str] = []
+    ops: list[tuple[float, float, bool]] = []
     for e in events:
         name = e["name"]
         try:
@@ -249,6 +254,10 @@ def classify_rank(events: list[dict[str, Any]], rank: int, path: Any,
                 launches.append((ts + offset_us, args["correlation"]))
             else:
                 other.append(name)
+                if e.get("cat") == "cpu_op":
+                    ts, dur = event_times(e, path)
+                    ops.append((ts + offset_us, ts + dur + offset_us,
+                                name.startswith(_BACKWARD_NODE)))
             continue
         ts, dur = event_times(e, path)
         t0, t1 = ts + offset_us, ts + dur + offset_us
@@ -260,7 +269,8 @@ def classify_rank(events: list[dict[str, Any]], rank: int, path: Any,
             works.append((t0, t1, _WORKS[name], e.get("args") or {}))
     ranges.sort(key=lambda x: (x.t0, -x.t1))
     launches.sort(key=lambda x: x[0])
-    return RankEvents(ranges, _calls(raw, works, kernels, launches), other)
+    ops.sort()
+    return RankEvents(ranges, _calls(raw, works, kernels, launches), other, ops)
 
 
 def select_step(events: list[dict[str, Any]], step: int | None, path: Any

@@ -7,8 +7,11 @@ The program a trace shows (per rank, in time order; rules per executor):
 - **torch runtime** (``PP:``): a ``SEND``/``RECV`` action is one bare post; a compute
   action first waits the recvs it consumes that this rank posted and has not waited
   (``WAIT[...]``, inside the action's range: ``_wait_batch_p2p`` before the compute), the
-  rule of :func:`schedsim.program.torch_runtime.runtime_rows`; sends are waited at the
-  end (the implicit ``END``: the runtime waits ``send_ops`` after its loop);
+  rule of :func:`schedsim.program.torch_runtime.runtime_rows`; an ``OVERLAP_F_B`` action
+  runs as its two parts in turn (forward, then backward, each after its own recv wait:
+  the range is split where the backward's recv completed, else at its first autograd
+  node; the forward ends with its last operator before that); at the end every send is
+  waited, the last posted first (the runtime pops its ``send_ops``), one ``WAIT`` each;
 - **torch single-stage** (``Forward i``/``Backward i``): inside each range, each recv
   call is a bare post of the op's input recv, waited before the compute; each send call
   a bare post of its output send; a send is waited by a ``WAIT`` before the first range
@@ -158,6 +161,40 @@ class _Builder:
             comms, kind = list(ins.comms), "WAIT"
         self.wait(ins, kind, comms, rg.t0, rg.t1)
 
+    def runtime_waits(self) -> None:
+        """torch runtime: the end of the step waits every send, the last posted first."""
+        for c in [c for c in reversed(self.outstanding) if c.is_send]:
+            t0 = self.free if self.free is not None else 0.0
+            self.wait(Wait((c,)), "WAIT", [c], t0, self.latest_done([c], t0))
+
+    def overlap(self, rg: Range, ops: list[tuple[float, float, bool]]) -> None:
+        """An ``OVERLAP_F_B`` range of the torch runtime: its two parts in turn (module
+        docstring)."""
+        assert rg.op is not None
+        f, b = rg.op.parts
+        need_f = [c for c in op_recvs(f, self.r, self.pl) if c in self.outstanding]
+        need_b = [c for c in op_recvs(b, self.r, self.pl) if c in self.outstanding]
+        start = rg.t0
+        if need_f:
+            w1 = min(self.latest_done(need_f, start), rg.t1)
+            self.wait(Wait(tuple(need_f)), "WAIT", need_f, start, w1)
+            start = w1
+        inside = [x for x in ops if start <= x[0] and x[1] <= rg.t1]
+        cut = self.latest_done(need_b, start) if need_b else None
+        if cut is None or cut >= rg.t1:
+            cut = next((x[0] for x in inside if x[2]), rg.t1)
+        f_end = max([start] + [x[1] for x in inside if x[1] <= cut])
+        self.span(f, start, f_end)
+        if need_b:
+            self.wait(Wait(tuple(need_b)), "WAIT", need_b, f_end, cut)
+        self.span(b, cut, rg.t1)
+
+    def span(self, op: Op, start: float, end: float) -> None:
+        i = self.index
+        self.run.instrs.append(Compute(op))
+        self.run.spans.append((op, start, max(start, end), i))
+        self.free = max(start, end)
+
     def compute(self, rg: Range, calls: list[Call]) -> None:
         op, r, pl = rg.op, self.r, self.pl
         assert op is not None
@@ -184,10 +221,7 @@ class _Builder:
                 w1 = min(self.latest_done(need, start), rg.t1)
                 self.wait(Wait(tuple(need)), "WAIT", need, start, w1)
                 start = w1
-        i = self.index
-        self.run.instrs.append(Compute(op))
-        self.run.spans.append((op, start, max(start, end), i))
-        self.free = max(start, end)
+        self.span(op, start, end)
         for c, call in zip(sends, send_calls):
             self.launch(Post(c), call.t0, call.t1)
         self.free = max(self.free, rg.t1)
@@ -207,11 +241,12 @@ def build_rank(ev: RankEvents, rank: int, pl: Placement) -> RankRun:
     """The program and timed records of one rank (module docstring)."""
     b = _Builder(rank, pl)
     by_range, b.run.loose = _assign(ev.ranges, ev.calls)
-    single = False
+    single = runtime = False
     for k, rg in enumerate(ev.ranges):
         if rg.what == "bookkeeping":
             continue
         single = single or rg.source == "torch-single"
+        runtime = runtime or rg.source == "torch-runtime"
         if single:
             b.single_waits(rg.t0)
         calls = by_range.get(k, [])
@@ -220,10 +255,15 @@ def build_rank(ev: RankEvents, rank: int, pl: Placement) -> RankRun:
             b.launch(rg.instr, rg.t0, rg.t1)
         elif rg.what == "wait":
             b.schedsim_wait(rg)
+        elif rg.source == "torch-runtime" and rg.op is not None and rg.op.kind == "FB":
+            b.run.unbound += len(calls)
+            b.overlap(rg, ev.ops)
         else:
             b.compute(rg, calls)
     if single:
         b.single_waits(float("inf"))
+    if runtime:
+        b.runtime_waits()
     if b.outstanding:       # the implicit END: everything still outstanding
         t0 = b.free if b.free is not None else 0.0
         b.wait(None, "END", list(b.outstanding), t0, b.latest_done(b.outstanding, t0))
