@@ -39,7 +39,8 @@ def traces(tmp_path_factory):
     """One profiled step of each schedule (and of Schedule1F1B), recorded once."""
     root = tmp_path_factory.mktemp("torch-traces")
     return record(root, [(name, m, v) for name, (m, v, *_) in RUNS.items()]
-                  + [("Schedule1F1B", 2, 1), ("ScheduleDualPipeV", 4, 2)])
+                  + [("Schedule1F1B", 2, 1), ("ScheduleDualPipeV", 4, 2),
+                     ("ScheduleZBVZeroBubble", 4, 2)])
 
 
 @pytest.mark.parametrize("name", list(RUNS))
@@ -56,9 +57,13 @@ def test_real_traces_import_paired(traces, name):
     assert tl.semantics == "gloo"
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+#: V-placed runs: (microbatches, schedsim generator, its kw)
+V_RUNS = {"ScheduleZBVZeroBubble": (4, "zbv", {"variant": "torch"})}
+
+
+@pytest.mark.parametrize("name", list(RUNS) + list(V_RUNS))
 def test_program_out_is_torch_runtime_order(traces, name, tmp_path):
-    m, _, gen, kw, _ = RUNS[name]
+    m, gen, kw = V_RUNS[name] if name in V_RUNS else (RUNS[name][0], *RUNS[name][2:4])
     out = tmp_path / "prog.txt"
     r = runner.invoke(app, ["import-trace", *map(str, traces[name]), "--program-out",
                             str(out)])
