@@ -156,7 +156,45 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
             cp.init_cost = comm.init_cost
             _mark_first_touch(cp, pr)
     _message_arrays(cp, costs, link, comm)
+    if link.messages:
+        _measured_messages(cp, link)
+    if comm.host and not data_mode:
+        _host_delays(cp, comm)
     return cp
+
+
+def _measured_messages(cp: Compiled, link: LinkModel) -> None:
+    """Measured transfer times (``LinkModel.messages``): the whole delay from the
+    transfer's start to arrival (no link occupancy) and, when given, the sender's
+    completion."""
+    times = link.message_times()
+    cp.msend = np.full(cp.num_messages, -1.0)
+    cp.mlat, cp.mocc = cp.mlat.copy(), cp.mocc.copy()
+    for m, k in enumerate(cp.mkey):
+        t = times.get(k)
+        if t is not None:
+            cp.mlat[m], cp.mocc[m] = t.time, 0.0
+            if t.send is not None:
+                cp.msend[m] = t.send
+
+
+def _host_delays(cp: Compiled, comm: CommModel) -> None:
+    """Fill ``cp.delay`` from ``comm.host``: per step, the host time before it plus, for
+    a launch, its own time (``launch_cost`` unless given); ``launch_cost`` becomes 0."""
+    own = {(x.rank, x.index): x for x in comm.host}
+    cp.delay = np.zeros(len(cp.cop))
+    is_l = cp.cop == Step.LAUNCH
+    cp.delay[is_l] = cp.launch_cost
+    for r in range(cp.ranks):
+        for g in range(int(cp.crptr[r]), int(cp.crptr[r + 1])):
+            x = own.get((r, int(cp.cipc[g])))
+            if x is None:
+                continue
+            d = x.before
+            if is_l[g]:
+                d += x.launch if x.launch is not None else cp.launch_cost
+            cp.delay[g] = d
+    cp.launch_cost = 0.0
 
 
 def _key_ids(pr: _Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -29,7 +29,9 @@ class Compiled:
     WaitKind` of a wait step), ``ccost``/``cspan`` (compute), handles
     ``ch[chptr[pc]:chptr[pc+1]]``, comm-stream units ``cuptr[pc]..cuptr[pc+1]-1``,
     ``cinit`` (lazy init: the rank pair whose communicator this bare post creates, -1).
-    Spans: ``span_gi`` (flat instruction index of span s). Messages (by id ``m``):
+    Spans: ``span_gi`` (flat instruction index of span s). Measured host times:
+    ``delay`` (per step), measured sender completions: ``msend`` (per message).
+    Messages (by id ``m``):
     ``mcode`` (key code), ``msrc``/``mdst``, ``mbytes``, ``mlat``, ``mocc`` (link
     occupancy), ``mlink``, ``meager``; handles ``hindex``/``hseq`` (instruction index and
     posting order of each handle's post); units ``unit_stream``, ``unit_h`` at
@@ -71,6 +73,12 @@ class Compiled:
     launch_cost: float = 0.0
     lazy_init: bool = False
     init_cost: float = 0.0
+    #: measured sender completion per message, from its transfer's start
+    #: (``LinkModel.messages``), -1 where not measured; None: no measured message
+    msend: np.ndarray | None = None
+    #: host time spent before each step (``CommModel.host``, a launch's own time folded in;
+    #: ``launch_cost`` is then 0); None: no such times
+    delay: np.ndarray | None = None
     pair_first: dict[int, dict[int, int]] = field(default_factory=dict)
 
     @property

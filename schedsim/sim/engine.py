@@ -86,7 +86,7 @@ def run(cp: Compiled) -> RunState:
          "waiter": xs.full(nh, -1), "wmax": xs.emptyf(P), "wcnt": xs.empty(P),
          "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
          "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
-         "pair_t": xs.fullf(npair, 0.0)}
+         "pair_t": xs.fullf(npair, 0.0), "delayed": xs.full(P, -1)}
     depth = 8 + max(int(np.diff(cp.chptr).max(initial=0)), int(np.diff(cp.unit_hptr).max(
         initial=0)))      # the work stack: one step's or one unit's handles, and what follows
     o.update(wk_kind=xs.empty(depth), wk_x=xs.empty(depth), wk_t=xs.emptyf(depth),
@@ -96,7 +96,9 @@ def run(cp: Compiled) -> RunState:
     strict = bool(np.any(cp.mocc > 0))
     K.run_kernel(P, xs.ints(cp.crptr), xs.ints(cp.cop), xs.floats(cp.ccost),
                  xs.ints(cp.cspan), xs.ints(cp.chptr), xs.ints(cp.ch), xs.ints(cp.cuptr),
-                 xs.ints(cp.cinit), xs.ints(cp.hunit), xs.ints(cp.unit_stream),
+                 xs.ints(cp.cinit), xs.floats(cp.delay if cp.delay is not None else ()),
+                 cp.delay is not None, xs.floats(cp.msend if cp.msend is not None else ()),
+                 cp.msend is not None, xs.ints(cp.hunit), xs.ints(cp.unit_stream),
                  xs.ints(cp.unit_hptr), xs.ints(cp.unit_h), xs.floats(cp.mlat),
                  xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(cp.meager), cp.data_mode,
                  strict, float(cp.launch_cost), cp.lazy_init, float(cp.init_cost),
@@ -105,7 +107,7 @@ def run(cp: Compiled) -> RunState:
                  o["counts"], o["sbusy"], o["sfree"], o["qhead"], o["qtail"], o["unext"],
                  o["uenq"], o["udone"], o["ucnt"], o["waiter"], o["wmax"], o["wcnt"],
                  o["link_free"], o["launched"], o["pair_state"], o["pair_rank"],
-                 o["pair_t"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"])
+                 o["pair_t"], o["delayed"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"])
     f, i = np.float64, np.int64
     nrec = int(o["counts"][0])
     return RunState(

@@ -70,17 +70,21 @@ _XFER = 1     # work item: message x is ready to move at time t
 _DONE = 2     # work item: handle x completes at time t
 
 
-def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, hunit, unit_stream,
+def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_delay, msend,
+               has_msend, hunit, unit_stream,
                unit_hptr, unit_h, mlat, mocc, mlink, meager, data_mode, strict, launch_cost,
                lazy_init, init_cost, sstart, send, hpost, hact, hdone, mstart, marr, pcs,
                times, reach, wrec, wt0, wt1, counts, sbusy, sfree, qhead, qtail, unext, uenq,
                udone, ucnt, waiter, wmax, wcnt, link_free, launched, pair_state, pair_rank,
-               pair_t, wk_kind, wk_x, wk_t, ready):
+               pair_t, delayed, wk_kind, wk_x, wk_t, ready):
     """Execute compiled code; fills the output arrays (see
     :class:`~schedsim.sim.engine.RunState`). ``counts[0]`` is the number of wait records
     ``wrec`` (step), ``wt0``/``wt1`` (reached, released); ``pair_*`` track lazy
     communicator inits (state 0 none, 1 one rank waiting: ``pair_rank`` since ``pair_t``,
-    2 created); ``wk_*`` (the work stack) and ``ready`` are scratch.
+    2 created); ``wk_*`` (the work stack) and ``ready`` are scratch. With ``has_delay``,
+    ``delay[pc]`` is measured host time spent before step pc (``delayed[r]``: the step
+    whose delay rank r has spent); with ``has_msend``, ``msend[m] >= 0`` is message m's
+    measured sender completion after its transfer's start.
 
     Event order. The heap holds (time, sequence number, event): a rank to resume, or
     (with ``strict``: finite bandwidth, so links serve transfers in time order) a transfer
@@ -156,6 +160,8 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, hunit, unit
                 wk_kind[sp] = _DONE                  # the send (done first)
                 wk_x[sp] = 2 * m
                 wk_t[sp] = s0 + occ if meager[m] else arr
+                if has_msend and msend[m] >= 0.0:      # a measured sender completion
+                    wk_t[sp] = s0 + msend[m]
                 sp += 1
             else:                                    # handle x completes at tt
                 hdone[x] = tt
@@ -203,6 +209,16 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, hunit, unit
                 yielding = False
                 stop = True
             while pc < end and not stop and not work:
+                if has_delay and delayed[r] != pc:    # measured host time before the step
+                    delayed[r] = pc
+                    d = delay[pc]
+                    if d > 0.0:
+                        if strict:          # resume after the host time, in time order
+                            heappush(heap, (t + d, seq, r))
+                            seq += 1
+                            stop = True
+                            continue
+                        t += d
                 op = cop[pc]
                 if op == _COMPUTE:
                     e = t + ccost[pc]
