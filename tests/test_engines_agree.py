@@ -4,8 +4,8 @@ The compile pass and the event loop (:mod:`schedsim.sim.kernels`,
 :mod:`schedsim.sim.compile_kernel`) run in CPython over lists or compiled by numba over
 numpy arrays (:mod:`schedsim.sim.fast`). This property test simulates at least 1,000
 random programs (every generator family, every comm policy, random per-stage costs,
-latencies, bandwidths, every semantics and comm stream, launch costs, lazy init, eager
-thresholds, free ops and messages, and programs with two instructions swapped, which
+latencies, bandwidths, measured message and host times, every semantics and comm stream,
+launch costs, lazy init, eager thresholds, free ops and messages, and programs with two instructions swapped, which
 deadlock or are rejected) with both and requires the same Timeline JSON (or the same
 error) from each.
 """
@@ -52,14 +52,23 @@ def cases(draw):
                              for s in draw(st.sets(st.integers(0, S - 1), max_size=2))},
                       message_bytes=draw(st.sampled_from([0, 10, 100])))
     link = LinkModel(latency=draw(st.sampled_from([0, 0.25, 1])),
-                     bandwidth=draw(st.sampled_from([float("inf"), 50, 400])))
+                     bandwidth=draw(st.sampled_from([float("inf"), 50, 400])),
+                     messages=[{"kind": k, "stage": s_, "mb": mb, "time": t, "send": sd}
+                               for k, s_, mb, t, sd in draw(st.lists(st.tuples(
+                                   st.sampled_from("FB"), st.integers(0, S - 1),
+                                   st.integers(0, m - 1), st.sampled_from([0, 0.5, 2]),
+                                   st.sampled_from([None, 0.25])), max_size=2))])
+    host = [{"rank": r, "index": i, "before": b, "launch": la}
+            for r, i, b, la in draw(st.lists(st.tuples(
+                st.integers(0, p - 1), st.integers(0, 6), st.sampled_from([0, 0.5]),
+                st.sampled_from([None, 0.3])), max_size=3))]
     sem = draw(st.sampled_from(["data", "eager", "rendezvous"]))
     comm = CommModel(semantics=sem,
                      comm_stream=draw(st.sampled_from(["none", "per-peer", "per-rank"])),
                      launch_cost=draw(st.sampled_from([0, 0, 0.1])),
                      lazy_init=draw(st.booleans()),
                      init_cost=draw(st.sampled_from([0, 0.5])),
-                     eager_threshold_bytes=draw(st.sampled_from([None, 10])))
+                     eager_threshold_bytes=draw(st.sampled_from([None, 10])), host=host)
     if draw(st.booleans()):           # swap two instructions of one rank
         rows = [list(r) for r in prog.ranks]
         r = draw(st.integers(0, len(rows) - 1))

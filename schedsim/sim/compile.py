@@ -16,115 +16,27 @@ by numba for large programs when it is installed). Handles: message m has a send
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from schedsim.errors import ProgramError
-from schedsim.program.flat import FlatProgram, Opcode, ranks_of
+from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
 from schedsim.program.routing import (
-    comm_message_arrays,
-    consumer_stages,
     cross_stage_inputs,
-    key_codes,
-    outputs,
 )
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.sim.kernels import Err, Step, WaitKind
+from schedsim.sim.kernels import Err, Step
+from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
 
-I64 = np.int64
 _STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
-
-
-def _where(cp_flat: FlatProgram, r: int, i: int) -> str:
-    return f"rank {r}, instr {i} ({cp_flat.token(int(cp_flat.rptr[r]) + i)})"
 
 
 def _ordinal(k: int) -> str:
     return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
-
-
-@dataclass
-class _Prep:
-    """Array facts about a flat program under a placement (vectorized, before the
-    sequential pass)."""
-
-    S: int
-    M: int
-    P: int
-    # members
-    mk: np.ndarray
-    side: np.ndarray
-    ps: np.ndarray
-    cs: np.ndarray
-    mvalid: np.ndarray
-    mcode: np.ndarray
-    msrc: np.ndarray
-    mdst: np.ndarray
-    # compute atoms (one per non-FB op, two per FB), instr-ordered
-    aptr: np.ndarray
-    a_instr: np.ndarray
-    a_kind: np.ndarray
-    a_stage: np.ndarray
-    a_mb: np.ndarray
-    a_rank: np.ndarray
-    a_in: np.ndarray      # key code of the cross-rank input, -1
-    a_in_rank: np.ndarray  # rank that produces that input, -1
-    a_out: np.ndarray     # key code of the output, -1
-
-
-def _prep(fl: FlatProgram, program: Program) -> _Prep:
-    pl = program.placement
-    S, M, P = pl.stages, program.microbatches, pl.ranks
-    mk, side, ps = comm_message_arrays(fl.ckind, fl.cstage)
-    cs = consumer_stages(mk, ps)
-    cmb = fl.cmb
-    valid = (ps >= 0) & (ps < S) & (cs >= 0) & (cs < S) & (cmb >= 0) & (cmb < M)
-    if valid.all():
-        mcode = key_codes(mk, ps, cmb, S, M)
-        msrc, mdst = ranks_of(pl, ps, cmb), ranks_of(pl, cs, cmb)
-    else:
-        mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
-        psv, csv, mbv = np.where(valid, ps, 0), np.where(valid, cs, 0), np.where(valid, cmb, 0)
-        msrc = np.where(valid, ranks_of(pl, psv, mbv), -1)
-        mdst = np.where(valid, ranks_of(pl, csv, mbv), -1)
-    # atoms: one per compute op, two for FB (forward part, then backward part)
-    is_c = fl.code == Opcode.COMPUTE
-    n = len(fl)
-    cnt = is_c.astype(I64)
-    if len(fl.fb_at):
-        cnt[fl.fb_at] += 1
-        a_instr = np.repeat(np.arange(n, dtype=I64), cnt)
-    else:
-        a_instr = np.flatnonzero(is_c)
-    aptr = np.zeros(n + 1, I64)
-    np.cumsum(cnt, out=aptr[1:])
-    na = len(a_instr)
-    a_kind = fl.kind[a_instr]
-    a_stage = fl.stage[a_instr]
-    a_mb = fl.mb[a_instr]
-    if len(fl.fb_at):
-        second = aptr[fl.fb_at] + 1
-        a_kind = np.where(a_kind == 4, 0, a_kind)
-        a_kind[second] = fl.fb_kind
-        a_stage[second] = fl.fb_stage
-        a_mb[second] = fl.fb_mb
-    a_rank = fl.rank_of_instr()[a_instr]
-    ok = (a_stage >= 0) & (a_stage < S) & (a_mb >= 0) & (a_mb < M) & (a_kind >= 0)
-    ink, inps = cross_stage_inputs(a_kind, a_stage, S)
-    has_in = ok & (inps >= 0)
-    in_rank = np.full(na, -1, I64)
-    if has_in.any():
-        in_rank[has_in] = ranks_of(pl, inps[has_in], a_mb[has_in])
-    a_in = np.where(has_in & (in_rank != a_rank), key_codes(ink, inps, a_mb, S, M), -1)
-    ok_out, out_s = outputs(a_kind, a_stage)
-    a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
-    return _Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
-                 a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out)
 
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
@@ -142,12 +54,14 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     if fl.ranks != P:
         raise ProgramError(f"program has {fl.ranks} rank rows but the placement has {P} "
                            f"ranks")
-    pr = _prep(fl, program)
+    pr = prep(fl, program)
     data_mode = comm.semantics == "data"
     if data_mode:
         if fl.has_comm():      # the comm instructions are ignored, but must be right
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
-        cp = _compile_data(program, fl, pr, costs)
+        from schedsim.sim.compile_data import compile_data
+
+        cp = compile_data(program, fl, pr, costs)
     else:
         cp = _compile_comm(program, fl, pr, costs, comm)
         cp.launch_cost = comm.launch_cost
@@ -197,7 +111,7 @@ def _host_delays(cp: Compiled, comm: CommModel) -> None:
     cp.launch_cost = 0.0
 
 
-def _key_ids(pr: _Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compact ids of every key code the program names: ``(keys, member ids, atom input
     ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
     microbatches) is small next to the program, the codes are their own ids."""
@@ -215,7 +129,7 @@ def _key_ids(pr: _Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     return keys, inv[:n1], inv[n1:n2], inv[n2:]
 
 
-def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel,
+def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
                   comm: CommModel, with_costs: bool = True) -> Compiled:
     """The sequential pass (:func:`~schedsim.sim.kernels.compile_comm_kernel`) plus the
     link-order check."""
@@ -226,7 +140,7 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
     is_c = fl.code == Opcode.COMPUTE
     icost = np.zeros(n)
     if with_costs and is_c.any():
-        icost[is_c] = _compute_costs(fl, costs, is_c)
+        icost[is_c] = compute_costs(fl, costs, is_c)
     ispan = np.where(is_c, np.cumsum(is_c) - 1, -1).astype(I64)
     mowner = np.where(pr.side == 0, pr.msrc, pr.mdst)
     mpeer = np.where(pr.side == 0, pr.mdst, pr.msrc)
@@ -280,56 +194,43 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: _Prep, costs: CostModel
     return cp
 
 
-def _compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:
-    """Cost of every compute instruction, in order."""
-    ci = np.flatnonzero(is_c)
-    n = len(ci)
-    bk = np.zeros(n, I64)
-    bs = np.zeros(n, I64)
-    bm = np.zeros(n, I64)
-    if len(fl.fb_at):
-        k = np.searchsorted(ci, fl.fb_at)
-        bk[k], bs[k], bm[k] = fl.fb_kind, fl.fb_stage, fl.fb_mb
-    return costs.op_costs(fl.kind[ci], fl.stage[ci], fl.mb[ci], bk, bs, bm)
-
-
-def _comm_error(fl: FlatProgram, pr: _Prep, err: list[int], mkey: np.ndarray,
+def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
                 a_in: np.ndarray, a: dict[str, Any]) -> ProgramError:
     """The :class:`ProgramError` for an error code of the compile pass (``mkey``/``a_in``:
     key ids of the members and of the atoms' cross-rank inputs; ``a``: the pass's
     arrays)."""
     code, r, i, j = err
-    where = _where(fl, r, i)
+    loc = where(fl, r, i)
     if code == Err.NEED:      # j is an atom: its cross-rank input was never received
         kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
         need = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
         m = int(a["key_msg"][int(a_in[j])])
         posted = m >= 0 and 0 <= int(a["hindex"][2 * m + 1]) < i
-        return ProgramError(f"{where} uses data from rank {int(pr.a_in_rank[j])} but the "
+        return ProgramError(f"{loc} uses data from rank {int(pr.a_in_rank[j])} but the "
                             f"program never {'waits for' if posted else 'posts'} "
                             f"{recv_comm(need)} before it (add the recv and a WAIT or "
                             f"COMMIT)")
     c = Comm(COMM_KINDS[int(fl.ckind[j])], int(fl.cstage[j]), int(fl.cmb[j]))
     if code == Err.NO_MESSAGE:
-        return ProgramError(f"{where}: no such message (stages {int(pr.ps[j])}->"
+        return ProgramError(f"{loc}: no such message (stages {int(pr.ps[j])}->"
                             f"{int(pr.cs[j])}, mb {c.mb}; the program has {pr.S} stages and "
                             f"{pr.M} microbatches)")
     if code == Err.LOCAL:
-        return ProgramError(f"{where}: stages {int(pr.ps[j])} and {int(pr.cs[j])} are both "
+        return ProgramError(f"{loc}: stages {int(pr.ps[j])} and {int(pr.cs[j])} are both "
                             f"on rank {int(pr.msrc[j])}; the hand-off is local, remove this "
                             f"op")
     if code == Err.POST:
         own = int(pr.msrc[j] if pr.side[j] == 0 else pr.mdst[j])
         if own != r:
-            return ProgramError(f"{where}: {c} belongs to rank {own} (stage {c.stage} mb "
+            return ProgramError(f"{loc}: {c} belongs to rank {own} (stage {c.stage} mb "
                                 f"{c.mb} runs there)")
         m = int(a["key_msg"][int(mkey[j])])
         first = int(a["hindex"][2 * m + int(pr.side[j])])
-        return ProgramError(f"{where}: {c} posted twice (first at instr {first})")
+        return ProgramError(f"{loc}: {c} posted twice (first at instr {first})")
     if code == Err.SEND_EARLY:
-        return ProgramError(f"{where}: sends {c} before the op that produces its data ran "
+        return ProgramError(f"{loc}: sends {c} before the op that produces its data ran "
                             f"on this rank")
-    return ProgramError(f"{where}: waits for {c}, which this rank has not posted before")
+    return ProgramError(f"{loc}: waits for {c}, which this rank has not posted before")
 
 
 def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
@@ -352,7 +253,7 @@ def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
             side, r, i, other, orank = "send", cp.msrc[m], hi[m, 0], "recv", cp.mdst[m]
         else:
             side, r, i, other, orank = "recv", cp.mdst[m], hi[m, 1], "send", cp.msrc[m]
-        raise ProgramError(f"{_where(fl, int(r), int(i))}: unmatched {side}: rank "
+        raise ProgramError(f"{where(fl, int(r), int(i))}: unmatched {side}: rank "
                            f"{int(orank)} never posts the matching {other}")
     hs = cp.hseq.reshape(-1, 2)
     link = cp.msrc * cp.ranks + cp.mdst
@@ -369,96 +270,9 @@ def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
     src, dst = int(cp.msrc[a]), int(cp.mdst[a])
     si, ri = int(hi[a, 0]), int(hi[b, 1])
     raise ProgramError(
-        f"the {_ordinal(k)} send on link {src}->{dst} is {_where(fl, src, si)} but the "
-        f"{_ordinal(k)} recv is {_where(fl, dst, ri)}: P2P ops match in posting order per "
+        f"the {_ordinal(k)} send on link {src}->{dst} is {where(fl, src, si)} but the "
+        f"{_ordinal(k)} recv is {where(fl, dst, ri)}: P2P ops match in posting order per "
         f"link, so both must name the same message")
-
-
-def _compile_data(program: Program, fl: FlatProgram, pr: _Prep,
-                  costs: CostModel) -> Compiled:
-    """``data`` semantics: one message per cross-rank producer -> consumer edge (ids in
-    order of first consumption, ranks then instructions); a consumer waits for its inputs
-    (a ``DATA`` wait step) and a producer's end activates its sends."""
-    P, n = pr.P, len(fl)
-    is_c = fl.code == Opcode.COMPUTE
-    gi_c = np.flatnonzero(is_c).astype(I64)
-    nc = len(gi_c)
-    cpos = np.full(n, -1, I64)            # instr -> position among compute instrs
-    cpos[gi_c] = np.arange(nc)
-    has_out = pr.a_out >= 0
-    prod_code, prod_instr = pr.a_out[has_out], pr.a_instr[has_out]
-    po = np.argsort(prod_code, kind="stable")
-    prod_code, prod_instr = prod_code[po], prod_instr[po]
-    has_in = pr.a_in >= 0
-    need_code, need_instr, need_atom = pr.a_in[has_in], pr.a_instr[has_in], \
-        np.flatnonzero(has_in)
-    at = np.searchsorted(prod_code, need_code)
-    found = (at < len(prod_code)) & (prod_code[np.minimum(at, max(len(prod_code) - 1, 0))]
-                                     == need_code) if len(prod_code) else \
-        np.zeros(len(need_code), bool)
-    if not found.all():
-        j = int(need_atom[np.flatnonzero(~found)[0]])
-        gi = int(pr.a_instr[j])
-        r = int(pr.a_rank[j])
-        kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
-        what = "activation" if int(kind[0]) == 0 else "gradient"
-        raise ProgramError(f"{_where(fl, r, gi - int(fl.rptr[r]))} needs the {what} of stage "
-                           f"{int(ps[0])} mb {int(pr.a_mb[j])}, which no op of the program "
-                           f"produces")
-    producer = prod_instr[at] if len(at) else np.zeros(0, I64)
-    uniq, first, inv = np.unique(need_code, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    mid_of = np.empty(len(uniq), I64)
-    mid_of[order] = np.arange(len(uniq))
-    need_m = mid_of[inv]
-    nm = len(uniq)
-    mcode = uniq[order]
-    m_cons = need_instr[first[order]]
-    m_prod = producer[first[order]]
-    rank_of = fl.rank_of_instr().astype(I64)
-    idx_of = fl.index_of_instr().astype(I64)
-    hindex = np.empty(2 * nm, I64)
-    hindex[0::2] = idx_of[m_prod]
-    hindex[1::2] = idx_of[m_cons]
-    # steps: per compute instr an optional DATA wait, then the compute
-    w = np.zeros(n, I64)
-    np.add.at(w, need_instr, 1)
-    has_w = (w[gi_c] > 0).astype(I64)
-    per = 1 + has_w
-    cstep = np.cumsum(per) - 1                  # position of each compute step
-    ns = int(per.sum())
-    cop = np.full(ns, int(Step.COMPUTE), I64)
-    cwk = np.full(ns, -1, I64)
-    wstep = cstep[has_w == 1] - 1
-    cop[wstep] = int(Step.WAIT)
-    cwk[wstep] = int(WaitKind.DATA)
-    cipc = np.empty(ns, I64)
-    cipc[cstep] = idx_of[gi_c]
-    cipc[wstep] = idx_of[gi_c[has_w == 1]]
-    ccost = np.zeros(ns)
-    if nc:
-        ccost[cstep] = _compute_costs(fl, costs, is_c)
-    cspan = np.full(ns, -1, I64)
-    cspan[cstep] = np.arange(nc)
-    # handles: a wait's recvs (scan order), a compute's sends (message order)
-    item_step = np.concatenate((cstep[cpos[need_instr]] - 1, cstep[cpos[m_prod]]))
-    item_key = np.concatenate((np.arange(len(need_m)), np.arange(nm)))
-    item_h = np.concatenate((2 * need_m + 1, 2 * np.arange(nm, dtype=I64)))
-    o = np.lexsort((item_key, item_step))
-    ch = item_h[o]
-    chptr = np.zeros(ns + 1, I64)
-    np.cumsum(np.bincount(item_step, minlength=ns), out=chptr[1:])
-    crptr = np.zeros(P + 1, I64)
-    np.cumsum(np.bincount(rank_of[gi_c], weights=per, minlength=P).astype(I64),
-              out=crptr[1:])
-    return Compiled(program=program, flat=fl, data_mode=True, ranks=P, stages=pr.S,
-                    microbatches=pr.M, crptr=crptr, cop=cop, cipc=cipc, cwk=cwk, ccost=ccost,
-                    cspan=cspan, chptr=chptr, ch=ch.astype(I64), cuptr=np.zeros(ns + 1, I64),
-                    cinit=np.full(ns, -1, I64), span_gi=gi_c, mcode=mcode,
-                    msrc=rank_of[m_prod], mdst=rank_of[m_cons], hindex=hindex,
-                    hseq=np.full(2 * nm, -1, I64), unit_stream=np.zeros(0, I64),
-                    unit_hptr=np.zeros(1, I64), unit_h=np.zeros(0, I64),
-                    hunit=np.full(2 * nm, -1, I64))
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
@@ -489,7 +303,7 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     cp.num_links = P * P
 
 
-def _mark_first_touch(cp: Compiled, pr: _Prep) -> None:
+def _mark_first_touch(cp: Compiled, pr: Prep) -> None:
     """Lazy communicator init: mark each rank's first bare post to each peer with the
     rank pair's id (``cinit``) and record where each side first touches each pair
     (``pair_first[pair][rank] = instruction index``)."""
@@ -525,7 +339,7 @@ def first_touch_order(program: Program) -> list[list[tuple[int, int]]]:
     ``irecv`` of its own) to each peer, in program order: the order in which the rank
     creates its 2-rank communicators under lazy init (``CommModel.lazy_init``)."""
     fl = program.flat()
-    pr = _prep(fl, program)
+    pr = prep(fl, program)
     out: list[list[tuple[int, int]]] = [[] for _ in range(fl.ranks)]
     for r, peer, gi in first_touches(fl, pr.msrc, pr.mdst, pr.side):
         out[r].append((peer, gi - int(fl.rptr[r])))
