@@ -1,0 +1,58 @@
+"""docs/comm-semantics.md and docs/speed.md stay true: their schedsim commands run (from
+the project root) and print the lines shown after them; a command marked ``# exit N``
+exits with N."""
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from conftest import ROOT
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+
+DOCS = [ROOT / "docs" / "comm-semantics.md", ROOT / "docs" / "speed.md"]
+runner = CliRunner()
+
+
+def _blocks() -> list[tuple[list[str], list[str]]]:
+    parts = [p for doc in DOCS
+             for p in re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), flags=re.S)]
+    out = []
+    for i, (lang, body) in enumerate(parts):
+        cmds = [ln for ln in body.splitlines() if ln.startswith("schedsim ")]
+        if lang != "bash" or not cmds:
+            continue
+        shown = (parts[i + 1][1].splitlines() if i + 1 < len(parts)
+                 and parts[i + 1][0] == "text" else [])
+        out.append((cmds, shown))
+    return out
+
+
+BLOCKS = _blocks()
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_the_page_has_commands():
+    assert len(BLOCKS) >= 7 and all(shown for _, shown in BLOCKS)
+
+
+@pytest.mark.parametrize("cmds,shown", BLOCKS, ids=[b[0][0][9:70] for b in BLOCKS])
+def test_commands_print_what_the_doc_shows(cmds, shown, monkeypatch):
+    from schedsim.cli import common
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(common.console, "_width", 600)    # no folding inside table cells
+    output = ""
+    for cmd in cmds:
+        line, _, note = cmd.partition("#")
+        code = int(note.split("exit")[1]) if "exit" in note else 0
+        r = runner.invoke(app, shlex.split(line)[1:], terminal_width=250)
+        assert r.exit_code == code, f"{cmd}: {r.output}"
+        output += r.output
+    for text in shown:
+        assert _norm(text).strip() in _norm(output), f"{text!r} not printed by {cmds}"
