@@ -118,7 +118,8 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     """The program torch's runtime runs for these actions (the rule of
     :func:`schedsim.program.torch_runtime.runtime_rows`): each SEND/RECV is posted where it
     stands (one launch each), each compute waits right before it the RECV of its
-    cross-rank input when that RECV was posted before it, sends are waited at the end.
+    cross-rank input when that RECV was posted before it, and at the end every SEND is
+    waited, the last one posted first.
     None when a RECV is posted twice or two ops wait for one RECV (the per-action rule
     then decides)."""
     P, S = cols.ranks, pl.stages
@@ -149,12 +150,16 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     wcodes = want[waited]
     if len(np.unique(wcodes)) != len(wcodes):
         return None
-    # instructions: each action, plus a WAIT before each compute that waits
+    # instructions: each action, plus a WAIT before each compute that waits, plus, at the
+    # end of each rank, a WAIT per SEND (the last posted first)
+    is_send = cols.is_comm & ((cols.kind & 1) == 0)
+    nsend = np.bincount(rank[is_send], minlength=P)
     extra = np.zeros(n, I64)
     extra[ci[waited]] = 1
     size = 1 + extra
-    start = np.cumsum(size) - size
-    N = int(size.sum())
+    shift = np.concatenate(([0], np.cumsum(nsend)))[:-1][rank]   # earlier ranks' waits
+    start = np.cumsum(size) - size + shift
+    N = int(size.sum()) + int(nsend.sum())
     code = np.empty(N, I32)
     kind = np.full(N, -1, I32)
     stage = np.full(N, -1, I32)
@@ -166,10 +171,17 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     mb[own[is_c]] = cols.mb[is_c]
     wpos = start[ci[waited]]
     code[wpos] = int(Opcode.WAIT)
-    # members, in instruction order: a post's comm, a wait's recv
+    ends = np.concatenate(([0], np.cumsum(np.bincount(rank, weights=size, minlength=P)
+                                          .astype(I64) + nsend)))
+    si = np.flatnonzero(is_send)                       # in posting order, rank by rank
+    k_in = np.arange(len(si)) - (np.cumsum(nsend) - nsend)[rank[si]]
+    fpos = ends[rank[si] + 1] - 1 - k_in               # the last send's wait first
+    code[fpos] = int(Opcode.WAIT)
+    # members, in instruction order: a post's comm, a wait's recv or send
     mcount = np.zeros(N, I64)
     mcount[own[cols.is_comm]] = 1
     mcount[wpos] = 1
+    mcount[fpos] = 1
     mptr = np.zeros(N + 1, I64)
     np.cumsum(mcount, out=mptr[1:])
     ck = np.empty(int(mptr[-1]), I32)
@@ -183,6 +195,8 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     ck[j] = 2 * mk[waited] + 1
     cs[j] = cols.stage[wc]
     cm[j] = cols.mb[wc]
-    rptr = np.concatenate(([0], np.cumsum(size)))[cols.rptr].astype(I64)
+    j = mptr[fpos]
+    ck[j], cs[j], cm[j] = cols.kind[si], cols.stage[si], cols.mb[si]
+    rptr = ends.astype(I64)
     e = np.zeros(0, I32)
     return FlatProgram(rptr, code, kind, stage, mb, mptr, ck, cs, cm, e.astype(I64), e, e, e)

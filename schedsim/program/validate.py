@@ -101,35 +101,8 @@ def validate_schedule(schedule: Schedule,
                 pos[key] = (r, i)
                 if a.kind != "F":
                     has_backward = True
-    # completeness, named at the first action of an incomplete (stage, mb)
-    for r, row in (enumerate(schedule.ranks) if complete else ()):
-        for i, op in enumerate(row):
-            for a in op.atoms():
-                k, s, mb = a.kind, a.stage, a.mb
-                bw = ("BW", s, mb) in pos
-                b, w = ("B", s, mb) in pos, ("W", s, mb) in pos
-                if k != "F" and ("F", s, mb) not in pos:
-                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
-                                        f"no F (expected on rank {r})")
-                if k == "F" and has_backward and not (bw or b or w):
-                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
-                                        f"no BW (or B and W), expected on rank {r}")
-                if (k == "BW" and (b or w)) or (k in ("B", "W") and bw):
-                    other = pos[("BW", s, mb)] if k != "BW" else \
-                        pos[("B", s, mb) if b else ("W", s, mb)]
-                    raise ScheduleError(f"{where(r, i)}: stage {s} mb {mb} has both BW and "
-                                        f"a split B/W ({where(*other)})")
-                if k == "B" and not w:
-                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
-                                        f"no W for this B (expected on rank {r})")
-                if k == "W" and not b:
-                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
-                                        f"no B for this W (expected on rank {r})")
-    for s in range(S if complete else 0):
-        for mb in range(M):
-            if ("F", s, mb) not in pos:
-                raise ScheduleError(f"missing op: stage {s} mb {mb} has no F (expected on "
-                                    f"rank {pl.rank_of(s, mb)})")
+    if complete:
+        _check_complete(schedule, pos, has_backward, where, ScheduleError)
     # order: same-rank producers first
     made: dict[tuple[str, int, int], tuple[int, int]] = {}
     for (kind, s, mb), (r, i) in pos.items():
@@ -153,3 +126,38 @@ def validate_schedule(schedule: Schedule,
                         raise ScheduleError(
                             f"{where(r, i)} comes before the {what} of stage {need[1]} "
                             f"mb {need[2]} it needs ({where(*src)})")
+
+
+def _check_complete(schedule: Schedule, pos: dict, has_backward: bool,
+                    where: Callable[[int, int], str], ScheduleError: type) -> None:  # noqa: N803
+    """Rule 3: every (stage, mb) has one F and (unless forward-only) one backward; named at
+    the first action of an incomplete (stage, mb), else by the missing F's stage."""
+    pl = schedule.placement
+    for r, row in enumerate(schedule.ranks):
+        for i, op in enumerate(row):
+            for a in op.atoms():
+                k, s, mb = a.kind, a.stage, a.mb
+                bw = ("BW", s, mb) in pos
+                b, w = ("B", s, mb) in pos, ("W", s, mb) in pos
+                if k != "F" and ("F", s, mb) not in pos:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no F (expected on rank {r})")
+                if k == "F" and has_backward and not (bw or b or w):
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no BW (or B and W), expected on rank {r}")
+                if (k == "BW" and (b or w)) or (k in ("B", "W") and bw):
+                    other = pos[("BW", s, mb)] if k != "BW" else \
+                        pos[("B", s, mb) if b else ("W", s, mb)]
+                    raise ScheduleError(f"{where(r, i)}: stage {s} mb {mb} has both BW and "
+                                        f"a split B/W ({where(*other)})")
+                if k == "B" and not w:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no W for this B (expected on rank {r})")
+                if k == "W" and not b:
+                    raise ScheduleError(f"{where(r, i)}: missing op: stage {s} mb {mb} has "
+                                        f"no B for this W (expected on rank {r})")
+    for s in range(pl.stages):
+        for mb in range(schedule.microbatches):
+            if ("F", s, mb) not in pos:
+                raise ScheduleError(f"missing op: stage {s} mb {mb} has no F (expected on "
+                                    f"rank {pl.rank_of(s, mb)})")

@@ -33,19 +33,7 @@ def compile_data(program: Program, fl: FlatProgram, pr: Prep,
     has_in = pr.a_in >= 0
     need_code, need_instr, need_atom = pr.a_in[has_in], pr.a_instr[has_in], \
         np.flatnonzero(has_in)
-    at = np.searchsorted(prod_code, need_code)
-    found = (at < len(prod_code)) & (prod_code[np.minimum(at, max(len(prod_code) - 1, 0))]
-                                     == need_code) if len(prod_code) else \
-        np.zeros(len(need_code), bool)
-    if not found.all():
-        j = int(need_atom[np.flatnonzero(~found)[0]])
-        gi = int(pr.a_instr[j])
-        r = int(pr.a_rank[j])
-        kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
-        what = "activation" if int(kind[0]) == 0 else "gradient"
-        raise ProgramError(f"{where(fl, r, gi - int(fl.rptr[r]))} needs the {what} of stage "
-                           f"{int(ps[0])} mb {int(pr.a_mb[j])}, which no op of the program "
-                           f"produces")
+    at = _producers_or_raise(fl, pr, prod_code, need_code, need_atom)
     producer = prod_instr[at] if len(at) else np.zeros(0, I64)
     uniq, first, inv = np.unique(need_code, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
@@ -100,3 +88,23 @@ def compile_data(program: Program, fl: FlatProgram, pr: Prep,
                     hseq=np.full(2 * nm, -1, I64), unit_stream=np.zeros(0, I64),
                     unit_hptr=np.zeros(1, I64), unit_h=np.zeros(0, I64),
                     hunit=np.full(2 * nm, -1, I64))
+
+
+def _producers_or_raise(fl: FlatProgram, pr: Prep, prod_code: np.ndarray,
+                        need_code: np.ndarray, need_atom: np.ndarray) -> np.ndarray:
+    """Positions in ``prod_code`` (sorted) of each cross-rank input's producer; raises
+    :class:`ProgramError` at the first input that no op produces."""
+    at = np.searchsorted(prod_code, need_code)
+    found = (at < len(prod_code)) & (prod_code[np.minimum(at, max(len(prod_code) - 1, 0))]
+                                     == need_code) if len(prod_code) else \
+        np.zeros(len(need_code), bool)
+    if not found.all():
+        j = int(need_atom[np.flatnonzero(~found)[0]])
+        gi = int(pr.a_instr[j])
+        r = int(pr.a_rank[j])
+        kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
+        what = "activation" if int(kind[0]) == 0 else "gradient"
+        raise ProgramError(f"{where(fl, r, gi - int(fl.rptr[r]))} needs the {what} of stage "
+                           f"{int(ps[0])} mb {int(pr.a_mb[j])}, which no op of the program "
+                           f"produces")
+    return at
