@@ -142,3 +142,31 @@ def test_deadlock_stall_names_the_rank_it_waits_for() -> None:
         peer = [b for b in tl.deadlock.blocked if b.rank == c.peer][0]
         assert (dead[c.rank].peer, dead[c.rank].peer_index,
                 dead[c.rank].peer_instruction) == (c.peer, peer.index, peer.instruction)
+
+
+def test_transfer_names_the_other_side() -> None:
+    """Eager, slow link: rank 0's WAIT on its send lasts while the bytes are on the wire
+    (3 units); the peer instruction is rank 1's matching recv."""
+    prog = program_from_rows(parse_program_text(
+        "rank 0: 0F0 0SEND_F0 WAIT[0SEND_F0] 0F1 0SEND_F1 WAIT[0SEND_F1]\n"
+        "rank 1: 1RECV_F0 WAIT[1RECV_F0] 1F0 1RECV_F1 WAIT[1RECV_F1] 1F1\n"), "loop", stages=2)
+    tl = simulate(prog, CostModel(F=1, message_bytes=30), LinkModel(bandwidth=10),
+                  CommModel(semantics="eager"))
+    s = stall(prog, tl, 0, 1.0)
+    assert (s.cause, s.end, s.instruction) == ("transfer", 4.0, "WAIT[0SEND_F0]")
+    assert (s.peer, s.peer_index, s.peer_instruction) == (1, 0, "1RECV_F0")
+
+
+def test_wait_batch_names_the_member_that_held_it() -> None:
+    """Rank 0 commits its send with the recv of a gradient the next op (0F1) does not
+    need: held until rank 1 posts 1SEND_B0 (instr 4) after 1F0 and 1BW0, at 4."""
+    text = ("rank 0: 0F0 BATCH[0SEND_F0+0RECV_B0] COMMIT 0F1 0BW0 BATCH[0SEND_F1+0RECV_B1] "
+            "COMMIT 0BW1\n"
+            "rank 1: BATCH[1RECV_F0] COMMIT 1F0 1BW0 BATCH[1SEND_B0+1RECV_F1] COMMIT 1F1 1BW1 "
+            "BATCH[1SEND_B1] COMMIT\n")
+    prog = program_from_rows(parse_program_text(text), "loop", stages=2)
+    tl = simulate(prog, CostModel(F=1, BW=2), comm=CommModel(semantics="rendezvous"))
+    s = stall(prog, tl, 0, 1.0)
+    assert (s.cause, s.end, s.index, s.comms) == ("wait-batch", 4.0, 2, ["0RECV_B0"])
+    assert "which the next op 0F1 does not need" in s.detail
+    assert (s.peer, s.peer_index, s.peer_instruction) == (1, 4, "1SEND_B0")
