@@ -100,6 +100,8 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
     stream readied last first). Completion times are exact the moment a transfer starts,
     so a rank that runs ahead is never rolled back.
     """
+    ACT, XFER, DONE = _ACT, _XFER, _DONE         # locals: the fastest names in CPython
+    COMPUTE, LAUNCH = _COMPUTE, _LAUNCH
     nrec = 0
     heap = [(0.0, r, r) for r in range(P)]
     seq = P
@@ -116,7 +118,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
             sp -= 1
             x = wk_x[sp]
             tt = wk_t[sp]
-            if wk_kind[sp] == _ACT:
+            if wk_kind[sp] == ACT:
                 hact[x] = tt
                 m = x >> 1
                 tc = -1.0
@@ -127,7 +129,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                         tc = max(hact[x + 1], tt)
                 elif meager[m]:                      # an eager recv: data already here?
                     if marr[m] >= 0.0:
-                        wk_kind[sp] = _DONE
+                        wk_kind[sp] = DONE
                         wk_x[sp] = x
                         wk_t[sp] = max(tt, marr[m])
                         sp += 1
@@ -138,11 +140,11 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                         heappush(heap, (tc, seq, -1 - m))
                         seq += 1
                     else:
-                        wk_kind[sp] = _XFER
+                        wk_kind[sp] = XFER
                         wk_x[sp] = m
                         wk_t[sp] = tc
                         sp += 1
-            elif wk_kind[sp] == _XFER:               # start on the link (FIFO), complete
+            elif wk_kind[sp] == XFER:               # start on the link (FIFO), complete
                 m = x
                 lk = mlink[m]
                 s0 = max(tt, link_free[lk])
@@ -153,11 +155,11 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                 marr[m] = arr
                 ra = hact[2 * m + 1]
                 if not meager[m] or ra >= 0.0:       # the recv (done second)
-                    wk_kind[sp] = _DONE
+                    wk_kind[sp] = DONE
                     wk_x[sp] = 2 * m + 1
                     wk_t[sp] = arr if (not meager[m] or arr > ra) else ra
                     sp += 1
-                wk_kind[sp] = _DONE                  # the send (done first)
+                wk_kind[sp] = DONE                   # the send (done first)
                 wk_x[sp] = 2 * m
                 wk_t[sp] = s0 + occ if meager[m] else arr
                 if has_msend and msend[m] >= 0.0:      # a measured sender completion
@@ -194,7 +196,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                     sbusy[s] = nu
                     ts = max(udone[u], uenq[nu])
                     for q in range(unit_hptr[nu + 1] - 1, unit_hptr[nu] - 1, -1):
-                        wk_kind[sp] = _ACT
+                        wk_kind[sp] = ACT
                         wk_x[sp] = unit_h[q]
                         wk_t[sp] = ts
                         sp += 1
@@ -220,13 +222,13 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                             continue
                         t += d
                 op = cop[pc]
-                if op == _COMPUTE:
+                if op == COMPUTE:
                     e = t + ccost[pc]
                     sid = cspan[pc]
                     sstart[sid] = t
                     send[sid] = e
                     for q in range(chptr[pc + 1] - 1, chptr[pc] - 1, -1):   # data: sends
-                        wk_kind[sp] = _ACT
+                        wk_kind[sp] = ACT
                         wk_x[sp] = ch[q]
                         wk_t[sp] = e
                         sp += 1
@@ -240,7 +242,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                             heappush(heap, (t, seq, r))
                             seq += 1
                             stop = True
-                elif op == _LAUNCH:
+                elif op == LAUNCH:
                     q = cinit[pc]
                     if lazy_init and q >= 0 and pair_state[q] != 2:
                         if pair_state[q] == 0:     # first of the pair: wait for the peer
@@ -288,7 +290,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                                 sbusy[s] = u
                                 ts = max(sfree[s], t)
                                 for q in range(unit_hptr[u + 1] - 1, unit_hptr[u] - 1, -1):
-                                    wk_kind[sp] = _ACT
+                                    wk_kind[sp] = ACT
                                     wk_x[sp] = unit_h[q]
                                     wk_t[sp] = ts
                                     sp += 1
@@ -301,7 +303,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                                 qtail[s] = u
                     else:
                         for q in range(chptr[pc + 1] - 1, chptr[pc] - 1, -1):
-                            wk_kind[sp] = _ACT
+                            wk_kind[sp] = ACT
                             wk_x[sp] = ch[q]
                             wk_t[sp] = t
                             sp += 1
@@ -347,7 +349,7 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
             break
         tt, _, x = heappop(heap)
         if x < 0:                                   # a transfer (strict)
-            wk_kind[0] = _XFER
+            wk_kind[0] = XFER
             wk_x[0] = -1 - x
             wk_t[0] = tt
             sp = 1
