@@ -15,7 +15,13 @@ from rich.table import Table
 
 from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
-from schedsim.cli.common import console, fail, handle_errors, scenario_command
+from schedsim.cli.common import (
+    console,
+    fail,
+    fail_deadlock,
+    handle_errors,
+    scenario_command,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.costs import CommModel
@@ -87,7 +93,7 @@ def stalls(
         f"{c} {fmt_t(sum(v))}" for c, v in sorted(tot.items(), key=lambda kv: -sum(kv[1]))),
         highlight=False)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
 
 
 @app.command()
@@ -144,7 +150,7 @@ def align(
                       highlight=False)
     console.print(f"{n_flagged} of {len(tl.messages)} messages flagged", highlight=False)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
 
 
 @app.command("critical-path")
@@ -168,7 +174,7 @@ def critical_path_cmd(
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
     G = build_graph(tl, prog, sc.link, sc.comm)
     path = critical_path(G)
     sl = op_slack(G)

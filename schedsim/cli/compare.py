@@ -24,6 +24,7 @@ from schedsim.cli.common import (
     ThresholdOpt,
     console,
     fail,
+    fail_deadlock,
     handle_errors,
     scenario_command,
 )
@@ -304,7 +305,7 @@ def memory(
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
     mm = _memory_model(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement)
@@ -317,3 +318,6 @@ def memory(
     for r in range(tl.ranks):
         t.add_row(str(r), fmt_t(peaks[r]), fmt_t(params[r]))
     console.print(t)
+    console.print("units: activations in microbatches' worth (1 = the activations one "
+                  "microbatch leaves on one rank's 1/ranks share of the model); parameters "
+                  "in 1/ranks of the model", highlight=False)
