@@ -220,8 +220,15 @@ def legend_columns(count: int, width: float) -> int:
 def add_legend(fig: Figure, handles: list[Any], width: float, notes: Sequence[str] = ()
                ) -> None:
     """The legend under the figure, row by row, with ``notes`` (e.g. thinned arrows) as a
-    last line."""
-    ncol = legend_columns(len(handles), width)
+    title line; as many columns as the longest entry allows within ``width`` inches (8 pt
+    text: about 0.062 in per character, plus the swatch)."""
+    sizes = [0.062 * len(h.get_label()) + 0.6 for h in handles]
+    ncol = 1
+    for k in range(min(legend_columns(len(handles), width), len(handles)), 0, -1):
+        cols = [max(sizes[c::k]) for c in range(k)]     # row by row: column c holds c, c+k..
+        if sum(cols) <= width - 0.3:
+            ncol = k
+            break
     leg = fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
                      fontsize=8, frameon=False)
     if notes:

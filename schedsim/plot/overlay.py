@@ -90,10 +90,10 @@ def default_threshold(a: Timeline, b: Timeline) -> float:
 
 def _threshold_label(thr: float, b: Timeline, nb: str) -> str:
     if thr <= 0:
-        return "outlined: start moved (by any amount)"
+        return "start moved (by any amount)"
     unit = f" {b.unit}{'s' if b.unit == 'slot' and thr != 1 else ''}"
     pct = f" = {100 * thr / b.makespan:.3g}% of {nb} makespan" if b.makespan > 0 else ""
-    return f"outlined: start moved by more than {fmt_time(thr)}{unit}{pct}"
+    return f"start moved > {fmt_time(thr)}{unit}{pct}"
 
 
 def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
