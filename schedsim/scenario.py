@@ -9,7 +9,8 @@ Example (``schedules/dualpipe-figure.toml``)::
     ranks = 8
     microbatches = 20
     # generator parameters go here too (chunks = 2, variant = "megatron", ...);
-    # comm_policy = "async" lowers compute-only schedules;
+    # comm_policy = "async" lowers compute-only schedules (async | commit | torch |
+    # megatron), and that policy's parameters go here too (batch_p2p_comm = false, ...);
     # program = "file.txt" (with placement/stages) or schedule_file = "x.json|x.csv"
     # load a hand-written program or schedule instead of a generator. A torch CSV with
     # SEND/RECV cells runs with those comms unless comm_policy is set.
@@ -141,7 +142,8 @@ class Scenario(BaseModel):
             return load_program_file(self.resolve(s.program), s.placement or "loop",
                                      ranks=s.ranks, stages=s.stages,
                                      microbatches=s.microbatches,
-                                     comm_policy=s.comm_policy)
+                                     comm_policy=s.comm_policy,
+                                     policy_params=s.generator_params())
         if s.schedule_file:
             path = self.resolve(s.schedule_file)
             if path.suffix.lower() == ".csv" and s.comm_policy is None:
@@ -151,13 +153,14 @@ class Scenario(BaseModel):
                 prog = read_torch_csv_program(path, s.placement or "loop", stages=s.stages,
                                               microbatches=s.microbatches)
                 if prog is not None:
+                    _no_policy_params(s.generator_params(), path)
                     return prog
             from schedsim.interop.schedule_files import load_schedule_file
             from schedsim.program.lower import lower
 
             sched = load_schedule_file(self.resolve(s.schedule_file), placement=s.placement,
                                        stages=s.stages, microbatches=s.microbatches)
-            return lower(sched, s.comm_policy or "async")
+            return lower(sched, s.comm_policy or "async", **s.generator_params())
         if not s.name:
             raise ScenarioError("[schedule] needs a name (see 'schedsim list'), a program "
                                 "file or a schedule_file")
@@ -174,6 +177,15 @@ class Scenario(BaseModel):
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+
+
+def _no_policy_params(params: dict[str, Any], path: Path) -> None:
+    """A file that brings its own sends and recvs is not lowered: refuse comm policy
+    parameters for it rather than ignore them (ScenarioError naming them)."""
+    if params:
+        raise ScenarioError(f"{path.name} has its own sends/recvs, so no comm policy lowers "
+                            f"it and {', '.join(sorted(params))} would do nothing: drop "
+                            f"them, or add --comm-policy to re-lower its compute order")
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -241,13 +253,15 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None) -> Program:
+                      comm_policy: str | None = None,
+                      policy_params: dict[str, Any] | None = None) -> Program:
     """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
 
     ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
     ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
     comm instruction is a compute-only schedule and is lowered with ``comm_policy``
-    (default ``async``). Raises :class:`ScenarioError`/:class:`ParseError`.
+    (default ``async``) and its ``policy_params``. Raises
+    :class:`ScenarioError`/:class:`ParseError`.
     """
     from schedsim.program.tokens import parse_program_text
 
@@ -261,12 +275,13 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
     rows = parse_program_text(text)
     return program_from_rows(rows, placement, ranks=ranks, stages=stages,
                              microbatches=microbatches, comm_policy=comm_policy,
-                             name=path.stem)
+                             name=path.stem, policy_params=policy_params)
 
 
 def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None, name: str = "custom") -> Program:
+                      comm_policy: str | None = None, name: str = "custom",
+                      policy_params: dict[str, Any] | None = None) -> Program:
     """Build a :class:`Program` from parsed instruction rows (see
     :func:`load_program_file` for the defaults)."""
     from schedsim.program.ir import Compute, Wait
@@ -303,7 +318,11 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     if not prog.has_comm():
         from schedsim.program.lower import lower
 
-        return lower(prog.schedule(), comm_policy or "async")
+        return lower(prog.schedule(), comm_policy or "async", **(policy_params or {}))
+    if policy_params:
+        raise ScenarioError(f"the program {name!r} has its own sends/recvs, so no comm "
+                            f"policy lowers it and {', '.join(sorted(policy_params))} would "
+                            f"do nothing: drop them")
     return prog
 
 

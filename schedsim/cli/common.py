@@ -194,7 +194,8 @@ MemLimitOpt = Annotated[Optional[float], typer.Option(
     "--mem-limit", help="Activation memory limit (in microbatches' activations) for the "
     "memory-limited zero-bubble schedules.")]
 ParamOpt = Annotated[Optional[list[str]], typer.Option(
-    "--param", help="Extra generator parameter KEY=VALUE (repeatable).")]
+    "--param", help="Extra generator or comm-policy parameter KEY=VALUE (repeatable), "
+    "e.g. group_size=6, batch_p2p_comm=false.")]
 CostOpt = Annotated[Optional[str], typer.Option(
     "--cost", help="Costs per kind, e.g. F=1,B=1,W=1,BW=2,FB=3 (BW defaults to B+W, FB to "
     "F+BW).")]
@@ -217,7 +218,7 @@ BandwidthOpt = Annotated[Optional[float], typer.Option(
     "--bandwidth", help="Link bandwidth, bytes per cost unit (default infinite).")]
 PolicyOpt = Annotated[Optional[str], typer.Option(
     "--comm-policy", help="How compute-only schedules get their sends/recvs: async "
-    "(default), torch, commit.")]
+    "(default), commit, torch, megatron (parameters via --param; docs/frameworks.md).")]
 ProgramOpt = Annotated[Optional[Path], typer.Option(
     "--program", help="Hand-written program text file (one line per rank).")]
 ScheduleFileOpt = Annotated[Optional[Path], typer.Option(
