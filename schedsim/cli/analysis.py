@@ -21,6 +21,7 @@ from schedsim.cli.common import (
     fail_deadlock,
     handle_errors,
     scenario_command,
+    warn_costs,
 )
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
@@ -38,6 +39,7 @@ def run_scenario(sc: Scenario, comm: CommModel | None = None):
 
     prog = sc.build_program()
     tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
+    warn_costs(sc, tl)
     return prog, tl
 
 

@@ -94,6 +94,15 @@ def warn(message: str) -> None:
                       highlight=False)
 
 
+def warn_costs(sc: Scenario, tl: Any) -> None:
+    """A warning (stderr) for each cost of ``sc`` that is probably not what the user
+    meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
+    from schedsim.report.advice import cost_warnings, run_kinds
+
+    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule):
+        warn(w)
+
+
 _UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")
 
 

@@ -18,6 +18,7 @@ from schedsim.cli.common import (
     CostOpt,
     LatencyOpt,
     MbOpt,
+    Phases,
     RanksOpt,
     SemanticsOpt,
     StreamOpt,
@@ -137,7 +138,10 @@ def compare(
     base = parse_scenario(data, "compare options")
     mm = _memory_model(mem_spec, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
-    res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
+    with Phases() as ph:
+        ph.step(f"simulating {len(names) if names else 'every'} schedule(s) at {ranks} ranks "
+                f"x {microbatches} microbatches")
+        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
     if per_rank_costs:
         rows = []
         skipped = dict(res.skipped)

@@ -34,6 +34,7 @@ from rich.table import Table
 from schedsim.cli import app
 from schedsim.cli.common import (
     PROGRAM_FLAGS,
+    Phases,
     console,
     fail,
     handle_errors,
@@ -227,7 +228,10 @@ def replay(
 
         predict_sc = apply_costs_file(sc, costs_file)
     n = _check_nproc(spec, nproc)
-    res = launch(spec, n)
+    with Phases() as ph:
+        ph.step(f"{'calibrating, then ' if compare and costs_file is None else ''}replaying "
+                f"on {n} ranks")
+        res = launch(spec, n)
     tl = Timeline.model_validate(res["timeline"])
     print_summary(tl)
     steps = res["timeline"].get("step_makespans") or []
@@ -346,7 +350,10 @@ def calibrate(
     _check_outputs(out)
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
                               replay=False, calib_repeats=repeats)
-    res = launch(spec, _check_nproc(spec, nproc))
+    with Phases() as ph:
+        n = _check_nproc(spec, nproc)
+        ph.step(f"calibrating on {n} ranks")
+        res = launch(spec, n)
     cal = Calibration.model_validate(res["calibration"])
     t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
                     f"{cal.world_size} ranks")

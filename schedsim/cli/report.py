@@ -14,6 +14,7 @@ from schedsim.cli.common import (
     handle_errors,
     scenario_command,
     warn,
+    warn_costs,
 )
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
@@ -46,7 +47,6 @@ def report(
     what ran before it is still written).
     """
     from schedsim.analysis.stalls import attribute_stalls
-    from schedsim.cli.simulate import warn_costs
     from schedsim.plot.memory import resolve_model
     from schedsim.report.advice import cost_warnings, run_kinds
     from schedsim.report.html import report_html, require_bokeh

@@ -28,7 +28,7 @@ from schedsim.cli.common import (
     fail_deadlock,
     handle_errors,
     scenario_command,
-    warn,
+    warn_costs,
     write_text_out,
 )
 from schedsim.errors import ScenarioError
@@ -71,15 +71,6 @@ def print_summary(tl: Timeline) -> None:
     console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
                   f"(span - busy) / span, span "
                   f"{_fmt(max(stage_spans(tl), default=0.0))})", highlight=False)
-
-
-def warn_costs(sc: Scenario, tl: Timeline) -> None:
-    """Print a warning (stderr) for each cost that is probably not what the user meant
-    (:func:`schedsim.report.advice.cost_warnings`)."""
-    from schedsim.report.advice import cost_warnings, run_kinds
-
-    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule):
-        warn(w)
 
 
 @app.command()

@@ -136,10 +136,18 @@ def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[s
     fig.add_tools(HoverTool(renderers=[ops], tooltips=[
         ("rank", "@rank"), ("op", "@op (@part)"), ("microbatch", "@mb"), ("stage", "@stage"),
         ("start", "@start"), ("end", "@end"), ("stall before it", "@stall")]))
-    if not many:
+    # microbatch numbers only where they fit in the full view (bokeh draws every text
+    # glyph at every zoom level): the shortest box must hold the longest number
+    px = (width - LEGEND_PX) / max(tl.makespan, 1e-9)
+    digits = len(str(int(bx.mb.max()))) if len(bx) else 1
+    fits = len(bx) and float(np.min(bx.x1 - bx.x0)) * px >= 4.6 * digits + 4 \
+        and row_px * float(np.min(h)) >= 10
+    if fits and not many:
+        from schedsim.plot.style import text_color
+
         fig.text(x=(bx.x0 + bx.x1) / 2, y=y0 + h / 2, text=[str(m) for m in bx.mb],
                  text_align="center", text_baseline="middle", text_font_size="7pt",
-                 text_color="white")
+                 text_color=[text_color(c) for c in box_colors(bx, nch)])
     step = max(1, n // 32)
     fig.yaxis.ticker = FixedTicker(ticks=[n - 1 - r + 0.5 for r in range(0, n, step)])
     fig.yaxis.major_label_overrides = {n - 1 - r + 0.5: f"rank {r}" for r in range(0, n, step)}
