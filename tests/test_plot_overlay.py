@@ -248,3 +248,17 @@ def test_simulate_figure_flags(tmp_path):
             "-q")
     assert r.exit_code == 2 and "unsupported figure format" in r.output
     assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("ranks", [8, 32, 64])
+def test_every_figure_fits_2000_px_at_8_32_64_ranks(ranks):
+    """Gantt (with memory panel), overlay and memory plot of 1F1B at 8, 32 and 64 ranks:
+    at most 2000 px wide; the memory panel states its unit."""
+    from schedsim.plot import gantt
+
+    a = sim("1f1b", ranks, 2 * ranks, CostModel(F=1, BW=2))
+    b = sim("1f1b", ranks, 2 * ranks, CostModel(F=1, BW=2), semantics="rendezvous")
+    for fig in (gantt(a, memory=True, arrows=True), overlay(a, b), memory_plot([a, b])):
+        w, h = fig.get_size_inches() * fig.dpi
+        assert w <= 2000 and h <= 2600, (w, h)
+    assert "microbatches' worth" in gantt(a, memory=True).axes[1].get_ylabel()
