@@ -28,6 +28,11 @@ Example (``schedules/dualpipe-figure.toml``)::
     latency = 0
     # bandwidth = 1e9          bytes per time unit;  [[link.links]] src/dst overrides
 
+    [model]                    # optional: schedsim.sim.stage_model.StageModel
+    # layers = 4, tp = 4, moe = true, ep = 8, overlap = "fb", ...: derives F, B, W, BW,
+    # FB (and message_bytes) from the layers and their TP/EP collectives; a kind typed
+    # in [costs] still wins (docs/stage-model.md)
+
     [comm]                     # schedsim.sim.costs.CommModel
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
@@ -43,11 +48,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedsim.errors import ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.stage_model import StageCosts, StageModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,7 +92,21 @@ class Scenario(BaseModel):
     comm: CommModel = Field(default_factory=CommModel)
     memory: dict[str, Any] = Field(default_factory=dict)
     replay: dict[str, Any] = Field(default_factory=dict)
+    model: StageModel | None = None
     base_dir: str = Field(default=".", exclude=True)
+
+    @model_validator(mode="after")
+    def _derive_costs(self) -> "Scenario":
+        """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
+        if self.model is not None:
+            self.costs = self.costs.with_derived(StageCosts(self.model),
+                                                 self.model.message_bytes())
+        return self
+
+    def stage_costs(self) -> StageCosts | None:
+        """The derived costs of ``[model]`` (None without one)."""
+        d = self.costs._derived
+        return d if isinstance(d, StageCosts) else None
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
@@ -131,6 +151,9 @@ class Scenario(BaseModel):
                 raise ScenarioError(f"[[costs.overrides]] stage {o.stage} mb {o.mb}: the "
                                     f"program has stages 0..{S - 1} and microbatches "
                                     f"0..{M - 1}")
+        for st in (self.model.stage if self.model is not None else ()):
+            if not 0 <= st < S:
+                raise ScenarioError(f"[model.stage.{st}]: the program has stages 0..{S - 1}")
         for lk in self.link.links:
             if not (lk.src < P and lk.dst < P) or lk.src == lk.dst:
                 raise ScenarioError(f"[[link.links]] src {lk.src} dst {lk.dst}: need two "
@@ -346,7 +369,7 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     if extra or not data:
         raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "
                             f"tables (got {', '.join(extra) or 'nothing'})")
-    merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True)
+    merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     comm = data.pop("comm", None)
     if comm is not None:
         if not isinstance(comm, dict):

@@ -299,10 +299,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
             sched[k] = v
     sched.update(key_values(param, "--param"))
     if cost is not None:
-        base_costs = parse_scenario(data).costs
-        keys = base_costs.model_fields_set | {x.split("=", 1)[0].strip()
-                                              for x in cost.split(",") if "=" in x}
-        data["costs"] = parse_cost_string(cost, base_costs).model_dump(include=keys)
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):

@@ -56,6 +56,9 @@ def render(
         "--threshold", help="With --overlay: outline ops whose start moved by more than "
         "this, in the time unit or as a percentage of the second timeline's makespan "
         "('5%'); default: any move, or 5% when a timeline is measured.")] = None,
+    detail: Annotated[bool, typer.Option(
+        "--detail", help="Gantt: draw each op's compute and collective pieces (a timeline "
+        "with pieces: 'simulate --json' with a \\[model], a TP replay).")] = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
 ) -> None:
@@ -75,9 +78,9 @@ def render(
         ph.step(f"reading {timeline}")
         tl = Timeline.read_json(timeline)
         if overlay is not None:
-            if arrows or memory or stalls:
-                raise ScenarioError("--arrows, --memory and --stalls draw a single timeline; "
-                                    "drop them or --overlay")
+            if arrows or memory or stalls or detail:
+                raise ScenarioError("--arrows, --memory, --stalls and --detail draw a single "
+                                    "timeline; drop them or --overlay")
             other = Timeline.read_json(overlay)
             pair = None
             if names is not None:
@@ -93,8 +96,14 @@ def render(
             from schedsim.plot import resolve_model
 
             model = resolve_model(memory_model) if memory else None
+            opts = gantt_options(arrows, model, stalls)
+            if detail:
+                if not getattr(tl, "pieces", None):
+                    raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "
+                                        f"scenario with a [model], or replay with --set tp=N)")
+                opts["detail"] = True
             ph.step("drawing the Gantt chart")
-            fig = gantt(tl, title=title, **gantt_options(arrows, model, stalls))
+            fig = gantt(tl, title=title, **opts)
         ph.step(f"writing {out}")
         save_figure(fig, out)
 

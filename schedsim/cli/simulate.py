@@ -96,6 +96,9 @@ def simulate(
         "the scenario's \\[memory], default zb).")] = False,
     stalls: Annotated[bool, typer.Option(
         "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
+    detail: Annotated[bool, typer.Option(
+        "--detail", help="With --gantt: draw each op's compute and collective pieces "
+        "(scenario with \\[model]).")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
         "table, no progress.")] = False,
@@ -121,9 +124,12 @@ def simulate(
         from schedsim.cli.render import check_figure_path
 
         check_figure_path(gantt)
-    elif arrows or memory or stalls:
-        raise ScenarioError("--arrows, --memory and --stalls draw on the Gantt chart: add "
-                            "--gantt FILE.png")
+    elif arrows or memory or stalls or detail:
+        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
+                            "chart: add --gantt FILE.png")
+    if detail and sc.model is None:
+        raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
+                            "table to the scenario (docs/stage-model.md)")
     if trace is not None and trace.suffix.lower() != ".json":
         raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
     for out in (json_out, gantt, trace):
@@ -134,13 +140,18 @@ def simulate(
         prog = sc.build_program()
         ph.step(f"simulating {prog.num_instructions():,} instructions")
         tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
+        if sc.model is not None and (json_out or trace or detail):
+            from schedsim.sim.pieces import attach_pieces
+
+            ph.step("attaching the compute and collective pieces")
+            attach_pieces(tl, sc.stage_costs())     # only these outputs show them
         with output_group() as outs:      # all outputs appear together, or none does
             if json_out:
                 ph.step(f"writing {json_out}")
                 tl.write_json(outs.path(json_out))
             if gantt:
                 ph.step(f"drawing {gantt}")
-                _draw(sc, tl, outs.path(gantt), arrows, memory, stalls)
+                _draw(sc, tl, outs.path(gantt), arrows, memory, stalls, detail)
             if trace and tl.deadlock is None:
                 from schedsim.interop.perfetto import write_trace
 
@@ -153,18 +164,24 @@ def simulate(
     warn_costs(sc, tl)
     if quiet:
         console.print(result_line(tl), highlight=False)
-    else:
-        print_summary(tl)
+        return
+    print_summary(tl)
+    if sc.model is not None:
+        from schedsim.cli.collectives import print_stage_costs
+
+        print_stage_costs(sc, prog.placement.stages, tl)
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
-          stalls: bool) -> None:
+          stalls: bool, detail: bool = False) -> None:
     """The Gantt chart of ``tl`` (a deadlocked run: what ran before it) to ``path``."""
     from schedsim.cli.render import gantt_options
     from schedsim.plot import gantt as draw, resolve_model, save_figure
 
     model = resolve_model(sc.memory or True) if memory else None
     opts = gantt_options(arrows, model, stalls)
+    if detail:
+        opts["detail"] = True
     if tl.deadlock is not None:   # draw what ran before the program got stuck
         blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
         opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "

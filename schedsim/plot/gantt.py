@@ -249,7 +249,8 @@ def _layout(tl: Timeline, bx: Boxes, dpi: float, memory: bool, width: float | No
 def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
           dpi: float = DPI, label_mb: bool = True, arrows: bool = False,
           highlight: Iterable[tuple[str, int, int, int]] = (), stalls: Any = None,
-          memory: Any = None, legend: bool = True, wrap: bool = True) -> Figure:
+          memory: Any = None, legend: bool = True, wrap: bool = True,
+          detail: bool = False) -> Figure:
     """Gantt chart of a timeline; returns the Figure (nothing shown or saved).
 
     - rows per rank (rank 0 on top); a colour per kind (:data:`KIND_COLORS`), later
@@ -266,6 +267,8 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
       (:func:`schedsim.analysis.stalls.attribute_stalls`) by cause, or a list of stalls;
     - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset
       name) to add an activation-memory panel under each band (:mod:`.memory`);
+    - ``detail``: draw each op's compute and collective pieces (a timeline with
+      ``pieces``, see :mod:`schedsim.plot.detail`) in every band;
     - title: schedule, ranks, microbatches, semantics, makespan and bubble ratio.
 
     Size (:mod:`.layout`): at most 2000 px wide at ``dpi`` 150; a timeline too long for
@@ -291,6 +294,7 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
     curves = memory_curves_of(tl, model) if memory else None
     plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
     info = GanttInfo()
+    extra: list[Any] = []
     for b in range(lay.bands):
         win = (lay.edges[b], lay.edges[b + 1])
         ax = axes[2 * b] if memory else axes[b]
@@ -298,6 +302,12 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
                               arrows=arrows, highlight=highlight if b == 0 else (),
                               stalls=st, window=win, boxes=bx, arrow_data=ar,
                               time_labels=not memory))
+        if detail:
+            from schedsim.plot.detail import draw_detail
+
+            extra = draw_detail(ax, tl, PAD) or extra
+            ax.set_xlim(*win)
+            ax.set_ylim(0, n)
         if memory:
             axm = axes[2 * b + 1]
             draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves)
@@ -308,5 +318,5 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
     axes[0].set_title(wrap_title(head, lay.width - 0.4), fontsize=10,
                       pad=6 + 19 * len(set(highlight)))
     if legend:
-        add_legend(fig, legend_handles(info, tl), lay.width, info.notes)
+        add_legend(fig, legend_handles(info, tl) + extra, lay.width, info.notes)
     return fig
