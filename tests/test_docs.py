@@ -17,8 +17,8 @@ project's ``schedules/``, ``docs/``, ``benchmarks/`` and ``notebooks/``, so a pa
 commands may read what its earlier ones wrote and nothing lands in the checkout. A bash
 block right after a ``<!-- not run: REASON -->`` comment is not run; the test reports it
 as skipped with the reason (keep those few: long benchmarks, multi-node launches).
-``schedsim`` commands run in-process (typer's test runner), each bounded by a timeout;
-``python`` ones in a subprocess with a timeout.
+``schedsim`` commands run in-process (typer's test runner; wildcards expanded as bash
+would), each bounded by a timeout; ``python`` ones in a subprocess with a timeout.
 
 Also checked: every relative link in the pages resolves, and every docs page is linked
 from the README.
@@ -120,13 +120,24 @@ class _Timeout(Exception):
     pass
 
 
+def _globbed(args: list[str], cwd: Path) -> list[str]:
+    """Expand shell wildcards as bash would (sorted; a pattern matching nothing stays)."""
+    import glob
+
+    out = []
+    for a in args:
+        hits = sorted(glob.glob(a, root_dir=cwd)) if any(c in a for c in "*?[") else []
+        out += hits or [a]
+    return out
+
+
 def _run(cmd: Command, cwd: Path) -> tuple[int, str]:
     env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "TERM": "dumb"}
     if cmd.python_block is not None:
         r = subprocess.run([sys.executable, "-c", cmd.python_block], cwd=cwd, env=env,
                            capture_output=True, text=True, timeout=TIMEOUT)
         return r.returncode, r.stdout + r.stderr
-    args = shlex.split(cmd.line)
+    args = _globbed(shlex.split(cmd.line), cwd)
     if args[0] == "python":
         r = subprocess.run([sys.executable, *args[1:]], cwd=cwd, env=env,
                            capture_output=True, text=True, timeout=TIMEOUT)

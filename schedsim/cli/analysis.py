@@ -34,12 +34,13 @@ JsonOpt = Annotated[Optional[Path], typer.Option(
 ALIGN_LIMIT = 40
 
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
-    """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""
-    from schedsim.sim.simulate import simulate
+    """``(program, timeline)`` of a command's input: a scenario simulated (deadlocks are
+    returned, not raised), or a Timeline JSON as it is (:mod:`schedsim.cli.inputs`)."""
+    from schedsim.cli.inputs import run_input
 
-    prog = sc.build_program()
-    tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
-    warn_costs(sc, tl)
+    prog, tl = run_input(sc, comm)
+    if isinstance(sc, Scenario):        # a timeline input ran with costs of its own
+        warn_costs(sc, tl)
     return prog, tl
 
 
@@ -60,7 +61,7 @@ def _title(tl) -> str:
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def stalls(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
@@ -100,7 +101,7 @@ def stalls(
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def align(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option(
@@ -157,7 +158,7 @@ def align(
 
 @app.command("critical-path")
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def critical_path_cmd(
     sc: Scenario,
     slack: Annotated[bool, typer.Option(
@@ -177,7 +178,7 @@ def critical_path_cmd(
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
         fail_deadlock(tl, sc)
-    G = build_graph(tl, prog, sc.link, sc.comm)
+    G = build_graph(tl, sc.build_program() if prog is None else prog, sc.link, sc.comm)
     path = critical_path(G)
     sl = op_slack(G)
     write_json(json_out, {"makespan": tl.makespan, "path": [s.to_dict() for s in path],
