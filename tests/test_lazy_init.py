@@ -19,6 +19,7 @@ from schedsim.analysis.graph import build_graph
 from schedsim.analysis.lint import lint
 from schedsim.analysis.stalls import attribute_stalls
 from schedsim.cli import app
+from schedsim.report.advice import format_deadlock
 from schedsim.scenario import program_from_rows
 from schedsim.program.tokens import parse_program_text
 
@@ -58,10 +59,11 @@ def test_issue_program_deadlocks_in_a_cycle_of_three_inits() -> None:
                                                            (0, "1RECV_F0")]
     assert "which rank 2 joins only at instr 3 (2SEND_F0)" in d.message
     assert "which rank 0 joins only at instr 2 (0SEND_F0)" in d.message
-    # the cycle once, one line per edge
-    lines = d.message.splitlines()
-    assert lines[0].endswith("wait-for cycle rank 0 -> rank 2 -> rank 1 -> rank 0:")
-    assert len(lines) == 5 and lines[-1] == "Blocked ranks: 0, 1, 2."
+    # the cycle once, one line per edge (as the CLI prints it)
+    lines = format_deadlock(d).splitlines()
+    assert lines[0].endswith("wait-for cycle:") and len(lines) == 5
+    assert [x.split()[1] for x in lines[1:4]] == ["0", "2", "1"]
+    assert lines[-1] == "Blocked ranks: 0, 1, 2."
 
 
 def test_swapped_posts_complete_under_lazy_init_in_6() -> None:
@@ -147,8 +149,8 @@ def test_ring_deadlock_is_reported_once_one_line_per_edge() -> None:
     ranks under rendezvous: each edge appears once."""
     p = build_program("interleaved-1f1b", 4, 8, "commit")
     tl = simulate(p, CostModel(F=1, BW=2), comm=rdv(), raise_on_deadlock=False)
-    lines = tl.deadlock.message.splitlines()
-    assert "wait-for cycle rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0:" in lines[0]
+    lines = format_deadlock(tl.deadlock).splitlines()
+    assert lines[0].endswith("wait-for cycle:")
     edges = lines[1:-1]
     assert len(edges) == 4 and [e.split()[1] for e in edges] == ["0", "3", "2", "1"]
     assert all(e.strip().startswith(f"rank {c.rank} waits at instr {c.index} (COMMIT)")

@@ -225,7 +225,7 @@ def precheck_program(prog: Any) -> None:
     try:
         simulate(prog, comm=CommModel(semantics="rendezvous"))
     except DeadlockError as e:
-        why = " ".join(str(e).split())      # the cycle's lines, folded onto one line
+        why = str(e)
         if why.startswith("deadlock: "):
             why = why[len("deadlock: "):]
         raise ScenarioError(

@@ -6,7 +6,7 @@ Each op that has not completed is traced to the op some rank still has to *post*
 partner of a rendezvous send/recv, the op at the head of a comm stream it is queued behind,
 or the producer of its data; an init waits for the other rank of the pair to reach its own
 first bare post to this rank. That rank is its successor in the wait-for graph; a cycle in
-that graph (found with networkx) is the deadlock, reported once, one line per edge.
+that graph (found with networkx) is the deadlock, reported once, a sentence per edge.
 """
 from __future__ import annotations
 
@@ -130,17 +130,15 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
                                because=f"rank {q} is blocked at instr {qi} ({qtok})"))
         if e["own"]:
             lines.append(f"rank {r} waits at instr {where[r][0]} ({where[r][1]}) for "
-                         f"{e['text']}")
+                         f"{e['text']}; rank {q} is blocked at instr {qi} ({qtok})")
         else:
             lines.append(f"rank {r} ({where[r][1]}): {e['text']}")
-    if lines:      # the cycle once, one line per edge
-        ring = " -> ".join(f"rank {r}" for r, _ in found) + f" -> rank {found[0][0]}"
-        head = f"wait-for cycle {ring}:\n  "
-    else:
-        head = ""
+    if not lines:
         lines = [f"rank {b.rank} is blocked at instr {b.index} ({b.instruction})"
                  for b in blocked]
-    msg = ("deadlock: the program can never finish (instructions count from 0); " + head
-           + ";\n  ".join(lines) + ".\nBlocked ranks: "
+    # the cycle once, a sentence per edge (the CLI prints one line per edge:
+    # schedsim.report.advice.format_deadlock)
+    msg = ("deadlock: the program can never finish (instructions count from 0). "
+           + ". ".join(lines) + ". Blocked ranks: "
            + ", ".join(str(b.rank) for b in blocked) + ".")
     return Deadlock(message=msg, blocked=blocked, cycle=cycle)
