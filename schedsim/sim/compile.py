@@ -10,8 +10,9 @@ data. Under ``data`` semantics the comm instructions are only checked; one impli
 is made per cross-rank producer -> consumer edge.
 
 The code is built from the program's flat form (:mod:`schedsim.program.flat`) by array
-operations and one sequential pass (:func:`schedsim.sim.kernels.compile_comm_kernel`, run
-by numba for large programs when it is installed). Handles: message m has a send handle
+operations (:mod:`schedsim.sim.prep`) and one sequential pass
+(:func:`schedsim.sim.compile_kernel.compile_comm_kernel`, run by numba for large programs
+when it is installed). Handles: message m has a send handle
 ``2m`` (owned by its source rank) and a recv handle ``2m+1`` (its destination rank).
 """
 from __future__ import annotations
@@ -24,9 +25,8 @@ from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
-from schedsim.program.routing import (
-    cross_stage_inputs,
-)
+from schedsim.program.routing import cross_stage_inputs
+from schedsim.sim.compile_data import compile_data
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.kernels import Err, Step
@@ -59,8 +59,6 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     if data_mode:
         if fl.has_comm():      # the comm instructions are ignored, but must be right
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
-        from schedsim.sim.compile_data import compile_data
-
         cp = compile_data(program, fl, pr, costs)
     else:
         cp = _compile_comm(program, fl, pr, costs, comm)
