@@ -250,17 +250,29 @@ class Timeline(LazyFields):
         return sorted((s for s in self.spans if s.rank == rank), key=lambda s: s.start)
 
     @classmethod
-    def deferred(cls, build: Callable[[], dict[str, Any]], **fields: Any) -> "Timeline":
+    def deferred(cls, build: Callable[[], dict[str, Any]],
+                 span_kinds: Callable[[], set[tuple[str, tuple[str, ...]]]] | None = None,
+                 **fields: Any) -> "Timeline":
         """A timeline whose ``spans``, ``messages`` and ``waits`` are made by ``build()``
-        (returning them as a dict) when first needed; ``fields`` are the others, taken
-        as valid (not validated)."""
+        (returning them as a dict) when first needed; ``span_kinds`` answers
+        :meth:`span_kinds` without building them; ``fields`` are the others, taken as
+        valid (not validated)."""
         # every field given: model_construct then resolves no default (slow for factories)
         tl = cls.model_construct(**{"spans": [], "messages": [], "waits": [], **fields})
-        tl._defer(build)
+        tl._defer((build, span_kinds))
         return tl
 
-    def _build_lazy(self, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        return build()
+    def _build_lazy(self, state: Any) -> dict[str, Any]:
+        return state[0]()
+
+    def span_kinds(self) -> set[tuple[str, tuple[str, ...]]]:
+        """``(kind, kinds of its parts)`` of every kind of span that ran (``("FB",
+        ("F", "BW"))`` for an overlapped pair, ``("F", ())`` for a forward), without
+        building the span objects of a deferred timeline."""
+        state = self._lazy
+        if state is not None and state[1] is not None:
+            return state[1]()
+        return {(s.kind, tuple(p.kind for p in s.parts) if s.parts else ()) for s in self.spans}
 
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)

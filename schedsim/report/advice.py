@@ -43,10 +43,9 @@ def run_kinds(tl: Timeline) -> set[str]:
     """The compute kinds ``tl`` ran; an FB span counts as ``FB`` (its parts' costs do
     not matter once ``FB`` is given) and, for the defaults, as its parts ``FB:F`` etc."""
     out: set[str] = set()
-    for s in tl.spans:
-        out.add(s.kind)
-        if s.parts:
-            out |= {f"FB:{p.kind}" for p in s.parts}
+    for kind, parts in tl.span_kinds():      # no span objects built for a simulated run
+        out.add(kind)
+        out |= {f"FB:{p}" for p in parts}
     return out
 
 

@@ -220,10 +220,22 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
     pl = prog.placement
     makespan, per_rank = _summary(cp, st, pl.ranks)
     return Timeline.deferred(
-        partial(_objects, cp, st), schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
+        partial(_objects, cp, st), partial(_span_kinds, cp, st), schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
         microbatches=prog.microbatches, semantics=comm.semantics,
         comm_stream=comm.comm_stream, unit=unit, source="simulated", placement=pl.kind,
         makespan=makespan, per_rank=per_rank, deadlock=None, params=dict(prog.params))
+
+
+def _span_kinds(cp: Compiled, st: RunState) -> set[tuple[str, tuple[str, ...]]]:
+    """:meth:`Timeline.span_kinds` from the arrays."""
+    fl = cp.flat
+    gi = cp.span_gi[st.send >= 0.0]
+    kinds = np.unique(fl.kind[gi]).tolist()
+    out = {(COMPUTE_KINDS[k], ()) for k in kinds if k != 4}
+    if 4 in kinds:
+        ran_fb = np.isin(fl.fb_at, gi)
+        out |= {("FB", ("F", COMPUTE_KINDS[b])) for b in np.unique(fl.fb_kind[ran_fb]).tolist()}
+    return out
 
 
 def _objects(cp: Compiled, st: RunState) -> dict[str, list]:
