@@ -10,7 +10,6 @@ exact cell, as before.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +27,6 @@ from schedsim.program.routing import cross_stage_inputs
 
 I64 = np.int64
 I32 = np.int32
-_CELL = re.compile(r"\s*(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|"
-                   r"F|I|W|B)(\d*)\s*")
 #: torch action -> (is comm, schedsim kind code); bookkeeping -> None
 _KINDS: dict[str, tuple[bool, int] | None] = {
     "F": (False, int(OpKind.F)), "I": (False, int(OpKind.B)), "W": (False, int(OpKind.W)),
@@ -55,10 +52,18 @@ class Columns:
         return len(self.rptr) - 1
 
 
+_BOOKKEEPING = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
+#: torch action -> schedsim kind code, plus 8 for a comm action
+_KIND_CODE = {k: v[1] + (8 if v[0] else 0) for k, v in _KINDS.items() if v is not None}
+
+
 def read_columns(text: str) -> Columns | None:
     """Parse a torch CSV (one row per rank) into :class:`Columns`; None when a cell is not
-    a plain compute, comm or bookkeeping action (an ``OVERLAP_F_B`` pair, a quoted cell,
-    a bad cell), or there is no row: the per-cell reader handles those."""
+    a plain compute, comm or bookkeeping action or empty (an ``OVERLAP_F_B`` pair, a
+    quoted cell, a bad cell), or there is no row: the per-cell reader handles those.
+
+    A cell is ``{stage}{kind}{mb}`` (bookkeeping: ``{stage}{kind}``): stripping the digits
+    at both ends leaves the kind, which must be one of torch's."""
     if '"' in text or "(" in text:
         return None
     lines = text.splitlines()
@@ -66,29 +71,35 @@ def read_columns(text: str) -> Columns | None:
         lines.pop()
     if not lines:
         return None
-    comm, kind, stage, mb = [], [], [], []
+    kinds = _KIND_CODE
+    book = _BOOKKEEPING
+    code: list[int] = []
+    stage: list[str] = []
+    mb: list[str] = []
     rptr = [0]
-    kinds = _KINDS
     for line in lines:
-        for cell, m in zip(cells := line.split(","), map(_CELL.fullmatch, cells)):
-            if m is None:
-                if cell.strip():
-                    return None
+        for c in line.split(","):
+            c = c.strip()
+            if not c:
                 continue
-            s, k, b = m.groups()
-            what = kinds[k]
-            if what is None:
-                if b:
-                    return None          # bookkeeping takes no microbatch
-                continue
-            if not b:
+            k = c.strip("0123456789")
+            n = len(c) - len(c.lstrip("0123456789"))      # the stage's digits
+            if not n:
                 return None
-            comm.append(what[0])
-            kind.append(what[1])
-            stage.append(s)
-            mb.append(b)
-        rptr.append(len(kind))
-    return Columns(np.asarray(rptr, I64), np.asarray(comm, bool), np.asarray(kind, I32),
+            x = kinds.get(k)
+            if x is None:
+                if k in book and len(c) == n + len(k):
+                    continue
+                return None
+            m = c[n + len(k):]
+            if not m:
+                return None
+            code.append(x)
+            stage.append(c[:n])
+            mb.append(m)
+        rptr.append(len(code))
+    cd = np.asarray(code, dtype=I32)
+    return Columns(np.asarray(rptr, I64), cd >= 8, cd & 7,
                    np.asarray(stage, dtype=np.int64).astype(I32) if stage else
                    np.zeros(0, I32),
                    np.asarray(mb, dtype=np.int64).astype(I32) if mb else np.zeros(0, I32))
@@ -130,11 +141,11 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     # RECVs: (rank, kind, stage, mb) -> position (posted once)
     is_recv = cols.is_comm & ((cols.kind & 1) == 1)
     M = int(cols.mb.max(initial=0)) + 1
-    rcode = ((rank * 4 + cols.kind) * S + cols.stage) * M + cols.mb
+    rcode = (cols.kind.astype(I64) * S + cols.stage) * M + cols.mb      # a RECV's token
     rc = rcode[is_recv]
     if len(np.unique(rc)) != len(rc):
         return None
-    table = np.full(P * 4 * S * M, -1, I64)
+    table = np.full(4 * S * M, -1, I64)
     table[rc] = pos[is_recv]
     # each compute's cross-rank input: RECV_F of its stage (F) or RECV_B (B, BW)
     ci = np.flatnonzero(is_c)
@@ -143,9 +154,9 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     src = np.full(len(ci), -1, I64)
     src[has] = ranks_of(pl, ps[has], cols.mb[ci][has].astype(I64))
     need = has & (src != rank[ci])
-    want = np.where(need, ((rank[ci] * 4 + 2 * mk + 1) * S + cols.stage[ci]) * M
-                    + cols.mb[ci], 0)
+    want = np.where(need, ((2 * mk + 1) * S + cols.stage[ci]) * M + cols.mb[ci], 0)
     at = np.where(need, table[want], -1)
+    at = np.where(at >= 0, np.where(rank[np.maximum(at, 0)] == rank[ci], at, -1), -1)
     waited = need & (at >= 0) & (at < ci)
     wcodes = want[waited]
     if len(np.unique(wcodes)) != len(wcodes):

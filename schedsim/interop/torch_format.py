@@ -246,9 +246,12 @@ def _fast_read(path: Path, text: str, placement: str, stages: int | None,
     from schedsim.interop.torch_csv import compute_schedule, placement_ok, read_columns
     from schedsim.program.validate_flat import is_valid
 
+    from schedsim.util.gc import no_gc
+
     if placement not in PLACEMENTS:
         return None
-    cols = read_columns(text)
+    with no_gc():          # millions of small strings: no collector passes over them
+        cols = read_columns(text)
     if cols is None or cols.ranks < 1 or cols.is_comm.all():
         return None
     p = cols.ranks
