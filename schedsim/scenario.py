@@ -38,13 +38,14 @@ error that names it.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.errors import ParseError, ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
@@ -87,7 +88,19 @@ class Scenario(BaseModel):
     replay: dict[str, Any] = Field(default_factory=dict)
     base_dir: str = Field(default=".", exclude=True)
 
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """``[memory]`` is checked now (finite numbers, known keys), not when first used."""
+        from schedsim.analysis.memory import MemoryModel
+
+        if v:
+            MemoryModel.from_spec(v)
+        return v
+
     def resolve(self, path: str) -> Path:
+        if "\x00" in path:
+            raise ScenarioError(f"[schedule] path {path[:60]!r}... has a NUL byte")
         p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
 
@@ -166,14 +179,38 @@ class Scenario(BaseModel):
         from schedsim.generators import build_program, get as get_generator
 
         params = s.generator_params()
+        gen = get_generator(s.name)
+        from schedsim.util.limits import check_program_size
+
+        check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,
+                           stages=_generated_stages(gen, s.ranks, params))
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
         # scenario's cost and link models as the `costs` / `link` parameters
-        takes = get_generator(s.name).accepted()
+        takes = gen.accepted()
         if "costs" in takes:
             params.setdefault("costs", self.costs)
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+
+
+def _generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
+    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
+    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
+    many per rank, else 1; ``dual``: 1), before anything is generated."""
+    import inspect
+
+    if gen.placement.startswith("v"):
+        return 2 * ranks
+    if "chunks" in gen.accepted():
+        chunks = params.get("chunks")
+        if chunks is None:
+            chunks = inspect.signature(gen.fn).parameters["chunks"].default
+        try:
+            return ranks * max(1, int(chunks))
+        except (TypeError, ValueError, OverflowError):
+            return ranks        # the generator names the bad value
+    return ranks
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -225,18 +262,16 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file. Raises :class:`ScenarioError`."""
+    from schedsim.util.inputs import loading, read_input_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read ({e.__class__.__name__})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
-    return parse_scenario(data, str(path), str(path.parent))
+    with loading(path, "scenario TOML"):
+        text = read_input_text(path, "scenario file")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+        return parse_scenario(data, str(path), str(path.parent))
 
 
 def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
@@ -250,18 +285,49 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
     (default ``async``). Raises :class:`ScenarioError`/:class:`ParseError`.
     """
     from schedsim.program.tokens import parse_program_text
+    from schedsim.util.inputs import loading, read_input_text
+    from schedsim.util.text import shorten_quotes
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, IsADirectoryError):
-        raise ScenarioError(f"{path}: no such program file") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not a program text file") from None
-    rows = parse_program_text(text)
-    return program_from_rows(rows, placement, ranks=ranks, stages=stages,
-                             microbatches=microbatches, comm_policy=comm_policy,
-                             name=path.stem)
+    with loading(path, "program text file"):
+        text = read_input_text(path, "program text file")
+        check_program_text(text, path)
+        try:
+            rows = parse_program_text(text)
+        except ParseError as e:
+            raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None
+        return program_from_rows(rows, placement, ranks=ranks, stages=stages,
+                                 microbatches=microbatches, comm_policy=comm_policy,
+                                 name=path.stem)
+
+
+_TOKEN = re.compile(r"\S+")
+
+
+def check_program_text(text: str, path: str | Path) -> None:
+    """Bounds on a program text before it is parsed (:mod:`schedsim.program.tokens`):
+    every number has at most :data:`~schedsim.util.limits.MAX_DIGITS` digits, every token at most 4,096
+    characters, the token count is within the ``instructions`` limit, and a file that
+    starts with something other than a program token is refused without quoting it (a
+    path given by mistake, ``/etc/shadow``, must not be echoed). Raises
+    :class:`ParseError` / :class:`~schedsim.errors.LimitError` naming ``path``."""
+    from schedsim.util.limits import check, check_number_sizes
+    from schedsim.util.text import looks_like_program_text
+
+    body = re.sub(r"#[^\n]*", "", text)
+    first = _TOKEN.search(re.sub(r"(?im)^\s*rank\s+\d+\s*:", "", body))
+    if first is not None and not looks_like_program_text(first.group()):
+        raise ParseError(f"{path}: not a program text file (its first token is not a "
+                         f"program token; see 'schedsim generate NAME' for the format)")
+    check_number_sizes(body, path)
+    count = 0
+    for t in _TOKEN.finditer(body):
+        count += 1
+        if t.end() - t.start() > 4096:
+            line = body.count("\n", 0, t.start()) + 1
+            raise ParseError(f"{path}: line {line}: a token of {t.end() - t.start():,} "
+                             f"characters is not a program token")
+    check("instructions", count, f"{path} with {count:,} tokens")
 
 
 def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
@@ -272,7 +338,10 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     from schedsim.program.ir import Compute, Wait
     from schedsim.program.ops import launched
 
+    from schedsim.util.limits import check_program_size
+
     ranks = ranks or len(rows)
+    check_program_size(name, ranks=max(ranks, len(rows)))
     if len(rows) != ranks:
         raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
     if placement not in ("loop", "v", "dual"):
@@ -293,6 +362,9 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
             stages = ranks * max(1, -(-(top_stage + 1) // ranks))
         else:
             stages = 2 * ranks if placement == "v" else ranks
+    # every per-stage, per-microbatch table is bounded before it is built
+    check_program_size(name, stages=max(stages, top_stage + 1), microbatches=m,
+                       instructions=sum(len(row) for row in rows))
     if top_stage >= stages:
         raise ScenarioError(f"the program uses stage {top_stage} but the {placement} "
                             f"placement has {stages} stages on {ranks} ranks: pass --stages "
@@ -316,13 +388,18 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     Raises :class:`ScenarioError` for a missing or malformed file, a file with none of
     these tables, another table, or a ``[comm]`` key other than ``launch_cost`` (named).
     """
+    from schedsim.util.inputs import loading, read_input_text
+
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        raise ScenarioError(f"{path}: no such cost file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+    with loading(path, "cost file"):
+        try:
+            data = tomllib.loads(read_input_text(path, "cost file"))
+        except tomllib.TOMLDecodeError as e:
+            raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+        return _with_costs(scenario, data, path)
+
+
+def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenario:
     extra = sorted(set(data) - {"costs", "link", "comm"})
     if extra or not data:
         raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "

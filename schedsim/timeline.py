@@ -27,10 +27,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: the records of a Timeline JSON refuse keys they do not have (read_json names the key)
+_STRICT = ConfigDict(extra="forbid")
+
 
 @dataclass(slots=True)
 class Part:
     """One half of an ``FB`` span."""
+
+    __pydantic_config__ = _STRICT
 
     kind: str
     mb: int
@@ -41,6 +46,8 @@ class Part:
 @dataclass(slots=True)
 class Span:
     """One compute op executed on ``rank`` from ``start`` to ``end``."""
+
+    __pydantic_config__ = _STRICT
 
     rank: int
     kind: str
@@ -82,6 +89,8 @@ class Message:
       first wait that covers it).
     """
 
+    __pydantic_config__ = _STRICT
+
     kind: str
     src: int
     dst: int
@@ -104,6 +113,8 @@ class Message:
 @dataclass(slots=True)
 class WaitRecord:
     """A blocking instruction: the rank reached it at ``start`` and went on at ``end``."""
+
+    __pydantic_config__ = _STRICT
 
     rank: int
     index: int
@@ -232,13 +243,91 @@ class Timeline(BaseModel):
 
     @classmethod
     def read_json(cls, path: str | Path) -> "Timeline":
-        from schedsim.errors import ScenarioError
+        """Read a Timeline JSON file and check it (:func:`check_timeline`): a file that
+        is not one, or one whose values cannot be drawn or analysed, is refused with one
+        line naming the file and the first bad value. Raises
+        :class:`~schedsim.errors.ScenarioError` (or a subclass: InputError, LimitError)."""
+        from pydantic import ValidationError
 
-        try:
-            return cls.model_validate_json(Path(path).read_text())
-        except FileNotFoundError:
-            raise ScenarioError(f"{path}: no such file") from None
-        except ValueError as e:
-            first = str(e).splitlines()
-            raise ScenarioError(f"{path}: not a schedsim timeline JSON "
-                                f"({first[0] if first else e})") from None
+        from schedsim.errors import ScenarioError
+        from schedsim.util.inputs import loading, read_input_text
+
+        with loading(path, "timeline JSON"):
+            text = read_input_text(path, "timeline JSON")
+            try:
+                tl = cls.model_validate_json(text)
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"]) or "top level"
+                more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+                raise ScenarioError(f"{path}: not a schedsim timeline JSON: {loc}: "
+                                    f"{err['msg']}{more}") from None
+            check_timeline(tl, path)
+            return tl
+
+
+#: kinds a span, part, message and wait record may have
+SPAN_KINDS = frozenset(("F", "B", "W", "BW", "FB"))
+WAIT_KINDS = frozenset(("COMMIT", "WAIT", "END", "DATA"))
+#: characters a name (schedule, semantics, unit, ...) of a loaded timeline may have
+MAX_NAME = 200
+
+
+def check_timeline(tl: Timeline, source: object = "timeline") -> None:
+    """Refuse a loaded timeline whose values are out of range or inconsistent, so
+    analyses and figures never see them: ranks within 1 .. the ``ranks`` limit, records
+    within the ``instructions`` limit, one ``per_rank`` row per rank, finite times
+    (makespan >= 0; a span within 0 <= start <= end <= makespan), span and record ranks
+    below ``ranks``, stages below ``stages``, known kinds, names of at most
+    :data:`MAX_NAME` characters. Raises :class:`~schedsim.errors.ScenarioError` naming
+    ``source`` and the first bad value."""
+    import math
+
+    from schedsim.errors import ScenarioError
+    from schedsim.util.limits import check
+
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: not a valid timeline: {what}")
+
+    P, S = tl.ranks, tl.stages
+    if P < 1 or S < 1 or tl.microbatches < 0:
+        raise bad(f"ranks {P}, stages {S}, microbatches {tl.microbatches}: need ranks >= 1, "
+                  f"stages >= 1")
+    check("ranks", P, f"{source} with {P:,} ranks")
+    n = len(tl.spans) + len(tl.messages) + len(tl.waits)
+    check("instructions", n, f"{source} with {n:,} spans, messages and waits")
+    for name in ("schedule", "semantics", "comm_stream", "unit", "placement"):
+        if len(getattr(tl, name)) > MAX_NAME:
+            raise bad(f"{name} has {len(getattr(tl, name)):,} characters (at most "
+                      f"{MAX_NAME})")
+    if not (math.isfinite(tl.makespan) and tl.makespan >= 0):
+        raise bad(f"makespan {tl.makespan!r}: must be a finite number >= 0")
+    if len(tl.per_rank) != P or any(
+            not math.isfinite(x) for r in tl.per_rank for x in
+            (r.busy, r.idle, r.bubble_ratio, r.first_start or 0.0, r.last_end or 0.0)):
+        raise bad(f"per_rank must have one row of finite numbers per rank ({P})")
+    tol = 1e-9 * max(1.0, tl.makespan)
+    for i, sp in enumerate(tl.spans):
+        if not (0 <= sp.rank < P and 0 <= sp.stage < S and sp.mb >= 0 and sp.chunk >= 0):
+            raise bad(f"spans[{i}] has rank {sp.rank}, stage {sp.stage}, mb {sp.mb}: need "
+                      f"0 <= rank < {P}, 0 <= stage < {S}, mb >= 0")
+        if sp.kind not in SPAN_KINDS or any(
+                p.kind not in SPAN_KINDS or not 0 <= p.stage < S or p.mb < 0
+                for p in sp.parts or ()):
+            raise bad(f"spans[{i}] has an unknown kind or part (kinds: F, B, W, BW, FB)")
+        if not (0 <= sp.start <= sp.end <= tl.makespan + tol):
+            raise bad(f"spans[{i}] runs from {sp.start!r} to {sp.end!r}: need 0 <= start "
+                      f"<= end <= makespan ({tl.makespan!r})")
+    for i, m in enumerate(tl.messages):
+        times = (m.send_posted, m.recv_posted, m.start, m.arrival, m.send_done, m.recv_done)
+        if not (0 <= m.src < P and 0 <= m.dst < P and 0 <= m.stage < S and m.mb >= 0
+                and m.kind in ("F", "B") and math.isfinite(m.bytes) and m.bytes >= 0
+                and all(t is None or math.isfinite(t) for t in times)):
+            raise bad(f"messages[{i}] ({m.kind} mb {m.mb} {m.src}->{m.dst}) has a rank, "
+                      f"stage, kind, size or time out of range")
+    for i, w in enumerate(tl.waits):
+        if not (0 <= w.rank < P and w.kind in WAIT_KINDS and math.isfinite(w.start)
+                and math.isfinite(w.end) and w.start <= w.end):
+            raise bad(f"waits[{i}] has a rank, kind or time out of range")
+    if tl.deadlock is not None and any(not 0 <= b.rank < P for b in tl.deadlock.blocked):
+        raise bad(f"deadlock names a rank outside 0..{P - 1}")

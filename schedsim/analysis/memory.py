@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement
@@ -38,7 +38,7 @@ class MemoryModel(BaseModel):
     """Activation deltas per kind (see module docstring). ``scale``: ``"auto"`` or a
     factor applied to every delta."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)   # finite deltas
 
     F: float = 1.0
     B: float = -0.5
@@ -46,6 +46,13 @@ class MemoryModel(BaseModel):
     BW: float = -1.0
     fb_order: Literal["alloc-then-free", "free-then-alloc"] = "alloc-then-free"
     scale: Literal["auto"] | float = "auto"
+
+    @field_validator("scale")
+    @classmethod
+    def _positive(cls, v: object) -> object:
+        if v != "auto" and not v > 0:       # type: ignore[operator]
+            raise ValueError("scale must be 'auto' or a number > 0")
+        return v
 
     @classmethod
     def preset(cls, name: str, **kw: object) -> "MemoryModel":

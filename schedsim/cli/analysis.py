@@ -20,6 +20,7 @@ from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.costs import CommModel
 from schedsim.util.files import atomic_write_text
+from schedsim.util.text import rich_escape
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically).")]
@@ -45,9 +46,9 @@ def write_json(path: Path | None, data: Any) -> None:
 
 
 def _title(tl) -> str:
-    return (f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
-            f"{tl.semantics} semantics"
-            + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+    return rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
+                       f"{tl.semantics} semantics"
+                       + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
 
 
 @app.command()
@@ -257,7 +258,7 @@ def query(
         comm = sc.comm.model_copy(update={"semantics": sem})
         answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
     write_json(json_out, [a.to_dict() for a in answers])
-    t = Table(title=f"does {' + '.join(str(c) for c in causes)} delay {eff}?")
+    t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -308,7 +309,7 @@ def lint(
     found = run_lint(prog, tl, late_threshold)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
-    t = Table(title=f"lint of {prog.name} ({comm.semantics} run"
+    t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                     + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
                     + (", deadlocks" if tl.deadlock is not None else "") + ")")
     if show_all:

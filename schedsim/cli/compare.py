@@ -30,6 +30,7 @@ from schedsim.cli.common import (
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
+from schedsim.util.text import rich_escape
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -266,7 +267,7 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = Table(title=f"{tlb.schedule} (B) against {tla.schedule} (A)")
+    t = Table(title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -281,7 +282,7 @@ def diff(
                   + (" ..." if len(moved_f) > 12 else "") + f"); {len(d.shifted())} ops "
                   f"start at another time", highlight=False)
     console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
-                  f"[bold]{fmt_t(d.makespan_delta)}[/] {tla.unit}", highlight=False)
+                  f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
 
 
 @app.command()
@@ -311,7 +312,7 @@ def memory(
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})
-    t = Table(title=f"memory of {tl.schedule} ({_mem_text(mm)})")
+    t = Table(title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):

@@ -33,6 +33,7 @@ from schedsim.scenario import Scenario
 from schedsim.sim.simulate import simulate as run_simulation
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
+from schedsim.util.text import rich_escape
 
 
 def _fmt(x: float | None) -> str:
@@ -47,15 +48,16 @@ def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    t = Table(title=f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
-                    + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+    t = Table(title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
+                                f"microbatches, {how}" + ("" if tl.comm_stream == "none"
+                                                          else f", {tl.comm_stream} stream")))
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
         t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
                   _fmt(r.first_start), _fmt(r.last_end))
     console.print(t)
-    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {tl.unit}   bubble ratio "
+    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {rich_escape(tl.unit)}   bubble ratio "
                   f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
@@ -150,7 +152,7 @@ def _flag(param: str) -> str:
 
 
 @app.command("list")
-@handle_errors
+@handle_errors(limits=False)
 def list_schedules() -> None:
     """List the schedules with their placement, parameters, constraints and source."""
     from schedsim.generators import GENERATORS, names

@@ -44,7 +44,6 @@ covering wait; ``start``/``arrival`` stay null.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -91,18 +90,31 @@ def read_trace(path: str | Path) -> Trace:
     Raises :class:`ScenarioError` for an unreadable file, one without trace events, or a
     bad ``distributedInfo`` / ``baseTimeNanoseconds``.
     """
+    from schedsim.util.inputs import decode_text, loading, read_input_bytes
+
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise ScenarioError(f"{path}: is a directory; give the trace files") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON ({e})") from None
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a directory; give the trace files")
+    with loading(path, "Chrome/Kineto trace"):
+        raw = read_input_bytes(path, "trace file", gzip=True)     # bounded
+        try:
+            data = json.loads(decode_text(raw, path, "trace file"))
+        except ValueError as e:
+            raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON "
+                                f"({str(e).splitlines()[0][:120]})") from None
+        return _trace(path, data)
+
+
+#: longest event name that can be one of ours: a schedsim token, a torch action
+MAX_EVENT_NAME = 8192
+MAX_PP_NAME = 256
+
+
+def _trace(path: Path, data: Any) -> Trace:
+    """The :class:`Trace` of a decoded trace file (see :func:`read_trace`)."""
+    from schedsim.util.limits import check
+    from schedsim.util.text import excerpt
+
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ScenarioError(f"{path}: no 'traceEvents' list: not a Chrome/Kineto trace")
@@ -120,13 +132,22 @@ def read_trace(path: str | Path) -> Trace:
                                     f"world_size {world}")
         b = data.get("baseTimeNanoseconds")
         if b is not None:
-            try:
-                base = int(b)
-            except (TypeError, ValueError):
-                raise ScenarioError(f"{path}: baseTimeNanoseconds is {b!r}: expected an "
-                                    f"integer (ns)") from None
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or \
+                    not math.isfinite(b) or abs(b) > 2 ** 63:
+                shown = excerpt(b) if isinstance(b, str) else repr(b)[:40]
+                raise ScenarioError(f"{path}: baseTimeNanoseconds is {shown}: expected an "
+                                    f"integer (ns)")
+            base = int(b)
+    if world is not None:
+        check("ranks", world, f"{path} with world_size {world:,}")
+    if rank is not None:
+        check("ranks", rank + 1, f"{path} of rank {rank:,}")
+    check("instructions", len(events), f"{path} with {len(events):,} trace events")
+    # a name longer than any schedsim token or torch action is not one of ours
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
-          and isinstance(e.get("name"), str) and "ts" in e]
+          and isinstance(e.get("name"), str) and "ts" in e
+          and len(e["name"]) <= (MAX_PP_NAME if e["name"].startswith("PP:")
+                                 else MAX_EVENT_NAME)]
     return Trace(path, rank, world, xs, base)
 
 
@@ -338,6 +359,10 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
                     top, mbs = max(top, key[1], to), max(mbs, key[2])
     world = next(iter(worlds), None)
     ranks = max(max(per_rank) + 1, world or 0)
+    from schedsim.util.limits import check_program_size
+
+    check_program_size(", ".join(str(t.path) for t in per_rank.values())[:200], ranks=ranks,
+                       stages=top + 1, microbatches=mbs + 1, instructions=len(everything))
     pl = _placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
     chunk_of, rank_of = pl.chunk_of, pl.rank_fn()
     spans, waits = [], []

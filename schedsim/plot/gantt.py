@@ -36,6 +36,7 @@ from schedsim.plot.style import (
     time_axis,
 )
 from schedsim.timeline import Message, Span, Timeline
+from schedsim.util.text import literal_text
 
 #: vertical padding of a box inside its row (fraction of the row height)
 PAD = 0.07
@@ -373,4 +374,4 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
         ncol = legend_columns(len(handles), width)
         fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
                    fontsize=8, frameon=False)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)

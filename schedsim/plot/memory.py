@@ -17,6 +17,7 @@ from schedsim.analysis.memory import MemoryModel, memory_curves
 from schedsim.errors import ScenarioError
 from schedsim.plot.style import fmt_time, is_integral, time_axis
 from schedsim.timeline import Timeline
+from schedsim.util.text import literal_text
 
 #: up to this many ranks the memory panel draws one line per rank, above it a heat map
 MAX_LINES = 16
@@ -124,7 +125,7 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
     if n_max <= MAX_LINES:
         axes[0].set_ylim(top=top)     # shared y axis: room for the highest peak
     fig.suptitle(f"activation memory per rank ({_model_name(mm)} model)", fontsize=10)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def _model_name(mm: MemoryModel) -> str:

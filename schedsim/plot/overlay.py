@@ -34,6 +34,7 @@ from schedsim.plot.style import (
     time_axis,
 )
 from schedsim.timeline import Timeline
+from schedsim.util.text import literal_text
 
 
 def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
@@ -130,7 +131,7 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
     ncol = legend_columns(len(handles), width)
     fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
                fontsize=8, frameon=False)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def _name(tl: Timeline) -> str:
@@ -168,7 +169,7 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
         (i for i, o in enumerate(order) if h.get_label().startswith(o)), len(order)))
     fig.legend(handles=row_major(ordered, ncol), loc="outside lower center",
                ncol=ncol, fontsize=8, frameon=False)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def write_overlay(predicted: Timeline, measured: Timeline, path: str | Path,

@@ -228,7 +228,11 @@ def spec_from_scenario(scenario: Any, *, backend: str | None = None,
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate
 
+    from schedsim.util.limits import check
+
     prog = scenario.build_program()
+    check("procs", prog.placement.ranks, f"a replay of {prog.name!r} on "
+                                         f"{prog.placement.ranks:,} processes (one per rank)")
     if precheck and fields.get("replay", True):
         precheck_program(prog)
     else:   # the compile step's checks only
