@@ -236,14 +236,16 @@ def _allowed_keys(loc: tuple) -> list[str]:
 
 def _fmt_validation(e: ValidationError, source: str) -> str:
     msgs = []
+    from schedsim.util.text import clip, shorten_quotes
+
     for err in e.errors()[:3]:
-        loc = ".".join(str(x) for x in err["loc"])
+        loc = clip(".".join(str(x) for x in err["loc"]))
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(tuple(err["loc"]))
             hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
             msgs.append(f"unknown key '{loc}'{hint}")
         else:
-            msgs.append(f"'{loc}': {err['msg']}")
+            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}")
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
     return f"{source}: " + "; ".join(msgs) + more
 
@@ -306,9 +308,9 @@ _TOKEN = re.compile(r"\S+")
 
 def check_program_text(text: str, path: str | Path) -> None:
     """Bounds on a program text before it is parsed (:mod:`schedsim.program.tokens`):
-    every number has at most :data:`~schedsim.util.limits.MAX_DIGITS` digits, every token at most 4,096
-    characters, the token count is within the ``instructions`` limit, and a file that
-    starts with something other than a program token is refused without quoting it (a
+    every number has at most :data:`~schedsim.util.limits.MAX_DIGITS` digits, every token at
+    most 4,096 characters, the token count is within the ``instructions`` limit, and a file
+    that starts with something other than a program token is refused without quoting it (a
     path given by mistake, ``/etc/shadow``, must not be echoed). Raises
     :class:`ParseError` / :class:`~schedsim.errors.LimitError` naming ``path``."""
     from schedsim.util.limits import check, check_number_sizes
@@ -337,7 +339,6 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     :func:`load_program_file` for the defaults)."""
     from schedsim.program.ir import Compute, Wait
     from schedsim.program.ops import launched
-
     from schedsim.util.limits import check_program_size
 
     ranks = ranks or len(rows)

@@ -251,6 +251,7 @@ class Timeline(BaseModel):
 
         from schedsim.errors import ScenarioError
         from schedsim.util.inputs import loading, read_input_text
+        from schedsim.util.text import clip
 
         with loading(path, "timeline JSON"):
             text = read_input_text(path, "timeline JSON")
@@ -258,7 +259,7 @@ class Timeline(BaseModel):
                 tl = cls.model_validate_json(text)
             except ValidationError as e:
                 err = e.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"]) or "top level"
+                loc = clip(".".join(str(x) for x in err["loc"])) or "top level"
                 more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
                 raise ScenarioError(f"{path}: not a schedsim timeline JSON: {loc}: "
                                     f"{err['msg']}{more}") from None

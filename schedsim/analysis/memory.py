@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement
 from schedsim.timeline import Timeline
+from schedsim.util.text import clip
 
 PRESETS: dict[str, dict[str, float]] = {
     "zb": {"F": 1.0, "B": -0.5, "W": -0.5, "BW": -1.0},
@@ -81,7 +82,7 @@ class MemoryModel(BaseModel):
                 return cls.preset(name, **kw) if name else cls(**kw)
             except ValidationError as e:
                 err = e.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"])
+                loc = clip(".".join(str(x) for x in err["loc"]))
                 what = ("unknown key" if err["type"] == "extra_forbidden" else
                         f"bad value ({err['msg']}) for")
                 raise ScenarioError(f"[memory]: {what} '{loc}' (keys: model, F, B, W, BW, "

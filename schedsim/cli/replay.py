@@ -311,7 +311,8 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     if lc > 0:
         m0 = compare_metrics(simulate(prog, costs, link, comm.model_copy(
             update={"launch_cost": 0.0})), measured)
-        console.print(f"launch cost {lc:.3g} {rich_escape(costs.unit)} per batch; without it: makespan "
+        console.print(f"launch cost {lc:.3g} {rich_escape(costs.unit)} per batch; without it: "
+                      f"makespan "
                       f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)

@@ -57,7 +57,8 @@ def print_summary(tl: Timeline) -> None:
         t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
                   _fmt(r.first_start), _fmt(r.last_end))
     console.print(t)
-    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {rich_escape(tl.unit)}   bubble ratio "
+    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {rich_escape(tl.unit)}   bubble "
+                  f"ratio "
                   f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 

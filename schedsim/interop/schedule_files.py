@@ -66,7 +66,7 @@ def _check_size(path: Path, data: dict) -> None:
 
 def _load_json(path: Path) -> Schedule:
     from schedsim.util.inputs import read_input_text
-    from schedsim.util.text import shorten_quotes
+    from schedsim.util.text import clip, shorten_quotes
 
     try:
         data = json.loads(read_input_text(path, "schedule JSON"))
@@ -91,7 +91,7 @@ def _load_json(path: Path) -> Schedule:
             sched = Schedule.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
+        loc = clip(".".join(str(x) for x in err["loc"]))
         raise ParseError(f"{path}: '{loc}': {shorten_quotes(err['msg'])}") from None
     except SchedsimError as e:
         raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None

@@ -330,7 +330,6 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
     is reported when the program is compiled (:class:`~schedsim.errors.ProgramError`).
     """
     from schedsim.program.torch_runtime import runtime_rows
-
     from schedsim.util.inputs import loading
 
     sched = read_torch_csv(path, placement, stages, microbatches)

@@ -73,8 +73,15 @@ def read_input_bytes(path: str | Path, what: str = "input file", *,
     with os.fdopen(fd, "rb") as f:
         cap = current().file_bytes
         check("file_mb", -(-st.st_size // (1024 * 1024)), f"{p} ({st.st_size:,} bytes)")
-        try:
-            data = f.read(cap + 1)
+        try:        # in pieces: read(cap + 1) would allocate the whole cap at once
+            parts, size = [], 0
+            while size <= cap:
+                piece = f.read(min(max(st.st_size + 1, 65536), cap + 1 - size))
+                if not piece:
+                    break
+                parts.append(piece)
+                size += len(piece)
+            data = b"".join(parts)
         except OSError as e:
             raise InputError(f"{p}: cannot read the {what} ({e.strerror or e})") from None
     if len(data) > cap:

@@ -101,14 +101,6 @@ def parse_limits(items: list[str] | None) -> dict[str, int]:
     return out
 
 
-def _round_up(n: int) -> int:
-    """``n`` rounded up to two significant digits (a friendly number to pass back)."""
-    if n < 100:
-        return n
-    mag = 10 ** (len(str(n)) - 2)
-    return -(-n // mag) * mag
-
-
 def check(key: str, value: int, what: str) -> None:
     """Raise :class:`LimitError` if ``value`` exceeds the limit ``key``: ``what`` says what
     was counted or estimated (e.g. ``"1f1b on 8 ranks x 10 microbatches: about 720
@@ -117,7 +109,7 @@ def check(key: str, value: int, what: str) -> None:
     if value > limit:
         unit = "MiB per input file" if key == "file_mb" else key
         raise LimitError(f"refusing {what}: above the limit of {limit:,} {unit} (raise it "
-                         f"with --max {key}={_round_up(value)})")
+                         f"with --max {key}={value})")
 
 
 def estimate_instructions(stages: int, microbatches: int) -> int:

@@ -20,6 +20,13 @@ EXCERPT_CHARS = 40
 _PROGRAM_CHARS = re.compile(r"[0-9A-Z_()\[\];+]*")
 
 
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (``...`` and the full length appended when
+    longer), control characters escaped: for a key name or path a message quotes."""
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """``text`` quoted as Python's ``repr`` does (control characters, NUL and non-ASCII
     escaped), cut to about ``limit`` characters with ``...`` and the full length when
