@@ -286,6 +286,7 @@ def check_timeline(tl: Timeline, source: object = "timeline") -> None:
 
     from schedsim.errors import ScenarioError
     from schedsim.util.limits import check
+    from schedsim.util.text import clip
 
     def bad(what: str) -> ScenarioError:
         return ScenarioError(f"{source}: not a valid timeline: {what}")
@@ -324,8 +325,8 @@ def check_timeline(tl: Timeline, source: object = "timeline") -> None:
         if not (0 <= m.src < P and 0 <= m.dst < P and 0 <= m.stage < S and m.mb >= 0
                 and m.kind in ("F", "B") and math.isfinite(m.bytes) and m.bytes >= 0
                 and all(t is None or math.isfinite(t) for t in times)):
-            raise bad(f"messages[{i}] ({m.kind} mb {m.mb} {m.src}->{m.dst}) has a rank, "
-                      f"stage, kind, size or time out of range")
+            raise bad(f"messages[{i}] ({clip(str(m.kind), 8)} mb {m.mb} {m.src}->{m.dst}) "
+                      f"has a rank, stage, kind, size or time out of range")
     for i, w in enumerate(tl.waits):
         if not (0 <= w.rank < P and w.kind in WAIT_KINDS and math.isfinite(w.start)
                 and math.isfinite(w.end) and w.start <= w.end):

@@ -1,6 +1,8 @@
-"""Engine invariants on random programs (hypothesis): every generator, random sizes,
-comm policies, costs (per kind and per stage), links (latency, finite bandwidth, per-stage
-message sizes), semantics, comm streams and launch costs.
+"""Engine invariants on random programs (hypothesis): every generator, and random compute
+orders (any topological order of a pipeline's op graph, split or fused backward, loop or
+v placement), lowered by every comm policy; random costs (per kind and per stage), links
+(latency, finite bandwidth, per-stage message sizes), semantics, comm streams and launch
+costs.
 
 Checked on every run: each compute op runs exactly once and lasts its cost; no two
 spans overlap on a rank (one compute stream); a consumer starts no earlier than its
@@ -23,8 +25,10 @@ from hypothesis import HealthCheck, given, reject, settings, strategies as st
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import build_program, names
-from schedsim.program.ir import Compute
+from schedsim.program.ir import Compute, Op, Placement, Schedule
+from schedsim.program.lower import lower
 from schedsim.program.routing import needs, producer_atoms
+from schedsim.program.validate import validate_schedule
 from schedsim.sim.costs import CommModel, CostModel, KindCosts, LinkModel
 from schedsim.sim.simulate import simulate
 from schedsim.timeline import Timeline
@@ -53,6 +57,37 @@ def programs(draw, policies=("async", "torch", "commit")):
     except ScheduleError:       # a size the schedule does not support
         reject()
     return prog, policy
+
+
+@st.composite
+def random_orders(draw, policies=("async", "torch", "commit")):
+    """A program from a random valid compute order: ops F, B, W (or BW) of every stage
+    and microbatch, taken one at a time in a random topological order of their
+    dependencies (:func:`schedsim.program.routing.needs`), each appended to its rank."""
+    p = draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["loop", "v"]))
+    stages = 2 * p if kind == "v" else p * draw(st.integers(1, 2))
+    m = draw(st.integers(1, 5))
+    split = draw(st.booleans())
+    pl = Placement(kind=kind, ranks=p, stages=stages)
+    kinds = ("F", "B", "W") if split else ("F", "BW")
+    todo = [Op(k, s, mb) for s in range(stages) for mb in range(m) for k in kinds]
+    made: set = set()            # produced outputs (routing keys) and ops run
+    rows: list[list[Op]] = [[] for _ in range(p)]
+    while todo:
+        ready = [o for o in todo if all(
+            k in made for k in needs(o, stages)) and (o.kind != "W" or ("Bop", o.stage, o.mb)
+                                                       in made)]
+        o = ready[draw(st.integers(0, len(ready) - 1))]
+        todo.remove(o)
+        rows[pl.rank_of(o.stage, o.mb)].append(o)
+        made.add(("F" if o.kind == "F" else "B", o.stage, o.mb))
+        if o.kind == "B":
+            made.add(("Bop", o.stage, o.mb))
+    sched = Schedule(name="random", placement=pl, microbatches=m, ranks=rows)
+    validate_schedule(sched)
+    policy = draw(st.sampled_from(policies))
+    return lower(sched, policy), policy
 
 
 @st.composite
@@ -129,7 +164,7 @@ def check_invariants(prog, tl: Timeline, costs: CostModel, link: LinkModel) -> N
 @SETTINGS
 @given(data=st.data())
 def test_engine_invariants_random_programs(data, tmp_path_factory) -> None:
-    prog, _ = data.draw(programs())
+    prog, _ = data.draw(st.one_of(programs(), random_orders()))
     costs, link = data.draw(models(prog.placement.stages))
     comm = CommModel(semantics=data.draw(st.sampled_from(["data", "eager", "rendezvous"])),
                      comm_stream=data.draw(st.sampled_from(["none", "per-peer", "per-rank"])),
@@ -148,7 +183,8 @@ def test_engine_invariants_random_programs(data, tmp_path_factory) -> None:
 @given(data=st.data())
 def test_semantics_order_async(data) -> None:
     """Async lowering: makespan under data <= eager <= rendezvous, and none deadlocks."""
-    prog, _ = data.draw(programs(policies=("async",)))
+    prog, _ = data.draw(st.one_of(programs(policies=("async",)),
+                                  random_orders(policies=("async",))))
     costs, link = data.draw(models(prog.placement.stages))
     mk = []
     for sem in ("data", "eager", "rendezvous"):

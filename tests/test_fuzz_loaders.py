@@ -184,8 +184,9 @@ def command(kind: str, path: Path, work: Path) -> list[str]:
         return ["simulate", "--program", str(path), "-q", "--semantics", "rendezvous", *pl]
     if kind in ("csv", "schedule_json"):
         return ["simulate", "--schedule-file", str(path), "-q", "--semantics", "eager", *pl]
-    if kind == "timeline":
-        return ["render", str(path), "-o", str(work / "out.svg")]
+    if kind == "timeline":       # the analyses behind the flags read every record
+        return ["render", str(path), "-o", str(work / "out.svg"), "--arrows", "--memory",
+                "--stalls"]
     if kind == "costs":
         return ["simulate", "-s", "1f1b", "-p", "2", "-m", "4", "-q", "--semantics", "eager",
                 "--costs-file", str(path)]

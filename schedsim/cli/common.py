@@ -37,9 +37,9 @@ INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline"
                 "traces")
 
 LimitOpt = Annotated[Optional[list[str]], typer.Option(
-    "--max", metavar="KEY=N", help="Raise a work limit, KEY=N (repeatable): instructions (default "
-    "20000000), ranks (4096), procs (64, replay processes), file_mb (256, per input "
-    "file). See docs/reliability.md.", show_default=False)]
+    "--max", metavar="KEY=N", show_default=False, help="Raise a work limit, KEY=N "
+    "(repeatable): instructions (default 20000000), ranks (4096), procs (64, replay "
+    "processes), file_mb (256, per input file). See docs/reliability.md.")]
 
 
 def _claim_paths(kwargs: dict[str, Any]) -> None:
@@ -74,7 +74,7 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from schedsim.util.files import io_session
-        from schedsim.util.inputs import DECODING_ERRORS, decoding_reason
+        from schedsim.util.inputs import decoding_reason
         from schedsim.util.limits import parse_limits, using
         from schedsim.util.signals import stop_signals
 
@@ -88,8 +88,6 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
         except (RecursionError, OverflowError, MemoryError, UnicodeError) as e:
-            if not isinstance(e, DECODING_ERRORS):    # pragma: no cover
-                raise
             inputs = [str(v) for n in INPUT_PARAMS for v in
                       (kwargs.get(n) if isinstance(kwargs.get(n), list) else [kwargs.get(n)])
                       if v is not None]
