@@ -34,9 +34,10 @@ class Formula:
 
 
 def _c(costs: CostModel, kind: str) -> float:
-    if kind == "FB":
-        fb = costs.FB
-        return fb if fb is not None else costs.F + costs.kind_cost("BW", 0, 0)
+    if kind == "FB":     # as the simulation prices it (typed, derived or F + BW)
+        from schedsim.program.ir import Op
+
+        return costs.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))
     return costs.kind_cost(kind, 0, 0)
 
 

@@ -13,7 +13,6 @@ from schedsim import CostModel, build_program, simulate
 from schedsim.analysis.diff import diff_timelines
 from schedsim.cli import app
 from schedsim.errors import ScheduleError
-from schedsim.generators import names
 from schedsim.sweep import compare
 
 FIG = CostModel(**FIGURE_COSTS)
@@ -21,9 +20,6 @@ FIG = CostModel(**FIGURE_COSTS)
 
 def test_dualpipe_table_8_ranks_20_microbatches() -> None:
     want = ["1f1b", "zb-1p", "dualpipe", "dualpipev"]
-    missing = [n for n in want if n not in names()]
-    if missing:
-        pytest.skip(f"schedules not registered yet: {missing}")
     res = compare(8, 20, FIG, schedules=want)
     assert not res.skipped
     rows = {r.schedule: r for r in res.rows}

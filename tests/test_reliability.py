@@ -68,8 +68,8 @@ def test_huge_generator_refused_at_once_with_the_flag_to_raise_it() -> None:
     assert "--max ranks=1000000" in err
     assert peak < 20e6
     err = one_line_error(run("simulate", "-s", "zbv", "-p", "4000", "-m", "20000", "-q"))
-    assert "8,000 stages x 20,000 microbatches: about 1,440,000,000 instructions" in err
-    assert "--max instructions=1440000000" in err
+    assert "8,000 stages x 20,000 microbatches: about 1,920,000,000 instructions" in err
+    assert "--max instructions=1920000000" in err
     err = one_line_error(run("simulate", "-s", "looped-bfs", "-p", "4", "-m", "4",
                              "--chunks", "999999999", "-q"))
     assert "instructions" in err
@@ -88,14 +88,16 @@ def test_max_raises_a_limit_and_bad_max_is_named() -> None:
 
 def test_estimate_bounds_every_generator() -> None:
     """The estimate (INSTR_PER_CELL x stages x microbatches) is an upper bound of what
-    each generator and policy emits, so a size under the limit is never refused wrongly."""
+    each generator and comm policy emits, so a size under the limit is never refused
+    wrongly."""
     from schedsim.errors import ScheduleError
     from schedsim.generators import build_program, get, names
+    from schedsim.program.lower import POLICIES
     from schedsim.scenario import _generated_stages
 
     for name in names():
-        for p, m in ((2, 4), (4, 8), (3, 9)):
-            for policy in ("async", "torch", "commit"):
+        for p, m in ((2, 4), (4, 8), (3, 9), (8, 16), (8, 2)):
+            for policy in POLICIES:
                 params = {"chunks": 3} if "chunks" in get(name).accepted() else {}
                 try:
                     prog = build_program(name, p, m, policy, **params)

@@ -123,7 +123,8 @@ MemLimitOpt = Annotated[Optional[float], typer.Option(
     "--mem-limit", help="Activation memory limit (in microbatches' activations) for the "
     "memory-limited zero-bubble schedules.")]
 ParamOpt = Annotated[Optional[list[str]], typer.Option(
-    "--param", help="Extra generator parameter KEY=VALUE (repeatable).")]
+    "--param", help="Extra generator or comm-policy parameter KEY=VALUE (repeatable), "
+    "e.g. group_size=6, batch_p2p_comm=false.")]
 CostOpt = Annotated[Optional[str], typer.Option(
     "--cost", help="Costs per kind, e.g. F=1,B=1,W=1,BW=2,FB=3 (BW defaults to B+W, FB to "
     "F+BW).")]
@@ -146,7 +147,7 @@ BandwidthOpt = Annotated[Optional[float], typer.Option(
     "--bandwidth", help="Link bandwidth, bytes per cost unit (default infinite).")]
 PolicyOpt = Annotated[Optional[str], typer.Option(
     "--comm-policy", help="How compute-only schedules get their sends/recvs: async "
-    "(default), torch, commit.")]
+    "(default), commit, torch, megatron (parameters via --param; docs/frameworks.md).")]
 ProgramOpt = Annotated[Optional[Path], typer.Option(
     "--program", help="Hand-written program text file (one line per rank).")]
 ScheduleFileOpt = Annotated[Optional[Path], typer.Option(
@@ -198,7 +199,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     """
     if scenario is not None:
         sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True)
+        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
         base = sc.base_dir
     else:
         data, base = {}, "."
@@ -215,7 +216,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
             sched[k] = v
     sched.update(key_values(param, "--param"))
     if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):

@@ -95,6 +95,10 @@ def compare(
     scenario: Annotated[Optional[Path], typer.Option(
         "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
         "(its \\[schedule] is ignored).")] = None,
+    model_overlap: Annotated[Optional[str], typer.Option(
+        "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
+        "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
+        "schedule's makespan gain over the first mode.")] = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
@@ -116,12 +120,14 @@ def compare(
         fail("compare needs --ranks and --microbatches")
     if scenario is not None:
         sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True)
+        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                             exclude_unset=True)
         mem_spec: object = sc.memory or None
     else:
         data, mem_spec = {}, None
     if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     if message_bytes is not None:
         data.setdefault("costs", {})["message_bytes"] = message_bytes
     comm = data.setdefault("comm", {})
@@ -137,6 +143,11 @@ def compare(
     base = parse_scenario(data, "compare options")
     mm = _memory_model(mem_spec, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    if model_overlap is not None:
+        from schedsim.cli.collectives import compare_overlaps
+
+        return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
+                                json_out)
     res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
     if per_rank_costs:
         rows = []
@@ -204,6 +215,12 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
 
 
 def _cost_text(c: CostModel) -> str:
+    if c._derived is not None:     # a [model]: the costs the simulation uses
+        from schedsim.program.ir import Op
+
+        kinds = [(k, c.cost(Op(k, 0, 0))) for k in ("F", "B", "W", "BW")]
+        kinds.append(("FB", c.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))))
+        return ",".join(f"{k}={fmt_t(v)}" for k, v in kinds) + " (stage model)"
     parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
     if c.BW is not None:
         parts.append(f"BW={fmt_t(c.BW)}")

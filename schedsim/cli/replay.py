@@ -68,10 +68,13 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
 
 
 def _check_nproc(spec: Any, nproc: int | None) -> int:
-    p = spec.program["placement"]["ranks"]
+    ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
+    p = ranks * tp          # one process per rank and TP rank
     if nproc is not None and nproc != p:
-        raise ScenarioError(f"--nproc {nproc} does not match the program's {p} ranks (one "
-                            f"process per rank): use --nproc {p}")
+        what = (f"{ranks} ranks (one process per rank)" if tp == 1 else
+                f"{ranks} ranks x tp {tp} = {p} processes")
+        raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
+                            f"--nproc {p}")
     return p
 
 

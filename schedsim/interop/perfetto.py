@@ -20,7 +20,11 @@ Inside each rank's process:
 - a counter track ``activation memory`` (``ph: "C"``, unit ``M_B``, see
   :mod:`schedsim.analysis.memory`);
 - thread ``stalls``: an instant event (``ph: "i"``, ``s: "t"``) at the start of each stall
-  with args ``cause, detail, start, end, duration``.
+  with args ``cause, detail, start, end, duration``;
+- thread ``collectives`` (``collectives tp N`` per tensor-parallel rank of a measured TP
+  replay), when the timeline has ``pieces`` (:mod:`schedsim.sim.pieces`): one slice per
+  TP/EP collective inside an op, args ``collective, group, bytes, kind, mb, stage, layer,
+  half, index``.
 
 Time: the format wants microseconds. A timeline's times are in its ``unit``: ``us``/``µs``
 map 1:1, ``ms`` x1000, ``s`` x1e6, ``ns`` x1e-3, and ``slot`` (and any other unit) x1000,
@@ -43,6 +47,7 @@ PID_STRIDE = 1000
 TID_COMPUTE = 1
 TID_STALLS = 2
 TID_LINKS = 10          # first tid of the send/recv tracks
+TID_COLLECTIVES = 3     # collective tracks: 3, then 800 + tp rank for TP ranks >= 1
 TID_EXTRA_COMPUTE = 900  # compute lanes 2, 3, ... (overlapping measured spans)
 
 
@@ -179,6 +184,7 @@ def _one_timeline(b: _Builder, tl: Timeline, name: str, g: int, memory: Any,
                                   "chunk": p.chunk} for p in s.parts]
             b.slice(_span_name(s), "compute", base + s.rank + 1, tid, s.start, s.end, args)
     _messages(b, tl, base, span_tid)
+    _collectives(b, tl, base)
     if memory is not False and memory is not None:
         _memory(b, tl, base, memory)
     if stalls is not False and stalls is not None:
@@ -244,6 +250,26 @@ def _messages(b: _Builder, tl: Timeline, base: int,
             if ph == "f":
                 ev["bp"] = "e"
             b.events.append(ev)
+
+
+def _collectives(b: _Builder, tl: Timeline, base: int) -> None:
+    """One track per rank (and TP rank) with the collectives of ``tl.pieces``."""
+    recs = [p for p in (getattr(tl, "pieces", None) or []) if p.get("stream") == "collective"]
+    named: set[tuple[int, int]] = set()
+    several = len({int(q.get("tp_rank") or 0) for q in recs}) > 1
+    for p in recs:
+        tpr = int(p.get("tp_rank") or 0)
+        pid = base + p["rank"] + 1
+        tid = TID_COLLECTIVES if tpr == 0 else 800 + tpr
+        if (pid, tid) not in named:
+            named.add((pid, tid))
+            b.meta("thread_name", pid, tid,
+                   name="collectives" + (f" tp {tpr}" if several else ""))
+            b.meta("thread_sort_index", pid, tid, sort_index=2 + tpr)
+        b.slice(f"{p['name']} mb{p['mb']}", "collective", pid, tid, p["start"], p["end"],
+                {k: p.get(k) for k in ("collective", "group", "bytes", "kind", "mb", "stage",
+                                       "layer", "half", "index", "tp_rank")}
+                | {"unit": tl.unit})
 
 
 def _memory(b: _Builder, tl: Timeline, base: int, memory: Any) -> None:

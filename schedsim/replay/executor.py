@@ -75,7 +75,7 @@ class RankExecutor:
 
     def __init__(self, program: Program, rank: int, cfg: ReplayConfig,
                  device: torch.device | str = "cpu", clock: Clock | None = None,
-                 group: Any = None, profile: bool = False) -> None:
+                 group: Any = None, profile: bool = False, tp: Any = None) -> None:
         self.program = program
         self.rank = rank
         self.cfg = cfg
@@ -91,7 +91,16 @@ class RankExecutor:
         self.tokens = [format_instr(i) for i in self.row] + ["END"]
         atoms = [a for i in self.row if type(i) is Compute for a in i.op.atoms()]
         keys = sorted({self.key(a.stage, a.mb) for a in atoms})
-        self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
+        # tensor-parallel stages (``tp``: a TPContext): this process is TP rank tp.rank of
+        # pipeline rank ``rank``; its P2P peers are the same TP rank of the other stages
+        self.tp = tp
+        if tp is None:
+            self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
+        else:
+            from schedsim.replay.tensor_parallel import build_tp_stage
+
+            self.modules = {k: build_tp_stage(cfg, k[0], tp, self.device) for k in keys}
+        self._index = -1
         self.dtype = DTYPES[cfg.dtype]
         self.scale = torch.tensor(1.0 / self.M, dtype=self.dtype, device=self.device)
         self.data = {a.mb: microbatch_input(cfg, a.mb, self.device)
@@ -163,7 +172,13 @@ class RankExecutor:
 
     def _compute(self, op: Op) -> None:
         for a in op.atoms():
+            if self.tp is not None:
+                self.tp.log.at(self._index, a.kind, a.stage, a.mb)
             self._dispatch[a.kind](a)
+
+    def _peer(self, pp_rank: int) -> int:
+        """Global rank of ``pp_rank``'s process that holds this process's TP rank."""
+        return pp_rank if self.tp is None else pp_rank * self.tp.size + self.tp.rank
 
     # -- comm -----------------------------------------------------------------------
     def _p2p(self, c: Comm) -> tuple[Any, Any, tuple[str, int, int]]:
@@ -180,7 +195,7 @@ class RankExecutor:
             t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.device)
             peer = self.rank_of(s - 1 if k == "RECV_F" else s + 1, mb)
             op = dist.irecv
-        return dist.P2POp(op, t, peer, self.group), t, c.message_key()
+        return dist.P2POp(op, t, self._peer(peer), self.group), t, c.message_key()
 
     def _launch(self, comms: list[Comm], batch: bool) -> None:
         """Launch ``comms``: one ``batch_isend_irecv`` if ``batch``, else (one op) a bare
@@ -278,6 +293,7 @@ class RankExecutor:
             t = type(ins)
             if t is Compute:
                 ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
+                self._index = i
                 t0 = stamp()
                 with ctx:
                     self._compute(ins.op)
@@ -318,8 +334,11 @@ class RankExecutor:
         if leftover:
             raise RankFailure(f"rank {self.rank}: program ended with weight gradients of "
                               f"{len(leftover)} B op(s) never run by a W", True)
-        return {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
-                "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
+        out = {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
+               "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
+        if self.tp is not None:       # TP collectives: (index, ..., t0, t1, bytes)
+            out["collectives"] = self.tp.log.drain()
+        return out
 
     def _inject(self, fault: Fault, i: int) -> None:
         tok = self.tokens[i]

@@ -160,18 +160,24 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     _init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0), device)
     try:
         program = Program.model_validate(spec.program)
-        if world != program.placement.ranks:
-            raise ReplayError(f"the program has {program.placement.ranks} ranks but "
-                              f"{world} processes were started: use --nproc "
-                              f"{program.placement.ranks}")
+        tp = cfg.tp
+        if world != program.placement.ranks * tp:
+            raise ReplayError(f"the program has {program.placement.ranks} ranks x tp {tp} "
+                              f"but {world} processes were started: use --nproc "
+                              f"{program.placement.ranks * tp}")
         dist.barrier()
         mode = spec.clock
         if mode == "auto":
             mode = "shared" if same_host() else "estimate"
         offset = estimate_offsets(device=device) if mode == "estimate" else 0
         clock = Clock(device)
-        ex = RankExecutor(program, rank, cfg, device, clock,
-                          profile=spec.profile_dir is not None)
+        tpc = None
+        if tp > 1:      # tensor-parallel stages: schedsim.replay.tp_run
+            from schedsim.replay.tp_run import make_context
+
+            tpc = make_context(cfg, rank, program.placement.ranks, clock.stamp)
+        ex = RankExecutor(program, rank // tp, cfg, device, clock,
+                          profile=spec.profile_dir is not None, tp=tpc)
         calib = None
         if spec.calibrate:
             from schedsim.replay.measure import calibrate_rank
@@ -202,6 +208,11 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                 else:
                     rec = ex.step(deadline, fault)
                 recs.append(resolve_records(rec, clock, offset))
+                if tpc is not None:
+                    from schedsim.replay.tp_run import resolve_collectives
+
+                    recs[-1]["collectives"] = resolve_collectives(rec["collectives"],
+                                                                  clock.resolve, offset)
             grads = ({k: [g.detach().cpu() for g in gs] for k, gs in ex.grads().items()}
                      if spec.check_grads else None)
             payload = (recs, grads, ex.losses, offset)
@@ -211,17 +222,35 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                 extra: dict[str, Any] = {"world_size": world, "device": str(device.type),
                                          "clock": mode,
                                          "clock_offsets_ns": [g[3] for g in got]}
+                every = got
+                if tp > 1:      # one entry per pipeline rank: TP rank 0, grads unsharded
+                    from schedsim.replay.tp_run import pp_view, replica_error
+
+                    extra.update(tp=tp, tp_comm=cfg.tp_comm)
+                    rep_err = replica_error(got, cfg) if spec.check_grads else 0.0
+                    got = pp_view(got, cfg)
                 if spec.check_grads:
                     from schedsim.replay.gradcheck import grad_check
 
                     extra["grad_check"] = grad_check(
                         cfg, program.placement.stages, program.microbatches,
                         [g[1] for g in got], [g[2] for g in got], device)
+                    if tp > 1:   # the TP ranks' copies of a replicated gradient agree
+                        gc = extra["grad_check"]
+                        gc["tp_replica_rel_error"] = rep_err
+                        gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
+                        gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
                 # several measured steps: keep the one with the median makespan
                 tls = [measured_timeline(program, [g[0][k] for g in got],
                                          backend=cfg.backend) for k in range(steps)]
                 order = sorted(range(steps), key=lambda k: tls[k].makespan)
                 keep = order[(steps - 1) // 2]
+                if tp > 1:
+                    from schedsim.replay.tp_run import measured_pieces
+
+                    extra["pieces"] = measured_pieces(
+                        [g[0][keep] for g in every], tp,
+                        min(g[0][keep]["begin"] for g in got))
                 tl = measured_timeline(program, [g[0][keep] for g in got],
                                        backend=cfg.backend, step=keep,
                                        step_makespans=[t.makespan for t in tls], **extra)
@@ -274,7 +303,14 @@ def main_worker(spec_path: str) -> int:
     try:
         die_with_launcher()
         spec = JobSpec.model_validate_json(Path(spec_path).read_text())
-        run_rank(spec)
+        if spec.task == "check-collectives":
+            from schedsim.replay.collectives_check import check_rank
+
+            start_watchdog(spec.deadline or time.time() + spec.config.timeout,
+                           os.environ.get("RANK", "?"))
+            check_rank(spec)
+        else:
+            run_rank(spec)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then exit 1
         report_failure(spec, e)
