@@ -450,10 +450,12 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
 
 
 def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenario:
+    from schedsim.util.text import clip
+
     extra = sorted(set(data) - {"costs", "link", "comm"})
     if extra or not data:
         raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "
-                            f"tables (got {', '.join(extra) or 'nothing'})")
+                            f"tables (got {', '.join(map(clip, extra)) or 'nothing'})")
     merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     comm = data.pop("comm", None)
     if comm is not None:
@@ -462,7 +464,7 @@ def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenari
         bad = sorted(set(comm) - {"launch_cost"})
         if bad:
             raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
-                                f"{', '.join(bad)}; set semantics and streams in the "
+                                f"{', '.join(map(clip, bad))}; set semantics and streams in the "
                                 f"scenario or with --semantics / --comm-stream)")
         merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)

@@ -20,10 +20,23 @@ console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 
 
+#: characters of an error message printed at most (a message never copies bulk input)
+MAX_MESSAGE = 1000
+
+
 def fail(message: str, code: int = 2) -> None:
-    """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``."""
+    """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``.
+    Quoted input in ``message`` is cut to a short excerpt, the message to
+    :data:`MAX_MESSAGE` characters, and it is printed as text (no markup, no emoji)."""
     from rich.markup import escape
 
+    from schedsim.util.text import shorten_quotes
+
+    message = shorten_quotes(message, 80)
+    if code == 2:               # bad input: one line
+        message = " ".join(message.splitlines())
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,
                       highlight=False)
     raise typer.Exit(code)

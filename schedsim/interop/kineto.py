@@ -56,6 +56,7 @@ from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage
 from schedsim.program.tokens import parse_comm, parse_instr
 from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.util.text import clip, excerpt
 
 _TORCH_COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
 _TORCH_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
@@ -113,7 +114,6 @@ MAX_PP_NAME = 256
 def _trace(path: Path, data: Any) -> Trace:
     """The :class:`Trace` of a decoded trace file (see :func:`read_trace`)."""
     from schedsim.util.limits import check
-    from schedsim.util.text import excerpt
 
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
@@ -158,8 +158,10 @@ def _times(e: dict[str, Any], path: Path) -> tuple[float, float]:
         v = e.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or (key == "dur" and v < 0):
-            raise ScenarioError(f"{path}: event {e['name']!r} has {key} {v!r}: expected a "
-                                f"finite number of µs{' >= 0' if key == 'dur' else ''}")
+            raise ScenarioError(f"{path}: event {excerpt(e['name'])} has {key} "
+                                f"{excerpt(v) if isinstance(v, str) else clip(repr(v))}: "
+                                f"expected a finite number of µs"
+                                f"{' >= 0' if key == 'dur' else ''}")
         out.append(float(v))
     return out[0], out[1]
 
