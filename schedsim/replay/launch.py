@@ -5,7 +5,8 @@ Each rank is ``python -m schedsim.replay --spec FILE`` in its own session (proce
 with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and ``MASTER_ADDR=127.0.0.1`` plus
 ``MASTER_PORT`` in its environment, its output in a log file. The launcher binds the
 rendezvous socket on ``127.0.0.1`` itself and hands it to rank 0 (:func:`store_socket`),
-so the store listens on the loopback address only. At most ``procs`` processes
+so the store listens on the loopback address only; every rank joins through
+:func:`init_group`. At most ``procs`` processes
 (:mod:`schedsim.util.limits`, default 64) are started. The parent polls every 20
 ms. The run ends when every rank exited 0; or when one exits non-zero — then every other
 rank's process group is killed (SIGKILL) at once; or at the deadline (``timeout`` seconds
@@ -143,6 +144,30 @@ def store_socket() -> socket.socket:
     s.listen(128)
     s.set_inheritable(True)
     return s
+
+
+def init_group(backend: str, rank: int, world: int, timeout_s: float,
+               device: Any = None) -> None:
+    """``torch.distributed.init_process_group`` for a rank process. Every process
+    :func:`launch` starts must join through this (a plain ``env://`` rank 0 would try to
+    bind the port the launcher already holds): rank 0 serves the rendezvous store on the
+    socket the launcher bound to the loopback address (``SCHEDSIM_STORE_FD``,
+    :func:`store_socket`), the others connect to it. Outside :func:`launch` (no
+    ``SCHEDSIM_LAUNCHER_PID``, e.g. under ``torchrun``) the usual ``env://`` rendezvous.
+    ``device``: a CUDA device is passed on as ``device_id``."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    kw: dict[str, Any] = ({"device_id": device} if device is not None
+                          and getattr(device, "type", "") == "cuda" else {})
+    fd = os.environ.get(ENV_STORE_FD)
+    if ENV_LAUNCHER_PID in os.environ and (rank != 0 or fd):
+        kw["store"] = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+            timeout, master_listen_fd=int(fd) if rank == 0 else None)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
 
 
 def sweep_stale_runs(tmp: str | None = None) -> int:

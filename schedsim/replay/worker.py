@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import traceback
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -106,26 +105,6 @@ def die_with_launcher(launcher_pid: int | None = None) -> None:
     threading.Thread(target=watch, name="schedsim-launcher-watch", daemon=True).start()
 
 
-def _init_group(backend: str, rank: int, world: int, left: float, device: Any) -> None:
-    """``init_process_group`` for this rank. Under ``schedsim replay`` (which sets
-    ``SCHEDSIM_LAUNCHER_PID``) rank 0 serves the rendezvous store on the socket the
-    launcher bound to the loopback address (``SCHEDSIM_STORE_FD``,
-    :func:`schedsim.replay.launch.store_socket`) and the others connect to it; under
-    ``torchrun``, the usual ``env://`` rendezvous."""
-    import torch.distributed as dist
-
-    from schedsim.replay.launch import ENV_LAUNCHER_PID, ENV_STORE_FD
-
-    timeout = timedelta(seconds=left)
-    kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    fd = os.environ.get(ENV_STORE_FD)
-    if ENV_LAUNCHER_PID in os.environ and (rank != 0 or fd):
-        kw["store"] = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
-            timeout, master_listen_fd=int(fd) if rank == 0 else None)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
-
-
 def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     """Run this process's rank of ``spec``. Returns rank 0's result dict (None on other
     ranks). Raises on failure (see :func:`main_worker` for the reporting). Starts the
@@ -157,7 +136,9 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    _init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0), device)
+    from schedsim.replay.launch import init_group
+
+    init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0), device)
     try:
         program = Program.model_validate(spec.program)
         tp = cfg.tp
