@@ -34,7 +34,7 @@ from schedsim.sim.simulate import simulate
 from schedsim.timeline import Timeline
 
 #: examples per test; SCHEDSIM_FUZZ_EXAMPLES raises it for a campaign outside CI
-EXAMPLES = int(os.environ.get("SCHEDSIM_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("SCHEDSIM_FUZZ_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 EPS = 1e-9

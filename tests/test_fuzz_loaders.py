@@ -7,7 +7,7 @@ line, no traceback) or 3 (deadlock), within a time limit: never a traceback, nev
 The cases run in-process (``typer.testing.CliRunner``) under small work limits
 (``--max instructions=...``, :mod:`schedsim.util.limits`), so a mutated size is refused
 up front instead of merely running long. In CI hypothesis draws the mutations
-(:data:`EXAMPLES` per loader, about 30 s in all); the campaign outside CI runs many more
+(:data:`EXAMPLES` per loader, about 30 s in all on a shared 2-core machine); the campaign outside CI runs many more
 with seeded random mutations and prints the counts::
 
     python tests/test_fuzz_loaders.py --cases 6000      # ~ 6000 cases over 7 loaders
@@ -40,7 +40,7 @@ LIMITS = ["--max", "instructions=200000", "--max", "ranks=64", "--max", "file_mb
 #: seconds a case may take before it counts as a hang (a shared 2-core machine)
 CASE_TIMEOUT_S = 30.0
 #: hypothesis examples per loader in CI; SCHEDSIM_FUZZ_EXAMPLES raises it
-EXAMPLES = int(os.environ.get("SCHEDSIM_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("SCHEDSIM_FUZZ_EXAMPLES", "40"))
 
 NASTY_TEXT = ["\x00", "\ufeff", "\u202e", "\r\n", "[/]", "[bold]", "$\\frac{$", ":x:",
               "nan", "inf", "-inf", "-1", "1e308", "1e400", "0", "999999999", "4294967296",
