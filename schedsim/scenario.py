@@ -433,7 +433,8 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     """``scenario`` with its ``[costs]`` and ``[link]`` replaced by those of a cost file
     (a TOML fragment such as ``schedsim calibrate`` writes; a table the file lacks is
     kept) and, if the file has a ``[comm]`` table, its ``launch_cost`` (host time per
-    launched batch, in the cost unit; the scenario's comm semantics and streams are kept).
+    launched batch, in the cost unit) and ``host`` (measured host times, from ``schedsim
+    calibrate --exact``); the scenario's comm semantics and streams are kept.
 
     Raises :class:`ScenarioError` for a missing or malformed file, a file with none of
     these tables, another table, or a ``[comm]`` key other than ``launch_cost`` (named).
@@ -461,7 +462,7 @@ def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenari
     if comm is not None:
         if not isinstance(comm, dict):
             raise ScenarioError(f"{path}: 'comm' must be a table ([comm] with launch_cost)")
-        bad = sorted(set(comm) - {"launch_cost"})
+        bad = sorted(set(comm) - {"launch_cost", "host"})
         if bad:
             raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
                                 f"{', '.join(map(clip, bad))}; set semantics and streams in the "

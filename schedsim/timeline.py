@@ -21,11 +21,15 @@ A span's ``mb``/``chunk``/``stage`` are its forward part's for ``FB``. A message
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from schedsim.program.ir import Op, Placement
 
 #: the records of a Timeline JSON refuse keys they do not have (read_json names the key)
 _STRICT = ConfigDict(extra="forbid")
@@ -83,10 +87,16 @@ class Message:
       earlier batches. Under ``data`` semantics (no post instructions) ``send_posted`` is
       when the send became active (its producer ended) and ``recv_posted`` is None; also
       None for measured timelines that did not record it;
-    - ``start`` / ``arrival``: when the transfer began / its last byte arrived (None in
-      measured timelines: not observable);
-    - ``send_done`` / ``recv_done``: when each side completed (measured: the end of the
-      first wait that covers it).
+    - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
+      timelines (replay, imported traces) cannot observe them; the builder
+      (:func:`build_timeline`) sets them from what they can: ``start`` = when both sides
+      had posted (gloo and NCCL move the bytes only then; :func:`effective_posts`),
+      ``arrival`` = ``recv_done`` (exact when the receiver was blocked on it, an upper
+      bound otherwise); None when a side was not recorded. So a measured side's time
+      from post to done splits into *waiting for the peer* (post to ``start``) and
+      *transferring* (``start`` to done);
+    - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
+      for it returned).
     """
 
     __pydantic_config__ = _STRICT
@@ -243,93 +253,113 @@ class Timeline(BaseModel):
 
     @classmethod
     def read_json(cls, path: str | Path) -> "Timeline":
-        """Read a Timeline JSON file and check it (:func:`check_timeline`): a file that
+        """Read a Timeline JSON file and check it
+        (:func:`schedsim.timeline_check.check_timeline`): a file that
         is not one, or one whose values cannot be drawn or analysed, is refused with one
         line naming the file and the first bad value. Raises
         :class:`~schedsim.errors.ScenarioError` (or a subclass: InputError, LimitError)."""
         from pydantic import ValidationError
 
         from schedsim.errors import ScenarioError
+        from schedsim.timeline_check import check_timeline, first_error
         from schedsim.util.inputs import loading, read_input_text
-        from schedsim.util.text import clip
 
         with loading(path, "timeline JSON"):
-            text = read_input_text(path, "timeline JSON")
             try:
-                tl = cls.model_validate_json(text)
+                tl = cls.model_validate_json(read_input_text(path, "timeline JSON"))
             except ValidationError as e:
-                err = e.errors()[0]
-                loc = clip(".".join(str(x) for x in err["loc"])) or "top level"
                 more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-                raise ScenarioError(f"{path}: not a schedsim timeline JSON: {loc}: "
-                                    f"{err['msg']}{more}") from None
+                raise ScenarioError(f"{path}: not a schedsim timeline JSON: "
+                                    f"{first_error(e)}{more}") from None
             check_timeline(tl, path)
             return tl
 
 
-#: kinds a span, part, message and wait record may have
-SPAN_KINDS = frozenset(("F", "B", "W", "BW", "FB"))
-WAIT_KINDS = frozenset(("COMMIT", "WAIT", "END", "DATA"))
-#: characters a name (schedule, semantics, unit, ...) of a loaded timeline may have
-MAX_NAME = 200
+def build_timeline(placement: "Placement", *, name: str, microbatches: int,
+                   span_rank: Sequence[int], span_op: Sequence["Op"],
+                   span_start: Sequence[float], span_end: Sequence[float],
+                   span_index: Sequence[int], messages: Iterable[Message] = (),
+                   waits: Iterable[WaitRecord] = (), semantics: str, unit: str,
+                   source: Literal["simulated", "measured"] = "simulated",
+                   comm_stream: str = "none", params: dict[str, Any] | None = None,
+                   order: Literal["given", "rank-start"] = "given",
+                   **extra: Any) -> Timeline:
+    """The one builder of a :class:`Timeline`, shared by the executors (simulator, replay)
+    and trace import: plain columns in, a Timeline with summary statistics out.
+
+    Spans are given as parallel columns (one entry per compute op that ran): ``span_rank``
+    (int), ``span_op`` (an :class:`~schedsim.program.ir.Op`, ``FB`` included: its parts
+    become the span's ``parts``), ``span_start``/``span_end`` (floats in ``unit``) and
+    ``span_index`` (the instruction position in the rank's program). The chunk of every
+    span and part comes from ``placement``. ``messages`` and ``waits`` are taken as they
+    are (``Message(kind, src, dst, mb, stage, ...)`` positionally builds one from
+    columns). ``order="rank-start"`` sorts the spans by ``(rank, start)``; ``"given"``
+    keeps the input order. ``extra`` fields are stored on the Timeline (JSON extra
+    fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
+
+    Raises ValueError if the span columns differ in length.
+    """
+    n = len(span_op)
+    if not (len(span_rank) == len(span_start) == len(span_end) == len(span_index) == n):
+        raise ValueError("build_timeline: the span columns differ in length")
+    chunk_of = placement.chunk_fn()
+    spans = []
+    for r, op, a, b, i in zip(span_rank, span_op, span_start, span_end, span_index):
+        parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
+                 if op.parts else None)
+        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b, i,
+                          parts))
+    if order == "rank-start":
+        spans.sort(key=lambda s: (s.rank, s.start))
+    messages = list(messages)
+    if source == "measured":
+        infer_transfers(messages)
+    makespan, per_rank = Timeline.summarize(placement.ranks, spans)
+    return Timeline(schedule=name, ranks=placement.ranks, stages=placement.stages,
+                    microbatches=microbatches, semantics=semantics,
+                    comm_stream=comm_stream, unit=unit, source=source,
+                    placement=placement.kind, makespan=makespan, per_rank=per_rank,
+                    spans=spans, messages=messages, waits=list(waits),
+                    params=dict(params or {}), **extra)
 
 
-def check_timeline(tl: Timeline, source: object = "timeline") -> None:
-    """Refuse a loaded timeline whose values are out of range or inconsistent, so
-    analyses and figures never see them: ranks within 1 .. the ``ranks`` limit, records
-    within the ``instructions`` limit, one ``per_rank`` row per rank, finite times
-    (makespan >= 0; a span within 0 <= start <= end <= makespan), span and record ranks
-    below ``ranks``, stages below ``stages``, known kinds, names of at most
-    :data:`MAX_NAME` characters. Raises :class:`~schedsim.errors.ScenarioError` naming
-    ``source`` and the first bad value."""
-    import math
+def _sides(m: Message) -> tuple[tuple[int, int, float | None], ...]:
+    return ((m.src, m.send_index, m.send_posted), (m.dst, m.recv_index, m.recv_posted))
 
-    from schedsim.errors import ScenarioError
-    from schedsim.util.limits import check
-    from schedsim.util.text import clip
 
-    def bad(what: str) -> ScenarioError:
-        return ScenarioError(f"{source}: not a valid timeline: {what}")
+def effective_posts(messages: Iterable[Message]) -> dict[tuple[int, int], float]:
+    """``(rank, instruction index) -> time`` by which each launch of a measured run had
+    posted its ops: its recorded post (the end of the launch), or earlier when one of its
+    messages completed (either side) before that: under rendezvous, which gloo and NCCL
+    follow (docs/traces.md), no side completes before both sides posted, and a launch
+    issues its ops as it starts, so the rest of the launch was host time (a descheduled
+    host, profiler overhead). Used for the transfer split (:func:`infer_transfers`),
+    ``calibrate --exact`` and the dependency graph of a measured run."""
+    posted: dict[tuple[int, int], float] = {}
+    bound: dict[tuple[int, int], float] = {}
+    for m in messages:
+        done = [t for t in (m.recv_done, m.send_done) if t is not None]
+        for r, i, t in _sides(m):
+            if t is None or i < 0:
+                continue
+            k = (r, i)
+            posted[k] = max(t, posted.get(k, t))
+            if done:
+                bound[k] = min(min(done), bound.get(k, math.inf))
+    return {k: min(t, bound.get(k, math.inf)) for k, t in posted.items()}
 
-    P, S = tl.ranks, tl.stages
-    if P < 1 or S < 1 or tl.microbatches < 0:
-        raise bad(f"ranks {P}, stages {S}, microbatches {tl.microbatches}: need ranks >= 1, "
-                  f"stages >= 1")
-    check("ranks", P, f"{source} with {P:,} ranks")
-    n = len(tl.spans) + len(tl.messages) + len(tl.waits)
-    check("instructions", n, f"{source} with {n:,} spans, messages and waits")
-    for name in ("schedule", "semantics", "comm_stream", "unit", "placement"):
-        if len(getattr(tl, name)) > MAX_NAME:
-            raise bad(f"{name} has {len(getattr(tl, name)):,} characters (at most "
-                      f"{MAX_NAME})")
-    if not (math.isfinite(tl.makespan) and tl.makespan >= 0):
-        raise bad(f"makespan {tl.makespan!r}: must be a finite number >= 0")
-    if len(tl.per_rank) != P or any(
-            not math.isfinite(x) for r in tl.per_rank for x in
-            (r.busy, r.idle, r.bubble_ratio, r.first_start or 0.0, r.last_end or 0.0)):
-        raise bad(f"per_rank must have one row of finite numbers per rank ({P})")
-    tol = 1e-9 * max(1.0, tl.makespan)
-    for i, sp in enumerate(tl.spans):
-        if not (0 <= sp.rank < P and 0 <= sp.stage < S and sp.mb >= 0 and sp.chunk >= 0):
-            raise bad(f"spans[{i}] has rank {sp.rank}, stage {sp.stage}, mb {sp.mb}: need "
-                      f"0 <= rank < {P}, 0 <= stage < {S}, mb >= 0")
-        if sp.kind not in SPAN_KINDS or any(
-                p.kind not in SPAN_KINDS or not 0 <= p.stage < S or p.mb < 0
-                for p in sp.parts or ()):
-            raise bad(f"spans[{i}] has an unknown kind or part (kinds: F, B, W, BW, FB)")
-        if not (0 <= sp.start <= sp.end <= tl.makespan + tol):
-            raise bad(f"spans[{i}] runs from {sp.start!r} to {sp.end!r}: need 0 <= start "
-                      f"<= end <= makespan ({tl.makespan!r})")
-    for i, m in enumerate(tl.messages):
-        times = (m.send_posted, m.recv_posted, m.start, m.arrival, m.send_done, m.recv_done)
-        if not (0 <= m.src < P and 0 <= m.dst < P and 0 <= m.stage < S and m.mb >= 0
-                and m.kind in ("F", "B") and math.isfinite(m.bytes) and m.bytes >= 0
-                and all(t is None or math.isfinite(t) for t in times)):
-            raise bad(f"messages[{i}] ({clip(str(m.kind), 8)} mb {m.mb} {m.src}->{m.dst}) "
-                      f"has a rank, stage, kind, size or time out of range")
-    for i, w in enumerate(tl.waits):
-        if not (0 <= w.rank < P and w.kind in WAIT_KINDS and math.isfinite(w.start)
-                and math.isfinite(w.end) and w.start <= w.end):
-            raise bad(f"waits[{i}] has a rank, kind or time out of range")
-    if tl.deadlock is not None and any(not 0 <= b.rank < P for b in tl.deadlock.blocked):
-        raise bad(f"deadlock names a rank outside 0..{P - 1}")
+
+def infer_transfers(messages: list[Message]) -> None:
+    """Fill measured messages' unobservable ``start``/``arrival`` (left as they are when
+    set; the rule in :class:`Message`): ``start`` = when both sides had posted
+    (:func:`effective_posts`), ``arrival`` = ``recv_done``. Nothing for a message whose
+    posts or ``recv_done`` are unknown."""
+    eff = effective_posts(messages)
+    for m in messages:
+        if m.start is not None or m.recv_done is None:
+            continue
+        sides = [eff.get((r, i), t) for r, i, t in _sides(m)]
+        if None in sides:
+            continue
+        m.start = max(sides)
+        m.arrival = max(m.start, m.recv_done)

@@ -7,8 +7,8 @@ line, no traceback) or 3 (deadlock), within a time limit: never a traceback, nev
 The cases run in-process (``typer.testing.CliRunner``) under small work limits
 (``--max instructions=...``, :mod:`schedsim.util.limits`), so a mutated size is refused
 up front instead of merely running long. In CI hypothesis draws the mutations
-(:data:`EXAMPLES` per loader, about 30 s in all on a shared 2-core machine); the campaign outside CI runs many more
-with seeded random mutations and prints the counts::
+(:data:`EXAMPLES` per loader, about 30 s in all on a shared 2-core machine); the campaign
+outside CI runs many more with seeded random mutations and prints the counts::
 
     python tests/test_fuzz_loaders.py --cases 6000      # ~ 6000 cases over 7 loaders
 """

@@ -22,6 +22,9 @@ An edge ``u -> v`` with ``weight`` d means "v cannot happen before u + d"; its `
 arrival -> consumer), ``post`` (a send's post starts its transfer), ``recv-post``, ``stream``, ``link``
 (FIFO order on a directed link), ``transfer``, ``deliver`` and ``wait``. Node times are
 recomputed by longest-path propagation and equal the timeline's (checked by the tests).
+For a measured timeline (a replay, an imported trace) the host edges carry the measured
+host time between instructions (launches, interpreter overhead, a late start) and a
+sender's completion its measured lag, so the recomputed times are the measured ones.
 """
 from __future__ import annotations
 
@@ -179,6 +182,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
         return ("DS" if h & 1 == 0 else "DR", key_of[h >> 1])
 
     msgs = idx.msgs
+    meas = _MeasuredHost(tl, idx) if tl.source == "measured" else None
     for m, key in enumerate(key_of):
         msg = msgs.get(key)
         if msg is None or msg.start is None or msg.arrival is None:
@@ -192,7 +196,10 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                  "transfer")
             edge(("A", key), ("DR", key), 0.0, "deliver")
         else:
-            edge(("A", key), ("DS", key), 0.0, "deliver")
+            lag = 0.0       # a measured sender saw its completion this much later
+            if meas is not None and msg.send_done is not None:
+                lag = max(msg.send_done - msg.arrival, 0.0)
+            edge(("A", key), ("DS", key), lag, "deliver")
             edge(("A", key), ("DR", key), 0.0, "deliver")
     # link FIFO: transfers on one directed link in start order
     by_link: dict[tuple[int, int], list[int]] = {}
@@ -219,7 +226,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                     raise ProgramError(f"the timeline has no span for rank {r} instr {i}: "
                                        f"it is not a run of this program")
                 S, E = ("S", r, i), ("E", r, i)
-                edge(prev, S, 0.0, "host")
+                edge(prev, S, meas.gap(prev, s.start) if meas else 0.0, "host")
                 for h in rh:
                     edge(done(h), S, 0.0, "data")
                 edge(S, E, s.end - s.start, "compute")
@@ -229,7 +236,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
             elif op == 1:
                 hs, units = ins[1], ins[2]
                 P = ("P", r, cp.hindex[hs[0]])     # one launch: a bare post or a BATCH
-                edge(prev, P, 0.0, "host")
+                edge(prev, P, meas.gap(prev, meas.post(P)) if meas else 0.0, "host")
                 prev = P
                 if units:
                     for u in units:
@@ -248,7 +255,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                         _activate(edge, cp, h, P, done)
             else:
                 W = ("W", r, ins[3])
-                edge(prev, W, 0.0, "host")
+                edge(prev, W, meas.gap(prev, meas.reach(W)) if meas else 0.0, "host")
                 for h in ins[1]:
                     edge(done(h), W, 0.0, "wait")
                 prev = W
@@ -272,6 +279,41 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
     G = DepGraph(g, time, tl, program, cp, order)
     G._idx = idx
     return G
+
+
+class _MeasuredHost:
+    """Measured host times of a measured timeline's nodes, so that the graph's host edges
+    carry the gaps the host really spent (launches, interpreter overhead, a late start)
+    and its node times reproduce the measurement: the time a node let the host go (a
+    compute's end, a launch's post, a wait's release) and the time the host reached a
+    post or a wait."""
+
+    def __init__(self, tl: Timeline, idx: TimelineIndex) -> None:
+        from schedsim.timeline import effective_posts
+
+        self.free: dict[Node, float] = {}
+        self.posted = effective_posts(tl.messages)
+        self.waits = {(w.rank, w.index): w for w in tl.waits}
+        for (r, i), sp in idx.by_instr.items():
+            self.free[("E", r, i)] = sp.end
+
+    def gap(self, prev: Node, t: float | None) -> float:
+        if t is None:
+            return 0.0
+        return max(t - self.free.get(prev, 0.0), 0.0)
+
+    def post(self, P: Node) -> float | None:
+        t = self.posted.get((P[1], P[2]))
+        if t is not None:
+            self.free[P] = t
+        return t
+
+    def reach(self, W: Node) -> float | None:
+        w = self.waits.get((W[1], W[2]))
+        if w is None:
+            return None
+        self.free[W] = w.end
+        return w.start
 
 
 def _activate(edge, cp: Compiled, h: int, act: Node, done) -> None:

@@ -275,15 +275,22 @@ PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "var
 
 
 def scenario_command(fn: Callable | None = None, *,
-                     flags: tuple[str, ...] | None = None) -> Callable:
+                     flags: tuple[str, ...] | None = None, timelines: bool = False
+                     ) -> Callable:
     """Give ``fn(sc: Scenario, **own)`` the shared scenario flags: the wrapper builds the
     :class:`Scenario` from them (a scenario file, then the flags on top) and passes it as
     ``sc``; the command's own parameters follow. ``flags`` limits the shared flags (e.g.
     :data:`PROGRAM_FLAGS`). A command with an ``all_semantics`` parameter also accepts
-    ``--semantics all``. Use as ``@scenario_command`` or ``@scenario_command(flags=...)``."""
+    ``--semantics all``. With ``timelines``, a Timeline JSON in place of the scenario (or
+    in a ``from_timeline`` parameter) is passed as a
+    :class:`~schedsim.cli.inputs.TimelineInput` (:mod:`schedsim.cli.inputs`).
+    Use as ``@scenario_command`` or ``@scenario_command(flags=..., timelines=...)``."""
     if fn is None:
-        return functools.partial(scenario_command, flags=flags)
-    shared_params = [(n, a) for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
+        return functools.partial(scenario_command, flags=flags, timelines=timelines)
+    from schedsim.cli.inputs import InputArg
+
+    shared_params = [(n, InputArg if timelines and n == "scenario" else a)
+                     for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
     hints = typing.get_type_hints(fn, include_extras=True)
     own = [p.replace(annotation=hints.get(n, p.annotation))
@@ -293,6 +300,12 @@ def scenario_command(fn: Callable | None = None, *,
     @functools.wraps(fn)
     def wrapper(**kw: Any) -> Any:
         shared = {n: kw.pop(n) for n in names}
+        if timelines:
+            from schedsim.cli.inputs import pick_timeline
+
+            given = pick_timeline(shared, kw)
+            if given is not None:
+                return fn(given, **kw)
         if not any(shared.get(n) is not None for n in
                    ("scenario", "schedule", "program", "schedule_file")):
             fail("give a scenario file, --schedule NAME, --program FILE or "

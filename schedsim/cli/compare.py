@@ -304,7 +304,7 @@ def diff(
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def memory(
     sc: Scenario,
     memory_model: MemModelOpt = None,
@@ -319,13 +319,14 @@ def memory(
     microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
     """
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
+    from schedsim.cli.inputs import placement_of
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
     mm = _memory_model(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
-    params = param_memory(prog.placement)
+    params = param_memory(prog.placement if prog is not None else placement_of(tl))
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})

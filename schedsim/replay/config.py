@@ -13,6 +13,8 @@ and the replay's error type. Imports without torch.
     dtype = "float32"         # float32 | float64
     seed = 0                  # parameter init and data
     backend = "gloo"          # gloo (CPU) | nccl (one GPU per rank)
+    device = "auto"           # auto (nccl: cuda, gloo: cpu) | cpu | cuda (with gloo: the
+                              # ranks share the GPUs, P2P staged through host memory)
     timeout = 120             # seconds for the whole run, process start included
     warmup = 1                # untimed steps before the measured steps
     steps = 1                 # measured steps; the one with the median makespan is kept
@@ -66,6 +68,7 @@ class ReplayConfig(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     seed: int = 0
     backend: Literal["gloo", "nccl"] = "gloo"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     timeout: float = Field(default=120.0, gt=0)
     warmup: int = Field(default=1, ge=0)
     steps: int = Field(default=1, ge=1)
@@ -73,8 +76,18 @@ class ReplayConfig(BaseModel):
     tp: int = Field(default=1, ge=1)
     tp_comm: Literal["megatron-fg", "domino"] = "megatron-fg"
 
+    @property
+    def device_type(self) -> str:
+        """``cuda`` or ``cpu``: where the stages compute (``auto``: cuda for nccl)."""
+        if self.device == "auto":
+            return "cuda" if self.backend == "nccl" else "cpu"
+        return self.device
+
     @model_validator(mode="after")
     def _check(self) -> "ReplayConfig":
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValueError("backend nccl computes on GPUs: use device = \"cuda\" (or "
+                             "\"auto\"), or backend gloo for the CPU")
         if self.workload == "transformer" and self.hidden % self.heads:
             raise ValueError(f"transformer: hidden ({self.hidden}) must be a multiple of "
                              f"heads ({self.heads})")
@@ -177,6 +190,8 @@ class JobSpec(BaseModel):
     replay: bool = True
     calibrate: bool = False
     calib_repeats: int = Field(default=5, ge=1)
+    #: measure op costs one rank at a time (uncontended) instead of all ranks together
+    calib_isolated: bool = False
     calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
     clock: Literal["auto", "shared", "estimate"] = "auto"
     profile_dir: str | None = None

@@ -102,6 +102,10 @@ class RankExecutor:
             self.modules = {k: build_tp_stage(cfg, k[0], tp, self.device) for k in keys}
         self._index = -1
         self.dtype = DTYPES[cfg.dtype]
+        #: where P2P tensors live: the device, or the host when the backend (gloo) cannot
+        #: move device tensors (copied there before a send, back after a recv's wait)
+        self.wire = (torch.device("cpu") if self.device.type == "cuda"
+                     and cfg.backend == "gloo" else self.device)
         self.scale = torch.tensor(1.0 / self.M, dtype=self.dtype, device=self.device)
         self.data = {a.mb: microbatch_input(cfg, a.mb, self.device)
                      for a in atoms if a.kind == "F" and a.stage == 0}
@@ -192,9 +196,11 @@ class RankExecutor:
             t, peer, op = self.in_grads.pop((s, mb)).contiguous(), self.rank_of(s - 1, mb), \
                 dist.isend
         else:
-            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.device)
+            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.wire)
             peer = self.rank_of(s - 1 if k == "RECV_F" else s + 1, mb)
             op = dist.irecv
+        if op is dist.isend and t.device != self.wire:
+            t = t.to(self.wire)
         return dist.P2POp(op, t, self._peer(peer), self.group), t, c.message_key()
 
     def _launch(self, comms: list[Comm], batch: bool) -> None:
@@ -213,7 +219,12 @@ class RankExecutor:
             self.pending.append(c)
             self.since_commit.append(c)
 
-    def _wait(self, comms: list[Comm], index: int) -> None:
+    def _wait(self, comms: list[Comm], index: int) -> dict[Comm, Any]:
+        """Wait for ``comms`` in order; returns a clock stamp per comm taken when its own
+        ``wait()`` returned (its completion as this host saw it; comms already waited
+        are left out)."""
+        done: dict[Comm, Any] = {}
+        stamp = self.clock.stamp
         for c in comms:
             ws = self.works.pop(c, None)
             if ws is None:      # already waited (a batch-wide work on NCCL, or twice)
@@ -230,9 +241,11 @@ class RankExecutor:
                     raise RankFailure(
                         f"rank {self.rank} {what} at instr {index} ({self.tokens[index]}) "
                         f"waiting for {c}: {why}", False) from None
+            done[c] = stamp()
             t, key = self.tensors.pop(c)
             if not c.is_send:
-                self.recvd[key] = t
+                self.recvd[key] = t if t.device == self.device else t.to(self.device)
+        return done
 
     # -- the step -------------------------------------------------------------------
     def step(self, deadline: float | None = None, fault: Fault | None = None
@@ -241,9 +254,11 @@ class RankExecutor:
 
         ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
         "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
-        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a post's
-        ``t`` is the end of the launch (bare post or batch) that holds it (the simulator's post time is
-        likewise the end of the launch: :class:`~schedsim.timeline.Message`).
+        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a comm's
+        done time is when its own ``wait()`` returned (inside the covering wait); a
+        post's ``t`` is the end of the launch (bare post or batch) that holds it (the
+        simulator's post time is likewise the end of the launch:
+        :class:`~schedsim.timeline.Message`).
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
         self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
@@ -282,12 +297,12 @@ class RankExecutor:
                 ctx = _record("schedsim:END") if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, n)
+                    got = self._wait(comms, n)
                 t1 = stamp()
                 toks = [tok_of[c] for c in comms]
                 waits.append((n, "END", t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of[c], td)
                 break
             ins = row[i]
             t = type(ins)
@@ -322,12 +337,12 @@ class RankExecutor:
                 ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, i)
+                    got = self._wait(comms, i)
                 t1 = stamp()
                 toks = [tok_of.get(c) or str(c) for c in comms]
                 waits.append((i, kind, t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of.get(c) or str(c), td)
                 i += 1
         self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
         leftover = [k for k, v in self.deferred.items() if v]

@@ -127,18 +127,23 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     torch.set_num_threads(cfg.threads)
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     start_watchdog(deadline, rank)
-    if cfg.backend == "nccl":
+    if cfg.device_type == "cuda":
         if not torch.cuda.is_available():
-            raise ReplayError("backend nccl needs CUDA GPUs, and torch sees none: use "
-                              "--backend gloo")
+            raise ReplayError(f"{'backend nccl' if cfg.backend == 'nccl' else 'device cuda'} "
+                              f"needs CUDA GPUs, and torch sees none: use --backend gloo "
+                              f"(device cpu)")
         local = int(os.environ.get("LOCAL_RANK", rank))
-        device = torch.device("cuda", local)
+        # nccl: one GPU per rank; gloo: the ranks may share GPUs (P2P staged via the host)
+        device = torch.device("cuda", local if cfg.backend == "nccl"
+                              else local % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
     from schedsim.replay.launch import init_group
 
-    init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0), device)
+    # nccl: the rank's own GPU as device_id; gloo may share GPUs (P2P staged via the host)
+    init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0),
+               device if cfg.backend == "nccl" else None)
     try:
         program = Program.model_validate(spec.program)
         tp = cfg.tp
@@ -150,7 +155,8 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
         mode = spec.clock
         if mode == "auto":
             mode = "shared" if same_host() else "estimate"
-        offset = estimate_offsets(device=device) if mode == "estimate" else 0
+        wire = device if cfg.backend == "nccl" else torch.device("cpu")
+        offset = estimate_offsets(device=wire) if mode == "estimate" else 0
         clock = Clock(device)
         tpc = None
         if tp > 1:      # tensor-parallel stages: schedsim.replay.tp_run

@@ -231,12 +231,30 @@ class LinkOverride(BaseModel):
     bandwidth: float | None = Field(default=None, gt=0)
 
 
+class MessageTime(BaseModel):
+    """The measured times of one message (kind F|B, producing stage, mb), counted from
+    when its transfer starts: ``time`` to its arrival (replacing ``latency + bytes /
+    bandwidth``; it does not occupy the link, the measurement already holds any
+    queueing) and, when given, ``send`` to the sender's completion (else the semantics
+    decide: eager at the transfer's end, rendezvous at arrival). Written by ``schedsim
+    calibrate --exact``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["F", "B"]
+    stage: int = Field(ge=0)
+    mb: int = Field(ge=0)
+    time: float = Field(ge=0, allow_inf_nan=False)
+    send: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
 class LinkModel(BaseModel):
     """Directed links between ranks: a message costs ``latency + bytes / bandwidth``.
 
     Transfers on one directed link are serialized in the order they start: each occupies
     the link for ``bytes / bandwidth`` (latency is pipelined). Defaults: latency 0,
-    infinite bandwidth. ``links`` overrides single directed links.
+    infinite bandwidth. ``links`` overrides single directed links; ``messages`` gives
+    single messages a measured transfer time (:class:`MessageTime`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -244,6 +262,11 @@ class LinkModel(BaseModel):
     latency: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     bandwidth: float = Field(default=math.inf, gt=0)
     links: list[LinkOverride] = Field(default_factory=list)
+    messages: list[MessageTime] = Field(default_factory=list)
+
+    def message_times(self) -> dict[tuple[str, int, int], "MessageTime"]:
+        """``(kind, stage, mb) ->`` :class:`MessageTime` of :attr:`messages`."""
+        return {(m.kind, m.stage, m.mb): m for m in self.messages}
 
     def params(self, src: int, dst: int) -> tuple[float, float]:
         """``(latency, bandwidth)`` of the directed link src -> dst."""
@@ -253,6 +276,22 @@ class LinkModel(BaseModel):
                 lat = lat if o.latency is None else o.latency
                 bw = bw if o.bandwidth is None else o.bandwidth
         return lat, bw
+
+
+class HostTime(BaseModel):
+    """Measured host time at instruction ``index`` of rank ``rank`` (``index`` = the
+    rank's program length for the implicit ``END``), in the cost unit: ``before`` is spent
+    before the instruction starts (interpreter overhead, a late start of the rank), and,
+    for a launch, ``launch`` is the launch's own time (replacing ``launch_cost``). Written
+    by ``schedsim calibrate --exact`` so that a simulation reproduces a measured run's
+    host timeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0)
+    index: int = Field(ge=0)
+    before: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    launch: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 Semantics = Literal["data", "eager", "rendezvous"]
@@ -275,6 +314,8 @@ class CommModel(BaseModel):
       ``BATCH``: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
       busy for it and its ops count as posted when it ends. Default 0; ``schedsim
       calibrate`` measures it. Not used under ``data`` semantics.
+    - ``host``: measured host time of single instructions (:class:`HostTime`): time spent
+      before an instruction, and a launch's own time. Not used under ``data`` semantics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -283,6 +324,7 @@ class CommModel(BaseModel):
     comm_stream: CommStream = "none"
     eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     launch_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    host: list[HostTime] = Field(default_factory=list)
 
     @field_validator("comm_stream", mode="before")
     @classmethod
