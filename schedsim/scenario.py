@@ -113,6 +113,15 @@ class Scenario(BaseModel):
             MemoryModel.from_spec(v)
         return v
 
+    @field_validator("model")
+    @classmethod
+    def _model_size(cls, v: StageModel | None) -> StageModel | None:
+        """A stage whose layers alone exceed the work limit is refused at once (its costs
+        loop over every layer); :meth:`build_program` then bounds all stages together."""
+        if v is not None:
+            Scenario._check_model_size_of(v, 1)
+        return v
+
     @model_validator(mode="after")
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
@@ -153,30 +162,55 @@ class Scenario(BaseModel):
         prog = self._build_program()
         validate_schedule(prog.schedule())
         self.check_references(prog)
+        self._check_model_size(prog.placement.stages)
         return prog
+
+    def _check_model_size(self, stages: int) -> None:
+        """Bound the stage model's work before it is done: its costs and pieces loop over
+        every layer of every stage (``[model] layers = 99999999`` ran for minutes), about
+        :data:`PIECES_PER_LAYER` pieces each, counted against the ``instructions``
+        limit."""
+        if self.model is not None:
+            self._check_model_size_of(self.model, stages)
+
+    @staticmethod
+    def _check_model_size_of(m: StageModel, stages: int) -> None:
+        from schedsim.util.limits import check
+
+        layers = max([m.layers] + [o.layers for o in m.stage.values() if o.layers])
+        n = PIECES_PER_LAYER * layers * stages
+        check("instructions", n, f"the [model] of {layers:,} layers per stage on {stages:,} "
+                                 f"stage{'s' if stages > 1 else ''}: about {n:,} pieces of "
+                                 f"work")
 
     def check_references(self, prog: Program) -> None:
         """Every stage, microbatch and rank named in ``[costs]``/``[link]`` exists in
         ``prog``. Raises :class:`ScenarioError` naming the key."""
+        from schedsim.util.text import clip
+
         S, M, P = prog.placement.stages, prog.microbatches, prog.placement.ranks
         for st in self.costs.stage:
             if not 0 <= st < S:
-                raise ScenarioError(f"[costs.stage.{st}]: the program has stages 0..{S - 1}")
+                raise ScenarioError(f"[costs.stage.{clip(str(st), 20)}]: the program has "
+                                    f"stages 0..{S - 1}")
         for st in self.costs.stage_bytes:
             if not 0 <= st < S:
-                raise ScenarioError(f"[costs.stage_bytes] {st}: the program has stages "
-                                    f"0..{S - 1}")
+                raise ScenarioError(f"[costs.stage_bytes] {clip(str(st), 20)}: the program "
+                                    f"has stages 0..{S - 1}")
         for o in self.costs.overrides:
             if not (0 <= o.stage < S and 0 <= o.mb < M):
-                raise ScenarioError(f"[[costs.overrides]] stage {o.stage} mb {o.mb}: the "
+                raise ScenarioError(f"[[costs.overrides]] stage {clip(str(o.stage), 20)} mb "
+                                    f"{clip(str(o.mb), 20)}: the "
                                     f"program has stages 0..{S - 1} and microbatches "
                                     f"0..{M - 1}")
         for st in (self.model.stage if self.model is not None else ()):
             if not 0 <= st < S:
-                raise ScenarioError(f"[model.stage.{st}]: the program has stages 0..{S - 1}")
+                raise ScenarioError(f"[model.stage.{clip(str(st), 20)}]: the program has "
+                                    f"stages 0..{S - 1}")
         for lk in self.link.links:
             if not (lk.src < P and lk.dst < P) or lk.src == lk.dst:
-                raise ScenarioError(f"[[link.links]] src {lk.src} dst {lk.dst}: need two "
+                raise ScenarioError(f"[[link.links]] src {clip(str(lk.src), 20)} dst "
+                                    f"{clip(str(lk.dst), 20)}: need two "
                                     f"different ranks in 0..{P - 1}")
 
     def _build_program(self) -> Program:
@@ -225,6 +259,10 @@ class Scenario(BaseModel):
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+
+
+#: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)
+PIECES_PER_LAYER = 8
 
 
 def _generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:

@@ -125,6 +125,17 @@ def test_program_with_a_huge_index_is_refused(tmp_path) -> None:
         run("simulate", "--program", p, "--stages", "100000000", "-q"))
 
 
+def test_stage_model_layers_are_bounded(tmp_path) -> None:
+    """`[model] layers = 99999999` looped for minutes over the layers; now refused."""
+    sc = tmp_path / "s.toml"
+    sc.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                  '[model]\nlayers = 99999999\n')
+    assert "99,999,999 layers per stage" in one_line_error(run("simulate", sc, "-q"))
+    sc.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                  '[model]\nlayers = 2000000\n')           # one stage fits, two do not
+    assert "on 2 stages: about 32,000,000 pieces" in one_line_error(run("simulate", sc, "-q"))
+
+
 def test_replay_process_limit() -> None:
     pytest.importorskip("torch")
     err = one_line_error(run("replay", "-s", "1f1b", "-p", "256", "-m", "256"))

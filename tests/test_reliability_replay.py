@@ -130,7 +130,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_it(tmp_path):
             p.wait()
     assert p.returncode == 1, err
     assert err.strip().startswith("error: replay failed: rank 1 was killed by SIGKILL "
-                                  "(signal 9"), err
+                                  "(signal 9; the out-of-memory killer or a 'kill -9')"), err
     assert len(err.strip().splitlines()) == 1
     assert _procs(marker) == []
 

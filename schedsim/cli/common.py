@@ -21,7 +21,7 @@ err_console = Console(stderr=True, emoji=False)
 
 
 #: characters of an error message printed at most (a message never copies bulk input)
-MAX_MESSAGE = 1000
+MAX_MESSAGE = 900
 
 
 def fail(message: str, code: int = 2) -> None:

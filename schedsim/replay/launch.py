@@ -209,18 +209,25 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def _signalled(procs: list[subprocess.Popen], ours: set[int]) -> str | None:
-    """The first rank a signal ended that the launcher did not send (the OOM killer, a
-    ``kill -9``), as a message; None if there is none."""
+def _signalled(procs: list[subprocess.Popen], ours: set[int],
+               logs: list[Path]) -> str | None:
+    """The first rank a signal ended that the launcher did not send, as a message with
+    the last line of its output (SIGKILL: the out-of-memory killer or a ``kill -9``;
+    SIGABRT / SIGSEGV: a crash inside torch or the backend); None if there is none."""
+    why = {signal.SIGKILL: "the out-of-memory killer or a 'kill -9'",
+           signal.SIGABRT: "an abort inside torch or the backend",
+           signal.SIGSEGV: "a crash inside torch or the backend"}
     for r, p in enumerate(procs):
         rc = p.returncode
         if rc is not None and rc < 0 and r not in ours:
             try:
-                name = signal.Signals(-rc).name
+                sig = signal.Signals(-rc)
+                name = f"{sig.name} (signal {-rc}"
+                name += f"; {why[sig]})" if sig in why else ")"
             except ValueError:
                 name = f"signal {-rc}"
-            return (f"rank {r} was killed by {name} (signal {-rc}; SIGKILL comes from the "
-                    f"out-of-memory killer or a 'kill -9')")
+            last = _last_line(logs[r]) if r < len(logs) else ""
+            return f"rank {r} was killed by {name}" + (f": {last}" if last else "")
     return None
 
 
@@ -240,7 +247,7 @@ def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
         others = sorted(reported - {first["rank"]})
         tail = f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else ""
         return f"{first['message']}{tail}"
-    killed = _signalled(procs, ours)
+    killed = _signalled(procs, ours, logs)
     if killed is not None:
         tail = (f" (then rank(s) {', '.join(map(str, sorted(reported)))} failed too)"
                 if reported else "")
