@@ -240,7 +240,8 @@ def query(
     Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
     --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
-    from schedsim.analysis.query import SEMANTICS, answer, explain
+    from schedsim.analysis.query import SEMANTICS, answer
+    from schedsim.analysis.query_text import details, headline
     from schedsim.analysis.select import select
 
     if not effect:
@@ -257,21 +258,30 @@ def query(
         comm = sc.comm.model_copy(update={"semantics": sem})
         answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
     write_json(json_out, [a.to_dict() for a in answers])
+    for a in answers:
+        for line in headline(a):
+            console.print(escape(line), highlight=False, soft_wrap=True)
     t = Table(title=f"does {' + '.join(str(c) for c in causes)} delay {eff}?")
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
-    for col in cols + ["cause free", "delay", "makespan", "makespan delta"]:
+    joint = any(a.co_causes for a in answers)
+    for col in cols + ["cause free", "delay"] + (["both free"] if joint
+                                                  else []) + ["makespan", "makespan delta"]:
         t.add_column(col, justify="left" if col == "semantics" else "right")
     for a in answers:
         vs = ([] if len(cols) == 2 else
               [fmt_t(None if a.effect_start is None else a.effect_start - data_t)])
+        co = [fmt_t(a.joint_delay)] if joint else []
         t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
-                  "deadlock" if a.deadlock else fmt_t(a.delay), fmt_t(a.makespan),
+                  "deadlock" if a.deadlock else fmt_t(a.delay), *co, fmt_t(a.makespan),
                   fmt_t(a.makespan_delta))
     console.print(t)
     for a in answers:
-        for line in explain(a):
+        lines = details(a)
+        if lines:
+            console.print(f"{a.semantics}:", highlight=False)
+        for line in lines:
             console.print(escape(line), highlight=False, soft_wrap=True)
 
 
