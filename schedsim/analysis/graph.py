@@ -29,11 +29,20 @@ one backward pass over the same order (the critical-path method, Kelley & Walker
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from schedsim.analysis._graph_edges import COMPUTE, EDGE_KINDS, HOST, Edges, build_edges
+from schedsim.analysis._graph_edges import (
+    COMPUTE,
+    EDGE_KINDS,
+    HOST,
+    Edges,
+    GraphInput,
+    build_edges,
+    graph_input,
+)
 from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
 from schedsim.errors import ProgramError
 from schedsim.program.ir import Program
@@ -124,32 +133,56 @@ def run_order(t_run: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray
 _CHUNK = 1 << 18
 
 
-def relax(order: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
-          init: np.ndarray, forward: bool = True) -> np.ndarray:
-    """One longest-path pass over the edges in topological ``order`` (float64 [n]).
+@dataclass
+class PassEdges:
+    """The edges renumbered by topological position and sorted by source position:
+    ``a`` (source), ``b`` (destination; int32) and ``w`` (weight), so that a forward pass
+    walks them in order and a backward pass in reverse, both through memory in order."""
 
-    Forward: ``x[dst] = max(x[dst], x[src] + weight)`` with the sources' values final
-    (times, from ``init`` = 0). Backward: ``x[src] = max(x[src], x[dst] + weight)`` in
-    reverse order (longest delay to a sink, from ``init``). Nodes are renumbered by
-    their position in ``order`` so that the pass walks memory in order.
-    """
-    n = len(order)
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    ps, pd = pos[src], pos[dst]
-    o = np.argsort(ps if forward else -ps, kind="stable")
-    a, b = (ps[o], pd[o]) if forward else (pd[o], ps[o])
-    w = weight[o]
-    x = init[order].tolist()
-    for k in range(0, len(o), _CHUNK):
-        for u, v, d in zip(a[k:k + _CHUNK].tolist(), b[k:k + _CHUNK].tolist(),
-                           w[k:k + _CHUNK].tolist()):
-            y = x[u] + d
-            if y > x[v]:
-                x[v] = y
-    out = np.empty(n)
-    out[order] = x
-    return out
+    order: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    w: np.ndarray
+
+    @classmethod
+    def of(cls, order: np.ndarray, src: np.ndarray, dst: np.ndarray,
+           weight: np.ndarray) -> "PassEdges":
+        pos = np.empty(len(order), dtype=np.int32)
+        pos[order] = np.arange(len(order), dtype=np.int32)
+        ps = pos[src]
+        o = np.argsort(ps, kind="stable")
+        return cls(order, ps[o], pos[dst][o], weight[o])
+
+    def forward(self, init: np.ndarray) -> np.ndarray:
+        """Longest-path times (float64 [n]): ``x[b] = max(x[b], x[a] + w)`` from
+        ``init``, each source final before its out-edges are relaxed."""
+        x = init[self.order].tolist()
+        for k in range(0, len(self.a), _CHUNK):
+            sl = slice(k, k + _CHUNK)
+            for u, v, d in zip(self.a[sl].tolist(), self.b[sl].tolist(),
+                               self.w[sl].tolist()):
+                y = x[u] + d
+                if y > x[v]:
+                    x[v] = y
+        return self._back(x)
+
+    def backward(self, init: np.ndarray) -> np.ndarray:
+        """Longest delay to a sink (float64 [n]): ``x[a] = max(x[a], x[b] + w)`` from
+        ``init``, in reverse topological order."""
+        x = init[self.order].tolist()
+        for k in reversed(range(0, len(self.a), _CHUNK)):
+            sl = slice(k, k + _CHUNK)
+            for u, v, d in zip(reversed(self.a[sl].tolist()), reversed(self.b[sl].tolist()),
+                               reversed(self.w[sl].tolist())):
+                y = x[v] + d
+                if y > x[u]:
+                    x[u] = y
+        return self._back(x)
+
+    def _back(self, x: list[float]) -> np.ndarray:
+        out = np.empty(len(self.order))
+        out[self.order] = x
+        return out
 
 
 class NodeTimes(Mapping):
@@ -183,9 +216,9 @@ class DepGraph:
     """
 
     def __init__(self, e: Edges, tl: Timeline, program: Program, t: np.ndarray,
-                 order: np.ndarray) -> None:
+                 passes: PassEdges) -> None:
         self.e, self.lay, self.tl, self.program = e, e.lay, tl, program
-        self.t, self.order = t, order
+        self.t, self.passes, self.order = t, passes, passes.order
         self.present = np.zeros(e.lay.n, dtype=bool)
         self.present[e.src] = True
         self.present[e.dst] = True
@@ -282,16 +315,15 @@ class DepGraph:
         return off, ids
 
     @cached_property
-    def _tight_in(self) -> tuple[list[int], list[int]]:
+    def _tight_in(self) -> tuple[np.ndarray, np.ndarray]:
         """The binding in-edges (``time(u) + weight == time(v)``) by node, in the order
-        of :attr:`_in`: ``(offsets, source nodes)`` as lists."""
+        of :attr:`_in`: ``(offsets [n+1], source nodes)``."""
         e, t = self.e, self.t
         off, ids = self._in
-        tight = (t[e.src] + e.weight >= t[e.dst] - EPS)[ids]
-        ids = ids[tight]
+        ids = ids[(t[e.src] + e.weight >= t[e.dst] - EPS)[ids]]
         toff = np.zeros(self.lay.n + 1, dtype=np.int64)
         np.cumsum(np.bincount(e.dst[ids], minlength=self.lay.n), out=toff[1:])
-        return toff.tolist(), e.src[ids].tolist()
+        return toff, e.src[ids]
 
     def tight_preds(self, v: int) -> list[tuple[int, str]]:
         """Binding in-edges of node ``v`` as ``(source node, kind)``, host edges first."""
@@ -314,7 +346,7 @@ class DepGraph:
             a = off[v]
             if a == off[v + 1]:
                 break
-            v = src[a]
+            v = int(src[a])
             if v in seen:          # a zero-weight cycle cannot come from a run
                 break
             seen.add(v)
@@ -323,45 +355,73 @@ class DepGraph:
 
     def tight_path(self, sources: set[int], target: int) -> list[int] | None:
         """A chain of binding edges from any node of ``sources`` to ``target``, or None
-        when no binding chain links them (breadth-first over tight in-edges, never
-        before the earliest source)."""
+        when no binding chain links them: the shortest, breadth-first from ``target``
+        over tight in-edges in :attr:`_in` order (the first source discovered wins; a
+        node's parent is its first discoverer), one numpy step per level, among the
+        nodes that a binding chain from the sources reaches (:meth:`reached_from`)."""
         if target in sources:
             return [target]
         if not sources:
             return None
-        t = self.t
-        tmin = float(min(t[s] for s in sources)) - EPS   # times only fall going back
+        reach = self.reached_from(sources, target)
+        if not reach[target]:
+            return None
         off, src = self._tight_in
-        tl_ = t.tolist()
-        parent: dict[int, int] = {}
-        seen = bytearray(self.lay.n)
-        seen[target] = 1
-        frontier = [target]
-        while frontier:
-            nxt = []
-            for v in frontier:
-                for u in src[off[v]:off[v + 1]]:
-                    if seen[u] or tl_[u] < tmin:
-                        continue
-                    seen[u] = 1
-                    parent[u] = v
-                    if u in sources:
-                        path = [u]
-                        while path[-1] != target:
-                            path.append(parent[path[-1]])
-                        return path
-                    nxt.append(u)
-            frontier = nxt
+        n = self.lay.n
+        is_source = np.zeros(n, dtype=bool)
+        is_source[list(sources)] = True
+        parent = np.full(n, -1, dtype=np.int64)
+        seen = np.zeros(n, dtype=bool)
+        seen[target] = True
+        frontier = np.array([target], dtype=np.int64)
+        while frontier.size:
+            a = off[frontier]
+            cnt = off[frontier + 1] - a
+            idx = np.repeat(a - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+            u, v = src[idx], np.repeat(frontier, cnt)
+            keep = reach[u] & ~seen[u]
+            u, v = u[keep], v[keep]
+            first = np.sort(np.unique(u, return_index=True)[1])
+            u, v = u[first], v[first]
+            seen[u] = True
+            parent[u] = v
+            hit = np.flatnonzero(is_source[u])
+            if hit.size:
+                path = [int(u[hit[0]])]
+                while path[-1] != target:
+                    path.append(int(parent[path[-1]]))
+                return path
+            frontier = u.astype(np.int64)
         return None
+
+    def reached_from(self, sources: set[int], upto: int) -> np.ndarray:
+        """By node (bool [n]), True if a chain of binding edges leads from a node of ``sources`` to it
+        (nodes up to ``upto`` in topological order): one pass over the binding edges in
+        topological order."""
+        pe, t = self.passes, self.t
+        pos = np.empty(self.lay.n, dtype=np.int64)
+        pos[pe.order] = np.arange(self.lay.n)
+        lo, hi = int(min(pos[s] for s in sources)), int(pos[upto])
+        k0, k1 = np.searchsorted(pe.a, [lo, hi])
+        a, b, w = pe.a[k0:k1], pe.b[k0:k1], pe.w[k0:k1]
+        tp = t[pe.order]
+        keep = tp[a] + w >= tp[b] - EPS
+        r = bytearray(self.lay.n)
+        for s in sources:
+            r[pos[s]] = 1
+        for u, v in zip(a[keep].tolist(), b[keep].tolist()):
+            if r[u]:
+                r[v] = 1
+        return np.frombuffer(r, dtype=np.uint8)[pos].astype(bool)
 
     def tail_lengths(self) -> np.ndarray:
         """For every node, the longest delay from it to the end of any compute op
         (float64 [n]; -inf when no compute end follows it): one pass in reverse
         topological order."""
-        lay, e = self.lay, self.e
+        lay = self.lay
         init = np.full(lay.n, float("-inf"))
         init[lay.e0:lay.t0] = 0.0
-        return relax(self.order, e.src, e.dst, e.weight, init, forward=False)
+        return self.passes.backward(init)
 
     def last_end(self) -> int | None:
         """The ``E`` node that ends last (the later rank on ties, then the earlier op)."""
@@ -418,14 +478,15 @@ class DepGraph:
 
 
 def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
-                comm: CommModel | None = None, *, compiled: Compiled | None = None
-                ) -> DepGraph:
+                comm: CommModel | None = None, *,
+                compiled: Compiled | GraphInput | None = None) -> DepGraph:
     """Build the dependency graph of ``tl`` (a run of ``program``).
 
     ``link`` gives each transfer's link occupancy (for the FIFO order on a link; default:
     infinite bandwidth); ``comm`` defaults to the timeline's semantics and comm stream;
-    ``compiled``: the program as the simulator compiled it under ``comm`` (compiled here
-    when not given). Compute durations and transfer times come from the timeline.
+    ``compiled``: the program as the simulator compiled it under ``comm``, or its
+    :func:`~schedsim.analysis._graph_edges.graph_input` (compiled here when not given).
+    Compute durations and transfer times come from the timeline.
     Raises :class:`~schedsim.errors.ProgramError` for a deadlocked timeline (its graph
     has a cycle) or a timeline that is not a run of ``program``.
     """
@@ -434,12 +495,12 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
                            "(see the deadlock cycle instead)")
     comm = comm or CommModel(semantics=tl.semantics, comm_stream=tl.comm_stream)
     link = link or LinkModel()
-    cp = compiled or compile_program(program, CostModel(), link, comm)
-    e = build_edges(tl, cp, link, comm)
-    del cp
-    n = e.lay.n
+    if not isinstance(compiled, GraphInput):
+        compiled = graph_input(compiled or compile_program(program, CostModel(), link, comm))
+    e = build_edges(tl, compiled, link, comm)
     order = run_order(e.t_run, e.src, e.dst)
+    e.t_run = None
     if order is None:
-        order = kahn_order(n, e.src, e.dst)
-    t = relax(order, e.src, e.dst, e.weight, np.zeros(n))
-    return DepGraph(e, tl, program, t, order)
+        order = kahn_order(e.lay.n, e.src, e.dst)
+    passes = PassEdges.of(order, e.src, e.dst, e.weight)
+    return DepGraph(e, tl, program, passes.forward(np.zeros(e.lay.n)), passes)

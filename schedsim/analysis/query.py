@@ -237,23 +237,26 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
     """
     check_causes(effect, causes)
     event = "start" if effect.op is not None else "completion"
-    tl, cp = simulate_compiled(program, costs, link, comm)
+    tl, gi = simulate_compiled(program, costs, link, comm)
     names = [str(c) for c in causes]
     if tl.deadlock is not None:
         return Answer(comm.semantics, str(effect), names, None, None, None, tl.makespan,
                       tl.makespan, 0.0, None, [], tl.deadlock.message, event)
     cf = simulate_free(program, costs, link, comm, causes)
-    t0, t1 = effect_time(tl, effect), effect_time(cf, effect)
-    path, G = _binding_chain(tl, program, link, comm, cp, effect, causes)
-    del cp
+    t0, t1, cf_makespan = effect_time(tl, effect), effect_time(cf, effect), cf.makespan
+    del cf
+    path, G = _binding_chain(tl, program, link, comm, gi, effect, causes)
+    del gi
     a = Answer(comm.semantics, str(effect), names, t0, t1,
                _snap(None if t0 is None or t1 is None else t0 - t1), tl.makespan,
-               cf.makespan, _snap(tl.makespan - cf.makespan), binding_wait(tl, effect),
+               cf_makespan, _snap(tl.makespan - cf_makespan), binding_wait(tl, effect),
                [] if path is None else [s.to_dict() for s in condense(G, path)], None,
                event)
+    on_chain = set() if path is None else {
+        (m.kind, m.stage, m.mb) for v in path if G.kind(v) in ("T", "A", "DS", "DR")
+        for m in (G.message(v),)}
+    del G
     if path is not None and not a.delays and t0 is not None:
-        on_chain = {(m.kind, m.stage, m.mb) for v in path
-                    if G.kind(v) in ("T", "A", "DS", "DR") for m in (G.message(v),)}
         co = co_binding(program, a.binding_wait, causes, on_chain)
         if co:
             both = simulate_free(program, costs, link, comm, causes + co)
@@ -266,10 +269,10 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
 
 
 def _binding_chain(tl: Timeline, program: Program, link: LinkModel, comm: CommModel,
-                   cp, effect: Target, causes: list[Target]):
+                   gi, effect: Target, causes: list[Target]):
     """``(node path, graph)``: the binding chain from the causes to the effect in the
     run's dependency graph (path None when no binding chain links them)."""
-    G = build_graph(tl, program, link, comm, compiled=cp)
+    G = build_graph(tl, program, link, comm, compiled=gi)
     target = G.node_id(("S", effect.rank, effect.index) if effect.op is not None else
                        ("DS" if effect.comm.is_send else "DR", effect.message_key))
     sources = {i for c in causes for v in cause_nodes(c, tl)

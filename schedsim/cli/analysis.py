@@ -155,46 +155,79 @@ def critical_path_cmd(
     slack: Annotated[bool, typer.Option(
         "--slack", help="Also print every op's slack (time it can slip before the "
         "makespan moves).")] = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="One row per step (op, post, message, wait) instead of one per run "
+        "of ops on a rank.")] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """The chain of ops, messages and waits that sets the makespan, and each op's slack.
 
-    Built with networkx over the dependency graph of the run (program order, data,
-    posts, partner posts, link FIFO, comm streams). --json writes {"makespan", "path":
-    [...], "slack": [...]}.
+    The first lines say how much of the makespan the path computes and how much it
+    waits, and its route over the ranks; the table has one row per run of consecutive
+    ops on one rank and the messages/waits that led into it (--all: one row per step).
+    Built from the dependency graph of the run (program order, data, posts, partner
+    posts, link FIFO, comm streams) by one longest-path pass in topological order.
+    --json writes {"makespan", "path": [...], "slack": [...]}.
     """
-    from schedsim.analysis.critical import critical_path, op_slack
+    from schedsim.analysis._simulated import simulate_compiled
+    from schedsim.analysis.critical import (
+        critical_path,
+        op_slack,
+        path_headline,
+        slack_values,
+    )
     from schedsim.analysis.graph import build_graph
 
-    prog, tl = run_scenario(sc)
+    prog = sc.build_program()
+    tl, gi = simulate_compiled(prog, sc.costs, sc.link, sc.comm)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
-    G = build_graph(tl, prog, sc.link, sc.comm)
+    G = build_graph(tl, prog, sc.link, sc.comm, compiled=gi)
+    del gi
     path = critical_path(G)
-    sl = op_slack(G)
-    write_json(json_out, {"makespan": tl.makespan, "path": [s.to_dict() for s in path],
-                          "slack": [o.to_dict() for o in sl]})
-    t = Table(title=f"critical path of {_title(tl)} (makespan {fmt_t(tl.makespan)})")
-    for col in ("step", "rank", "what", "start", "end", "detail"):
-        t.add_column(col, overflow="fold")
-    for s in path:
-        t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
-                  escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
-                  fmt_t(s.start), fmt_t(s.end), escape(s.detail))
-    console.print(t)
-    busy = sum(s.end - s.start for s in path if s.kind == "op")
-    console.print(f"{sum(1 for s in path if s.kind == 'op')} ops on the path, compute "
-                  f"{fmt_t(busy)} of makespan {fmt_t(tl.makespan)}; "
-                  f"{sum(1 for o in sl if o.slack == 0)} of {len(sl)} ops have zero slack",
-                  highlight=False)
+    sl = slack_values(G)
+    write_json(json_out, lambda: {"makespan": tl.makespan,
+                                  "path": [s.to_dict() for s in path],
+                                  "slack": [o.to_dict() for o in op_slack(G)]})
+    console.print(f"critical path of {_title(tl)}:", highlight=False)
+    for line in path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl)):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    console.print(_path_table(path, show_all))
     if slack:
         ts = Table(title="slack per op")
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
-        for o in sl:
+        for o in op_slack(G):
             ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_t(o.start),
                        fmt_t(o.end), fmt_t(o.slack))
         console.print(ts)
+
+
+def _path_table(path: list, show_all: bool) -> Table:
+    """The critical path as a table: one row per step, or per run of ops on a rank."""
+    from schedsim.analysis.critical import segments
+
+    if show_all:
+        t = Table(title="critical path, every step")
+        for col in ("step", "rank", "what", "start", "end", "detail"):
+            t.add_column(col, overflow="fold")
+        for s in path:
+            t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
+                      escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
+                      fmt_t(s.start), fmt_t(s.end), escape(s.detail))
+        return t
+    t = Table(title="critical path by runs of ops on one rank (--all: every step)")
+    for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
+        t.add_column(col, overflow="fold", justify="right" if col in (
+            "rank", "ops", "start", "end") else "left")
+    for g in segments(path):
+        via = ", ".join(f"msg {v.what}" if v.kind == "message" else
+                        "its inputs" if v.kind == "wait" and v.index == g.ops[0].index
+                        else f"{v.what} (instr {v.index})" if v.kind == "wait" else v.what
+                        for v in g.via)
+        t.add_row(str(g.rank), str(len(g.ops)), escape(g.ops[0].what),
+                  escape(g.ops[-1].what), fmt_t(g.start), fmt_t(g.end), escape(via))
+    return t
 
 
 _SELECTOR_HELP = ("Selector: terms 'rank=N mb=N stage=N chunk=N index=N' and a kind F, B, "
