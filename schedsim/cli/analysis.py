@@ -56,24 +56,40 @@ def _title(tl) -> str:
 def stalls(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Print at most this many rows (the longest stalls).")
+    ] = ALIGN_LIMIT,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Print every stall (no --limit).")] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Classify every idle interval of every rank and say why it happened.
 
-    Causes: warmup, cooldown, wait-recv (input not arrived: which message, from which
-    rank, made by which op), wait-send (send not accepted, rendezvous), wait-batch (a
-    commit-and-wait held by a member the next op does not need), head-of-line (transfer
-    queued behind another), transfer, deadlock, host. --json writes a list of {rank,
-    start, end, cause, detail, index, instruction, comms}.
+    The first line says how much of the run is idle, by cause, and the longest stall;
+    the table gives each stall with its cause and the instruction and peer behind it
+    (at most --limit rows: the longest stalls, in rank and time order; --all prints
+    every one). Causes: warmup, cooldown, wait-recv (input not arrived: which message,
+    from which rank, made by which op), wait-send (send not accepted, rendezvous),
+    wait-batch (a commit-and-wait held by a member the next op does not need),
+    head-of-line (transfer queued behind another), transfer, deadlock, host. --json
+    writes every stall: a list of {rank, start, end, cause, detail, index, instruction,
+    comms}.
 
     Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
     """
-    from schedsim.analysis.stalls import attribute_stalls, stalls_summary
+    from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
     st = attribute_stalls(tl, prog)
     write_json(json_out, lambda: [s.to_dict() for s in st])
+    console.print(escape(stalls_headline(st, tl, rank)), highlight=False, soft_wrap=True)
+    if rank is not None:
+        console.print(escape(stalls_headline(st, tl)), highlight=False, soft_wrap=True)
     shown = [s for s in st if rank is None or s.rank == rank]
+    n = len(shown)
+    if not show_all and n > limit:
+        keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
+        shown = [s for s in shown if id(s) in keep]
     t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
@@ -82,10 +98,9 @@ def stalls(
         t.add_row(str(s.rank), fmt_t(s.start), fmt_t(s.end), fmt_t(s.duration), s.cause,
                   escape(s.detail))
     console.print(t)
-    tot = stalls_summary(st, tl.ranks)
-    console.print("idle by cause (all ranks): " + ", ".join(
-        f"{c} {fmt_t(sum(v))}" for c, v in sorted(tot.items(), key=lambda kv: -sum(kv[1]))),
-        highlight=False)
+    if len(shown) < n:
+        console.print(f"the {len(shown)} longest of {n} stalls shown (--all prints every "
+                      f"stall, --json writes them all)", highlight=False)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
 
