@@ -1,48 +1,79 @@
 """The analysis commands end to end, as a user runs them, against ``simulate`` of the same
-scenario.
+scenario: wall seconds, CPU seconds and peak memory of each command in its own process.
 
-Default: 1F1B, 64 ranks x 256 microbatches (32,256 messages; its async program has 14,112
-crossed-order findings). Each command runs in-process through the typer app (imports
-excluded) with its output captured; prints seconds, the ratio to ``simulate -q`` and the
-bytes printed, side by side. Before the bounded/grouped tables, ``align`` took 55 s and
-printed 13.6 MB, ``lint`` 23 s and 18.8 MB (one table row per message / finding).
+Default: 1F1B, 64 ranks x 1024 microbatches under rendezvous (131,072 ops, 129,024
+messages) for ``critical-path``, ``query``, ``simulate --trace``, ``stalls``, ``align``
+and ``lint``, and ``compare`` of every schedule at 64 x 256 (issue 12's sizes; its targets
+are printed beside: <= 5 s and <= 600 MB for critical-path and query, <= 5 s for the
+trace, <= 10 s for compare). Each command runs as ``python -m schedsim ...`` (startup
+included) with its output discarded; the child's CPU time and peak RSS come from
+``os.wait4``. ``simulate -q`` of the same scenario is the baseline of the ratio column.
+The machine is shared: compare CPU seconds when wall time is noisy.
 
-Usage: ``python benchmarks/bench_analysis_cli.py [--schedule 1f1b] [--ranks 64]
-[--microbatches 256]``.
+Usage: ``python benchmarks/bench_analysis_cli.py [--ranks 64] [--microbatches 1024]
+[--compare-microbatches 256] [--only critical-path,query]``.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
-from typer.testing import CliRunner
+TARGETS = {"critical-path": "5 s, 600 MB", "query": "5 s, 600 MB",
+           "simulate --trace": "5 s", "compare": "10 s"}
 
-from schedsim.cli import app
+
+def run(args: list[str]) -> tuple[float, float, float, int]:
+    """``(wall s, CPU s, peak MB, exit code)`` of ``python -m schedsim ARGS``."""
+    t = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "schedsim", *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, p.returncode
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--ranks", type=int, default=64)
-    ap.add_argument("--microbatches", type=int, default=256)
+    ap.add_argument("--microbatches", type=int, default=1024)
+    ap.add_argument("--compare-microbatches", type=int, default=256)
+    ap.add_argument("--only", default="", help="comma-separated case names")
     a = ap.parse_args()
-    scen = ["-s", a.schedule, "-p", str(a.ranks), "-m", str(a.microbatches)]
-    runner = CliRunner()
-    cases = [("simulate -q (baseline)", ["simulate", *scen, "-q"]),
-             ("align", ["align", *scen]),
-             ("align --flagged", ["align", *scen, "--flagged"]),
-             ("lint", ["lint", *scen]),
-             ("stalls --rank 0", ["stalls", *scen, "--rank", "0"])]
-    print(f"{a.schedule} {a.ranks} ranks x {a.microbatches} microbatches")
-    print(f"{'command':<26}{'seconds':>10}{'x simulate':>12}{'bytes out':>12}{'exit':>6}")
+    p, m = a.ranks, a.microbatches
+    scen = ["-s", "1f1b", "-p", str(p), "-m", str(m), "--semantics", "rendezvous"]
+    trace = os.path.join(tempfile.mkdtemp(), "t.json")
+    cases = [
+        ("simulate -q", ["simulate", *scen, "-q"]),
+        ("critical-path", ["critical-path", *scen]),
+        ("query", ["query", *scen, "--effect", f"rank=0 BW mb={m - 1}",
+                   "--cause", f"rank={p - 1} F mb=0"]),
+        ("simulate --trace", ["simulate", *scen, "-q", "--trace", trace]),
+        ("stalls", ["stalls", *scen]),
+        ("align", ["align", *scen]),
+        ("lint", ["lint", *scen]),
+        ("compare", ["compare", "-p", str(p), "-m", str(a.compare_microbatches)]),
+        ("compare -j 1", ["compare", "-p", str(p), "-m", str(a.compare_microbatches),
+                          "-j", "1"]),
+    ]
+    only = {x for x in a.only.split(",") if x}
+    print(f"1f1b {p} ranks x {m} microbatches, rendezvous; compare at {p} x "
+          f"{a.compare_microbatches} (python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs)")
+    print(f"{'command':<20}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'x sim':>7}{'exit':>6}"
+          f"  target")
     base = None
     for name, args in cases:
-        t = time.perf_counter()
-        r = runner.invoke(app, args)
-        dt = time.perf_counter() - t
-        base = base or dt
-        print(f"{name:<26}{dt:>10.2f}{dt / base:>12.2f}{len(r.stdout.encode()):>12}"
-              f"{r.exit_code:>6}")
+        if only and name not in only and name != "simulate -q":
+            continue
+        wall, cpu, peak, rc = run(args)
+        base = base or cpu
+        print(f"{name:<20}{wall:>8.2f}{cpu:>8.2f}{peak:>9.0f}{cpu / base:>7.2f}{rc:>6}"
+              f"  {TARGETS.get(name, '')}")
 
 
 if __name__ == "__main__":

@@ -209,10 +209,24 @@ class Edges:
     t_run: np.ndarray
 
 
-def _col(msgs: list, name: str) -> np.ndarray:
-    """One field of every message or span (float64; NaN where not recorded)."""
-    get = attrgetter(name)
-    return np.array([get(m) for m in msgs], dtype=np.float64)
+class _Columns:
+    """Fields of a list of messages or spans as float64 arrays (NaN where not recorded),
+    each extracted once."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self._cache.get(name)
+        if col is None:
+            vals = list(map(attrgetter(name), self.items))
+            try:
+                col = np.fromiter(vals, np.float64, len(vals))
+            except TypeError:                   # a None: not recorded
+                col = np.array(vals, dtype=np.float64)
+            self._cache[name] = col
+        return col
 
 
 def _spans(tl: Timeline, gi: GraphInput) -> list[Span]:
@@ -254,20 +268,20 @@ def _eager(comm: CommModel, nbytes: np.ndarray) -> np.ndarray:
     return nbytes <= comm.eager_threshold_bytes
 
 
-def _message_blocks(gi: GraphInput, msgs: list[Message], link: LinkModel,
+def _message_blocks(gi: GraphInput, mc: _Columns, link: LinkModel,
                     eager: np.ndarray) -> list[tuple]:
     """Blocks 1 (transfer, deliver) and 2 (link FIFO): ``[(src, dst, weight, kind)]``."""
     lay = gi.lay
     n = lay.messages
     m = np.arange(n, dtype=ID)
-    start, arr = _col(msgs, "start"), _col(msgs, "arrival")
+    start, arr = mc["start"], mc["arrival"]
     T, A, DS, DR = lay.t0 + m, lay.a0 + m, lay.ds0 + m, lay.dr0 + m
     zero = np.zeros(n)
     out = [(T, A, arr - start, TRANSFER)]
     if gi.data_mode:
         out.append((A, DR, zero, DELIVER))
     else:
-        sd = _col(msgs, "send_done")
+        sd = mc["send_done"]
         sd = np.where(np.isnan(sd) | (sd == 0), start, sd)     # as ``send_done or start``
         e, r = eager, ~eager
         out += [(T[e], DS[e], (sd - start)[e], TRANSFER), (A[r], DS[r], zero[r], DELIVER),
@@ -278,7 +292,7 @@ def _message_blocks(gi: GraphInput, msgs: list[Message], link: LinkModel,
     o = np.lexsort((m, start, lk))
     same = lk[o][1:] == lk[o][:-1]
     a, b = o[:-1][same], o[1:][same]
-    nbytes = _col(msgs, "bytes")
+    nbytes = mc["bytes"]
     _, first, inv = np.unique(lk, return_index=True, return_inverse=True)
     bw = np.array([link.params(int(msrc[k]), int(mdst[k]))[1] for k in first.tolist()],
                   dtype=np.float64)[inv.reshape(-1)]
@@ -353,38 +367,39 @@ def build_edges(tl: Timeline, gi: GraphInput, link: LinkModel, comm: CommModel) 
     """Every edge of the run's dependency graph (module docstring). Raises
     :class:`ProgramError` when ``tl`` lacks a span or a transfer that the program runs."""
     span_of = _spans(tl, gi)
-    dur = _col(span_of, "end") - _col(span_of, "start")
+    sc = _Columns(span_of)
+    dur = sc["end"] - sc["start"]
     msg_of = _messages(tl, gi, comm.semantics)
-    eager = _eager(comm, _col(msg_of, "bytes"))
-    blocks = _message_blocks(gi, msg_of, link, eager) + _rank_blocks(gi, dur, eager)
+    mc = _Columns(msg_of)
+    eager = _eager(comm, mc["bytes"])
+    blocks = _message_blocks(gi, mc, link, eager) + _rank_blocks(gi, dur, eager)
     src = np.concatenate([np.asarray(b[0], dtype=ID) for b in blocks])
     dst = np.concatenate([np.asarray(b[1], dtype=ID) for b in blocks])
     weight = np.concatenate([np.asarray(b[2], dtype=np.float64) for b in blocks])
     kind = np.concatenate([np.broadcast_to(np.asarray(b[3], dtype=np.uint8), len(b[0]))
                            for b in blocks])
     del blocks
-    t_run = _run_times(tl, gi, span_of, msg_of)
+    t_run = _run_times(tl, gi, sc, mc)
     u = (dst >= gi.lay.u0) & (dst < gi.lay.pw0)        # a unit starts when its preds allow
     np.maximum.at(t_run, dst[u], t_run[src[u]])
     return Edges(gi.lay, src, dst, weight, kind, gi.pw_rank, gi.pw_index, gi.pw_wait,
                  span_of, msg_of, t_run)
 
 
-def _run_times(tl: Timeline, gi: GraphInput, span_of: list[Span],
-               msg_of: list[Message]) -> np.ndarray:
+def _run_times(tl: Timeline, gi: GraphInput, sc: _Columns, mc: _Columns) -> np.ndarray:
     """Each node's time as the run recorded it: spans, transfers, completions and posts
     from the timeline; a wait releases at its recorded end, or (it did not block) when
     the rank reached it; units are filled in by the caller. Used to order the nodes."""
     lay = gi.lay
     t = np.zeros(lay.n)
-    t[lay.s0:lay.e0] = _col(span_of, "start")
-    t[lay.e0:lay.t0] = _col(span_of, "end")
+    t[lay.s0:lay.e0] = sc["start"]
+    t[lay.e0:lay.t0] = sc["end"]
     n = lay.messages
     for k, name in enumerate(("start", "arrival", "send_done", "recv_done")):
-        t[lay.t0 + k * n:lay.t0 + (k + 1) * n] = _col(msg_of, name)
+        t[lay.t0 + k * n:lay.t0 + (k + 1) * n] = mc[name]
     launch = np.flatnonzero(gi.pw_first >= 0)
     if launch.size:
-        posts = np.stack([_col(msg_of, "send_posted"), _col(msg_of, "recv_posted")])
+        posts = np.stack([mc["send_posted"], mc["recv_posted"]])
         h = gi.pw_first[launch]
         t[lay.pw0 + launch] = posts[h & 1, h >> 1]
     # waits: recorded ones released at their end; the others when the rank reached them
