@@ -37,6 +37,7 @@ import json
 import re
 from collections.abc import Iterator
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -207,7 +208,6 @@ class _TimelineEvents:
         self.t0 = clock.many([s.start for s in spans])
         self.t1 = clock.many([s.end for s in spans])
         self.span_tid: list[int] = [TID_COMPUTE] * len(spans)
-        self._margs: dict[int, str] = {}
 
     def events(self, memory: Any, stalls: Any) -> Iterator[list[str]]:
         yield self._processes()
@@ -273,6 +273,7 @@ class _TimelineEvents:
             r1 = m.recv_done if m.recv_done is not None else m.arrival
             if r0 is not None and r1 is not None:
                 tracks.setdefault((m.dst, "recv", m.src), []).append((r0, max(r0, r1), k))
+        args = self._message_args()
         next_tid: dict[int, int] = {}
         for (rank, side, peer) in sorted(tracks):
             items = tracks[(rank, side, peer)]
@@ -289,29 +290,27 @@ class _TimelineEvents:
                                   arrow + ("" if lane == 0 else f" #{lane + 1}")),
                         _meta("thread_sort_index", pid, first + lane,
                               sort_index=first + lane)]
-            out += [self._transfer(k, side, pid, first + lane, x, y)
+            head = ('{"name":"SEND_%s mb%d ' + _TO + ' rank %d","cat":"comm","ph":"X",'
+                    if side == "send" else
+                    '{"name":"RECV_%s mb%d ' + _FROM + ' rank %d","cat":"comm","ph":"X",')
+            fmt = head + '"ts":%r,"dur":%r,"pid":' + str(pid) + ',"tid":%d,"args":%s}'
+            msgs = tl.messages
+            out += [fmt % (_sjs((m := msgs[k]).kind), m.mb, m.dst if side == "send" else m.src,
+                           x, max(0.0, round(y - x, 3)), first + lane, args[k])
                     for (_, _, k), lane, x, y in zip(items, lanes, a, b)]
             yield out
 
-    def _transfer(self, k: int, side: str, pid: int, tid: int, ts: float,
-                  t1: float) -> str:
-        m = self.tl.messages[k]
-        kind = _sjs(m.kind)
-        if side == "send":
-            name = f"SEND_{kind} mb{m.mb} {_TO} rank {m.dst}"
-        else:
-            name = f"RECV_{kind} mb{m.mb} {_FROM} rank {m.src}"
-        args = self._margs.pop(k, None)
-        if args is None:                  # the same args on the send and the recv slice
-            args = self._margs[k] = (
-                f'{{"kind":{_s(m.kind)},"mb":{m.mb},"stage":{m.stage},"src":{m.src},'
-                f'"dst":{m.dst},"bytes":{m.bytes!r},"send_posted":{_n(m.send_posted)},'
-                f'"recv_posted":{_n(m.recv_posted)},"start":{_n(m.start)},'
-                f'"arrival":{_n(m.arrival)},"send_done":{_n(m.send_done)},'
-                f'"recv_done":{_n(m.recv_done)},"unit":{self.unit}}}')
-        dur = max(0.0, round(t1 - ts, 3))
-        return (f'{{"name":"{name}","cat":"comm","ph":"X","ts":{ts!r},'
-                f'"dur":{dur!r},"pid":{pid},"tid":{tid},"args":{args}}}')
+    def _message_args(self) -> list[str]:
+        """Per message, the args of its send and recv slices (JSON)."""
+        unit = self.unit
+        cols = [[("null" if x is None else repr(x)) for x in map(attrgetter(f), self.tl.messages)]
+                for f in ("send_posted", "recv_posted", "start", "arrival", "send_done",
+                          "recv_done")]
+        return [f'{{"kind":{_s(m.kind)},"mb":{m.mb},"stage":{m.stage},"src":{m.src},'
+                f'"dst":{m.dst},"bytes":{m.bytes!r},"send_posted":{sp},"recv_posted":{rp},'
+                f'"start":{st},"arrival":{ar},"send_done":{sd},"recv_done":{rd},'
+                f'"unit":{unit}}}'
+                for m, sp, rp, st, ar, sd, rd in zip(self.tl.messages, *cols)]
 
     def _flows(self) -> list[str]:
         """A flow per message from its producer op to its consumer op, each end at the
@@ -321,22 +320,30 @@ class _TimelineEvents:
 
         tl, t0, t1, base, tid = self.tl, self.t0, self.t1, self.base, self.span_tid
         at = {(s.rank, *a): i for i, s in enumerate(tl.spans) for a in span_atoms(s)}
+        get = at.get
+        mid = [round((x + y) / 2, 3) for x, y in zip(t0, t1)]
         out = []
+        fs = ('{"name":"%s mb%d %d' + _TO + '%d","cat":"message","ph":"s","id":%d,"ts":%r,'
+              '"pid":%d,"tid":%d}')
+        ff = ('{"name":"%s mb%d %d' + _TO + '%d","cat":"message","ph":"f","id":%d,"ts":%r,'
+              '"pid":%d,"tid":%d,"bp":"e"}')
+        fid = self.flow_id
         for m in tl.messages:
             key = (m.kind, m.stage, m.mb)
-            i = next((at[k] for a in producer_atoms(key) if (k := (m.src, *a)) in at), None)
-            j = next((at[k] for a in consumer_atoms(key) if (k := (m.dst, *a)) in at), None)
+            i = j = None
+            for a in producer_atoms(key):
+                if (i := get((m.src, *a))) is not None:
+                    break
+            for a in consumer_atoms(key):
+                if (j := get((m.dst, *a))) is not None:
+                    break
             if i is None or j is None or t1[i] <= t0[i] or t1[j] <= t0[j]:
                 continue
-            self.flow_id += 1
-            fid = self.flow_id
-            name = f"{_sjs(m.kind)} mb{m.mb} {m.src}{_TO}{m.dst}"
-            out.append(f'{{"name":"{name}","cat":"message","ph":"s","id":{fid},'
-                       f'"ts":{round((t0[i] + t1[i]) / 2, 3)!r},"pid":{base + m.src + 1},'
-                       f'"tid":{tid[i]}}}')
-            out.append(f'{{"name":"{name}","cat":"message","ph":"f","id":{fid},'
-                       f'"ts":{round((t0[j] + t1[j]) / 2, 3)!r},"pid":{base + m.dst + 1},'
-                       f'"tid":{tid[j]},"bp":"e"}}')
+            fid += 1
+            kind = _sjs(m.kind)
+            out.append(fs % (kind, m.mb, m.src, m.dst, fid, mid[i], base + m.src + 1, tid[i]))
+            out.append(ff % (kind, m.mb, m.src, m.dst, fid, mid[j], base + m.dst + 1, tid[j]))
+        self.flow_id = fid
         return out
 
     def _memory(self, memory: Any) -> list[str]:
