@@ -26,7 +26,7 @@ import tempfile
 import time
 
 TARGETS = {"critical-path": "5 s, 600 MB", "query": "5 s, 600 MB",
-           "simulate --trace": "5 s", "compare": "10 s"}
+           "simulate --trace": "5 s", "compare": "10 s", "compare per rank": "10 s"}
 
 
 #: run ``schedsim`` from the checkout in argv[1] (an editable install's import hook
@@ -75,6 +75,8 @@ def main() -> None:
         ("align", ["align", *scen]),
         ("lint", ["lint", *scen]),
         ("compare", ["compare", "-p", str(p), "-m", str(a.compare_microbatches)]),
+        ("compare per rank", ["compare", "-p", str(p), "-m", str(a.compare_microbatches),
+                              "--per-rank-costs"]),
         ("compare -j 1", ["compare", "-p", str(p), "-m", str(a.compare_microbatches),
                           "-j", "1"]),
     ]
