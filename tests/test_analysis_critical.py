@@ -136,3 +136,20 @@ def test_critical_path_headline_and_runs_of_ops() -> None:
     assert [v.what for v in segs[1].via if v.kind == "message"] == ["F mb0 0->1"]
     long = path_headline(path, tl.makespan, route_limit=4)[1]
     assert long == "route: 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
+
+
+def test_networkx_view_of_a_small_graph() -> None:
+    """The graph as a networkx DiGraph (for small graphs): same nodes, edges, kinds and
+    weights; its longest paths give the same times."""
+    import networkx as nx
+
+    prog = build_program("1f1b", 2, 3)
+    tl = simulate(prog, CostModel(F=1, BW=2))
+    G = build_graph(tl, prog)
+    g = G.to_networkx()
+    assert g.number_of_edges() == len(G.e.src) and set(g.nodes) == set(G.time)
+    assert g.edges[("S", 1, 2), ("E", 1, 2)] == {"weight": 1.0, "kind": "compute"}
+    t = {}
+    for v in nx.topological_sort(g):
+        t[v] = max((t[u] + d["weight"] for u, _, d in g.in_edges(v, data=True)), default=0.0)
+    assert t == dict(G.time)

@@ -6,7 +6,7 @@ both of their parts.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from functools import cached_property
 
 from schedsim.program.ir import Comm, Op
@@ -63,11 +63,6 @@ def rank_atom_index(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
         for kind, stage, mb in span_atoms(s):
             idx[(s.rank, kind, stage, mb)] = s
     return idx
-
-
-def message_producer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
-    """The span on ``m.src`` that produced message ``m`` (``idx``: :func:`rank_atom_index`)."""
-    return _first(idx, tuple((m.src, *a) for a in producer_atoms((m.kind, m.stage, m.mb))))
 
 
 def message_consumer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
@@ -146,12 +141,6 @@ class TimelineIndex:
         keys, spans = self._by_index[rank]
         k = bisect_right(keys, index)
         return spans[k] if k < len(spans) else None
-
-    def span_before(self, rank: int, index: int) -> Span | None:
-        """The last compute span of ``rank`` whose instruction index is < ``index``."""
-        keys, spans = self._by_index[rank]
-        k = bisect_left(keys, index)
-        return spans[k - 1] if k > 0 else None
 
     def producer(self, key: Key) -> Span | None:
         """The span that produced message ``key`` (F for an activation, B/BW a gradient)."""

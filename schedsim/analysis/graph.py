@@ -195,17 +195,6 @@ class DepGraph:
         np.cumsum(np.bincount(e.dst[ids], minlength=self.lay.n), out=toff[1:])
         return toff, e.src[ids]
 
-    def tight_preds(self, v: int) -> list[tuple[int, str]]:
-        """Binding in-edges of node ``v`` as ``(source node, kind)``, host edges first."""
-        off, ids = self._in
-        e, t = self.e, self.t
-        out = []
-        for k in ids[off[v]:off[v + 1]].tolist():
-            u = int(e.src[k])
-            if t[u] + e.weight[k] >= t[v] - EPS:
-                out.append((u, EDGE_KINDS[e.kind[k]]))
-        return out
-
     def backtrack(self, v: int, stop: set[int] | None = None) -> list[int]:
         """Follow binding in-edges back from node ``v`` to time 0 (or a node of
         ``stop``); returns the chain in time order, ``v`` last."""
