@@ -4,7 +4,9 @@
 
 ``torch`` replays torch's ``_add_send_recv`` lock-step sweep (plus its FSDP/REDUCE_GRAD
 bookkeeping placement), so it costs more than ``async``; the ratio column says how much.
-Best of 3 runs, wall-clock seconds.
+``megatron`` traces Megatron-LM's interleaved loop (only on the interleaved 1F1B cases,
+whose torch order equals Megatron's with N = m / rounds). Best of 3 runs, wall-clock
+seconds.
 """
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from schedsim.generators.torch_family import interleaved_1f1b, interleaved_zb, z
 from schedsim.program.lower import lower
 from schedsim.util.gc import no_gc
 
+MEGATRON = ("commit", "torch", "megatron")
 CASES = [
-    ("interleaved-1f1b p8 m64 v2", lambda: interleaved_1f1b(8, 64)),
-    ("interleaved-1f1b p16 m256 v2", lambda: interleaved_1f1b(16, 256)),
-    ("interleaved-1f1b p8 m64 v8", lambda: interleaved_1f1b(8, 64, chunks=8)),
-    ("interleaved-zb p16 m128 v2", lambda: interleaved_zb(16, 128)),
-    ("zbv(torch) p16 m256", lambda: zbv_torch(16, 256)),
+    ("interleaved-1f1b p8 m64 v2", lambda: interleaved_1f1b(8, 64), MEGATRON),
+    ("interleaved-1f1b p16 m256 v2", lambda: interleaved_1f1b(16, 256), MEGATRON),
+    ("interleaved-1f1b p8 m64 v8", lambda: interleaved_1f1b(8, 64, chunks=8), MEGATRON),
+    ("interleaved-zb p16 m128 v2", lambda: interleaved_zb(16, 128), ("commit", "torch")),
+    ("zbv(torch) p16 m256", lambda: zbv_torch(16, 256), ("commit", "torch")),
 ]
 
 
@@ -34,13 +37,13 @@ def best(fn, repeat: int = 3) -> float:
 
 
 def main() -> None:
-    print(f"{'schedule':32} {'ops':>7} {'policy':7} {'seconds':>8} {'x async':>8}")
-    for label, make in CASES:
+    print(f"{'schedule':32} {'ops':>7} {'policy':8} {'seconds':>8} {'x async':>8}")
+    for label, make, policies in CASES:
         s = make()
         base = best(lambda: lower(s, "async"))
-        for pol in ("async", "commit", "torch"):
+        for pol in ("async", *policies):
             t = base if pol == "async" else best(lambda: lower(s, pol))
-            print(f"{label:32} {s.num_ops():7d} {pol:7} {t:8.3f} {t / base:8.2f}")
+            print(f"{label:32} {s.num_ops():7d} {pol:8} {t:8.3f} {t / base:8.2f}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ Example (``schedules/dualpipe-figure.toml``)::
     ranks = 8
     microbatches = 20
     # generator parameters go here too (chunks = 2, variant = "megatron", ...);
-    # comm_policy = "async" lowers compute-only schedules;
+    # comm_policy = "async" lowers compute-only schedules (async | commit | torch |
+    # megatron), and that policy's parameters go here too (batch_p2p_comm = false, ...);
     # program = "file.txt" (with placement/stages) or schedule_file = "x.json|x.csv"
     # load a hand-written program or schedule instead of a generator. A torch CSV with
     # SEND/RECV cells runs with those comms unless comm_policy is set.
@@ -27,6 +28,11 @@ Example (``schedules/dualpipe-figure.toml``)::
     latency = 0
     # bandwidth = 1e9          bytes per time unit;  [[link.links]] src/dst overrides
 
+    [model]                    # optional: schedsim.sim.stage_model.StageModel
+    # layers = 4, tp = 4, moe = true, ep = 8, overlap = "fb", ...: derives F, B, W, BW,
+    # FB (and message_bytes) from the layers and their TP/EP collectives; a kind typed
+    # in [costs] still wins (docs/stage-model.md)
+
     [comm]                     # schedsim.sim.costs.CommModel
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
@@ -42,11 +48,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedsim.errors import ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.stage_model import StageCosts, StageModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -85,7 +92,21 @@ class Scenario(BaseModel):
     comm: CommModel = Field(default_factory=CommModel)
     memory: dict[str, Any] = Field(default_factory=dict)
     replay: dict[str, Any] = Field(default_factory=dict)
+    model: StageModel | None = None
     base_dir: str = Field(default=".", exclude=True)
+
+    @model_validator(mode="after")
+    def _derive_costs(self) -> "Scenario":
+        """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
+        if self.model is not None:
+            self.costs = self.costs.with_derived(StageCosts(self.model),
+                                                 self.model.message_bytes())
+        return self
+
+    def stage_costs(self) -> StageCosts | None:
+        """The derived costs of ``[model]`` (None without one)."""
+        d = self.costs._derived
+        return d if isinstance(d, StageCosts) else None
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
@@ -130,6 +151,9 @@ class Scenario(BaseModel):
                 raise ScenarioError(f"[[costs.overrides]] stage {o.stage} mb {o.mb}: the "
                                     f"program has stages 0..{S - 1} and microbatches "
                                     f"0..{M - 1}")
+        for st in (self.model.stage if self.model is not None else ()):
+            if not 0 <= st < S:
+                raise ScenarioError(f"[model.stage.{st}]: the program has stages 0..{S - 1}")
         for lk in self.link.links:
             if not (lk.src < P and lk.dst < P) or lk.src == lk.dst:
                 raise ScenarioError(f"[[link.links]] src {lk.src} dst {lk.dst}: need two "
@@ -141,7 +165,8 @@ class Scenario(BaseModel):
             return load_program_file(self.resolve(s.program), s.placement or "loop",
                                      ranks=s.ranks, stages=s.stages,
                                      microbatches=s.microbatches,
-                                     comm_policy=s.comm_policy)
+                                     comm_policy=s.comm_policy,
+                                     policy_params=s.generator_params())
         if s.schedule_file:
             path = self.resolve(s.schedule_file)
             if path.suffix.lower() == ".csv" and s.comm_policy is None:
@@ -151,13 +176,14 @@ class Scenario(BaseModel):
                 prog = read_torch_csv_program(path, s.placement or "loop", stages=s.stages,
                                               microbatches=s.microbatches)
                 if prog is not None:
+                    _no_policy_params(s.generator_params(), path)
                     return prog
             from schedsim.interop.schedule_files import load_schedule_file
             from schedsim.program.lower import lower
 
             sched = load_schedule_file(self.resolve(s.schedule_file), placement=s.placement,
                                        stages=s.stages, microbatches=s.microbatches)
-            return lower(sched, s.comm_policy or "async")
+            return lower(sched, s.comm_policy or "async", **s.generator_params())
         if not s.name:
             raise ScenarioError("[schedule] needs a name (see 'schedsim list'), a program "
                                 "file or a schedule_file")
@@ -174,6 +200,15 @@ class Scenario(BaseModel):
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+
+
+def _no_policy_params(params: dict[str, Any], path: Path) -> None:
+    """A file that brings its own sends and recvs is not lowered: refuse comm policy
+    parameters for it rather than ignore them (ScenarioError naming them)."""
+    if params:
+        raise ScenarioError(f"{path.name} has its own sends/recvs, so no comm policy lowers "
+                            f"it and {', '.join(sorted(params))} would do nothing: drop "
+                            f"them, or add --comm-policy to re-lower its compute order")
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -241,13 +276,15 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None) -> Program:
+                      comm_policy: str | None = None,
+                      policy_params: dict[str, Any] | None = None) -> Program:
     """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
 
     ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
     ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
     comm instruction is a compute-only schedule and is lowered with ``comm_policy``
-    (default ``async``). Raises :class:`ScenarioError`/:class:`ParseError`.
+    (default ``async``) and its ``policy_params``. Raises
+    :class:`ScenarioError`/:class:`ParseError`.
     """
     from schedsim.program.tokens import parse_program_text
 
@@ -261,12 +298,13 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
     rows = parse_program_text(text)
     return program_from_rows(rows, placement, ranks=ranks, stages=stages,
                              microbatches=microbatches, comm_policy=comm_policy,
-                             name=path.stem)
+                             name=path.stem, policy_params=policy_params)
 
 
 def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None, name: str = "custom") -> Program:
+                      comm_policy: str | None = None, name: str = "custom",
+                      policy_params: dict[str, Any] | None = None) -> Program:
     """Build a :class:`Program` from parsed instruction rows (see
     :func:`load_program_file` for the defaults)."""
     from schedsim.program.ir import Compute, Wait
@@ -303,7 +341,11 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     if not prog.has_comm():
         from schedsim.program.lower import lower
 
-        return lower(prog.schedule(), comm_policy or "async")
+        return lower(prog.schedule(), comm_policy or "async", **(policy_params or {}))
+    if policy_params:
+        raise ScenarioError(f"the program {name!r} has its own sends/recvs, so no comm "
+                            f"policy lowers it and {', '.join(sorted(policy_params))} would "
+                            f"do nothing: drop them")
     return prog
 
 
@@ -311,7 +353,8 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     """``scenario`` with its ``[costs]`` and ``[link]`` replaced by those of a cost file
     (a TOML fragment such as ``schedsim calibrate`` writes; a table the file lacks is
     kept) and, if the file has a ``[comm]`` table, its ``launch_cost`` (host time per
-    launched batch, in the cost unit; the scenario's comm semantics and streams are kept).
+    launched batch, in the cost unit) and ``host`` (measured host times, from ``schedsim
+    calibrate --exact``); the scenario's comm semantics and streams are kept.
 
     Raises :class:`ScenarioError` for a missing or malformed file, a file with none of
     these tables, another table, or a ``[comm]`` key other than ``launch_cost`` (named).
@@ -327,12 +370,12 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     if extra or not data:
         raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "
                             f"tables (got {', '.join(extra) or 'nothing'})")
-    merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True)
+    merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     comm = data.pop("comm", None)
     if comm is not None:
         if not isinstance(comm, dict):
             raise ScenarioError(f"{path}: 'comm' must be a table ([comm] with launch_cost)")
-        bad = sorted(set(comm) - {"launch_cost"})
+        bad = sorted(set(comm) - {"launch_cost", "host"})
         if bad:
             raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
                                 f"{', '.join(bad)}; set semantics and streams in the "

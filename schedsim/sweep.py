@@ -45,9 +45,10 @@ class Formula:
 
 
 def _c(costs: CostModel, kind: str) -> float:
-    if kind == "FB":
-        fb = costs.FB
-        return fb if fb is not None else costs.F + costs.kind_cost("BW", 0, 0)
+    if kind == "FB":     # as the simulation prices it (typed, derived or F + BW)
+        from schedsim.program.ir import Op
+
+        return costs.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))
     return costs.kind_cost(kind, 0, 0)
 
 
@@ -191,7 +192,8 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
     """Simulate each schedule (default: every registered one) and collect its numbers.
 
     ``per_rank_costs``: the costs are one rank's share of the model (module docstring);
-    False: every op costs the given cost. A schedule whose generator rejects (ranks,
+    False: every op costs the given cost (always so for costs a stage model derives,
+    which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A schedule whose generator rejects (ranks,
     microbatches) or whose program deadlocks under ``comm`` is skipped with the reason in
     ``skipped``. ``params`` gives extra generator parameters per schedule name. ``jobs``:
     worker processes (1: in this process; 0: as many as CPUs when the sweep is large,
@@ -205,6 +207,8 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
     link = link or LinkModel()
     comm = comm or CommModel()
     memory = memory or MemoryModel()
+    # a stage model's costs (a scenario's [model]) give each stage its layers: per op
+    per_rank_costs = per_rank_costs and getattr(costs, "_derived", None) is None
     todo = schedules if schedules is not None else names()
     for n in todo:
         get(n)    # unknown names fail loudly

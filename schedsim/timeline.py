@@ -21,11 +21,15 @@ A span's ``mb``/``chunk``/``stage`` are its forward part's for ``FB``. A message
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from schedsim.program.ir import Op, Placement
 
 
 @dataclass(slots=True)
@@ -76,10 +80,16 @@ class Message:
       earlier batches. Under ``data`` semantics (no post instructions) ``send_posted`` is
       when the send became active (its producer ended) and ``recv_posted`` is None; also
       None for measured timelines that did not record it;
-    - ``start`` / ``arrival``: when the transfer began / its last byte arrived (None in
-      measured timelines: not observable);
-    - ``send_done`` / ``recv_done``: when each side completed (measured: the end of the
-      first wait that covers it).
+    - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
+      timelines (replay, imported traces) cannot observe them; the builder
+      (:func:`build_timeline`) sets them from what they can: ``start`` = when both sides
+      had posted (gloo and NCCL move the bytes only then; :func:`effective_posts`),
+      ``arrival`` = ``recv_done`` (exact when the receiver was blocked on it, an upper
+      bound otherwise); None when a side was not recorded. So a measured side's time
+      from post to done splits into *waiting for the peer* (post to ``start``) and
+      *transferring* (``start`` to done);
+    - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
+      for it returned).
     """
 
     kind: str
@@ -242,3 +252,93 @@ class Timeline(BaseModel):
             first = str(e).splitlines()
             raise ScenarioError(f"{path}: not a schedsim timeline JSON "
                                 f"({first[0] if first else e})") from None
+
+
+def build_timeline(placement: "Placement", *, name: str, microbatches: int,
+                   span_rank: Sequence[int], span_op: Sequence["Op"],
+                   span_start: Sequence[float], span_end: Sequence[float],
+                   span_index: Sequence[int], messages: Iterable[Message] = (),
+                   waits: Iterable[WaitRecord] = (), semantics: str, unit: str,
+                   source: Literal["simulated", "measured"] = "simulated",
+                   comm_stream: str = "none", params: dict[str, Any] | None = None,
+                   order: Literal["given", "rank-start"] = "given",
+                   **extra: Any) -> Timeline:
+    """The one builder of a :class:`Timeline`, shared by the executors (simulator, replay)
+    and trace import: plain columns in, a Timeline with summary statistics out.
+
+    Spans are given as parallel columns (one entry per compute op that ran): ``span_rank``
+    (int), ``span_op`` (an :class:`~schedsim.program.ir.Op`, ``FB`` included: its parts
+    become the span's ``parts``), ``span_start``/``span_end`` (floats in ``unit``) and
+    ``span_index`` (the instruction position in the rank's program). The chunk of every
+    span and part comes from ``placement``. ``messages`` and ``waits`` are taken as they
+    are (``Message(kind, src, dst, mb, stage, ...)`` positionally builds one from
+    columns). ``order="rank-start"`` sorts the spans by ``(rank, start)``; ``"given"``
+    keeps the input order. ``extra`` fields are stored on the Timeline (JSON extra
+    fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
+
+    Raises ValueError if the span columns differ in length.
+    """
+    n = len(span_op)
+    if not (len(span_rank) == len(span_start) == len(span_end) == len(span_index) == n):
+        raise ValueError("build_timeline: the span columns differ in length")
+    chunk_of = placement.chunk_fn()
+    spans = []
+    for r, op, a, b, i in zip(span_rank, span_op, span_start, span_end, span_index):
+        parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
+                 if op.parts else None)
+        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b, i,
+                          parts))
+    if order == "rank-start":
+        spans.sort(key=lambda s: (s.rank, s.start))
+    messages = list(messages)
+    if source == "measured":
+        infer_transfers(messages)
+    makespan, per_rank = Timeline.summarize(placement.ranks, spans)
+    return Timeline(schedule=name, ranks=placement.ranks, stages=placement.stages,
+                    microbatches=microbatches, semantics=semantics,
+                    comm_stream=comm_stream, unit=unit, source=source,
+                    placement=placement.kind, makespan=makespan, per_rank=per_rank,
+                    spans=spans, messages=messages, waits=list(waits),
+                    params=dict(params or {}), **extra)
+
+
+def _sides(m: Message) -> tuple[tuple[int, int, float | None], ...]:
+    return ((m.src, m.send_index, m.send_posted), (m.dst, m.recv_index, m.recv_posted))
+
+
+def effective_posts(messages: Iterable[Message]) -> dict[tuple[int, int], float]:
+    """``(rank, instruction index) -> time`` by which each launch of a measured run had
+    posted its ops: its recorded post (the end of the launch), or earlier when one of its
+    messages completed (either side) before that: under rendezvous, which gloo and NCCL
+    follow (docs/traces.md), no side completes before both sides posted, and a launch
+    issues its ops as it starts, so the rest of the launch was host time (a descheduled
+    host, profiler overhead). Used for the transfer split (:func:`infer_transfers`),
+    ``calibrate --exact`` and the dependency graph of a measured run."""
+    posted: dict[tuple[int, int], float] = {}
+    bound: dict[tuple[int, int], float] = {}
+    for m in messages:
+        done = [t for t in (m.recv_done, m.send_done) if t is not None]
+        for r, i, t in _sides(m):
+            if t is None or i < 0:
+                continue
+            k = (r, i)
+            posted[k] = max(t, posted.get(k, t))
+            if done:
+                bound[k] = min(min(done), bound.get(k, math.inf))
+    return {k: min(t, bound.get(k, math.inf)) for k, t in posted.items()}
+
+
+def infer_transfers(messages: list[Message]) -> None:
+    """Fill measured messages' unobservable ``start``/``arrival`` (left as they are when
+    set; the rule in :class:`Message`): ``start`` = when both sides had posted
+    (:func:`effective_posts`), ``arrival`` = ``recv_done``. Nothing for a message whose
+    posts or ``recv_done`` are unknown."""
+    eff = effective_posts(messages)
+    for m in messages:
+        if m.start is not None or m.recv_done is None:
+            continue
+        sides = [eff.get((r, i), t) for r, i, t in _sides(m)]
+        if None in sides:
+            continue
+        m.start = max(sides)
+        m.arrival = max(m.start, m.recv_done)

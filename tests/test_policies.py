@@ -88,29 +88,91 @@ def _ours(name: str, fn, p: int, m: int) -> Schedule:
 
 @pytest.mark.parametrize("name,fn", MULTI, ids=[n for n, _ in MULTI])
 @pytest.mark.parametrize("p,mf", [(2, 1), (2, 2), (4, 1), (4, 2), (4, 3)])
-def test_torch_policy_equals_runtime_lowering(name: str, fn, p: int, mf: int) -> None:
+def test_torch_comm_placement_equals_add_send_recv(name: str, fn, p: int, mf: int) -> None:
     """Multi-stage schedules: SEND/RECV placement equals torch's
-    ``_PipelineScheduleRuntime._prepare_schedule_with_comms`` (bookkeeping dropped), and
-    each compute waits exactly its cross-rank inputs right before it runs."""
+    ``_PipelineScheduleRuntime._prepare_schedule_with_comms`` (bookkeeping dropped)."""
     m = mf * p
     want = torch_ref.torch_compute(name, p, m, 2, with_comms=True)
     if want is None:                      # torch refuses (DualPipeV needs m >= 2p): so do we
         with pytest.raises(ScheduleError, match="microbatches >= 2 x ranks"):
             _ours(name, fn, p, m)
         return
-    sched = _ours(name, fn, p, m)
     got = [[format_op(x) if isinstance(x, Op) else str(x) for x in row]
-           for row in add_send_recv(sched)]
+           for row in add_send_recv(_ours(name, fn, p, m))]
     assert got == want
-    prog = lower(sched, "torch")
-    pl = prog.placement
-    for r, row in enumerate(prog.ranks):
-        assert [format_instr(i) for i in row if not isinstance(i, Wait)] == want[r]
+
+
+def _ours_k(name: str, fn, p: int, m: int, k: int) -> Schedule:
+    return fn(p, m, chunks=k) if fn is not None else _ours(name, fn, p, m)
+
+
+def _runtime_shapes(name: str) -> list[tuple[int, int, int]]:
+    """(p, m, k) beyond the refs (which hold only Schedule1F1B p=4 m=8): 2-3 stages per
+    rank for the loop classes, any m including non-multiples of p."""
+    if name in ("ZBVZeroBubble", "DualPipeV"):
+        return [(p, m, 2) for p in range(1, 7) for m in (p, 2 * p, 2 * p + 1, 3 * p, 4 * p + 1,
+                                                          5 * p)]
+    return [(p, m, k) for p in (2, 3, 4, 5) for m in (p - 1, p, p + 1, 2 * p, 3 * p)
+            for k in (2, 3)]
+
+
+@pytest.mark.parametrize("name,fn", MULTI, ids=[n for n, _ in MULTI])
+def test_torch_policy_equals_recorded_runtime(name: str, fn) -> None:
+    """Token for token what torch 2.13's ``_PipelineScheduleRuntime._step_microbatches``
+    issues (recorded with stand-in stages, tests/torch_ref.py): compute, launches, each
+    recv's wait, OVERLAP_F_B run as forward then backward (each after its recv's wait)
+    and the final waits on every send, last posted first. Where torch refuses, so do we."""
+    compared = 0
+    for p, m, k in _runtime_shapes(name):
+        want = torch_ref.record_runtime(name, p, m, k)
+        if want is None:
+            with pytest.raises(ScheduleError):
+                _ours_k(name, fn, p, m, k)
+            continue
+        assert tokens(lower(_ours_k(name, fn, p, m, k), "torch")) == want, (p, m, k)
+        compared += 1
+    assert compared >= 30
+
+
+@pytest.mark.parametrize("name,fn", MULTI, ids=[n for n, _ in MULTI])
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8), (5, 10)])
+def test_torch_policy_options_equal_recorded_runtime(name: str, fn, p: int, m: int) -> None:
+    """``defer_pp_recv`` (torch's ``_defer_recv_ops``) and ``overlap_f_b`` (a custom
+    OVERLAP_F_B function registered, as torchtitan's DualPipeV overlap does) against the
+    runtime recorded with the same options."""
+    sched = _ours_k(name, fn, p, m, 2)
+    for opts in ({"defer_pp_recv": True}, {"overlap_f_b": True},
+                 {"defer_pp_recv": True, "overlap_f_b": True}):
+        want = torch_ref.record_runtime(name, p, m, 2, **opts)
+        assert tokens(lower(sched, "torch", **opts)) == want, opts
+
+
+def test_torch_runtime_final_waits_and_overlap_f_b() -> None:
+    """The shape of the runtime's program, stated without torch: every rank ends with one
+    WAIT per SEND it posted, in reverse posting order; by default no FB op is left (each
+    pair runs F then B, each after its own recv's wait); with overlap_f_b the FB ops stay
+    and each waits its forward's recv, then its backward's, right before it."""
+    sched = generate("dualpipev", 4, 8).schedule()
+    n_fb = sum(op.kind == "FB" for row in sched.ranks for op in row)
+    plain, fb = lower(sched, "torch"), lower(sched, "torch", overlap_f_b=True)
+    for prog in (plain, fb):
+        for row in prog.ranks:
+            sends = [i.comm for i in row if isinstance(i, Post) and i.comm.is_send]
+            tail = row[len(row) - len(sends):]
+            assert tail == [Wait((c,)) for c in reversed(sends)]
+    assert not any(isinstance(i, Compute) and i.op.kind == "FB"
+                   for row in plain.ranks for i in row)
+    assert sum(isinstance(i, Compute) and i.op.kind == "FB"
+               for row in fb.ranks for i in row) == n_fb == 25
+    pl = fb.placement
+    for r, row in enumerate(fb.ranks):
         for i, ins in enumerate(row):
-            if isinstance(ins, Compute):
-                need = op_recvs(ins.op, r, pl)
-                assert (row[i - 1].comms == tuple(need)) if need else \
-                    not isinstance(row[i - 1], Wait)
+            if isinstance(ins, Compute) and ins.op.kind == "FB":
+                need = [[c] for part in ins.op.parts for c in op_recvs(part, r, pl)]
+                assert [list(w.comms) for w in row[i - len(need):i]] == need
+    # defer_pp_recv only exists on torch's multi-stage runtime
+    with pytest.raises(ScheduleError, match="Schedule1F1B, which has none"):
+        lower(generate("1f1b", 4, 8), "torch", defer_pp_recv=True)
 
 
 @pytest.mark.parametrize("name,fn", MULTI[:3], ids=[n for n, _ in MULTI[:3]])
@@ -141,9 +203,10 @@ def test_torch_policy_never_deadlocks(name: str, kw: dict, semantics: str,
     for p, m in ((2, 4), (4, 8)):
         out = generate(name, p, m, **kw)
         sched = out.schedule() if hasattr(out, "has_comm") else out
-        tl = simulate(lower(sched, "torch"), CostModel(), LinkModel(latency=0.25),
+        prog = lower(sched, "torch")
+        tl = simulate(prog, CostModel(), LinkModel(latency=0.25),
                       CommModel(semantics=semantics, comm_stream=stream))
-        assert tl.deadlock is None and len(tl.spans) == sched.num_ops()
+        assert tl.deadlock is None and len(tl.spans) == prog.schedule().num_ops()
 
 
 def test_commit_policy_exact_program() -> None:
@@ -231,16 +294,22 @@ def test_out_of_order_consumer_gets_early_recv() -> None:
 
 def test_dualpipev_deepseek_program_vs_torch_runtime() -> None:
     """torch's DualPipeV runs deepseek's compute order (see test_torch_families) with
-    torch's runtime comms instead of deepseek's commit batches; the README's numbers."""
+    torch's runtime comms instead of deepseek's commit batches. With a custom OVERLAP_F_B
+    function the compute is the same op for op; by default torch runs each pair as its
+    forward then its backward, so under ``data`` each half starts as soon as its own input
+    is there (54.5 < 58.5); waits make both 58.5 under eager."""
     deepseek = generate("dualpipev", 4, 8)
-    torch_run = lower(deepseek.schedule(), "torch")
-    assert torch_run.schedule().ranks == deepseek.schedule().ranks
+    split = lower(deepseek.schedule(), "torch")
+    fused = lower(deepseek.schedule(), "torch", overlap_f_b=True)
+    assert fused.schedule().ranks == deepseek.schedule().ranks
+    assert [[a for op in row for a in op.atoms()] for row in split.schedule().ranks] == \
+        [[a for op in row for a in op.atoms()] for row in deepseek.schedule().ranks]
     assert any(isinstance(i, Commit) for row in deepseek.ranks for i in row)
-    assert not any(isinstance(i, Commit) for row in torch_run.ranks for i in row)
+    assert not any(isinstance(i, Commit) for row in split.ranks for i in row)
     costs = CostModel(F=1, B=1, W=1, BW=2, FB=3)
     link = LinkModel(latency=0.25)
-    got = {sem: (simulate(deepseek, costs, link, CommModel(semantics=sem)).makespan,
-                 simulate(torch_run, costs, link, CommModel(semantics=sem)).makespan)
+    got = {sem: tuple(simulate(prog, costs, link, CommModel(semantics=sem)).makespan
+                      for prog in (deepseek, split, fused))
            for sem in ("data", "eager", "rendezvous")}
-    assert got == {"data": (58.5, 58.5), "eager": (59.5, 58.5),
-                   "rendezvous": (60.75, 58.75)}
+    assert got == {"data": (58.5, 54.5, 58.5), "eager": (59.5, 58.5, 58.5),
+                   "rendezvous": (60.75, 58.75, 58.75)}

@@ -288,7 +288,7 @@ def _fake_launch(prog_name="1f1b"):
 
 
 def test_replay_outputs_all_or_nothing(tmp_path, monkeypatch):
-    """--json, --gantt and --compare's four files appear together; when one fails none
+    """--json, --gantt and --compare's five files appear together; when one fails none
     does (nor the --out-dir made for them), and the error names it."""
     import schedsim.plot.figure as plot
     import schedsim.replay.launch as launch_mod
@@ -315,7 +315,23 @@ def test_replay_outputs_all_or_nothing(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "m.json").exists() and (tmp_path / "m.png").exists()
     assert sorted(p.name for p in out.iterdir()) == [
-        "1f1b-measured.json", "1f1b-overlay.png", "1f1b-predicted.json"]
+        "1f1b-errors.json", "1f1b-measured.json", "1f1b-overlay.png", "1f1b-predicted.json"]
+
+
+def test_out_dir_without_compare_is_honoured(tmp_path, monkeypatch):
+    """--out-dir alone receives NAME-measured.json (the folder made for it); --semantics
+    and --isolated without --compare are errors, not ignored."""
+    import schedsim.replay.launch as launch_mod
+
+    monkeypatch.setattr(launch_mod, "launch", _fake_launch())
+    out = tmp_path / "a" / "b"
+    r = runner.invoke(app, ["replay", *_1F1B, "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["1f1b-measured.json"]
+    assert Timeline.read_json(out / "1f1b-measured.json").source == "measured"
+    for flag in (["--semantics", "eager"], ["--isolated"]):
+        r = runner.invoke(app, ["replay", *_1F1B, *flag])
+        assert r.exit_code == 2 and "goes with --compare" in r.output, r.output
 
 
 def test_measured_posts_mean_what_simulated_posts_mean():

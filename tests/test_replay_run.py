@@ -208,12 +208,16 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
     assert data["world_size"] == 2 and data["grad_check"]["passed"] is True
     assert (tmp_path / "m.png").stat().st_size > 10_000
     for f in ("1f1b-measured.json", "1f1b-predicted.json", "1f1b-costs.toml",
-              "1f1b-overlay.png"):
+              "1f1b-errors.json", "1f1b-overlay.png"):
         assert (out / f).exists(), f
     pred = Timeline.read_json(out / "1f1b-predicted.json")
-    assert pred.source == "simulated" and pred.unit == "ms" and pred.semantics == "eager"
+    assert pred.source == "simulated" and pred.unit == "ms"
+    assert pred.semantics == "rendezvous"          # how gloo behaves: the default
+    errors = json.loads((out / "1f1b-errors.json").read_text())
+    assert set(errors["semantics_error"]) == {"makespan", "mean_start", "max_start"}
+    assert "semantics error : makespan" in text and "cost-model error:" in text
     p2 = subprocess.run(cmd + ["simulate", str(sc), "--costs-file",
-                               str(out / "1f1b-costs.toml"), "--semantics", "eager", "-q",
+                               str(out / "1f1b-costs.toml"), "--semantics", "rendezvous", "-q",
                                "--json",
                                str(tmp_path / "p.json")], capture_output=True, text=True,
                         timeout=60)
@@ -241,6 +245,17 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
         {(w.rank, w.index, w.kind) for w in meas.waits}
     assert len(imp.messages) == len(meas.messages)
     assert sorted(map(key, part.spans)) == sorted(key(s) for s in meas.spans if s.rank == 0)
+    # the replay's own ranges are a program: check-trace explains them
+    p5 = subprocess.run(cmd + ["check-trace", str(tmp_path / "prof" / "rank0.json"),
+                               str(tmp_path / "prof" / "rank1.json"), "--json",
+                               str(tmp_path / "e.json")], capture_output=True, text=True,
+                        timeout=60)
+    assert p5.returncode == 0, p5.stderr
+    sem = json.loads((tmp_path / "e.json").read_text())["semantics_error"]
+    assert sem["mean_start"] <= 0.05 and abs(sem["makespan"]) <= 0.05
+    assert Program.model_validate(imp.program).ranks == \
+        parse_scenario({"schedule": {"name": "1f1b", "ranks": 2,
+                                     "microbatches": 4}}).build_program().ranks
 
 
 def test_calibrate_three_ranks_launch_cost():

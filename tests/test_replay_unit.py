@@ -284,7 +284,8 @@ def test_torch_free_imports():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import schedsim, schedsim.cli, schedsim.cli.replay, schedsim.replay, "
             "schedsim.replay.launch, schedsim.replay.calibrate, schedsim.analysis.accuracy, "
-            "schedsim.interop.kineto\n"
+            "schedsim.interop.kineto, schedsim.replay.fit, schedsim.replay.check, "
+            "schedsim.cli.check, schedsim.cli.inputs\n"
             "assert sys.modules['torch'] is None\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+import torch_ref
 from conftest import SCHEDULES
+from torch.distributed.pipelining.schedules import _Action
 from typer.testing import CliRunner
 
 from schedsim.cli import app
@@ -32,9 +34,6 @@ from schedsim.program.torch_runtime import add_send_recv, runtime_rows
 from schedsim.program.validate import validate_schedule
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.simulate import simulate
-
-torch_ref = pytest.importorskip("torch_ref")
-from torch.distributed.pipelining.schedules import _Action  # noqa: E402
 
 runner = CliRunner()
 
@@ -218,8 +217,6 @@ def test_cli_round_trip(tmp_path: Path) -> None:
         r = runner.invoke(app, ["generate", "zbv", "-p", "4", "-m", "8", "--variant",
                                 "torch", "--comm-policy", policy, "--format", fmt,
                                 "--out", str(csv_file)])
-        if r.exit_code and "unknown schedule 'zbv'" in r.stderr:
-            pytest.skip("zbv generator not registered")
         assert r.exit_code == 0, r.output
         direct = run("-s", "zbv", "-p", 4, "-m", 8, "--variant", "torch", "--comm-policy",
                      policy)
@@ -254,7 +251,10 @@ def test_dualpipe_csv_round_trip(fmt: str, policy: str, tmp_path: Path) -> None:
         assert loaded["spans"] == direct["spans"] and loaded["makespan"] == direct["makespan"]
     back = read_torch_csv(f, placement="dual")
     assert back.placement == Placement(kind="dual", ranks=4, stages=4, microbatches=8)
-    assert back.ranks == generate("dualpipe", 4, 8).schedule().ranks
+    want = generate("dualpipe", 4, 8).schedule()
+    if policy == "torch":        # torch's runtime runs each F&B pair as F then B
+        want = lower(want, "torch").schedule()
+    assert back.ranks == want.ranks
     r = runner.invoke(app, ["simulate", "--schedule-file", str(f)])     # loop by default
     assert r.exit_code == 2 and "row 1 (rank 0) runs stage 3, which the loop placement " \
         "puts on rank 3; the file follows the dual placement: pass --placement dual" \

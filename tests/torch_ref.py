@@ -6,6 +6,9 @@
 - :func:`record_single`: what ``Schedule1F1B`` / ``ScheduleGPipe._step_microbatches``
   really issue (compute, P2P posts, waits), recorded with a fake stage and patched P2P
   helpers, as program tokens (``post[a+b]`` -> ``a b``, ``wait[a+b]`` -> ``WAIT[a+b]``);
+- :func:`record_runtime`: what ``_PipelineScheduleRuntime._step_microbatches`` really
+  issues for a multi-stage class (compute, launches, recv waits, OVERLAP_F_B, final send
+  waits), recorded the same way with stand-in stages;
 - :func:`torch_schedule`: a schedule instance (mock stages) for ``_dump_csv``/``_load_csv``.
 """
 from __future__ import annotations
@@ -16,12 +19,9 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-import pytest
-
-torch = pytest.importorskip("torch")
-from torch.distributed.pipelining import schedules as S  # noqa: E402
-from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  # noqa: E402
-from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
+from torch.distributed.pipelining import schedules as S
+from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+from torch.distributed.pipelining.stage import PipelineStage
 
 BOOKKEEPING = ("REDUCE_GRAD", "UNSHARD", "RESHARD")
 _KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
@@ -117,6 +117,119 @@ def record_single(cls_name: str, p: int, m: int) -> list[list[str]]:
         sched._maybe_compute_loss = lambda *a, **k: None
         sched._maybe_get_loss = lambda *a, **k: None
         sched._update_losses = lambda *a, **k: None
+        with mock.patch.object(S, "_batch_p2p", batch), \
+                mock.patch.object(S, "_wait_batch_p2p", wait):
+            sched._step_microbatches()
+        rows.append(log)
+    return rows
+
+
+class _FakeRuntimeStage:
+    """A stage of a multi-stage schedule: records compute, names P2P ops by token."""
+
+    def __init__(self, stage_index: int, num_stages: int, rank: int, p: int,
+                 log: list[str]) -> None:
+        self.stage_index, self.num_stages = stage_index, num_stages
+        self.group_rank, self.group_size = rank, p
+        self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
+        self.submod = None
+        self.log = log
+
+    def _op(self, kind: str, mb: int) -> list[str]:
+        return [f"{self.stage_index}{kind}{mb}"]
+
+    def get_fwd_recv_ops(self, mb):
+        return self._op("RECV_F", mb)
+
+    def get_fwd_send_ops(self, mb):
+        return self._op("SEND_F", mb)
+
+    def get_bwd_recv_ops(self, mb):
+        return self._op("RECV_B", mb)
+
+    def get_bwd_send_ops(self, mb):
+        return self._op("SEND_B", mb)
+
+    def forward_one_chunk(self, mb, *args, **kwargs):
+        self.log.append(f"{self.stage_index}F{mb}")
+
+    def backward_one_chunk(self, mb, loss=None, full_backward=True, last_backward=False):
+        self.log.append(f"{self.stage_index}{'BW' if full_backward else 'B'}{mb}")
+
+    def backward_weight_one_chunk(self, mb, last_backward=False):
+        self.log.append(f"{self.stage_index}W{mb}")
+
+    def set_local_fwd_input(self, *args, **kwargs):
+        pass
+
+    def set_local_bwd_input(self, *args, **kwargs):
+        pass
+
+    def get_local_bwd_output(self, mb):
+        return None
+
+    def perform_reduce_grad(self, *args, **kwargs):
+        pass
+
+
+def _overlap_callback(action: Any, ctx: Any) -> None:
+    """A custom OVERLAP_F_B function as torchtitan's ``dual_pipe_v.overlap_callback``
+    registers it: wait the forward's recv, then the backward's, then run the pair
+    overlapped (recorded as one ``(F;B)`` token)."""
+    sched = ctx.schedule_ref
+    stages = {st.stage_index: st for st in sched._stages}
+    f, b = action.sub_actions
+    fs, bs = stages[f.stage_index], stages[b.stage_index]
+    if not fs.is_first and f.stage_index - 1 not in stages:
+        S._wait_batch_p2p(sched.fwd_recv_ops.pop((f.stage_index, f.microbatch_index)))
+    if not bs.is_last and b.stage_index + 1 not in stages:
+        S._wait_batch_p2p(sched.bwd_recv_ops.pop((b.stage_index, b.microbatch_index)))
+    fs.log.append(token(action))
+
+
+def record_runtime(name: str, p: int, m: int, k: int = 2, *, defer_pp_recv: bool = False,
+                   overlap_f_b: bool = False) -> list[list[str]] | None:
+    """Program tokens torch's ``_PipelineScheduleRuntime._step_microbatches`` really
+    issues per rank for the multi-stage schedule class ``name`` (k stages per rank):
+    compute, launches (``_batch_p2p``: all-send/all-recv op by op, mixed as BATCH), waits
+    (one ``WAIT`` per ``_wait_batch_p2p`` call, including the final waits on every send),
+    recorded with stand-in stages. ``overlap_f_b`` registers :func:`_overlap_callback`.
+    None if torch refuses (p, m, k)."""
+    cls = S.get_schedule_class(name)
+    num = p * k
+    v_style = issubclass(cls, (S.ScheduleZBVZeroBubble, S.ScheduleDualPipeV))
+    rows = []
+    for r in range(p):
+        log: list[str] = []
+        idx = [r, num - 1 - r] if v_style else [r + i * p for i in range(k)]
+        stages = [_FakeRuntimeStage(i, num, r, p, log) for i in idx]
+
+        def batch(ops, desc=None, log=log):
+            if not ops:
+                return []
+            log.extend(launch_tokens(list(ops)))
+            return [tuple(ops)]
+
+        def wait(work, log=log):
+            for w in work:
+                log.append("WAIT[" + "+".join(w) + "]")
+
+        logging.disable(logging.CRITICAL)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sched = cls(stages, m, loss_fn=lambda *a: None, defer_pp_recv=defer_pp_recv)
+        except (ValueError, AssertionError, RuntimeError):
+            return None
+        finally:
+            logging.disable(logging.NOTSET)
+        if overlap_f_b:
+            sched.register_custom_function(S._ComputationType.OVERLAP_F_B, _overlap_callback)
+        sched._check_inputs = lambda *a, **kw: ([()] * m, [{}] * m)
+        sched._initialize_stages = lambda *a, **kw: None
+        sched._maybe_compute_loss = lambda *a, **kw: None
+        sched._maybe_get_loss = lambda *a, **kw: None
+        sched._update_losses = lambda *a, **kw: None
         with mock.patch.object(S, "_batch_p2p", batch), \
                 mock.patch.object(S, "_wait_batch_p2p", wait):
             sched._step_microbatches()

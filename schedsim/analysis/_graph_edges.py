@@ -269,8 +269,10 @@ def _eager(comm: CommModel, nbytes: np.ndarray) -> np.ndarray:
 
 
 def _message_blocks(gi: GraphInput, mc: _Columns, link: LinkModel,
-                    eager: np.ndarray) -> list[tuple]:
-    """Blocks 1 (transfer, deliver) and 2 (link FIFO): ``[(src, dst, weight, kind)]``."""
+                    eager: np.ndarray, measured: bool) -> list[tuple]:
+    """Blocks 1 (transfer, deliver) and 2 (link FIFO): ``[(src, dst, weight, kind)]``.
+    In a measured run a rendezvous sender may see its completion after the arrival:
+    its deliver edge carries that lag."""
     lay = gi.lay
     n = lay.messages
     m = np.arange(n, dtype=ID)
@@ -284,7 +286,10 @@ def _message_blocks(gi: GraphInput, mc: _Columns, link: LinkModel,
         sd = mc["send_done"]
         sd = np.where(np.isnan(sd) | (sd == 0), start, sd)     # as ``send_done or start``
         e, r = eager, ~eager
-        out += [(T[e], DS[e], (sd - start)[e], TRANSFER), (A[r], DS[r], zero[r], DELIVER),
+        lag = zero
+        if measured:
+            lag = np.nan_to_num(np.maximum(mc["send_done"] - arr, 0.0), nan=0.0)
+        out += [(T[e], DS[e], (sd - start)[e], TRANSFER), (A[r], DS[r], lag[r], DELIVER),
                 (A, DR, zero, DELIVER)]
     # link FIFO: transfers on one directed link in start order
     msrc, mdst = gi.msrc, gi.mdst
@@ -332,7 +337,38 @@ def _stream_block(gi: GraphInput) -> tuple:
             np.zeros(len(idx)), STREAM)
 
 
-def _rank_blocks(gi: GraphInput, dur: np.ndarray, eager: np.ndarray) -> list[tuple]:
+def _host_gaps(tl: Timeline, gi: GraphInput, sc: _Columns, a: np.ndarray,
+               b: np.ndarray) -> np.ndarray:
+    """A measured run's host time between consecutive instructions (launches,
+    interpreter overhead, a late start): per host edge ``a -> b``, how long after ``a``
+    let the host go (a compute's end, a launch's effective post, a wait's release) the
+    host reached ``b`` (a compute's start, a launch's post, a wait); 0 where ``b``'s time
+    is not recorded."""
+    from schedsim.timeline import effective_posts
+
+    lay = gi.lay
+    free = np.zeros(lay.n)
+    reach = np.full(lay.n, np.nan)
+    free[lay.e0:lay.t0] = sc["end"]
+    reach[lay.s0:lay.e0] = sc["start"]
+    eff = effective_posts(tl.messages)
+    waits = {(w.rank, w.index): w for w in tl.waits}
+    nan = float("nan")
+    for k, (first, r, i) in enumerate(zip(gi.pw_first.tolist(), gi.pw_rank.tolist(),
+                                          gi.pw_index.tolist())):
+        if first >= 0:
+            t = eff.get((r, i))
+            if t is not None:
+                free[lay.pw0 + k] = reach[lay.pw0 + k] = t
+        else:
+            w = waits.get((r, i))
+            free[lay.pw0 + k], reach[lay.pw0 + k] = (0.0, nan) if w is None else \
+                (w.end, w.start)
+    return np.nan_to_num(np.maximum(reach[b] - free[a], 0.0), nan=0.0)
+
+
+def _rank_blocks(tl: Timeline, gi: GraphInput, sc: _Columns, eager: np.ndarray
+                 ) -> list[tuple]:
     """Blocks 3-8 from the program's flat arrays."""
     lay, ch = gi.lay, gi.chain
     a, b = ch[:-1], ch[1:]
@@ -340,8 +376,11 @@ def _rank_blocks(gi: GraphInput, dur: np.ndarray, eager: np.ndarray) -> list[tup
     a, b = a[keep], b[keep]
     is_e = (b >= lay.e0) & (b < lay.t0)
     w = np.zeros(len(b))
-    w[is_e] = dur[b[is_e] - lay.e0]
-    if gi.launch_cost:
+    w[is_e] = (sc["end"] - sc["start"])[b[is_e] - lay.e0]
+    if tl.source == "measured":
+        host = ~is_e
+        w[host] = _host_gaps(tl, gi, sc, a[host], b[host])
+    elif gi.launch_cost:
         pw = b >= lay.pw0
         launch = np.zeros(len(b), bool)
         launch[pw] = gi.pw_wait[b[pw] - lay.pw0] == 0
@@ -368,11 +407,11 @@ def build_edges(tl: Timeline, gi: GraphInput, link: LinkModel, comm: CommModel) 
     :class:`ProgramError` when ``tl`` lacks a span or a transfer that the program runs."""
     span_of = _spans(tl, gi)
     sc = _Columns(span_of)
-    dur = sc["end"] - sc["start"]
     msg_of = _messages(tl, gi, comm.semantics)
     mc = _Columns(msg_of)
     eager = _eager(comm, mc["bytes"])
-    blocks = _message_blocks(gi, mc, link, eager) + _rank_blocks(gi, dur, eager)
+    blocks = (_message_blocks(gi, mc, link, eager, tl.source == "measured")
+              + _rank_blocks(tl, gi, sc, eager))
     src = np.concatenate([np.asarray(b[0], dtype=ID) for b in blocks])
     dst = np.concatenate([np.asarray(b[1], dtype=ID) for b in blocks])
     weight = np.concatenate([np.asarray(b[2], dtype=np.float64) for b in blocks])

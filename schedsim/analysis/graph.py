@@ -25,6 +25,9 @@ arrival -> consumer), ``post`` (a send's post starts its transfer), ``recv-post`
 ``wait``. Node times are computed by one longest-path pass in topological order (Kahn's
 algorithm over the arrays) and equal the timeline's (checked by the tests); slack uses
 one backward pass over the same order (the critical-path method, Kelley & Walker, 1959).
+For a measured timeline (a replay, an imported trace) the host edges carry the measured
+host time between instructions (launches, interpreter overhead, a late start) and a
+sender's completion its measured lag, so the recomputed times are the measured ones.
 """
 from __future__ import annotations
 

@@ -105,8 +105,11 @@ def _members(idx: TimelineIndex, w: WaitRecord) -> list[Member]:
 
 def transfer_ready(tl: Timeline, msg: Message) -> float | None:
     """When ``msg`` could start moving: its send post (eager, data) or, when the transfer
-    waited for the recv (rendezvous), the later of the two posts."""
+    waited for the recv (rendezvous), the later of the two posts; in a measured timeline
+    its ``start`` (when both sides had posted: gloo and NCCL are rendezvous)."""
     sp, rp, st = msg.send_posted, msg.recv_posted, msg.start
+    if tl.source == "measured" and st is not None:
+        return st       # measured: start is when both sides had posted (Message)
     if sp is None:
         return None
     if tl.semantics == "rendezvous" and rp is not None and st is not None and st >= rp - EPS:
@@ -275,6 +278,9 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
                       f"{fmt_t(nxt.start)}")
         else:
             detail = "no recorded wait covers this interval (host-side time between ops)"
+            launch = _launching(idx.tl, program, r, s0, s1)
+            if launch:
+                detail += f"; {launch}"
         return Stall(r, s0, s1, cause, detail)
     cause, detail, toks = explain_wait(idx, w, nxt)
     tok = ("DATA" if w.kind == "DATA" else
@@ -289,6 +295,23 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
                   f"{fmt_t(spans[-1].end)}), the rank only waits: {detail}")
         cause = "cooldown"
     return Stall(r, s0, s1, cause, detail, w.index, tok, toks)
+
+
+def _launching(tl: Timeline, program: Program | None, r: int, s0: float, s1: float
+               ) -> str:
+    """For a measured timeline with launch records (``posts``): which launches took the
+    host's time in ``[s0, s1)`` (the longest named), or ""."""
+    mine = [(min(p["end"], s1) - max(p["start"], s0), p["index"])
+            for p in getattr(tl, "posts", None) or []
+            if p["rank"] == r and p["end"] > s0 and p["start"] < s1]
+    mine = [x for x in mine if x[0] > EPS]
+    if not mine:
+        return ""
+    t, i = max(mine)
+    tok = _instr_token(program, r, i, f"instr {i}")
+    more = f" (and {len(mine) - 1} more launches)" if len(mine) > 1 else ""
+    return (f"{fmt_t(sum(x[0] for x in mine))} of it launching sends/recvs: "
+            f"{tok} (instr {i}) {fmt_t(t)}{more}")
 
 
 def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:

@@ -27,12 +27,11 @@ JsonOpt = Annotated[Optional[Path], typer.Option(
 ALIGN_LIMIT = 40
 
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
-    """``(program, timeline)`` of a scenario (deadlocks are returned, not raised)."""
-    from schedsim.sim.simulate import simulate
+    """``(program, timeline)`` of a command's input: a scenario simulated (deadlocks are
+    returned, not raised), or a Timeline JSON as it is (:mod:`schedsim.cli.inputs`)."""
+    from schedsim.cli.inputs import run_input
 
-    prog = sc.build_program()
-    tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
-    return prog, tl
+    return run_input(sc, comm)
 
 
 def write_json(path: Path | None, data: Any) -> None:
@@ -52,7 +51,7 @@ def _title(tl) -> str:
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def stalls(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
@@ -107,7 +106,7 @@ def stalls(
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def align(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option(
@@ -164,7 +163,7 @@ def align(
 
 @app.command("critical-path")
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def critical_path_cmd(
     sc: Scenario,
     slack: Annotated[bool, typer.Option(
@@ -193,11 +192,18 @@ def critical_path_cmd(
     )
     from schedsim.analysis.graph import build_graph
 
-    prog = sc.build_program()
-    tl, gi = simulate_compiled(prog, sc.costs, sc.link, sc.comm)
+    from schedsim.cli.inputs import TimelineInput
+
+    if isinstance(sc, TimelineInput):       # a run already: analysed as it is
+        prog, tl = run_scenario(sc)
+        gi = None
+    else:
+        prog = sc.build_program()
+        tl, gi = simulate_compiled(prog, sc.costs, sc.link, sc.comm)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
-    G = build_graph(tl, prog, sc.link, sc.comm, compiled=gi)
+    G = build_graph(tl, sc.build_program() if prog is None else prog, sc.link, sc.comm,
+                    compiled=gi)
     del gi
     path = critical_path(G)
     sl = slack_values(G)

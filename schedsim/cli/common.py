@@ -57,7 +57,8 @@ MemLimitOpt = Annotated[Optional[float], typer.Option(
     "--mem-limit", help="Activation memory limit (in microbatches' activations) for the "
     "memory-limited zero-bubble schedules.")]
 ParamOpt = Annotated[Optional[list[str]], typer.Option(
-    "--param", help="Extra generator parameter KEY=VALUE (repeatable).")]
+    "--param", help="Extra generator or comm-policy parameter KEY=VALUE (repeatable), "
+    "e.g. group_size=6, batch_p2p_comm=false.")]
 CostOpt = Annotated[Optional[str], typer.Option(
     "--cost", help="Costs per kind, e.g. F=1,B=1,W=1,BW=2,FB=3 (BW defaults to B+W, FB to "
     "F+BW).")]
@@ -80,7 +81,7 @@ BandwidthOpt = Annotated[Optional[float], typer.Option(
     "--bandwidth", help="Link bandwidth, bytes per cost unit (default infinite).")]
 PolicyOpt = Annotated[Optional[str], typer.Option(
     "--comm-policy", help="How compute-only schedules get their sends/recvs: async "
-    "(default), torch, commit.")]
+    "(default), commit, torch, megatron (parameters via --param; docs/frameworks.md).")]
 ProgramOpt = Annotated[Optional[Path], typer.Option(
     "--program", help="Hand-written program text file (one line per rank).")]
 ScheduleFileOpt = Annotated[Optional[Path], typer.Option(
@@ -132,7 +133,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     """
     if scenario is not None:
         sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True)
+        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
         base = sc.base_dir
     else:
         data, base = {}, "."
@@ -149,7 +150,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
             sched[k] = v
     sched.update(key_values(param, "--param"))
     if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump()
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost)):
@@ -194,15 +196,22 @@ PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "var
 
 
 def scenario_command(fn: Callable | None = None, *,
-                     flags: tuple[str, ...] | None = None) -> Callable:
+                     flags: tuple[str, ...] | None = None, timelines: bool = False
+                     ) -> Callable:
     """Give ``fn(sc: Scenario, **own)`` the shared scenario flags: the wrapper builds the
     :class:`Scenario` from them (a scenario file, then the flags on top) and passes it as
     ``sc``; the command's own parameters follow. ``flags`` limits the shared flags (e.g.
     :data:`PROGRAM_FLAGS`). A command with an ``all_semantics`` parameter also accepts
-    ``--semantics all``. Use as ``@scenario_command`` or ``@scenario_command(flags=...)``."""
+    ``--semantics all``. With ``timelines``, a Timeline JSON in place of the scenario (or
+    in a ``from_timeline`` parameter) is passed as a
+    :class:`~schedsim.cli.inputs.TimelineInput` (:mod:`schedsim.cli.inputs`).
+    Use as ``@scenario_command`` or ``@scenario_command(flags=..., timelines=...)``."""
     if fn is None:
-        return functools.partial(scenario_command, flags=flags)
-    shared_params = [(n, a) for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
+        return functools.partial(scenario_command, flags=flags, timelines=timelines)
+    from schedsim.cli.inputs import InputArg
+
+    shared_params = [(n, InputArg if timelines and n == "scenario" else a)
+                     for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
     hints = typing.get_type_hints(fn, include_extras=True)
     own = [p.replace(annotation=hints.get(n, p.annotation))
@@ -212,6 +221,12 @@ def scenario_command(fn: Callable | None = None, *,
     @functools.wraps(fn)
     def wrapper(**kw: Any) -> Any:
         shared = {n: kw.pop(n) for n in names}
+        if timelines:
+            from schedsim.cli.inputs import pick_timeline
+
+            given = pick_timeline(shared, kw)
+            if given is not None:
+                return fn(given, **kw)
         if not any(shared.get(n) is not None for n in
                    ("scenario", "schedule", "program", "schedule_file")):
             fail("give a scenario file, --schedule NAME, --program FILE or "

@@ -82,6 +82,10 @@ def compare(
     scenario: Annotated[Optional[Path], typer.Option(
         "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
         "(its \\[schedule] is ignored).")] = None,
+    model_overlap: Annotated[Optional[str], typer.Option(
+        "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
+        "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
+        "schedule's makespan gain over the first mode.")] = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
@@ -107,8 +111,16 @@ def compare(
                           latency=latency, bandwidth=bandwidth)
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    if model_overlap is not None:
+        from schedsim.cli.collectives import compare_overlaps
+
+        data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                               exclude_unset=True)
+        return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
+                                json_out)
     res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
                       per_rank_costs=per_rank_costs, jobs=jobs)
+    per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
     note = None if per_rank_costs else per_op_note(
         [(r.schedule, r.stages) for r in res.rows], ranks)
     write_json(json_out, [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
@@ -178,6 +190,12 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
 
 
 def _cost_text(c: CostModel) -> str:
+    if c._derived is not None:     # a [model]: the costs the simulation uses
+        from schedsim.program.ir import Op
+
+        kinds = [(k, c.cost(Op(k, 0, 0))) for k in ("F", "B", "W", "BW")]
+        kinds.append(("FB", c.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))))
+        return ",".join(f"{k}={fmt_t(v)}" for k, v in kinds) + " (stage model)"
     parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
     if c.BW is not None:
         parts.append(f"BW={fmt_t(c.BW)}")
@@ -261,7 +279,7 @@ def diff(
 
 @app.command()
 @handle_errors
-@scenario_command
+@scenario_command(timelines=True)
 def memory(
     sc: Scenario,
     memory_model: MemModelOpt = None,
@@ -276,13 +294,14 @@ def memory(
     microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
     """
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
+    from schedsim.cli.inputs import placement_of
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
         fail(tl.deadlock.message, 3)
     mm = _memory_model(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
-    params = param_memory(prog.placement)
+    params = param_memory(prog.placement if prog is not None else placement_of(tl))
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})

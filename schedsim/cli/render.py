@@ -51,6 +51,9 @@ def render(
     memory_model: Annotated[str, typer.Option(
         "--memory-model", help="With --memory: zb or inflight (see schedsim.analysis.memory).")] = "zb",
     stalls: StallsOpt = False,
+    detail: Annotated[bool, typer.Option(
+        "--detail", help="Gantt: draw each op's compute and collective pieces (a timeline "
+        "with pieces: 'simulate --json' with a \\[model], a TP replay).")] = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
 ) -> None:
     """Draw a Timeline JSON as a Gantt chart, or overlay two timelines of the same ops.
@@ -64,9 +67,9 @@ def render(
     check_figure_path(out)
     tl = Timeline.read_json(timeline)
     if overlay is not None:
-        if arrows or memory or stalls:
-            raise ScenarioError("--arrows, --memory and --stalls draw a single timeline; "
-                                "drop them or --overlay")
+        if arrows or memory or stalls or detail:
+            raise ScenarioError("--arrows, --memory, --stalls and --detail draw a single "
+                                "timeline; drop them or --overlay")
         other = Timeline.read_json(overlay)
         pair = None
         if names is not None:
@@ -80,5 +83,11 @@ def render(
         from schedsim.plot import resolve_model
 
         model = resolve_model(memory_model) if memory else None
-        fig = gantt(tl, title=title, **gantt_options(arrows, model, stalls))
+        opts = gantt_options(arrows, model, stalls)
+        if detail:
+            if not getattr(tl, "pieces", None):
+                raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "
+                                    f"scenario with a [model], or replay with --set tp=N)")
+            opts["detail"] = True
+        fig = gantt(tl, title=title, **opts)
     save_figure(fig, out)

@@ -13,6 +13,12 @@ every output path (``--json``, ``--gantt``, ``--out-dir`` and its files, ``--pro
 outputs of one command are written together or not at all
 (:func:`schedsim.util.files.output_group`).
 
+``replay --compare`` (like ``check-trace``, :mod:`schedsim.cli.check`) prints two errors,
+the semantics error and the cost-model error (:mod:`schedsim.replay.check`);
+``calibrate --from-timeline`` fits a cost file to a measured Timeline without running
+anything (:mod:`schedsim.replay.fit`); ``import-trace`` reads profiler traces
+(:mod:`schedsim.interop.kineto`). docs/traces.md is the user's guide.
+
 Hidden testing aid: ``replay --inject-fault RANK[:INDEX[:raise|hang]]`` makes rank RANK
 raise (``raise``, the default) or hang forever (``hang``) when it reaches instruction
 INDEX (default 0; the rank's program length = the implicit ``END``) of the first measured
@@ -22,11 +28,9 @@ hang is stopped at ``--timeout``.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -41,6 +45,7 @@ from schedsim.cli.common import (
     scenario_command,
     write_text_out,
 )
+from schedsim.cli.outputs import check_folder, check_outputs, folder
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 
@@ -67,64 +72,14 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
 
 
 def _check_nproc(spec: Any, nproc: int | None) -> int:
-    p = spec.program["placement"]["ranks"]
+    ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
+    p = ranks * tp          # one process per rank and TP rank
     if nproc is not None and nproc != p:
-        raise ScenarioError(f"--nproc {nproc} does not match the program's {p} ranks (one "
-                            f"process per rank): use --nproc {p}")
+        what = (f"{ranks} ranks (one process per rank)" if tp == 1 else
+                f"{ranks} ranks x tp {tp} = {p} processes")
+        raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
+                            f"--nproc {p}")
     return p
-
-
-def _check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) -> None:
-    """Check output files (and figure formats) before any work: a typo fails at once."""
-    from schedsim.cli.render import check_figure_path
-    from schedsim.util.files import check_output_path
-
-    for f in figures:
-        if f is not None:
-            check_figure_path(f)
-    for f in (*files, *figures):
-        if f is not None and str(f) != "-":
-            check_output_path(f)
-
-
-def _check_folder(path: Path, flag: str) -> None:
-    """Raise :class:`ScenarioError` unless ``path`` is a folder or can be made one: its
-    nearest existing ancestor is a writable folder (a file in the way is named)."""
-    p = path
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir():
-        where = "is a file" if p == path else f"cannot be created: {p} is a file"
-        raise ScenarioError(f"{flag} {path}: {where}; give a folder (created if missing)")
-    if p == path:       # it exists: its files are checked one by one
-        return
-    try:        # os.access says yes to root, and to /proc: try making the folder
-        os.rmdir(tempfile.mkdtemp(prefix=".schedsim-", dir=p))
-    except OSError as e:
-        raise ScenarioError(f"{flag} {path}: cannot create a folder in {p} "
-                            f"({e.strerror})") from None
-
-
-@contextmanager
-def _folder(path: Path) -> Iterator[Path]:
-    """Create ``path`` (and missing parents) for the outputs written in the block; on an
-    exception remove the folders created here again (empty if the block's outputs go
-    through an :func:`~schedsim.util.files.output_group` opened inside it)."""
-    created = []
-    p = path
-    while not p.exists() and p.parent != p:
-        created.append(p)
-        p = p.parent
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        yield path
-    except BaseException:
-        for d in created:           # deepest first
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        raise
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
@@ -157,19 +112,24 @@ def replay(
     gantt: Annotated[Optional[Path], typer.Option(
         "--gantt", help="Write a Gantt chart of the measured timeline.")] = None,
     compare: Annotated[bool, typer.Option(
-        "--compare", help="Calibrate, replay, simulate with the calibrated costs, link and "
-        "launch cost; print makespan error = (predicted - measured) / measured and the "
-        "mean per-op start error (% of the measured makespan); write both timelines, the "
-        "cost file and the overlay figure to --out-dir.")] = False,
+        "--compare", help="Calibrate (ranks together, as the replay runs them), replay, "
+        "and print two errors: the semantics error (the program simulated with the run's "
+        "own measured durations) and the cost-model error (simulated with the calibrated "
+        "costs, link and launch cost); write the timelines, the cost file, the errors and "
+        "the overlay figure to --out-dir.")] = False,
     costs_file: Annotated[Optional[Path], typer.Option(
         "--costs-file", help="With --compare: predict with this cost file instead of "
         "calibrating.")] = None,
-    out_dir: Annotated[Path, typer.Option(
-        "--out-dir", help="With --compare: folder for NAME-measured.json, "
-        "NAME-predicted.json, NAME-costs.toml, NAME-overlay.png (created if missing, as "
-        "--profile-dir is).")] = Path("."),
-    semantics: Annotated[str, typer.Option(
-        "--semantics", help="With --compare: comm semantics of the prediction.")] = "eager",
+    out_dir: Annotated[Optional[Path], typer.Option(
+        "--out-dir", help="Folder (created if missing) for NAME-measured.json; with "
+        "--compare also NAME-predicted.json, NAME-costs.toml, NAME-errors.json, "
+        "NAME-overlay.png (default with --compare: the current folder).")] = None,
+    semantics: Annotated[Optional[str], typer.Option(
+        "--semantics", help="With --compare: comm semantics of the predictions "
+        "(rendezvous, the default, is how gloo behaves, measured; or eager).")] = None,
+    isolated: Annotated[bool, typer.Option(
+        "--isolated", help="With --compare: calibrate the ranks one at a time "
+        "(uncontended) instead of together.")] = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
     profile_dir: Annotated[Optional[Path], typer.Option(
@@ -194,41 +154,87 @@ def replay(
     before any process starts unless --no-precheck; an output path that cannot be
     written), 128+N stopped by signal N (143: SIGTERM).
     """
-    from schedsim.cli.simulate import print_summary
     from schedsim.replay.config import Fault, ReplayError, spec_from_scenario
     from schedsim.replay.launch import launch
     from schedsim.timeline import Timeline
     from schedsim.util.files import output_group
 
     sc = _with_replay_keys(sc, set_)
-    if costs_file is not None and not compare:
-        fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
-             "--costs-file')")
-    if semantics not in ("data", "eager", "rendezvous"):
-        fail(f"unknown --semantics {semantics!r}: expected data, eager or rendezvous")
-    _check_outputs(json_out, figures=(gantt,))
+    semantics = _compare_flags(compare, costs_file, semantics, isolated)
+    if compare and out_dir is None:
+        out_dir = Path(".")
+    check_outputs(json_out, figures=(gantt,))
     if profile_dir is not None:
-        _check_folder(profile_dir, "--profile-dir")
+        check_folder(profile_dir, "--profile-dir")
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, check_grads=check_grads,
                               calibrate=compare and costs_file is None,
+                              calib_isolated=isolated,
                               profile_dir=str(profile_dir.resolve()) if profile_dir else None,
                               fault=Fault.parse(inject_fault) if inject_fault else None,
                               precheck=not no_precheck)
-    if profile_dir is not None and profile_dir.is_dir():
-        _check_outputs(*(profile_dir / f"rank{r}.json"
-                         for r in range(spec.program["placement"]["ranks"])))
-    if compare:
-        _check_folder(out_dir, "--out-dir")
-        if out_dir.is_dir():
-            _check_outputs(*_compare_files(out_dir, spec.program["name"],
-                                           costs_file is None))
+    _check_dirs(spec, profile_dir, out_dir, compare, costs_file is None)
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
-        predict_sc = apply_costs_file(sc, costs_file)
-    n = _check_nproc(spec, nproc)
-    res = launch(spec, n)
+        sc = apply_costs_file(sc, costs_file)
+    res = launch(spec, _check_nproc(spec, nproc))
     tl = Timeline.model_validate(res["timeline"])
+    _print_run(res, tl)
+    gc = res["timeline"].get("grad_check")
+    written: list[Path] = []
+    # all outputs appear together, or none does (nor a folder made for them)
+    with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
+        if json_out:
+            tl.write_json(outs.path(json_out))
+        if gantt:
+            from schedsim.plot import gantt as draw, save_figure
+
+            save_figure(draw(tl), outs.path(gantt))
+        if compare:
+            written = _compare(sc, spec, res, tl, out_dir, semantics,
+                               calibrated=costs_file is None, outs=outs)
+        elif out_dir is not None:
+            written = _compare_files(out_dir, spec.program["name"], False, False)
+            tl.write_json(outs.path(written[0]))
+    if written:
+        console.print("wrote " + ", ".join(map(str, written)), highlight=False,
+                      soft_wrap=True, markup=False)
+    if gc is not None and not gc["passed"]:
+        raise ReplayError(f"gradient check failed: max relative error "
+                          f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
+
+
+def _compare_flags(compare: bool, costs_file: Path | None, semantics: str | None,
+                   isolated: bool) -> str:
+    """The prediction's semantics; exits 2 for a --compare flag without --compare."""
+    from schedsim.cli.check import check_semantics
+
+    if costs_file is not None and not compare:
+        fail("--costs-file goes with --compare (for simulate, use 'schedsim simulate "
+             "--costs-file')")
+    if (semantics is not None or isolated) and not compare:
+        fail(f"{'--semantics' if semantics is not None else '--isolated'} goes with "
+             f"--compare (it sets how the prediction is made)")
+    return check_semantics(semantics or "rendezvous")
+
+
+def _check_dirs(spec: Any, profile_dir: Path | None, out_dir: Path | None, compare: bool,
+                calibrated: bool) -> None:
+    """Check the files the run will write in --profile-dir and --out-dir, before it."""
+    if profile_dir is not None and profile_dir.is_dir():
+        check_outputs(*(profile_dir / f"rank{r}.json"
+                        for r in range(spec.program["placement"]["ranks"])))
+    if out_dir is not None:
+        check_folder(out_dir, "--out-dir")
+        if out_dir.is_dir():
+            check_outputs(*_compare_files(out_dir, spec.program["name"], compare,
+                                          calibrated))
+
+
+def _print_run(res: dict[str, Any], tl: Any) -> None:
+    """The measured summary, the steps kept and the gradient check."""
+    from schedsim.cli.simulate import print_summary
+
     print_summary(tl)
     steps = res["timeline"].get("step_makespans") or []
     if len(steps) > 1:
@@ -239,42 +245,34 @@ def replay(
     gc = res["timeline"].get("grad_check")
     if gc is not None:
         _print_grad_check(gc)
-    written: list[Path] = []
-    # all outputs appear together, or none does (nor a folder made for them)
-    with _folder(out_dir) if compare else nullcontext(), output_group() as outs:
-        if json_out:
-            tl.write_json(outs.path(json_out))
-        if gantt:
-            from schedsim.plot import gantt as draw, save_figure
-
-            save_figure(draw(tl), outs.path(gantt))
-        if compare:
-            written = _compare(sc if costs_file is None else predict_sc, spec, res, tl,
-                               out_dir, semantics, calibrated=costs_file is None, outs=outs)
-    if written:
-        console.print("wrote " + ", ".join(map(str, written)), highlight=False,
-                      soft_wrap=True, markup=False)
-    if gc is not None and not gc["passed"]:
-        raise ReplayError(f"gradient check failed: max relative error "
-                          f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
 
 
-def _compare_files(out_dir: Path, name: str, calibrated: bool) -> list[Path]:
-    """The files ``--compare`` writes to ``out_dir``, in order."""
-    kinds = ["measured.json", "predicted.json"] + (["costs.toml"] if calibrated else [])
-    return [out_dir / f"{name}-{k}" for k in kinds + ["overlay.png"]]
+def _compare_files(out_dir: Path, name: str, compare: bool = True,
+                   calibrated: bool = True) -> list[Path]:
+    """The files ``--out-dir`` receives, in order: the measured timeline; with
+    ``--compare`` the prediction, the cost file (when calibrated), the errors and the
+    overlay."""
+    kinds = ["measured.json"]
+    if compare:
+        kinds += ["predicted.json"] + (["costs.toml"] if calibrated else []) + \
+            ["errors.json", "overlay.png"]
+    return [out_dir / f"{name}-{k}" for k in kinds]
 
 
 def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Path,
              semantics: str, calibrated: bool, outs: Any = None) -> list[Path]:
-    """Simulate the program with the calibrated (or given) costs, link and launch cost;
-    print the prediction error (also without the launch cost, to show its share) and write
-    the timelines, the cost file and the overlay through the output group ``outs`` (None:
-    a group of their own). Returns the paths written (once the group commits)."""
+    """Both errors of the measured run (:func:`schedsim.replay.check.two_errors`; the
+    cost model: the calibrated (or given) costs, link and launch cost); print them (and
+    the cost-model prediction also without the launch cost, to show its share) and write
+    the timelines, the cost file, the errors and the overlay through the output group
+    ``outs`` (None: a group of their own). Returns the paths written."""
     from schedsim.analysis.accuracy import compare_metrics, summary_line
+    from schedsim.cli.check import report
+    from schedsim.cli.outputs import write_errors
     from schedsim.plot.overlay import write_overlay
     from schedsim.program.ir import Program
     from schedsim.replay.calibrate import Calibration
+    from schedsim.replay.check import two_errors
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate
     from schedsim.util.files import output_group
@@ -282,30 +280,29 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     if outs is None:
         with output_group() as group:
             return _compare(sc, spec, res, measured, out_dir, semantics, calibrated, group)
-
     prog = Program.model_validate(spec.program)
     name = prog.name
-    files = _compare_files(out_dir, name, calibrated)
-    f_meas, f_pred, f_over = files[0], files[1], files[-1]
+    files = _compare_files(out_dir, name, True, calibrated)
     if calibrated:
         cal = Calibration.model_validate(res["calibration"])
-        costs, link = cal.cost_model(), cal.link_model()
-        comm = cal.comm_model(semantics)
+        costs, link, comm = cal.cost_model(), cal.link_model(), cal.comm_model(semantics)
         outs.path(files[2]).write_text(cal.to_toml(name))
     else:
         costs, link = sc.costs, sc.link
         comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
-    pred = simulate(prog, costs, link, comm)
-    m = compare_metrics(pred, measured)
-    measured.write_json(outs.path(f_meas))
-    pred.write_json(outs.path(f_pred))
+    errors = two_errors(measured, prog, semantics=semantics, model=(costs, link, comm))
+    pred = errors.cost_prediction
+    measured.write_json(outs.path(files[0]))
+    pred.write_json(outs.path(files[1]))
+    write_errors(files[-2], errors, outs)
     lc = comm.launch_cost if semantics != "data" else 0.0
-    write_overlay(pred, measured, outs.path(f_over),
+    write_overlay(pred, measured, outs.path(files[-1]),
                   title=f"{name}: predicted ({semantics}, "
                         f"{'calibrated' if calibrated else 'given'} costs, launch cost "
                         f"{lc:.3g} {costs.unit}/batch) vs measured "
                         f"({measured.semantics}, {measured.ranks} ranks)")
-    console.print(summary_line(m, measured.unit), highlight=False, soft_wrap=True)
+    console.print(summary_line(compare_metrics(pred, measured), measured.unit),
+                  highlight=False, soft_wrap=True)
     if lc > 0:
         m0 = compare_metrics(simulate(prog, costs, link, comm.model_copy(
             update={"launch_cost": 0.0})), measured)
@@ -313,43 +310,68 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
                       f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)
+    report(errors, measured)
     return files
 
 
 @app.command()
 @handle_errors
-@scenario_command(flags=PROGRAM_FLAGS)
+@scenario_command(flags=PROGRAM_FLAGS, timelines=True)
 def calibrate(
     sc: Scenario,
     nproc: NprocOpt = None,
     backend: BackendOpt = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Cost file to write (default: stdout).")] = None,
-    repeats: Annotated[int, typer.Option(
-        "--repeats", min=1, help="Timed rounds per op and per message size.")] = 5,
+    repeats: Annotated[Optional[int], typer.Option(
+        "--repeats", min=1, help="Timed rounds per op and per message size (default 5).")
+    ] = None,
+    isolated: Annotated[bool, typer.Option(
+        "--isolated", help="Measure the ranks' op costs one rank at a time (uncontended); "
+        "default: all ranks together, as the replay runs them.")] = False,
+    from_timeline: Annotated[Optional[Path], typer.Option(
+        "--from-timeline", help="Fit the costs to a measured Timeline JSON (a replay's "
+        "--json, import-trace's --json) instead of running the ranks.")] = None,
+    exact: Annotated[bool, typer.Option(
+        "--exact", help="With --from-timeline: write every op's own measured duration, "
+        "every message's measured transfer and every instruction's host time, so that a "
+        "simulation reproduces the run up to the engine's semantics.")] = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
 ) -> None:
     """Measure per-stage F, B, W, BW, FB costs, link latency/bandwidth and the host time
-    of launching a batch of sends/recvs on the real ranks; write a cost file for
-    'schedsim simulate --costs-file'.
+    of launching a batch of sends/recvs on the real ranks (or fit them to a measured
+    timeline); write a cost file for 'schedsim simulate --costs-file'.
 
     Example:
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
-      schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml --semantics eager
+      schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml
+      schedsim calibrate --from-timeline measured.json --exact --out exact.toml
     """
+    from schedsim.cli.inputs import TimelineInput
+
+    if isinstance(sc, TimelineInput):
+        given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
+                 repeats), ("--isolated", isolated or None), ("--timeout", timeout),
+                 ("--set", set_)) if v is not None]
+        if given:
+            fail(f"{', '.join(given)} cannot apply to --from-timeline (nothing is run)")
+        return _calibrate_timeline(sc, out, exact)
+    if exact:
+        fail("--exact goes with --from-timeline (a run's own durations)")
     from schedsim.replay.calibrate import Calibration
     from schedsim.replay.config import spec_from_scenario
     from schedsim.replay.launch import launch
 
     sc = _with_replay_keys(sc, set_)
-    _check_outputs(out)
+    check_outputs(out)
+    repeats = repeats or 5
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
-                              replay=False, calib_repeats=repeats)
+                              replay=False, calib_repeats=repeats, calib_isolated=isolated)
     res = launch(spec, _check_nproc(spec, nproc))
     cal = Calibration.model_validate(res["calibration"])
     t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
-                    f"{cal.world_size} ranks")
+                    f"{cal.world_size} ranks{', one at a time' if isolated else ''}")
     for col in ("stage", "F", "B", "W", "BW", "FB"):
         t.add_column(col, justify="right")
     for s in sorted(cal.stages):
@@ -365,6 +387,38 @@ def calibrate(
     write_text_out(out, cal.to_toml(name))
 
 
+def _calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
+    """``calibrate --from-timeline``: fit and write the cost file
+    (:func:`schedsim.replay.fit.fit_timeline`)."""
+    from schedsim.replay.fit import fit_timeline
+
+    tl = ti.timeline
+    if tl.source != "measured":
+        fail(f"{ti.path}: a {tl.source} timeline: --from-timeline fits a measured run (a "
+             f"replay's or an imported trace's)")
+    check_outputs(out)
+    fit = fit_timeline(tl, ti.program, exact=exact)
+    if out is not None:
+        t = Table(title=f"fitted costs ({tl.unit}, median over microbatches) of "
+                        f"{tl.schedule}")
+        kinds = [k for k in ("F", "B", "W", "BW", "FB")
+                 if any(k in c for c in fit.stages.values())]
+        for col in ("stage", *kinds):
+            t.add_column(col, justify="right")
+        for st in sorted(fit.stages):
+            t.add_row(str(st), *(f"{fit.stages[st][k]:.4g}" if k in fit.stages[st] else "-"
+                                 for k in kinds))
+        console.print(t)
+        lat, bw = fit.link()
+        console.print(f"link: latency {lat:.4g} {tl.unit} from {len(fit.samples)} messages, "
+                      f"bandwidth {'inf' if bw == float('inf') else f'{bw:.4g}'}; launch "
+                      f"cost {fit.launch_cost():.4g} {tl.unit} (mean of {len(fit.launches)})"
+                      + (f"; exact: {len(fit.overrides)} ops, {len(fit.transfers)} messages, "
+                         f"{len(fit.host)} host times" if exact else ""), highlight=False,
+                      soft_wrap=True)
+    write_text_out(out, fit.to_toml(tl.schedule))
+
+
 @app.command("import-trace")
 @handle_errors
 def import_trace(
@@ -373,39 +427,60 @@ def import_trace(
         "else argument order); a subset of the ranks gives a partial timeline.",
         show_default=False)],
     json_out: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the measured Timeline JSON.")] = None,
+        "--json", help="Write the measured Timeline JSON (with the program it ran).")
+    ] = None,
     gantt: Annotated[Optional[Path], typer.Option(
         "--gantt", help="Write a Gantt chart.")] = None,
+    program_out: Annotated[Optional[Path], typer.Option(
+        "--program-out", help="Write the program the traces show (program text: one "
+        "line per rank, torch's launches and waits), to simulate the same run.")] = None,
     placement: Annotated[Optional[str], typer.Option(
         "--placement", help="loop | v | dual (default: inferred from where stages ran).")
+    ] = None,
+    step: Annotated[Optional[int], typer.Option(
+        "--step", help="Profiler step N (ProfilerStep#N) of traces that hold several.")
     ] = None,
     name: Annotated[str, typer.Option("--name", help="Schedule name in the Timeline.")
                     ] = "imported",
 ) -> None:
-    """Read torch.profiler traces (schedsim replay's 'schedsim:<token>' ranges, torch
-    pipelining's 'PP:<action>' ranges) into a measured Timeline.
+    """Read torch.profiler traces of a pipeline-parallel step (torch pipelining's
+    'PP:<action>' or 'Forward N'/'Backward N' ranges, schedsim replay's
+    'schedsim:<token>' ranges, with their c10d/gloo/NCCL P2P events) into a measured
+    Timeline and the program it ran.
 
     Example:
       schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
-      schedsim import-trace prof/rank*.json --json imported.json --gantt imported.png
+      schedsim import-trace prof/rank*.json --json imported.json --program-out prog.txt
     """
+    from schedsim.cli.outputs import program_text
     from schedsim.cli.simulate import print_summary
     from schedsim.interop.kineto import import_traces
+    from schedsim.replay.fit import timeline_program
     from schedsim.util.files import output_group
 
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
-    _check_outputs(json_out, figures=(gantt,))
-    tl = import_traces(list(traces), placement=placement, name=name)
+    check_outputs(json_out, program_out, figures=(gantt,))
+    tl = import_traces(list(traces), placement=placement, name=name, step=step)
+    prog = timeline_program(tl)
+    if program_out is not None and prog is None:
+        fail("--program-out needs the traces of every rank (missing: rank(s) "
+             + ", ".join(map(str, getattr(tl, "missing_ranks", []))) + ")")
+    if program_out is not None and prog.placement.kind == "custom":
+        fail("--program-out: the traces' placement is a custom stage -> rank table, which "
+             "program text cannot carry; use --json (it holds the program)")
     print_summary(tl)
-    missing = getattr(tl, "missing_ranks", None)
-    if missing:
-        console.print(f"note: no trace of rank(s) {', '.join(map(str, missing))}: a partial "
-                      f"timeline (their rows are empty and the bubble figures count them "
-                      f"as idle)", highlight=False, soft_wrap=True, markup=False)
+    p2p = getattr(tl, "p2p", {})
+    console.print(f"{p2p.get('messages', 0)} messages, {p2p.get('paired', 0)} paired (both "
+                  f"sides traced), from {p2p.get('calls', 0)} P2P calls; executor: "
+                  f"{getattr(tl, 'trace_source', '?')}", highlight=False, soft_wrap=True)
+    for note in getattr(tl, "import_notes", []):
+        console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
     with output_group() as outs:
         if json_out:
             tl.write_json(outs.path(json_out))
+        if program_out:
+            outs.path(program_out).write_text(program_text(prog))
         if gantt:
             from schedsim.plot import gantt as draw, save_figure
 

@@ -87,6 +87,9 @@ def simulate(
         "the scenario's \\[memory], default zb).")] = False,
     stalls: Annotated[bool, typer.Option(
         "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
+    detail: Annotated[bool, typer.Option(
+        "--detail", help="With --gantt: draw each op's compute and collective pieces "
+        "(scenario with \\[model]).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
@@ -106,9 +109,12 @@ def simulate(
         from schedsim.cli.render import check_figure_path
 
         check_figure_path(gantt)
-    elif arrows or memory or stalls:
-        raise ScenarioError("--arrows, --memory and --stalls draw on the Gantt chart: add "
-                            "--gantt FILE.png")
+    elif arrows or memory or stalls or detail:
+        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
+                            "chart: add --gantt FILE.png")
+    if detail and sc.model is None:
+        raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
+                            "table to the scenario (docs/stage-model.md)")
     if trace is not None and trace.suffix.lower() != ".json":
         raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
     for out in (json_out, gantt, trace):
@@ -118,6 +124,14 @@ def simulate(
     tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
     if tl.deadlock is None and not quiet:
         print_summary(tl)
+    if sc.model is not None:
+        from schedsim.cli.collectives import print_stage_costs
+        from schedsim.sim.pieces import attach_pieces
+
+        if json_out or trace or detail:     # the pieces go into these outputs only
+            attach_pieces(tl, sc.stage_costs())
+        if not quiet:
+            print_stage_costs(sc, prog.placement.stages, tl)
     with output_group() as outs:      # all outputs appear together, or none does
         if json_out:
             tl.write_json(outs.path(json_out))
@@ -127,6 +141,8 @@ def simulate(
 
             model = resolve_model(sc.memory or True) if memory else None
             opts = gantt_options(arrows, model, stalls)
+            if detail:
+                opts["detail"] = True
             if tl.deadlock is not None:   # draw what ran before the program got stuck
                 blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
                 opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "

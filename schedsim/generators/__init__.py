@@ -103,19 +103,35 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
                   **params: Any) -> Program:
     """Generate ``name`` and lower it with ``comm_policy`` (default ``async``) if it is a
     compute-only schedule. Schedules that fix their own comm (DualPipe) ignore the policy
-    unless one is given explicitly, in which case their compute order is re-lowered."""
-    from schedsim.program.lower import lower
+    unless one is given explicitly, in which case their compute order is re-lowered.
+
+    ``params`` holds the generator's parameters and the policy's (see
+    :data:`schedsim.program.lower.POLICIES`); a key goes to the policy when the policy
+    declares it. Raises :class:`ScheduleError` for a key neither takes (naming the policy
+    that does, if another one does).
+    """
+    from schedsim.program.lower import get_policy, lower, policy_of_param
     from schedsim.util.gc import no_gc
 
+    pol = get_policy(comm_policy or "async")
+    policy_params = {k: params.pop(k) for k in list(params) if k in pol.params}
+    accepted = get(name).accepted()
+    for k, v in params.items():
+        owners = policy_of_param(k)
+        if v is not None and k not in accepted and owners:
+            raise ScheduleError(f"{k} is a parameter of the {' / '.join(owners)} comm policy, "
+                                f"not of schedule {name!r}: add --comm-policy {owners[0]}")
     with no_gc():
         out = generate(name, ranks, microbatches, **params)
         if isinstance(out, Program):
-            return out if comm_policy is None else lower(out.schedule(), comm_policy)
-        return lower(out, comm_policy or "async")
+            if comm_policy is None:
+                return out
+            return lower(out.schedule(), comm_policy, **policy_params)
+        return lower(out, comm_policy or "async", **policy_params)
 
 
 #: generator modules, imported on first use (each registers its generators)
-_MODULES = ("basic", "dualpipe", "zerobubble", "zerobubble_v", "torch_family",
+_MODULES = ("basic", "dualpipe", "dualpipev", "zerobubble", "zerobubble_v", "torch_family",
             "variants")
 
 

@@ -1,233 +1,118 @@
-"""DualPipe and DualPipeV, instruction for instruction as deepseek-ai/DualPipe runs them.
+"""DualPipe, instruction for instruction as deepseek-ai/DualPipe runs it.
 
-Source: deepseek-ai/DualPipe @3da1bbe, ``dualpipe/dualpipe.py`` (``DualPipe.step``) and
-``dualpipe/dualpipev.py`` (``DualPipeV.step``); DeepSeek-V3 technical report, Section 3.2.1.
+Source: deepseek-ai/DualPipe @3da1bbe, ``dualpipe/dualpipe.py`` (``DualPipe.step``);
+DeepSeek-V3 technical report, Section 3.2.1. The chunk helpers it shares with DualPipeV
+are in :mod:`schedsim.generators.dualpipe_trace`; ``step()`` below follows the original
+line for line (its eight steps, loop counts and arguments), so the program has its compute
+order (zero-bubble ``B`` whose ``W`` is deferred FIFO, overlapped ``FB`` pairs), its P2P
+ops in the order they are appended, and a ``COMMIT`` wherever ``_commit_and_wait_comm``
+finds a non-empty list.
 
-A symbolic trace of ``step()``: the same eight steps and loop counts, the same helpers
-(``_forward_chunk``, ``_backward_chunk``, ``_forward_backward_chunk``, ``_weight_chunk``)
-and the same per-phase counters, so the program has the same compute order (zero-bubble
-``B`` whose ``W`` is deferred FIFO, overlapped ``FB`` pairs), the same P2P ops in the order
-they are appended, and a ``COMMIT`` wherever ``_commit_and_wait_comm`` finds a non-empty
-list (``batch_isend_irecv`` + ``wait()``).
-
-Naming: the chunk is the direction (module index actually used). DualPipe: chunk 0 flows
-rank 0 -> P-1 (stage = rank) and carries microbatches ``0..M/2-1``; chunk 1 flows P-1 -> 0
-(stage = P-1-rank) and carries ``M/2..M-1``. DualPipeV (``v`` placement, 2P stages): chunk 0
-is stage r, chunk 1 is stage 2P-1-r, every microbatch goes down and back up.
+Naming: chunk 0 flows rank 0 -> P-1 (stage = rank) and carries microbatches
+``0..M/2-1``; chunk 1 flows P-1 -> 0 (stage = P-1-rank) and carries ``M/2..M-1``. For the
+first half of the ranks phase 0 is chunk 0; the second half swaps them
+(``phase ^= is_in_second_half``).
 """
 from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.program.ir import (
-    Batch,
-    Comm,
-    Commit,
-    Compute,
-    Instr,
-    Op,
-    Placement,
-    Program,
-)
+from schedsim.generators.dualpipe_trace import ChunkTrace
+from schedsim.program.ir import Instr, Placement, Program
 
 
-class _Trace:
-    """Replays ``step()`` for one rank, appending instructions instead of running them."""
+class _DualPipeTrace(ChunkTrace):
+    """``DualPipe`` on one rank (``dualpipe/dualpipe.py``)."""
 
-    def __init__(self, P: int, M: int, rank: int, v: bool, overlap: bool) -> None:
-        self.P, self.M, self.rank, self.v, self.overlap = P, M, rank, v, overlap
-        self.first, self.last = rank == 0, rank == P - 1
-        self.second_half = (not v) and rank >= P // 2
-        self.f = [0, 0]
-        self.b = [0, 0]
-        self.sf = [0, 0]
-        self.sb = [0, 0]
-        self.rf = [0, 0]
-        self.rb = [0, 0]
-        self.pending: list[Comm] = []  # P2P ops appended, launched at the next commit
-        self.wq: list[Op] = []        # WeightGradStore queue (FIFO)
-        self.out: list[Instr] = []
+    def __init__(self, num_ranks: int, num_chunks: int, rank: int, overlap: bool) -> None:
+        super().__init__(num_ranks, num_chunks, rank, overlap)
+        self.is_in_second_half = rank >= num_ranks // 2
+        self.is_middle_rank = rank in (num_ranks // 2 - 1, num_ranks // 2)
 
-    # -- naming -----------------------------------------------------------------------
     def _chunk(self, phase: int) -> int:
-        return phase ^ int(self.second_half)
+        return phase ^ int(self.is_in_second_half)
 
-    def _stage(self, c: int) -> int:
-        if self.v:
-            return self.rank if c == 0 else 2 * self.P - 1 - self.rank
-        return self.rank if c == 0 else self.P - 1 - self.rank
+    def _stage(self, chunk: int) -> int:
+        return self.rank if chunk == 0 else self.num_ranks - 1 - self.rank
 
-    def _mb(self, c: int, i: int) -> int:
-        return i if (self.v or c == 0) else self.M // 2 + i
+    def _mb(self, chunk: int, i: int) -> int:
+        return i if chunk == 0 else self.num_chunks // 2 + i
 
-    def _first_stage(self, c: int) -> bool:
-        return (self.first and c == 0) or (self.last and c == 1)
-
-    def _last_stage(self, c: int) -> bool:
-        if self.v:
-            return self.first and c == 1
-        return (self.first and c == 1) or (self.last and c == 0)
-
-    def _no_send_f(self, c: int) -> bool:     # output stays on the rank or is the loss
-        return (self.first and c == 1) or (self.last and c == 0)
-
-    def _post(self, kind: str, c: int, i: int) -> None:
-        self.pending.append(Comm(kind, self._stage(c), self._mb(c, i)))
-
-    # -- comm helpers (append only) ---------------------------------------------------
-    def recv_forward(self, phase: int) -> None:
-        c = self._chunk(phase)
-        if self._first_stage(c):
-            return
-        self._post("RECV_F", c, self.rf[c])
-        self.rf[c] += 1
-
-    def send_forward(self, phase: int) -> None:
-        c = self._chunk(phase)
-        if self._no_send_f(c):
-            return
-        self._post("SEND_F", c, self.sf[c])
-        self.sf[c] += 1
-
-    def recv_backward(self, phase: int) -> None:
-        c = self._chunk(phase)
-        if self._no_send_f(c):     # the last stage of c (or V's local turn) gets no grad
-            return
-        self._post("RECV_B", c, self.rb[c])
-        self.rb[c] += 1
-
-    def send_backward(self, phase: int) -> None:
-        c = self._chunk(phase)
-        if self._first_stage(c):
-            return
-        self._post("SEND_B", c, self.sb[c])
-        self.sb[c] += 1
-
-    def commit(self) -> None:
-        """``_commit_and_wait_comm``: one ``batch_isend_irecv`` of everything appended since
-        the last commit, then ``wait()`` on all of it."""
-        if self.pending:
-            self.out += [Batch(tuple(self.pending)), Commit()]
-            self.pending = []
-
-    # -- compute ----------------------------------------------------------------------
-    def _f_op(self, phase: int) -> Op:
-        c = self._chunk(phase)
-        op = Op("F", self._stage(c), self._mb(c, self.f[c]))
-        self.f[c] += 1
-        return op
-
-    def _b_op(self, phase: int, zb: bool) -> Op:
-        c = self._chunk(phase)
-        op = Op("B" if zb else "BW", self._stage(c), self._mb(c, self.b[c]))
-        self.b[c] += 1
-        if zb:
-            self.wq.append(Op("W", op.stage, op.mb))
-        return op
-
-    def forward_chunk(self, phase: int, recv: bool = True, send: bool = True) -> None:
-        if recv:
-            self.recv_forward(phase)
-        self.commit()
-        self.out.append(Compute(self._f_op(phase)))
-        if send:
-            self.send_forward(phase)
-
-    def backward_chunk(self, phase: int, zb: bool = False, recv: bool = True,
-                       send: bool = True) -> None:
-        if recv:
-            self.recv_backward(phase)
-        self.commit()
-        self.out.append(Compute(self._b_op(phase, zb)))
-        if send:
-            self.send_backward(phase)
-
-    def forward_backward_chunk(self, phase0: int, phase1: int, recv0: bool = True) -> None:
-        if recv0:
-            self.recv_forward(phase0)
-        self.recv_backward(phase1)
-        self.commit()
-        f = self._f_op(phase0)
-        b = self._b_op(phase1, False)
-        if self.overlap:
-            self.out.append(Compute(Op.fb(f, b)))
-        else:
-            self.out += [Compute(f), Compute(b)]
-        self.send_forward(phase0)
-        self.send_backward(phase1)
-
-    def weight_chunk(self) -> None:
-        self.commit()
-        self.out.append(Compute(self.wq.pop(0)))
-
-    # -- DualPipe.step() / DualPipeV.step() --------------------------------------------
     def step(self) -> list[Instr]:
-        P, M, v = self.P, self.M, self.v
-        if v:
-            n_half, half_rank, chunks = P, self.rank, M
-            middle = self.last
-        else:
-            n_half = P // 2
-            half_rank = min(self.rank, P - 1 - self.rank)
-            chunks = M // 2
-            middle = self.rank in (P // 2 - 1, P // 2)
+        """``DualPipe.step()``, steps 1-8."""
+        num_ranks, rank, num_chunks = self.num_ranks, self.rank, self.num_chunks
+        num_half_ranks = num_ranks // 2
+        half_rank = min(rank, num_ranks - 1 - rank)
+        half_num_chunks = num_chunks // 2
+
         # Step 1: nF0
-        for _ in range((n_half - half_rank - 1) * 2):
-            self.forward_chunk(0)
+        step_1 = (num_half_ranks - half_rank - 1) * 2
+        for _ in range(step_1):
+            self._forward_chunk(0)
+
         # Step 2: nF0F1
         step_2 = half_rank + 1
-        self.recv_forward(0)
+        self._recv_forward(0)
         for i in range(step_2):
-            self.forward_chunk(0, recv=False, send=(not v) and middle)
-            self.recv_forward(0)
-            self.forward_chunk(1, send=(not middle) or (i < step_2 - 1))
-            if v or not middle:
-                self.send_forward(0)
-        # Step 3: nB1W1F1 (zero bubble)
-        for _ in range(n_half - half_rank - 1):
-            self.backward_chunk(1, zb=True)
-            self.recv_forward(1)
-            self.weight_chunk()
-            self.forward_chunk(1, recv=False)
-        # Step 4 (main): nF0B1F1B0
-        step_4 = (chunks - n_half * 2 + half_rank + 1) if v else (chunks - P + half_rank + 1)
+            self._forward_chunk(0, recv=False, send=self.is_middle_rank)
+            self._recv_forward(0)
+            self._forward_chunk(1, send=(not self.is_middle_rank) or (i < step_2 - 1))
+            if not self.is_middle_rank:
+                self._send_forward(0)
+
+        # Step 3: nB1W1F1 (Use zero bubble)
+        step_3 = num_half_ranks - half_rank - 1
+        for _ in range(step_3):
+            self._backward_chunk(1, enable_zb=True)
+            self._recv_forward(1)
+            self._weight_chunk()
+            self._forward_chunk(1, recv=False)
+
+        # Step 4 (Main step): nF0B1F1B0
+        step_4 = half_num_chunks - num_ranks + half_rank + 1
         for i in range(step_4):
             if i == 0:
-                if middle:
-                    self.forward_chunk(0, recv=False, send=False)
-                    self.send_forward(1)
-                    self.backward_chunk(1, send=False)
-                    self.send_forward(0)
-                    self.send_backward(1)
+                if self.is_middle_rank:
+                    # NOTE: We don't overlap these two chunks to further reduce bubble size.
+                    self._forward_chunk(0, recv=False, send=False)
+                    self._send_forward(1)
+                    self._backward_chunk(1, send=False)
+                    self._send_forward(0)
+                    self._send_backward(1)
                 else:
-                    self.forward_backward_chunk(0, 1, recv0=False)
+                    self._forward_backward_chunk(0, 1, recv0=False)
             else:
-                self.forward_backward_chunk(0, 1)
-            self.forward_backward_chunk(1, 0)
+                self._forward_backward_chunk(0, 1)
+            self._forward_backward_chunk(1, 0)
+
         # Step 5: nB1F1B0
-        for _ in range(n_half - half_rank - 1):
-            self.backward_chunk(1)
-            self.forward_backward_chunk(1, 0)
-        # Step 6: nB1B0 (second half of the chunks use zero bubble)
+        step_5 = num_half_ranks - half_rank - 1
+        for _ in range(step_5):
+            self._backward_chunk(1)
+            self._forward_backward_chunk(1, 0)
+
+        # Step 6: nB1B0 (The second half of the chunks use zero bubble)
         step_6 = half_rank + 1
-        zb = False
+        enable_zb = False
         for i in range(step_6):
             if i == step_6 // 2 and half_rank % 2 == 1:
-                zb = True
-            self.backward_chunk(1, zb=zb)
+                enable_zb = True
+            self._backward_chunk(1, enable_zb=enable_zb)
             if i == step_6 // 2 and half_rank % 2 == 0:
-                zb = True
-            self.backward_chunk(0, zb=zb)
-        # Step 7: nWB0
-        for _ in range(n_half - half_rank - 1):
-            self.weight_chunk()
-            self.backward_chunk(0, zb=True)
+                enable_zb = True
+            self._backward_chunk(0, enable_zb=enable_zb)
+
+        # Step 7: nWB0 (Use zero bubble)
+        step_7 = num_half_ranks - half_rank - 1
+        for _ in range(step_7):
+            self._weight_chunk()
+            self._backward_chunk(0, enable_zb=True)
+
         # Step 8: nW
-        for _ in range(half_rank + 1):
-            self.weight_chunk()
-        assert not self.wq, "WeightGradStore not empty"
-        self.commit()
-        return self.out
+        step_8 = half_rank + 1
+        for _ in range(step_8):
+            self._weight_chunk()
+        return self._finish()
 
 
 @register("dualpipe", summary="DeepSeek DualPipe: two directions, overlapped F&B pairs, "
@@ -249,25 +134,6 @@ def dualpipe(ranks: int, microbatches: int, overlap: bool = True) -> Program:
                             f"{2 * ranks} (got {microbatches}): half go in each direction "
                             f"and each direction needs >= ranks to fill its pipeline")
     pl = Placement(kind="dual", ranks=ranks, stages=ranks, microbatches=microbatches)
-    rows = [_Trace(ranks, microbatches, r, False, overlap).step() for r in range(ranks)]
+    rows = [_DualPipeTrace(ranks, microbatches, r, overlap).step() for r in range(ranks)]
     return Program(name="dualpipe", placement=pl, microbatches=microbatches, ranks=rows,
-                   params={"ranks": ranks, "microbatches": microbatches, "overlap": overlap})
-
-
-@register("dualpipev", summary="DeepSeek DualPipeV (cut-in-half DualPipe, V-shape)",
-          constraints="microbatches >= 2 x ranks", placement="v (rank r: stages r and "
-          "2P-1-r)", source="deepseek-ai/DualPipe dualpipe/dualpipev.py DualPipeV.step()",
-          params={"overlap": "run F&B pairs as one overlapped FB op (default true)"})
-def dualpipev(ranks: int, microbatches: int, overlap: bool = True) -> Program:
-    """DualPipeV's program: compute, P2P appends and commit batches of ``DualPipeV.step()``.
-
-    Raises :class:`ScheduleError` unless microbatches >= 2 x ranks (the original's
-    assertion).
-    """
-    if microbatches < 2 * ranks:
-        raise ScheduleError(f"dualpipev needs microbatches >= 2 x ranks = {2 * ranks} (got "
-                            f"{microbatches}) to fill the V")
-    pl = Placement(kind="v", ranks=ranks, stages=2 * ranks)
-    rows = [_Trace(ranks, microbatches, r, True, overlap).step() for r in range(ranks)]
-    return Program(name="dualpipev", placement=pl, microbatches=microbatches, ranks=rows,
                    params={"ranks": ranks, "microbatches": microbatches, "overlap": overlap})

@@ -26,6 +26,11 @@ from typing import Callable
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
 from schedsim.program.ir import Op, Placement, Schedule
+from schedsim.program.megatron import (
+    megatron_group_size,
+    megatron_schedule_table,
+    megatron_warmup,
+)
 
 _VARIANTS = ("torch", "megatron")
 
@@ -158,65 +163,11 @@ def interleaved_1f1b(ranks: int, microbatches: int, chunks: int = 2, variant: st
     return _schedule(name, pl, m, rows, chunks=v, variant=variant)
 
 
-def megatron_group_size(ranks: int, microbatches: int, group_size: int | None) -> int:
-    """Check Megatron-LM's rules on ``microbatch_group_size_per_vp_stage`` N; return N.
-
-    Megatron needs ``p >= 2`` (with one rank it runs no pipeline schedule),
-    ``p <= N <= m`` (a group must hold at least p microbatches to fill the pipeline before
-    the next model chunk starts, and cannot hold more than exist) and ``m % N == 0`` or
-    ``m % N >= p`` (a short last group leaves dependency bubbles, which Megatron refuses).
-    Raises :class:`ScheduleError` naming the broken rule.
-    """
-    p, m = ranks, microbatches
-    name = "interleaved-1f1b --variant megatron"
-    if p < 2:
-        raise ScheduleError(f"{name}: needs ranks >= 2 (Megatron-LM runs no pipeline "
-                            f"schedule, interleaved or not, on one pipeline rank)")
-    n = p if group_size is None else group_size
-    if not isinstance(n, int) or isinstance(n, bool):
-        raise ScheduleError(f"{name}: group_size must be an integer (got {n!r})")
-    if m < p:
-        raise ScheduleError(
-            f"{name}: impossible with {m} microbatches on {p} ranks: Megatron needs "
-            f"p <= N <= m for N = microbatch_group_size_per_vp_stage (each group of N "
-            f"consecutive microbatches must fill the {p}-rank pipeline before the next "
-            f"model chunk starts), so it needs m >= p = {p}")
-    if not p <= n <= m:
-        raise ScheduleError(
-            f"{name}: group_size N = {n} must lie in [p, m] = [{p}, {m}] (Megatron's "
-            f"microbatch_group_size_per_vp_stage: a group of N microbatches fills the "
-            f"pipeline only if N >= p, and cannot exceed the {m} microbatches)")
-    if 0 < m % n < p:
-        ok = [k for k in range(p, m + 1) if m % k == 0 or m % k >= p]
-        raise ScheduleError(
-            f"{name}: the last microbatch group would hold m % N = {m} % {n} = {m % n} "
-            f"microbatches, fewer than p = {p}; Megatron requires m % N == 0 or >= p "
-            f"(a short group leaves dependency bubbles); valid group_size for m = {m}: "
-            f"{', '.join(map(str, ok))}")
-    return n
-
-
-def megatron_schedule_table(microbatches: int, chunks: int,
-                            group_size: int) -> list[tuple[int, int]]:
-    """Megatron-LM's ``get_schedule_table``: virtual microbatch k -> (microbatch, chunk).
-
-    Microbatches go in groups of ``group_size``; each group visits chunk 0, 1, ... in
-    turn; the last group (the first one reaching ``microbatches``) takes all the rest.
-    """
-    table: list[tuple[int, int]] = []
-    for start in range(0, microbatches, group_size):
-        end = microbatches if start + group_size >= microbatches else start + group_size
-        table.extend((mb, c) for c in range(chunks) for mb in range(start, end))
-        if end == microbatches:
-            break
-    return table
-
-
 def _megatron_rank(p: int, m: int, v: int, r: int, n: int) -> list[Op]:
     """One rank of Megatron's interleaved 1F1B (no p2p overlap, the default)."""
     table = megatron_schedule_table(m, v, n)
     total = m * v
-    warmup = min(total, 2 * (p - r - 1) + (v - 1) * n)
+    warmup = megatron_warmup(p, r, v, n, m)
 
     def fwd(k: int) -> Op:
         mb, c = table[k]

@@ -68,136 +68,167 @@ class ZBResult:
     variant: tuple[bool, bool, bool]
 
 
-def _plan(pb: ZBProblem, allow_bubble_before_first_b: bool, prioritize_b: bool,
-          no_bubble_greedy: bool) -> ZBResult:
-    """One variant of the heuristic (``manual_order`` in the authors' code)."""
-    S, M = pb.stages, pb.microbatches
-    cost = (pb.cost_f, pb.cost_b, pb.cost_w)
-    mem_d = pb.mem
-    comm = pb.comm
-    limit = pb.max_mem or [mem_d[F] * M * 3] * S
-    end = [[[0.0] * M for _ in range(S)] for _ in range(3)]   # unplaced ops read as 0
-    cnt = [[0] * S for _ in range(3)]          # placed ops per kind and stage
-    busy_until = [0.0] * S                     # end of the stage's last op
-    mem = [0.0] * S
-    bubble = [0.0] * S                         # idle time planned after the first F
-    placed: list[list[tuple[int, int]]] = [[] for _ in range(S)]
-    fc, bc, wc = cnt
+class _ZBPlanner:
+    """One variant of the heuristic (``manual_order`` in the authors' code): the state of
+    the walk -- per stage its clock, memory, planned bubble and ops placed -- and its
+    phases as methods (:meth:`fill_pipeline`, :meth:`steady`, :meth:`finish`)."""
 
-    def place(s: int, k: int) -> None:
-        mb = cnt[k][s]
-        c = cost[k][s]
-        t = busy_until[s] + c
-        packed = t
+    def __init__(self, pb: ZBProblem, allow_bubble_before_first_b: bool,
+                 prioritize_b: bool, no_bubble_greedy: bool) -> None:
+        S, M = self.S, self.M = pb.stages, pb.microbatches
+        self.flags = (allow_bubble_before_first_b, prioritize_b, no_bubble_greedy)
+        self.cost = (pb.cost_f, pb.cost_b, pb.cost_w)
+        self.mem_d, self.comm = pb.mem, pb.comm
+        self.limit = pb.max_mem or [pb.mem[F] * M * 3] * S
+        self.end = [[[0.0] * M for _ in range(S)] for _ in range(3)]  # unplaced: 0
+        self.cnt = [[0] * S for _ in range(3)]   # placed ops per kind and stage
+        self.busy_until = [0.0] * S              # end of the stage's last op
+        self.mem = [0.0] * S
+        self.bubble = [0.0] * S                  # idle time planned after the first F
+        self.placed: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+
+    def place(self, s: int, k: int) -> None:
+        mb = self.cnt[k][s]
+        c = self.cost[k][s]
+        t = packed = self.busy_until[s] + c
         if k == F and s > 0:
-            t = max(t, end[F][s - 1][mb] + comm + c)
-        elif k == B and s < S - 1:
-            t = max(t, end[B][s + 1][mb] + comm + c)
-        if fc[s] > 0:
-            bubble[s] += t - packed
-        busy_until[s] = t
-        end[k][s][mb] = t
-        mem[s] += mem_d[k]
-        placed[s].append((k, mb))
-        cnt[k][s] += 1
+            t = max(t, self.end[F][s - 1][mb] + self.comm + c)
+        elif k == B and s < self.S - 1:
+            t = max(t, self.end[B][s + 1][mb] + self.comm + c)
+        if self.cnt[F][s] > 0:
+            self.bubble[s] += t - packed
+        self.busy_until[s] = t
+        self.end[k][s][mb] = t
+        self.mem[s] += self.mem_d[k]
+        self.placed[s].append((k, mb))
+        self.cnt[k][s] += 1
 
-    def spare(s: int) -> float:
-        return max(bubble) - bubble[s]
+    def spare(self, s: int) -> float:
+        return max(self.bubble) - self.bubble[s]
 
-    def free_for(s: int, delta: float) -> None:
-        while mem[s] + delta > limit[s]:
+    def free_for(self, s: int, delta: float) -> None:
+        """Run deferred W passes until ``delta`` more memory fits."""
+        _, bc, wc = self.cnt
+        while self.mem[s] + delta > self.limit[s]:
             if wc[s] >= bc[s]:
                 raise MemoryExceeded
-            place(s, W)
+            self.place(s, W)
 
-    def fill_gap(s: int, ready: float) -> None:
+    def fill_gap(self, s: int, ready: float) -> None:
         """Place deferred W passes that fit before the input arriving at ``ready``."""
-        while wc[s] < bc[s] and busy_until[s] + cost[W][s] <= ready:
-            place(s, W)
-        if wc[s] < bc[s] and busy_until[s] < ready:
-            if ready - busy_until[s] <= spare(s):
-                if no_bubble_greedy:
-                    place(s, W)
+        _, bc, wc = self.cnt
+        busy, cost_w = self.busy_until, self.cost[W][s]
+        while wc[s] < bc[s] and busy[s] + cost_w <= ready:
+            self.place(s, W)
+        if wc[s] < bc[s] and busy[s] < ready:
+            if ready - busy[s] <= self.spare(s):
+                if self.flags[2]:                      # no_bubble_greedy
+                    self.place(s, W)
             else:
-                place(s, W)
+                self.place(s, W)
 
-    # microbatch 0: fill the pipeline
-    for s in range(S):
-        place(s, F)
-    warm = [0] * S
-    last_t = 0.0
-    for s in range(S - 1, -1, -1):
-        if s == S - 1:
-            last_t = end[F][s][0] + cost[B][s]
-            continue
-        m_s, t_s = mem[s], busy_until[s]
-        while fc[s] + warm[s] < M and m_s + mem_d[F] <= limit[s]:
-            if allow_bubble_before_first_b:
-                if t_s + cost[F][s] > last_t + comm:
-                    break
-            elif t_s >= last_t + comm:
-                break
-            m_s += mem_d[F]
-            t_s += cost[F][s]
-            warm[s] += 1
-        last_t = max(t_s, last_t + comm) + cost[B][s]
-    for s in range(1, S):
-        while warm[s] > 0 and warm[s] >= warm[s - 1] and fc[s] + warm[s] < M:
-            warm[s] -= 1
-    for s in range(S):
-        for _ in range(warm[s]):
-            place(s, F)
-    for s in range(S - 1, -1, -1):
-        place(s, B)
-
-    # steady state: one F and one B per stage and microbatch
-    for i in range(1, M):
-        want = [0] * S
-        for s in range(S):
-            if fc[s] >= M:
+    def warmup_counts(self) -> list[int]:
+        """Warm-up forwards per stage: as many as fit (in time and memory) before
+        microbatch 0's backward comes back, then no more than the stage above."""
+        S, M, cost, comm, fc = self.S, self.M, self.cost, self.comm, self.cnt[F]
+        warm = [0] * S
+        last_t = 0.0
+        for s in range(S - 1, -1, -1):
+            if s == S - 1:
+                last_t = self.end[F][s][0] + cost[B][s]
                 continue
-            if prioritize_b and s + 1 < S and fc[s] >= fc[s + 1] + 2:
-                next_ready = (busy_until[s + 1] + cost[F][s + 1] + cost[B][s + 1] + comm)
-                if busy_until[s] >= next_ready:
-                    continue
-                w_cost, w_n, m_w = 0.0, 0, mem[s] + mem_d[F]
-                while m_w > limit[s] and wc[s] + w_n < bc[s]:
-                    w_cost += cost[W][s]
-                    m_w += mem_d[W]
-                    w_n += 1
-                if busy_until[s] + cost[F][s] + w_cost <= next_ready:
-                    want[s] = 1
-                    continue
-                if next_ready - busy_until[s] <= spare(s):
-                    continue
-            want[s] = 1
+            m_s, t_s = self.mem[s], self.busy_until[s]
+            while fc[s] + warm[s] < M and m_s + self.mem_d[F] <= self.limit[s]:
+                if self.flags[0]:                      # allow_bubble_before_first_b
+                    if t_s + cost[F][s] > last_t + comm:
+                        break
+                elif t_s >= last_t + comm:
+                    break
+                m_s += self.mem_d[F]
+                t_s += cost[F][s]
+                warm[s] += 1
+            last_t = max(t_s, last_t + comm) + cost[B][s]
+        for s in range(1, S):
+            while warm[s] > 0 and warm[s] >= warm[s - 1] and fc[s] + warm[s] < M:
+                warm[s] -= 1
+        return warm
+
+    def fill_pipeline(self) -> None:
+        """Microbatch 0 down the pipeline, the warm-up forwards, microbatch 0 back up."""
+        for s in range(self.S):
+            self.place(s, F)
+        for s, n in enumerate(self.warmup_counts()):
+            for _ in range(n):
+                self.place(s, F)
+        for s in range(self.S - 1, -1, -1):
+            self.place(s, B)
+
+    def wants_forward(self, s: int) -> bool:
+        """Whether stage s places a forward this round (``prioritize_b`` may hold it back
+        while the stage below is about to hand it a backward)."""
+        S, cost, fc, (_, bc, wc) = self.S, self.cost, self.cnt[F], self.cnt
+        if fc[s] >= self.M:
+            return False
+        if not (self.flags[1] and s + 1 < S and fc[s] >= fc[s + 1] + 2):
+            return True
+        busy = self.busy_until[s]
+        next_ready = self.busy_until[s + 1] + cost[F][s + 1] + cost[B][s + 1] + self.comm
+        if busy >= next_ready:
+            return False
+        w_cost, w_n, m_w = 0.0, 0, self.mem[s] + self.mem_d[F]
+        while m_w > self.limit[s] and wc[s] + w_n < bc[s]:
+            w_cost += cost[W][s]
+            m_w += self.mem_d[W]
+            w_n += 1
+        if busy + cost[F][s] + w_cost <= next_ready:
+            return True
+        return not next_ready - busy <= self.spare(s)
+
+    def steady(self, i: int) -> None:
+        """Microbatch i: one F (where wanted, never ahead of the stage above's choice)
+        then one B per stage, deferred W passes filling the waits."""
+        S, fc, (_, bc, wc) = self.S, self.cnt[F], self.cnt
+        want = [int(self.wants_forward(s)) for s in range(S)]
         for s in range(S - 2, -1, -1):
             want[s] = min(want[s], want[s + 1])
         for s in range(S):
             if not want[s]:
                 continue
-            free_for(s, mem_d[F])
+            self.free_for(s, self.mem_d[F])
             if s > 0:
-                fill_gap(s, end[F][s - 1][fc[s]] + comm)
-            place(s, F)
+                self.fill_gap(s, self.end[F][s - 1][fc[s]] + self.comm)
+            self.place(s, F)
         for s in range(S - 1, -1, -1):
-            free_for(s, mem_d[B])
+            self.free_for(s, self.mem_d[B])
             if s + 1 < S:
-                fill_gap(s, end[B][s + 1][i] + comm)
-            if s == 0 and fc[s] == M:
+                self.fill_gap(s, self.end[B][s + 1][i] + self.comm)
+            if s == 0 and fc[s] == self.M:
                 while wc[s] < bc[s]:
-                    place(s, W)
-            place(s, B)
+                    self.place(s, W)
+            self.place(s, B)
 
-    for s in range(S):
-        while wc[s] < M:
-            place(s, W)
-    span = max(end[W][s][M - 1] - end[F][s][0] + cost[F][s] for s in range(S))
-    # the runtime orders each stage by completion time (ties: F < B < W, then mb)
-    order = [sorted(row, key=lambda km, s=s: (end[km[0]][s][km[1]], km[0], km[1]))
-             for s, row in enumerate(placed)]
-    return ZBResult(order, end, span,
-                    (allow_bubble_before_first_b, prioritize_b, no_bubble_greedy))
+    def finish(self) -> ZBResult:
+        S, M, end, cost = self.S, self.M, self.end, self.cost
+        for s in range(S):
+            while self.cnt[W][s] < M:
+                self.place(s, W)
+        span = max(end[W][s][M - 1] - end[F][s][0] + cost[F][s] for s in range(S))
+        # the runtime orders each stage by completion time (ties: F < B < W, then mb)
+        order = [sorted(row, key=lambda km, s=s: (end[km[0]][s][km[1]], km[0], km[1]))
+                 for s, row in enumerate(self.placed)]
+        return ZBResult(order, end, span, self.flags)
+
+    def run(self) -> ZBResult:
+        self.fill_pipeline()
+        for i in range(1, self.M):
+            self.steady(i)
+        return self.finish()
+
+
+def _plan(pb: ZBProblem, allow_bubble_before_first_b: bool, prioritize_b: bool,
+          no_bubble_greedy: bool) -> ZBResult:
+    """One variant of the heuristic (``manual_order`` in the authors' code)."""
+    return _ZBPlanner(pb, allow_bubble_before_first_b, prioritize_b, no_bubble_greedy).run()
 
 
 def zb_schedule(pb: ZBProblem) -> ZBResult:

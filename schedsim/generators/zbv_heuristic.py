@@ -62,122 +62,144 @@ class VPlan:
     worst: float
 
 
-def _try(pb: VProblem, fill_f: bool, fill_b: bool, approved: list[float] | None) -> VPlan:
-    """One plan (``try_v_schedule`` without its recursion)."""
-    n, m = pb.ranks, pb.microbatches
-    cost, comm, md = pb.cost, pb.comm, pb.mem
-    limit = pb.max_mem if pb.max_mem is not None else md[F] * n * 2
-    size = 6 * n * m
-    # flat end-time table indexed like the authors' (kind, leg, rank, mb) ids, so that
-    # "no producer" (-1) reads the last entry, exactly as their code does
-    end = [-1.0] * size
+class _VPlanner:
+    """One plan (``try_v_schedule`` without its recursion): the state of the walk -- per
+    rank its clock, memory, planned bubble, deferred ``W`` passes and passes placed -- and
+    the three phases as methods (:meth:`warmup`, :meth:`catch_up`, :meth:`rounds`)."""
 
-    def key(k: int, leg: int, s: int, mb: int) -> int:
-        return ((k * 2 + leg) * n + s) * m + mb
+    def __init__(self, pb: VProblem, fill_f: bool, fill_b: bool,
+                 approved: list[float] | None) -> None:
+        n, m = self.n, self.m = pb.ranks, pb.microbatches
+        self.cost, self.comm, self.md = pb.cost, pb.comm, pb.mem
+        self.limit = pb.max_mem if pb.max_mem is not None else pb.mem[F] * n * 2
+        self.fill_f, self.fill_b = fill_f, fill_b
+        # flat end-time table indexed like the authors' (kind, leg, rank, mb) ids, so
+        # that "no producer" (-1) reads the last entry, exactly as their code does
+        self.end = [-1.0] * (6 * n * m)
+        self.count = [[0] * 6 for _ in range(n)]    # passes placed per (kind, leg)
+        self.cur = [0.0] * n
+        self.mem = [0.0] * n
+        self.bubble = [0.0] * n
+        self.pending: list[deque[tuple[int, int]]] = [deque() for _ in range(n)]
+        self.order: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        self.approved = approved if approved is not None else [-1.0] * n
+        self.top_approved = max(self.approved)
 
-    count = [[0] * 6 for _ in range(n)]
-    cur = [0.0] * n
-    mem = [0.0] * n
-    bubble = [0.0] * n
-    pending: list[deque[tuple[int, int]]] = [deque() for _ in range(n)]
-    order: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-    if approved is None:
-        approved = [-1.0] * n
-    top_approved = max(approved)
+    def key(self, k: int, leg: int, s: int, mb: int) -> int:
+        return ((k * 2 + leg) * self.n + s) * self.m + mb
 
-    def budget(s: int) -> float:
-        return max(max(bubble), top_approved - approved[s])
+    def budget(self, s: int) -> float:
+        return max(max(self.bubble), self.top_approved - self.approved[s])
 
-    def place(k: int, leg: int, s: int) -> None:
-        t = packed = cur[s] + cost[k]
-        mb = count[s][k * 2 + leg]
-        if mb >= m:
+    def _input_end(self, k: int, leg: int, s: int, mb: int) -> float | None:
+        """End of the cross-rank producer of an F/B pass (None: it has none)."""
+        if k == W:
+            return None
+        if leg == 1 and s < self.n - 1:
+            src = self.end[self.key(k, 1, s + 1, mb)]
+        elif leg == 0 and s > 0:
+            src = self.end[self.key(k, 0, s - 1, mb)]
+        else:
+            return None
+        if src < 0:
+            raise InfeasibleV(f"rank {s} would run {'FB'[k]} of mb {mb} before its input is "
+                              f"planned")
+        return src
+
+    def place(self, k: int, leg: int, s: int) -> None:
+        t = packed = self.cur[s] + self.cost[k]
+        mb = self.count[s][k * 2 + leg]
+        if mb >= self.m:
             raise InfeasibleV(f"rank {s} has no {'FBW'[k]} left on leg {leg}")
-        if mem[s] + md[k] > limit:
+        if self.mem[s] + self.md[k] > self.limit:
             raise InfeasibleV(f"rank {s} would exceed the memory limit")
         if k == W:      # same-rank predecessor: F leg 0 -> F leg 1 -> B leg 0 -> B leg 1
-            prev = key(B, leg, s, mb)
+            prev = self.key(B, leg, s, mb)
         elif k or leg:
             j = k * 2 + leg - 1
-            prev = key(j // 2, j % 2, s, mb)
+            prev = self.key(j // 2, j % 2, s, mb)
         else:
             prev = -1
-        if prev >= 0 and end[prev] < 0:
+        if prev >= 0 and self.end[prev] < 0:
             raise InfeasibleV(f"rank {s}: {'FBW'[k]} leg {leg} mb {mb} before its input")
-        if k < 2:
-            if leg == 1 and s < n - 1:
-                src = end[key(k, 1, s + 1, mb)]
-                if src < 0:
-                    raise InfeasibleV(f"rank {s} would run {'FB'[k]} of mb {mb} before "
-                                      f"its input is planned")
-                t = max(t, src + comm + cost[k])
-            elif leg == 0 and s > 0:
-                src = end[key(k, 0, s - 1, mb)]
-                if src < 0:
-                    raise InfeasibleV(f"rank {s} would run {'FB'[k]} of mb {mb} before "
-                                      f"its input is planned")
-                t = max(t, src + comm + cost[k])
-        if count[s][0] > 0:
-            bubble[s] += t - packed
-        end[key(k, leg, s, mb)] = t
-        cur[s] = t
-        mem[s] += md[k]
-        order[s].append((k, leg, mb))
+        src = self._input_end(k, leg, s, mb)
+        if src is not None:
+            t = max(t, src + self.comm + self.cost[k])
+        if self.count[s][0] > 0:
+            self.bubble[s] += t - packed
+        self.end[self.key(k, leg, s, mb)] = t
+        self.cur[s] = t
+        self.mem[s] += self.md[k]
+        self.order[s].append((k, leg, mb))
         if k == B:
-            pending[s].append((leg, mb))
-        count[s][k * 2 + leg] += 1
+            self.pending[s].append((leg, mb))
+        self.count[s][k * 2 + leg] += 1
 
-    def place_w(s: int) -> None:
-        if not pending[s]:
+    def place_w(self, s: int) -> None:
+        if not self.pending[s]:
             raise InfeasibleV(f"rank {s} exceeds the memory limit")
-        leg, _ = pending[s].popleft()
-        place(W, leg, s)
+        leg, _ = self.pending[s].popleft()
+        self.place(W, leg, s)
 
-    def fill(s: int, src_id: int, switch: bool) -> None:
+    def make_room(self, s: int, k: int) -> None:
+        """Run deferred W passes until a pass of kind k fits in memory."""
+        while self.mem[s] + self.md[k] > self.limit:
+            self.place_w(s)
+
+    def fill(self, s: int, src_id: int, switch: bool) -> None:
         """Defer-W rule before a pass whose input is ``end[src_id]`` (-1: none)."""
-        while pending[s] and src_id >= 0 and end[src_id] + comm >= cur[s] + cost[W]:
-            place_w(s)
-        if pending[s] and end[src_id] + comm - cur[s] > budget(s) - bubble[s] and switch:
-            place_w(s)
+        end, pending, comm = self.end, self.pending, self.comm
+        while pending[s] and src_id >= 0 and end[src_id] + comm >= self.cur[s] + self.cost[W]:
+            self.place_w(s)
+        if pending[s] and end[src_id] + comm - self.cur[s] > self.budget(s) - self.bubble[s] \
+                and switch:
+            self.place_w(s)
 
-    # (1) warm-up: forwards on chunk 0 until chunk 1's first forward comes back
-    for s in range(n):
-        place(F, 0, s)
-    for s in range(n - 1, -1, -1):
-        if s == n - 1:
-            place(F, 1, s)
-            continue
-        back = end[key(F, 1, s + 1, 0)] + comm
-        while (mem[s] + md[F] * (2 + s * 2) <= limit and cur[s] + cost[F] <= back
-               and count[s][0] < m):
-            for j in range(s + 1):
-                place(F, 0, j)
-        place(F, 1, s)
-    # (2) lower ranks catch up, alternating chunks
-    leg = 0
-    guard = 4 * n * m + 8
-    for s in range(1, n):
-        while (count[s][0] + count[s][1] < count[s - 1][0] + count[s - 1][1]
-               or count[s][1] <= count[s - 1][1] < m):
-            guard -= 1
-            if guard < 0:
-                raise InfeasibleV("warm-up does not converge")
-            for j in range(n - 1, s - 1, -1):
-                if count[j][leg] < m:
-                    place(F, leg, j)
-            leg = 1 - leg
-    # (3) steady state and cooldown: one B then one F per rank and round
-    for _ in range(2 * m):
+    def warmup(self) -> None:
+        """(1) forwards on chunk 0 until chunk 1's first forward comes back."""
+        n, count = self.n, self.count
         for s in range(n):
-            while mem[s] + md[B] > limit:
-                place_w(s)
+            self.place(F, 0, s)
+        for s in range(n - 1, -1, -1):
+            if s == n - 1:
+                self.place(F, 1, s)
+                continue
+            back = self.end[self.key(F, 1, s + 1, 0)] + self.comm
+            while (self.mem[s] + self.md[F] * (2 + s * 2) <= self.limit
+                   and self.cur[s] + self.cost[F] <= back and count[s][0] < self.m):
+                for j in range(s + 1):
+                    self.place(F, 0, j)
+            self.place(F, 1, s)
+
+    def catch_up(self) -> None:
+        """(2) lower ranks take forwards alternately from both chunks until they have as
+        many as the rank above."""
+        n, m, count = self.n, self.m, self.count
+        leg = 0
+        guard = 4 * n * m + 8
+        for s in range(1, n):
+            while (count[s][0] + count[s][1] < count[s - 1][0] + count[s - 1][1]
+                   or count[s][1] <= count[s - 1][1] < m):
+                guard -= 1
+                if guard < 0:
+                    raise InfeasibleV("warm-up does not converge")
+                for j in range(n - 1, s - 1, -1):
+                    if count[j][leg] < m:
+                        self.place(F, leg, j)
+                leg = 1 - leg
+
+    def backward_round(self) -> None:
+        """One B per rank: leg 1 (ranks top down) where its input is planned, else leg 0."""
+        n, count, end, key = self.n, self.count, self.end, self.key
+        for s in range(n):
+            self.make_room(s, B)
         b_leg0, b_leg1 = [], []
         for s in range(n):
             if count[s][3] >= count[s][2]:
                 b_leg0.append(s)
             elif s == n - 1:
                 b_leg1.append(s)
-            elif end[key(B, 1, s + 1, count[s][3])] >= 0 or count[s][2] >= m:
+            elif end[key(B, 1, s + 1, count[s][3])] >= 0 or count[s][2] >= self.m:
                 b_leg1.append(s)
             else:
                 b_leg0.append(s)
@@ -187,35 +209,53 @@ def _try(pb: VProblem, fill_f: bool, fill_b: bool, approved: list[float] | None)
                 src = key(B, 1, s + 1, count[s][3])
             if lg == 0 and s > 0:
                 src = key(B, 0, s - 1, count[s][2])
-            fill(s, src, lg == 1 or fill_b)
-            place(B, lg, s)
+            self.fill(s, src, lg == 1 or self.fill_b)
+            self.place(B, lg, s)
+
+    def next_forward_leg(self, s: int) -> int | None:
+        """Which leg rank s runs its next F on (None: no input is planned yet)."""
+        count, end, key = self.count, self.end, self.key
+        if count[s][1] >= count[s][0]:
+            return 0
+        if s == self.n - 1 or end[key(F, 1, s + 1, count[s][1])] >= 0:
+            return 1
+        if count[s][0] < self.m and (s == 0 or end[key(F, 0, s - 1, count[s][0])] >= 0):
+            return 0
+        return None
+
+    def forward_round(self) -> None:
+        """One F per rank that has one left and an input planned."""
+        n, count, key = self.n, self.count, self.key
         for s in range(n):
-            if count[s][1] >= m:
+            if count[s][1] >= self.m:
                 continue
-            nxt = None
-            if count[s][1] >= count[s][0]:
-                nxt = 0
-            elif s == n - 1:
-                nxt = 1
-            elif end[key(F, 1, s + 1, count[s][1])] >= 0:
-                nxt = 1
-            elif count[s][0] < m and (s == 0 or end[key(F, 0, s - 1, count[s][0])] >= 0):
-                nxt = 0
+            nxt = self.next_forward_leg(s)
             if nxt is None:
                 continue
-            while mem[s] + md[F] > limit:
-                place_w(s)
+            self.make_room(s, F)
             src = -1
             if nxt == 0 and s > 0:
                 src = key(F, 0, s - 1, count[s][0])
             if nxt == 1 and s < n - 1:
                 src = key(F, 1, s + 1, count[s][1])
-            fill(s, src, fill_f)
-            place(F, nxt, s)
-    for s in range(n):
-        while pending[s]:
-            place_w(s)
-    return VPlan(order, bubble, max(bubble))
+            self.fill(s, src, self.fill_f)
+            self.place(F, nxt, s)
+
+    def run(self) -> VPlan:
+        self.warmup()
+        self.catch_up()
+        for _ in range(2 * self.m):          # (3) steady state and cooldown
+            self.backward_round()
+            self.forward_round()
+        for s in range(self.n):
+            while self.pending[s]:
+                self.place_w(s)
+        return VPlan(self.order, self.bubble, max(self.bubble))
+
+
+def _try(pb: VProblem, fill_f: bool, fill_b: bool, approved: list[float] | None) -> VPlan:
+    """One plan (``try_v_schedule`` without its recursion)."""
+    return _VPlanner(pb, fill_f, fill_b, approved).run()
 
 
 def _refined(pb: VProblem, fill_f: bool, fill_b: bool) -> VPlan:

@@ -1,80 +1,86 @@
 """Per-rank Kineto / Chrome traces (``torch.profiler``'s ``export_chrome_trace``) to a
-measured :class:`~schedsim.timeline.Timeline`. No torch.
+measured :class:`~schedsim.timeline.Timeline` and the program the run executed. No torch.
 
-Recognised complete events (``"ph": "X"``), by name:
+Pipeline: read each file (:func:`read_trace`) -> recognise its pipeline ranges and P2P
+calls (:mod:`.kineto_events`: ``schedsim:<token>``, ``PP:<action>``, ``Forward i`` /
+``Backward i``; ``c10d::send``/``c10d::recv_`` with their ``gloo:*``/``nccl:*`` work
+ranges and NCCL kernels) -> tell the placement (:mod:`.kineto_placement`) -> rebuild each
+rank's program and timed records (:mod:`.kineto_program`) -> pair the two sides of every
+message -> one Timeline through :func:`schedsim.timeline.build_timeline`.
 
-- ``schedsim:<token>`` — ranges schedsim's replay records under ``--profile-dir``: one per
-  compute token (``0F1``, ``3BW0``, ``(0F3;3BW1)``: spans), per post run
-  (``POST[0SEND_F1+0RECV_B0]``: post times), per ``COMMIT`` / ``WAIT[...]`` / ``END``
-  (waits, and the completion time of the ops they cover);
-- ``PP:<action>`` — torch.distributed.pipelining's ``_PipelineScheduleRuntime`` ranges
-  (``torch/distributed/pipelining/schedules.py``, ``_get_profiler_function_name``):
-  ``{stage}F{mb}``, ``I`` (input backward, schedsim's ``B``), ``W``, ``B`` (full
-  backward, schedsim's ``BW``), ``(a;b)OVERLAP_F_B`` pairs, and ``SEND_F``/``RECV_F``/
-  ``SEND_B``/``RECV_B`` posts; ``UNSHARD``/``RESHARD``/``REDUCE_GRAD`` are skipped;
-- ``Forward {mb}`` / ``Backward {mb}`` — torch's single-stage schedules (``ScheduleGPipe``,
-  ``Schedule1F1B``): stage = rank, kinds F and BW (the ranges include their recv waits).
+The rank of a file is its ``distributedInfo.rank`` (Kineto writes it when a process
+group exists), else its position in the argument list; the world size is
+``distributedInfo.world_size``, else the fewest ranks that explain the files.
 
-The rank of a file is its ``distributedInfo.rank`` (Kineto writes it when a process group
-exists), else its position in the argument list.
+**Messages.** A message's sides are named by the comm ops of the ranges that launched
+them; on each directed link the k-th send and the k-th recv (in posting order) must name
+the same message, as gloo and NCCL match them (else :class:`ScenarioError`). A message
+gets both post times (the end of the launch holding each side), both completions (when
+the wait for each side returned: its ``gloo:``/``nccl:`` work range's end, else the end of
+the wait that covered it), ``bytes`` when the trace recorded shapes, and the builder's
+split of each side into waiting for the peer and transferring (``start`` = both sides
+posted, ``arrival`` = receiver done; :class:`~schedsim.timeline.Message`).
 
-**Partial input.** One rank's trace (or any subset of the ranks) is a valid, partial
-timeline: the Timeline has every rank of the run (``distributedInfo.world_size``, else
-the fewest ranks that explain the files), the ranks without a trace have no spans and
-are listed in the Timeline's extra field ``missing_ranks``, and messages are placed from
-the traced side alone. The stage count is the highest stage seen in an op or as either end
-of a posted message, rounded up to what the placement needs (``loop``: a multiple of the
-ranks; ``v``: 2 x ranks; ``dual``: the ranks). The placement is inferred from where
-stages ran (``dual`` if a stage ran on two ranks, else the first of ``loop``, ``v`` that
-puts every traced stage on its rank and the two ends of every message on two different
-ranks, else a ``custom`` table when every stage was seen), or forced with ``placement``
-and then checked against the traces. Anything else is a :class:`ScenarioError` naming the
-file and what is wrong: not JSON / no ``traceEvents``, a bad ``distributedInfo`` or
-``baseTimeNanoseconds``, a recognised range with a non-numeric or negative ``ts``/``dur``,
-two files of one rank, files of runs of different sizes, an op twice in one file (several
-profiled steps: profile one), a message to a stage that cannot exist, a placement that
-cannot be told. Times: event ``ts``/``dur`` are µs
-(offset by ``baseTimeNanoseconds`` when the file has it); the Timeline is in ms from the
-earliest recognised event of all files — so the files must come from one host (or hosts
-with synchronised clocks). ``index`` of a span is its position among the rank's
-recognised instructions (for schedsim traces: the program's instruction index). Messages
-get post times — the end of the post range, the definition of
-:class:`~schedsim.timeline.Message` — and, for schedsim traces, completion = end of the
-covering wait; ``start``/``arrival`` stay null.
+**Extra Timeline fields**: ``program`` (the Program JSON the traces show, when every
+rank was traced), ``posts`` (one ``{rank, index, last_index, start, end}`` per launch:
+its host time), ``trace_source`` (``schedsim`` | ``torch-runtime`` | ``torch-single``),
+``p2p`` (``{messages, paired, one_sided, calls}``), ``import_notes`` (what the traces do
+not show) and ``missing_ranks`` (ranks without a trace: their rows are empty).
+``semantics`` is the backend named in ``distributedInfo`` (``gloo``, ``nccl``), else
+``trace``.
+
+**Times**: event ``ts``/``dur`` are µs (offset by ``baseTimeNanoseconds`` when the file
+has it); the Timeline is in ms from the earliest recognised event of all files (the
+bookkeeping ranges left aside), so the
+files must come from one host (or hosts with synchronised clocks). A span's ``index`` is
+its instruction's position in the rebuilt program.
+
+**Errors** (:class:`ScenarioError` naming the file and what is wrong): not JSON / no
+``traceEvents``; a bad ``distributedInfo`` or ``baseTimeNanoseconds``; a recognised event
+with a non-numeric or negative ``ts``/``dur``; two files of one rank; files of runs of
+different sizes; a trace with no pipeline ranges (saying what it holds: P2P calls without
+compute ranges are what torch 2.13's ``Schedule1F1B`` records); an op twice in one file
+(several profiled steps: give ``step``); ranges of two executors on one rank; a message to
+a stage that cannot exist; a placement that cannot be told; sends and recvs that do not
+pair in order on a link.
 """
 from __future__ import annotations
 
 import gzip
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from schedsim.errors import ScenarioError, SchedsimError
-from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Placement, Post, Wait
+from schedsim.errors import ScenarioError
+from schedsim.interop.kineto_events import RankEvents, classify_rank, select_step
+from schedsim.interop.kineto_placement import infer_placement
+from schedsim.interop.kineto_program import RankRun, build_rank
+from schedsim.program.ir import Comm, Op, Placement, Program
 from schedsim.program.ops import launched
-from schedsim.program.routing import consumer_stage
-from schedsim.program.tokens import parse_comm, parse_instr
-from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.program.routing import consumer_stage, route
+from schedsim.timeline import Message, Timeline, WaitRecord, build_timeline
 
-_TORCH_COMPUTE = re.compile(r"(\d+)(F|I|W|B)(\d+)")
-_TORCH_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
-_TORCH_FB = re.compile(r"\((.+);(.+)\)OVERLAP_F_B")
-_TORCH_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}
-_SINGLE = re.compile(r"(Forward|Backward) (\d+)")
+#: the ranges and events import understands, for messages about traces it cannot read
+RECOGNISED = ("schedsim:<token>, PP:<action> or 'Forward N'/'Backward N' ranges")
+_NO_COMPUTE = ("torch 2.13's Schedule1F1B records no compute ranges (ScheduleGPipe records "
+               "'Forward N'/'Backward N', the multi-stage schedules such as "
+               "ScheduleInterleaved1F1B 'PP:<action>'): profile a schedule that records "
+               "them, wrap the step's forward and backward of each microbatch in "
+               "record_function('Forward N') / ('Backward N'), or replay the schedule with "
+               "'schedsim replay --profile-dir'")
 
 
 class Trace(NamedTuple):
     """One trace file: its rank and world size (None when the file does not say), its
-    complete (``"ph": "X"``) events with a string name and a ``ts``, and the base time in
-    ns that their ``ts`` are relative to."""
+    complete (``"ph": "X"``) events with a string name and a ``ts``, the base time in ns
+    that their ``ts`` are relative to, and the backend ``distributedInfo`` names."""
 
     path: Path
     rank: int | None
     world_size: int | None
     events: list[dict[str, Any]]
     base_ns: int
+    backend: str | None = None
 
 
 def _count(value: Any, what: str, path: Path, low: int) -> int | None:
@@ -85,6 +91,20 @@ def _count(value: Any, what: str, path: Path, low: int) -> int | None:
     return value
 
 
+def _load(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such trace file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{path}: is a directory; give the trace files") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON ({e})") from None
+
+
 def read_trace(path: str | Path) -> Trace:
     """The :class:`Trace` of one Chrome/Kineto trace file (.json or .json.gz).
 
@@ -92,21 +112,11 @@ def read_trace(path: str | Path) -> Trace:
     bad ``distributedInfo`` / ``baseTimeNanoseconds``.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise ScenarioError(f"{path}: is a directory; give the trace files") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON ({e})") from None
+    data = _load(path)
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ScenarioError(f"{path}: no 'traceEvents' list: not a Chrome/Kineto trace")
-    rank = world = None
+    rank = world = backend = None
     base = 0
     if isinstance(data, dict):
         info = data.get("distributedInfo")
@@ -118,6 +128,8 @@ def read_trace(path: str | Path) -> Trace:
             if rank is not None and world is not None and rank >= world:
                 raise ScenarioError(f"{path}: distributedInfo.rank {rank} is not below its "
                                     f"world_size {world}")
+            b = info.get("backend")
+            backend = b if isinstance(b, str) and b else None
         b = data.get("baseTimeNanoseconds")
         if b is not None:
             try:
@@ -127,151 +139,11 @@ def read_trace(path: str | Path) -> Trace:
                                     f"integer (ns)") from None
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
           and isinstance(e.get("name"), str) and "ts" in e]
-    return Trace(path, rank, world, xs, base)
+    return Trace(path, rank, world, xs, base, backend)
 
 
-def _times(e: dict[str, Any], path: Path) -> tuple[float, float]:
-    """``(ts, dur)`` of an event in µs; :class:`ScenarioError` if not finite numbers."""
-    out = []
-    for key, default in (("ts", None), ("dur", 0.0)):
-        v = e.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or (key == "dur" and v < 0):
-            raise ScenarioError(f"{path}: event {e['name']!r} has {key} {v!r}: expected a "
-                                f"finite number of µs{' >= 0' if key == 'dur' else ''}")
-        out.append(float(v))
-    return out[0], out[1]
-
-
-def _torch_op(text: str) -> Op | None:
-    m = _TORCH_COMPUTE.fullmatch(text)
-    if m:
-        return Op(_TORCH_KIND[m.group(2)], int(m.group(1)), int(m.group(3)))
-    m = _TORCH_FB.fullmatch(text)
-    if m:
-        f, b = _torch_op(m.group(1)), _torch_op(m.group(2))
-        if f is not None and b is not None and f.kind == "F" and b.kind in ("B", "BW"):
-            return Op.fb(f, b)
-    return None
-
-
-def _classify(name: str, rank: int) -> tuple[str, Any] | None:
-    """``("compute", Op) | ("posts", [Comm]) | ("wait", (kind, [Comm] | None))`` or None."""
-    if name.startswith("schedsim:"):
-        tok = name[len("schedsim:"):]
-        if tok.startswith("POST[") and tok.endswith("]"):
-            return "posts", [parse_comm(t) for t in tok[5:-1].split("+")]
-        if tok == "END":
-            return "wait", ("END", None)
-        ins = parse_instr(tok)
-        if isinstance(ins, Compute):
-            return "compute", ins.op
-        if isinstance(ins, Commit):
-            return "wait", ("COMMIT", None)
-        if isinstance(ins, Wait):
-            return "wait", ("WAIT", list(ins.comms))
-        if isinstance(ins, (Post, Batch)):
-            return "posts", list(launched(ins))
-        return None
-    if name.startswith("PP:"):
-        text = name[3:]
-        m = _TORCH_COMM.fullmatch(text)
-        if m:
-            return "posts", [Comm(m.group(2), int(m.group(1)), int(m.group(3)))]
-        op = _torch_op(text)
-        return ("compute", op) if op is not None else None
-    m = _SINGLE.fullmatch(name)
-    if m:
-        return "compute", Op("F" if m.group(1) == "Forward" else "BW", rank, int(m.group(2)))
-    return None
-
-
-def _ends(c: Comm) -> tuple[tuple[str, int, int], int]:
-    """``(message key, consuming stage)`` of a post."""
-    key = c.message_key()
-    return key, consumer_stage(key)
-
-
-def _fit_stages(kind: str, ranks: int, seen: int) -> int | None:
-    """Stages of a ``kind`` placement on ``ranks`` holding stages ``0..seen-1`` (None:
-    cannot)."""
-    if kind == "loop":
-        return -(-seen // ranks) * ranks
-    need = 2 * ranks if kind == "v" else ranks
-    return need if seen <= need else None
-
-
-def _fits(pl: Placement, where: dict[tuple[int, int], int],
-          links: list[tuple[int, int, int]]) -> str | None:
-    """Why ``pl`` contradicts the traces (None: it fits): a traced op on another rank, or
-    a message whose two ends it puts on one rank."""
-    for (s, mb), r in where.items():
-        if pl.rank_of(s, mb) != r:
-            return f"stage {s} (microbatch {mb}) ran on rank {r}, not {pl.rank_of(s, mb)}"
-    for a, b, mb in links:
-        if pl.rank_of(a, mb) == pl.rank_of(b, mb):
-            return (f"a message goes from stage {a} to stage {b} (microbatch {mb}), which "
-                    f"it puts on one rank")
-    return None
-
-
-def _placement(kind: str | None, ranks: int, known_ranks: bool,
-               where: dict[tuple[int, int], int], links: list[tuple[int, int, int]],
-               seen: int, microbatches: int) -> Placement:
-    """The placement (rules in the module docstring)."""
-    def make(k: str, p: int) -> Placement | None:
-        n = _fit_stages(k, p, seen)
-        if n is None:
-            return None
-        return Placement(kind=k, ranks=p, stages=n,
-                         microbatches=microbatches if k == "dual" else None)
-
-    if kind is not None:
-        pl = make(kind, ranks)
-        if pl is None:
-            raise ScenarioError(f"placement {kind!r} does not fit the traces: {seen} stages "
-                                f"seen on {ranks} ranks")
-        why = _fits(pl, where, links)
-        if why:
-            raise ScenarioError(f"placement {kind!r} does not fit the traces: {why}")
-        return pl
-    stage_ranks: dict[int, set[int]] = {}
-    for (s, _), r in where.items():
-        stage_ranks.setdefault(s, set()).add(r)
-    if any(len(v) > 1 for v in stage_ranks.values()):
-        kinds, sizes = ("dual",), [ranks]
-    else:   # without a world size: the fewest ranks that explain the traces
-        kinds, sizes = ("loop", "v"), ([ranks] if known_ranks else
-                                       list(range(ranks, max(ranks, seen) + 1)))
-    for p in sizes:
-        for k in kinds:
-            pl = make(k, p)
-            if pl is not None and _fits(pl, where, links) is None:
-                return pl
-    if kinds == ("dual",):
-        raise ScenarioError("the traces put a stage on two ranks but do not fit the dual "
-                            "placement: give --placement")
-    if all(s in stage_ranks for s in range(seen)):
-        table = tuple(next(iter(stage_ranks[s])) for s in range(seen))
-        pl = Placement(kind="custom", ranks=ranks, stages=seen, stage_ranks=table)
-        if _fits(pl, where, links) is None:
-            return pl
-    missing = [s for s in range(seen) if s not in stage_ranks]
-    raise ScenarioError(f"cannot tell which rank holds stage(s) {missing}: neither a loop "
-                        f"nor a v placement fits the traces; give --placement or the "
-                        f"traces of more ranks")
-
-
-def import_traces(paths: list[str | Path], *, placement: str | None = None,
-                  name: str = "imported") -> Timeline:
-    """One measured Timeline from per-rank traces (module docstring for the rules).
-
-    ``placement`` (loop | v | dual) is inferred from where stages ran when None. A subset
-    of the ranks gives a partial Timeline (``missing_ranks``). Raises
-    :class:`ScenarioError` for malformed input (module docstring).
-    """
-    if not paths:
-        raise ScenarioError("import-trace needs at least one trace file")
+def _by_rank(paths: list[str | Path]) -> tuple[dict[int, Trace], int | None]:
+    """Traces by rank and the world size (one for all files, or None)."""
     per_rank: dict[int, Trace] = {}
     worlds: dict[int, Path] = {}
     for pos, p in enumerate(paths):
@@ -287,109 +159,202 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
         (w1, p1), (w2, p2) = list(worlds.items())[:2]
         raise ScenarioError(f"the traces come from runs of different sizes: {p1} has "
                             f"world_size {w1}, {p2} has {w2}")
-    recs: dict[int, list[tuple[float, float, str, Any]]] = {}
-    for r, tr in per_rank.items():
-        out = []
-        for e in tr.events:
-            try:
-                c = _classify(e["name"], r)
-            except (SchedsimError, ValueError):    # not one of ours after all: skip it
-                continue
-            if c is None:
-                continue
-            ts, dur = _times(e, tr.path)
-            t0 = tr.base_ns / 1e3 + ts
-            out.append((t0, t0 + dur, c[0], c[1]))
-        out.sort(key=lambda x: x[0])
-        recs[r] = out
-    everything = [x for v in recs.values() for x in v]
-    if not any(x[2] == "compute" for x in everything):
-        raise ScenarioError("no recognised compute ranges (schedsim:<token>, PP:<action>, "
-                            "'Forward N'/'Backward N') in the traces")
-    origin = min(x[0] for x in everything)
+    return per_rank, next(iter(worlds), None)
 
-    def ms(t: float) -> float:
-        return (t - origin) / 1e3
 
-    # where every traced op ran; every message's two stages (seen from either side)
+def _check_recognised(ev: dict[int, RankEvents], traces: dict[int, Trace]) -> str:
+    """The executor that wrote the traces; :class:`ScenarioError` saying what the traces
+    hold when they have no compute range, or when one rank mixes executors."""
+    computes = [rg for e in ev.values() for rg in e.ranges if rg.what == "compute"]
+    if not computes:
+        calls = sum(len(e.calls) for e in ev.values())
+        files = ", ".join(str(traces[r].path) for r in sorted(traces))
+        if calls:
+            raise ScenarioError(f"{files}: {calls} P2P calls (c10d::send/c10d::recv_) but no "
+                                f"compute ranges: {_NO_COMPUTE}")
+        names = sorted({n for e in ev.values() for n in e.other})
+        held = (f"it holds {sum(len(e.other) for e in ev.values())} other events, e.g. "
+                + ", ".join(repr(n) for n in names[:4]) if names else "it holds no events")
+        raise ScenarioError(f"{files}: no recognised compute ranges ({RECOGNISED}) and no "
+                            f"P2P calls: not a trace of a pipeline-parallel step ({held})")
+    sources: set[str] = set()
+    for r, e in ev.items():
+        mine = {rg.source for rg in e.ranges if rg.what != "bookkeeping"}
+        if len(mine) > 1:
+            raise ScenarioError(f"{traces[r].path}: ranges of two executors on one rank "
+                                f"({', '.join(sorted(mine))}): give the traces of one run")
+        sources |= mine
+    if len(sources) > 1:
+        raise ScenarioError(f"the traces mix executors ({', '.join(sorted(sources))}): give "
+                            f"the traces of one run")
+    return sources.pop()
+
+
+def _survey(ev: dict[int, RankEvents], traces: dict[int, Trace], stepped: bool
+            ) -> tuple[dict[tuple[int, int], int], list[tuple[int, int, int]], int, int]:
+    """Where each traced op ran, each posted message's two stages, the highest stage and
+    microbatch seen. Raises for an op twice on a rank or a message to no stage."""
     where: dict[tuple[int, int], int] = {}
     links: list[tuple[int, int, int]] = []
     top = mbs = 0
-    for r, v in recs.items():
+    for r, e in ev.items():
         done: set[Op] = set()
-        for x in v:
-            if x[2] == "compute":
-                for a in x[3].atoms():
+        for rg in e.ranges:
+            if rg.what == "compute":
+                for a in rg.op.atoms():
                     if a in done:
+                        hint = (" or pick one with --step N" if stepped else "")
                         raise ScenarioError(
-                            f"{per_rank[r].path}: {a} appears twice (the trace holds several "
-                            f"steps?): profile one step per file")
+                            f"{traces[r].path}: {a} appears twice (the trace holds several "
+                            f"steps?): profile one step per file{hint}")
                     done.add(a)
                     where[(a.stage, a.mb)] = r
                     top, mbs = max(top, a.stage), max(mbs, a.mb)
-            elif x[2] == "posts":
-                for c in x[3]:
-                    key, to = _ends(c)
+            elif rg.what == "launch":
+                for c in launched(rg.instr):
+                    key = c.message_key()
+                    to = consumer_stage(key)
                     if min(key[1], to) < 0:
-                        raise ScenarioError(f"{per_rank[r].path}: rank {r} posts {c}, a "
+                        raise ScenarioError(f"{traces[r].path}: rank {r} posts {c}, a "
                                             f"message to stage {min(key[1], to)}, which "
                                             f"cannot exist")
                     links.append((key[1], to, key[2]))
                     top, mbs = max(top, key[1], to), max(mbs, key[2])
-    world = next(iter(worlds), None)
-    ranks = max(max(per_rank) + 1, world or 0)
-    pl = _placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
-    chunk_of, rank_of = pl.chunk_of, pl.rank_fn()
-    spans, waits = [], []
+    return where, links, top, mbs
+
+
+def _messages(runs: dict[int, RankRun], pl: Placement, ms: Any) -> list[Message]:
+    """One Message per message posted by any traced side (module docstring)."""
+    rank_of = pl.rank_fn()
     msgs: dict[tuple[str, int, int], Message] = {}
-    for r, v in sorted(recs.items()):
-        index = 0
-        since_commit: list[Comm] = []
-        outstanding: list[Comm] = []
-        for t0, t1, what, obj in v:
-            if what == "compute":
-                op: Op = obj
-                parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage)
-                          for p in op.parts] if op.kind == "FB" else None)
-                spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage,
-                                  ms(t0), ms(t1), index, parts))
-                index += 1
-            elif what == "posts":
-                for c in obj:
-                    key, to = _ends(c)
-                    m = msgs.get(key)
-                    if m is None:
-                        m = msgs[key] = Message(key[0], rank_of(key[1], key[2]),
-                                                rank_of(to, key[2]), key[2], key[1])
-                    if c.is_send:
-                        m.send_posted, m.send_index = ms(t1), index
-                    else:
-                        m.recv_posted, m.recv_index = ms(t1), index
-                    index += 1
-                since_commit += obj
-                outstanding += obj
+    for r, run in sorted(runs.items()):
+        for c, (i, t) in run.posted.items():
+            key = c.message_key()
+            m = msgs.get(key)
+            if m is None:
+                m = msgs[key] = Message(key[0], *route(key, rank_of), key[2], key[1])
+            if c in run.nbytes:
+                m.bytes = run.nbytes[c]
+            done = run.done.get(c)
+            if c.is_send:
+                m.send_posted, m.send_index, m.send_done = ms(t), i, ms(done)
             else:
-                kind, named = obj
-                covered = (named if kind == "WAIT" else since_commit if kind == "COMMIT"
-                           else list(outstanding))
-                if kind == "COMMIT":
-                    since_commit = []
-                for c in covered:
-                    m = msgs.get(c.message_key())
-                    if m is not None:
-                        if c.is_send and m.send_done is None:
-                            m.send_done = ms(t1)
-                        elif not c.is_send and m.recv_done is None:
-                            m.recv_done = ms(t1)
-                outstanding = [c for c in outstanding if c not in covered]
-                waits.append(WaitRecord(r, index, kind, ms(t0), ms(t1),
-                                        [str(c) for c in covered]))
-                if kind != "END":
-                    index += 1
-    makespan, per_rank_summary = Timeline.summarize(pl.ranks, spans)
-    missing = [r for r in range(pl.ranks) if r not in per_rank]
-    extra = {"missing_ranks": missing} if missing else {}
-    return Timeline(schedule=name, ranks=pl.ranks, stages=pl.stages,
-                    microbatches=mbs + 1, semantics="trace", unit="ms", source="measured",
-                    placement=pl.kind, makespan=makespan, per_rank=per_rank_summary,
-                    spans=spans, messages=list(msgs.values()), waits=waits, **extra)
+                m.recv_posted, m.recv_index, m.recv_done = ms(t), i, ms(done)
+    return sorted(msgs.values(), key=lambda m: (m.src, m.send_index, m.dst, m.recv_index))
+
+
+def _ordinal(k: int) -> str:
+    return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
+
+
+def check_link_order(runs: dict[int, RankRun], pl: Placement) -> None:
+    """On every directed link between two traced ranks, the k-th send and the k-th recv
+    (posting order) name the same message. Raises :class:`ScenarioError` naming both."""
+    rank_of = pl.rank_fn()
+    sends: dict[tuple[int, int], list[tuple[Comm, int]]] = {}
+    recvs: dict[tuple[int, int], list[tuple[Comm, int]]] = {}
+    for r, run in runs.items():
+        for c, (i, _) in run.posted.items():
+            link = route(c.message_key(), rank_of)
+            (sends if c.is_send else recvs).setdefault(link, []).append((c, i))
+    for link, ss in sends.items():
+        rs = recvs.get(link, [])
+        if link[1] not in runs:
+            continue
+        for k, ((sc, si), (rc, ri)) in enumerate(zip(ss, rs)):
+            if sc.message_key() != rc.message_key():
+                raise ScenarioError(
+                    f"the traces' P2P ops do not pair on link {link[0]}->{link[1]}: the "
+                    f"{_ordinal(k)} send is {sc} (rank {link[0]}, instr {si}) but the "
+                    f"{_ordinal(k)} recv is {rc} (rank {link[1]}, instr {ri}); gloo and NCCL "
+                    f"match them in posting order per link")
+
+
+def _notes(ev: dict[int, RankEvents], runs: dict[int, RankRun], missing: list[int],
+           msgs: list[Message], source: str) -> tuple[list[str], dict[str, int]]:
+    notes = []
+    if missing:
+        notes.append(f"no trace of rank(s) {', '.join(map(str, missing))}: a partial "
+                     f"timeline (their rows are empty, the bubble figures count them as "
+                     f"idle, and the program is not known)")
+    calls = sum(len(e.calls) for e in ev.values())
+    if not calls and msgs:
+        notes.append("no P2P calls (c10d::send/c10d::recv_): when each message completed is "
+                     "not known (record the step with torch.profiler's CPU activity)")
+    elif calls and not any(c.done is not None for e in ev.values() for c in e.calls):
+        notes.append("no gloo:/nccl: work ranges: completion times are the ends of the "
+                     "waits that covered each message")
+    loose = sum(x.loose for x in runs.values())
+    unbound = sum(x.unbound for x in runs.values())
+    if loose or unbound:
+        notes.append(f"{loose + unbound} P2P calls not explained by a pipeline range "
+                     f"({loose} outside every range, {unbound} more than their range "
+                     f"launches): left out")
+    paired = sum(1 for m in msgs if m.send_posted is not None and m.recv_posted is not None)
+    if paired < len(msgs):
+        notes.append(f"{len(msgs) - paired} of {len(msgs)} messages have one side only "
+                     f"(their other rank's trace is missing or cut short)")
+    if source == "torch-single":
+        notes.append("torch single-stage schedule ('Forward N'/'Backward N' ranges): each "
+                     "range holds its recv, wait, compute and send; the spans are the "
+                     "compute between them")
+    return notes, {"messages": len(msgs), "paired": paired, "one_sided": len(msgs) - paired,
+                   "calls": calls}
+
+
+def import_traces(paths: list[str | Path], *, placement: str | None = None,
+                  name: str = "imported", step: int | None = None) -> Timeline:
+    """One measured Timeline from per-rank traces (module docstring for the rules).
+
+    ``placement`` (loop | v | dual) is inferred from where stages ran when None. ``step``
+    keeps the events of one profiler step (``ProfilerStep#N``) of traces that hold
+    several. A subset of the ranks gives a partial Timeline (``missing_ranks``, no
+    ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
+    docstring).
+    """
+    if not paths:
+        raise ScenarioError("import-trace needs at least one trace file")
+    traces, world = _by_rank(paths)
+    ev = {r: classify_rank(select_step(tr.events, step, tr.path), r, tr.path,
+                           tr.base_ns / 1e3) for r, tr in traces.items()}
+    source = _check_recognised(ev, traces)
+    stepped = any(e["name"].startswith("ProfilerStep#") for tr in traces.values()
+                  for e in tr.events)
+    where, links, top, mbs = _survey(ev, traces, stepped)
+    ranks = max(max(traces) + 1, world or 0)
+    pl = infer_placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
+    runs = {r: build_rank(e, r, pl) for r, e in sorted(ev.items())}
+    check_link_order(runs, pl)
+    origin = min(x.t0 for e in ev.values() for x in (*e.ranges, *e.calls)
+                 if getattr(x, "what", "") != "bookkeeping")
+
+    def ms(t: float | None) -> float | None:
+        return None if t is None else (t - origin) / 1e3
+
+    msgs = _messages(runs, pl, ms)
+    missing = [r for r in range(pl.ranks) if r not in runs]
+    notes, p2p = _notes(ev, runs, missing, msgs, source)
+    cols: tuple[list, ...] = ([], [], [], [], [])
+    waits, posts = [], []
+    for r, run in runs.items():
+        for op, a, b, i in run.spans:
+            for col, v in zip(cols, (r, op, ms(a), ms(b), i)):
+                col.append(v)
+        waits += [WaitRecord(r, i, k, ms(a), ms(b), [str(c) for c in cs])
+                  for i, k, a, b, cs in run.waits]
+        posts += [{"rank": r, "index": i, "last_index": i, "start": ms(a), "end": ms(b)}
+                  for i, a, b in run.launches]
+    extra: dict[str, Any] = {"trace_source": source, "p2p": p2p, "import_notes": notes,
+                             "posts": posts}
+    if missing:
+        extra["missing_ranks"] = missing
+    else:
+        prog = Program(name=name, placement=pl, microbatches=mbs + 1,
+                       ranks=[runs[r].instrs for r in range(pl.ranks)])
+        extra["program"] = prog.model_dump(mode="json")
+    backends = {tr.backend for tr in traces.values()} - {None}
+    return build_timeline(
+        pl, name=name, microbatches=mbs + 1, span_rank=cols[0], span_op=cols[1],
+        span_start=cols[2], span_end=cols[3], span_index=cols[4], order="rank-start",
+        messages=msgs, waits=waits, semantics=backends.pop() if len(backends) == 1 else "trace",
+        unit="ms", source="measured", **extra)

@@ -20,7 +20,11 @@ Inside each rank's process:
 - a counter track ``activation memory`` (``ph: "C"``, unit ``M_B``, see
   :mod:`schedsim.analysis.memory`);
 - thread ``stalls``: an instant event (``ph: "i"``, ``s: "t"``) at the start of each stall
-  with args ``cause, detail, start, end, duration``.
+  with args ``cause, detail, start, end, duration``;
+- thread ``collectives`` (``collectives tp N`` per tensor-parallel rank of a measured TP
+  replay), when the timeline has ``pieces`` (:mod:`schedsim.sim.pieces`): one slice per
+  TP/EP collective inside an op, args ``collective, group, bytes, kind, mb, stage, layer,
+  half, index``.
 
 The file is streamed: timestamps are computed per timeline with numpy and each event is
 formatted straight to JSON text, so a million-op timeline never exists as event dicts.
@@ -53,6 +57,7 @@ PID_STRIDE = 1000
 TID_COMPUTE = 1
 TID_STALLS = 2
 TID_LINKS = 10          # first tid of the send/recv tracks
+TID_COLLECTIVES = 3     # collective tracks: 3, then 800 + tp rank for TP ranks >= 1
 TID_EXTRA_COMPUTE = 900  # compute lanes 2, 3, ... (overlapping measured spans)
 _TO = "\\u2192"         # "→" and "←" as JSON escapes (the file is ASCII)
 _FROM = "\\u2190"
@@ -111,6 +116,11 @@ def _sjs(text: str) -> str:
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9_ #+().:;-]*")
+
+
+def _json(x: Any) -> str:
+    """Any JSON value, compact (as the file is written)."""
+    return json.dumps(x, allow_nan=False, separators=(",", ":"))
 
 
 def _n(x: Any) -> str:
@@ -191,8 +201,7 @@ def _chunks(tls: list[Timeline], names: list[str], memory: Any, stalls: Any,
                      "us_per_unit": scale, "makespan": tl.makespan,
                      "bubble_ratio": tl.bubble_ratio(), "pids": [g * PID_STRIDE + 1,
                                                                  g * PID_STRIDE + tl.ranks]})
-    other = json.dumps({"generator": "schedsim", "timelines": json.dumps(info)},
-                       allow_nan=False, separators=(",", ":"))
+    other = _json({"generator": "schedsim", "timelines": json.dumps(info)})
     yield f'],"displayTimeUnit":"ms","otherData":{other}}}'
 
 
@@ -214,6 +223,7 @@ class _TimelineEvents:
         yield self._compute()
         yield from self._messages()
         yield self._flows()
+        yield self._collectives()
         if memory is not False and memory is not None:
             yield self._memory(memory)
         if stalls is not False and stalls is not None:
@@ -346,6 +356,33 @@ class _TimelineEvents:
         self.flow_id = fid
         return out
 
+    def _collectives(self) -> list[str]:
+        """One track per rank (and TP rank) with the collectives of ``tl.pieces``."""
+        tl, base = self.tl, self.base
+        recs = [p for p in (getattr(tl, "pieces", None) or [])
+                if p.get("stream") == "collective"]
+        named: set[tuple[int, int]] = set()
+        several = len({int(q.get("tp_rank") or 0) for q in recs}) > 1
+        out = []
+        for p in recs:
+            tpr = int(p.get("tp_rank") or 0)
+            pid = base + p["rank"] + 1
+            tid = TID_COLLECTIVES if tpr == 0 else 800 + tpr
+            if (pid, tid) not in named:
+                named.add((pid, tid))
+                out += [_meta("thread_name", pid, tid,
+                              name="collectives" + (f" tp {tpr}" if several else "")),
+                        _meta("thread_sort_index", pid, tid, sort_index=2 + tpr)]
+            ts = self.clock.ts(p["start"])
+            dur = max(0.0, round(self.clock.ts(p["end"]) - ts, 3))
+            args = {k: p.get(k) for k in ("collective", "group", "bytes", "kind", "mb",
+                                          "stage", "layer", "half", "index", "tp_rank")}
+            args["unit"] = tl.unit
+            name = json.dumps(f"{p['name']} mb{p['mb']}")
+            out.append(f'{{"name":{name},"cat":"collective","ph":"X","ts":{ts!r},'
+                       f'"dur":{dur!r},"pid":{pid},"tid":{tid},"args":{_json(args)}}}')
+        return out
+
     def _memory(self, memory: Any) -> list[str]:
         from schedsim.analysis.memory import MemoryModel, memory_curves
 
@@ -368,10 +405,9 @@ class _TimelineEvents:
             out += [_meta("thread_name", self.base + r + 1, TID_STALLS, name="stalls"),
                     _meta("thread_sort_index", self.base + r + 1, TID_STALLS, sort_index=1)]
         for st in items:
-            args = json.dumps({"cause": st.cause, "detail": str(getattr(st, "detail", "")),
-                               "start": st.start, "end": st.end,
-                               "duration": st.end - st.start, "unit": self.tl.unit},
-                              allow_nan=False, separators=(",", ":"))
+            args = _json({"cause": st.cause, "detail": str(getattr(st, "detail", "")),
+                          "start": st.start, "end": st.end, "duration": st.end - st.start,
+                          "unit": self.tl.unit})
             out.append(f'{{"name":{_s("stall: " + st.cause)},"cat":"stall","ph":"i",'
                        f'"s":"t","ts":{self.clock.ts(st.start)!r},'
                        f'"pid":{self.base + st.rank + 1},"tid":{TID_STALLS},"args":{args}}}')

@@ -326,7 +326,7 @@ def row_height(n: int) -> float:
 def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
           dpi: float = 110, label_mb: bool = True, arrows: bool = False,
           highlight: Iterable[tuple[str, int, int, int]] = (), stalls: Any = None,
-          memory: Any = None, legend: bool = True) -> Figure:
+          memory: Any = None, legend: bool = True, detail: bool = False) -> Figure:
     """Gantt chart of a timeline; returns the Figure (nothing shown or saved).
 
     - rows per rank (rank 0 on top); a colour per kind (:data:`KIND_COLORS`), later
@@ -342,6 +342,8 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
       (:func:`schedsim.analysis.stalls.attribute_stalls`) by cause, or a list of stalls;
     - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset name) to add
       an activation-memory panel per rank below, on the same time axis;
+    - ``detail``: draw each op's compute and collective pieces (a timeline with
+      ``pieces``, see :mod:`schedsim.plot.detail`);
     - title: schedule, ranks, microbatches, semantics, makespan and bubble ratio.
 
     Size: ~0.3 in per slot (8 to 28 in wide), ~0.36 in per rank, ``dpi`` 110.
@@ -368,8 +370,13 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
     # highlighted messages' labels sit between the chart and its title
     ax.set_title(title if title is not None else default_title(tl), fontsize=10,
                  pad=6 + 19 * len(set(highlight)))
+    extra: list[Any] = []
+    if detail:
+        from schedsim.plot.detail import draw_detail
+
+        extra = draw_detail(ax, tl, PAD)
     if legend:
-        handles = legend_handles(info, tl)
+        handles = legend_handles(info, tl) + extra
         ncol = legend_columns(len(handles), width)
         fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
                    fontsize=8, frameon=False)

@@ -20,10 +20,24 @@ schedule:
   consumer's RECV is appended to the consumer's list at that moment), with the FSDP and
   grad-reduction bookkeeping actions torch inserts (``UNSHARD``/``RESHARD``, max 3 active
   stages; ``REDUCE_GRAD`` after a stage's last backward) occupying their sweep steps;
-  each RECV is waited right before the op that consumes it, sends at the end.
+  each RECV is waited right before the op that consumes it; an ``OVERLAP_F_B`` action
+  (an ``FB`` op) runs as its two sub-actions in turn -- the forward's RECV waited, the
+  forward run, the backward's RECV waited, the backward run -- unless a custom function
+  is registered for it (``overlap_f_b=True``: both RECVs waited, forward first, then one
+  overlapped ``FB``, as torchtitan's ``dual_pipe_v.overlap_callback`` does); at the end
+  of the step every SEND is waited, last posted first (the runtime pops its ``send_ops``
+  list), one ``WAIT`` per SEND action. With ``defer_pp_recv=True`` (torch's
+  ``_defer_recv_ops``) each RECV is moved down to just before the op that consumes it,
+  except that a rank whose peer has a higher rank posts the RECVs from that peer before
+  its next SEND to it (torch's rank-parity rule against crossed sends).
 
 Launches are as torch issues them (``_batch_p2p``): a list of sends only or recvs only is
 launched op by op (bare posts), a mixed list as one ``BATCH[...]``.
+
+Not modelled: the P2P warm-up ``_initialize_pp_stages`` runs on a schedule's *first* step
+only (the stages' forward/backward vote over blocking ``send``/``recv``, or for other
+stage types ``_get_init_p2p_neighbors_ops`` + ``_batch_p2p``); a program here is one
+steady-state step, which torch runs without it.
 """
 from __future__ import annotations
 
@@ -49,16 +63,30 @@ from schedsim.program.routing import consumer_stage, produces, route
 
 
 # -- torch ----------------------------------------------------------------------------
-def lower_torch(schedule: Schedule) -> Program:
-    """The ``torch`` policy (module docstring). Raises :class:`ScheduleError` if the
-    schedule cannot be lowered (an op waits for data no rank ever produces first)."""
+def lower_torch(schedule: Schedule, *, overlap_f_b: bool = False,
+                defer_pp_recv: bool = False) -> Program:
+    """The ``torch`` policy (module docstring).
+
+    ``overlap_f_b``: a custom function is registered for ``OVERLAP_F_B`` (each ``FB`` op
+    stays one overlapped op). ``defer_pp_recv``: the runtime's ``defer_pp_recv=True``.
+    Raises :class:`ScheduleError` if the schedule cannot be lowered (an op waits for data
+    no rank ever produces first), or for ``defer_pp_recv`` on a schedule torch runs as
+    ``Schedule1F1B``/``ScheduleGPipe`` (they have no such option).
+    """
     runtime = torch_runtime_kind(schedule)
+    if runtime != "runtime" and defer_pp_recv:
+        raise ScheduleError(f"torch policy: defer_pp_recv is an option of torch's "
+                            f"_PipelineScheduleRuntime; this schedule runs as torch's "
+                            f"Schedule{runtime}, which has none")
     if runtime == "1F1B":
         return program_of(schedule, [_run_1f1b(schedule, r) for r in range(len(schedule.ranks))])
     if runtime == "GPipe":
         return program_of(schedule, [_run_gpipe(schedule, r) for r in range(len(schedule.ranks))])
-    return program_of(schedule, runtime_rows(schedule.placement,
-                                           add_send_recv(schedule)))
+    rows = add_send_recv(schedule)
+    if defer_pp_recv:
+        rows = defer_recv_ops(schedule.placement, rows)
+    return program_of(schedule, runtime_rows(schedule.placement, rows,
+                                             overlap_f_b=overlap_f_b))
 
 
 def torch_runtime_kind(schedule: Schedule) -> str:
@@ -289,25 +317,71 @@ def _comm_pairs(a: Op, S: int, rank_of) -> list[tuple[Comm, Comm, int]]:
     return [(send_comm(key), recv_comm(key), dst)]
 
 
-def runtime_rows(placement: Placement, rows: list[list[Op | Comm]]) -> list[list[Instr]]:
+def defer_recv_ops(placement: Placement, rows: list[list[Op | Comm]]) -> list[list[Op | Comm]]:
+    """torch's ``_defer_recv_ops`` (``defer_pp_recv=True``) on compute+comm rows: each RECV
+    is held back until the op that consumes it, or -- when this rank is lower than the
+    RECV's peer -- until this rank's next SEND to that peer, whichever comes first (held
+    RECVs flushed in the order they were posted). Raises :class:`ScheduleError` for a RECV
+    no later op consumes (torch asserts the same)."""
+    rank_of = placement.rank_fn()
+    out: list[list[Op | Comm]] = []
+    for r, acts in enumerate(rows):
+        new: list[Op | Comm] = []
+        held: dict[Comm, int] = {}           # held RECV -> the rank it comes from
+        for act in acts:
+            if isinstance(act, Comm):
+                src, dst = route(act.message_key(), rank_of)
+                if not act.is_send:
+                    held[act] = src
+                    continue
+                if r < dst:                  # the lower rank posts its RECVs first
+                    for c in [c for c, peer in held.items() if peer == dst]:
+                        new.append(c)
+                        del held[c]
+            else:
+                for c in op_recvs(act, r, placement):
+                    if c in held:
+                        new.append(c)
+                        del held[c]
+            new.append(act)
+        if held:
+            raise ScheduleError(f"torch policy (defer_pp_recv): rank {r} posts "
+                                f"{', '.join(map(str, held))} but no later op consumes it")
+        out.append(new)
+    return out
+
+
+def runtime_rows(placement: Placement, rows: list[list[Op | Comm]], *,
+                 overlap_f_b: bool = False) -> list[list[Instr]]:
     """Instructions of torch's ``_PipelineScheduleRuntime._step_microbatches`` for
-    compute+comm action rows: SEND and RECV are posted where they stand, each compute
-    waits the RECVs posted for its inputs right before it runs, sends are waited at the
-    end (the program's implicit END)."""
+    compute+comm action rows: SEND and RECV are launched where they stand; each compute
+    op waits the RECVs posted for its input right before it runs (an ``FB`` op: each of
+    its two parts in turn, or both then the overlapped pair with ``overlap_f_b``); at the
+    end every SEND is waited, the last one posted first."""
     out: list[list[Instr]] = []
     for r, acts in enumerate(rows):
         row: list[Instr] = []
         posted: set[Comm] = set()
-        for act in acts:
-            if isinstance(act, Comm):
-                row.append(Post(act))
-                if not act.is_send:
-                    posted.add(act)
-                continue
-            waits = [c for c in op_recvs(act, r, placement) if c in posted]
+        sends: list[Comm] = []
+
+        def wait_inputs(op: Op) -> None:
+            waits = [c for c in op_recvs(op, r, placement) if c in posted]
             posted.difference_update(waits)
             if waits:
                 row.append(Wait(tuple(waits)))
-            row.append(Compute(act))
+
+        for act in acts:
+            if isinstance(act, Comm):
+                row.append(Post(act))
+                (sends.append if act.is_send else posted.add)(act)
+            elif act.kind == "FB" and not overlap_f_b:
+                for part in act.parts:       # OVERLAP_F_B without a custom function
+                    wait_inputs(part)
+                    row.append(Compute(part))
+            else:
+                for part in act.atoms():
+                    wait_inputs(part)
+                row.append(Compute(act))
+        row.extend(Wait((c,)) for c in reversed(sends))
         out.append(row)
     return out

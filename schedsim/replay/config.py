@@ -13,10 +13,17 @@ and the replay's error type. Imports without torch.
     dtype = "float32"         # float32 | float64
     seed = 0                  # parameter init and data
     backend = "gloo"          # gloo (CPU) | nccl (one GPU per rank)
+    device = "auto"           # auto (nccl: cuda, gloo: cpu) | cpu | cuda (with gloo: the
+                              # ranks share the GPUs, P2P staged through host memory)
     timeout = 120             # seconds for the whole run, process start included
     warmup = 1                # untimed steps before the measured steps
     steps = 1                 # measured steps; the one with the median makespan is kept
     threads = 1               # torch threads per rank
+    tp = 1                    # tensor-parallel size: pp x tp processes
+    tp_comm = "megatron-fg"   # megatron-fg (f/g autograd functions) | domino
+
+With ``tp > 1`` every stage is tensor-parallel (:mod:`schedsim.replay.tensor_parallel`):
+process ``pp_rank * tp + tp_rank`` runs TP rank ``tp_rank`` of pipeline rank ``pp_rank``.
 
 Activations and gradients crossing a stage boundary have shape
 ``(microbatch_size, seq, hidden)``.
@@ -60,16 +67,39 @@ class ReplayConfig(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     seed: int = 0
     backend: Literal["gloo", "nccl"] = "gloo"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     timeout: float = Field(default=120.0, gt=0)
     warmup: int = Field(default=1, ge=0)
     steps: int = Field(default=1, ge=1)
     threads: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    tp_comm: Literal["megatron-fg", "domino"] = "megatron-fg"
+
+    @property
+    def device_type(self) -> str:
+        """``cuda`` or ``cpu``: where the stages compute (``auto``: cuda for nccl)."""
+        if self.device == "auto":
+            return "cuda" if self.backend == "nccl" else "cpu"
+        return self.device
 
     @model_validator(mode="after")
     def _check(self) -> "ReplayConfig":
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValueError("backend nccl computes on GPUs: use device = \"cuda\" (or "
+                             "\"auto\"), or backend gloo for the CPU")
         if self.workload == "transformer" and self.hidden % self.heads:
             raise ValueError(f"transformer: hidden ({self.hidden}) must be a multiple of "
                              f"heads ({self.heads})")
+        if self.tp > 1:
+            if (self.ffn_mult * self.hidden) % self.tp:
+                raise ValueError(f"tp = {self.tp} must divide the MLP size ffn_mult x hidden "
+                                 f"= {self.ffn_mult * self.hidden}")
+            if self.workload == "transformer" and self.heads % self.tp:
+                raise ValueError(f"tp = {self.tp} must divide heads ({self.heads}): "
+                                 f"attention is split by heads")
+            if self.tp_comm == "domino" and self.microbatch_size % 2:
+                raise ValueError(f"tp_comm = domino splits a microbatch in two halves: "
+                                 f"microbatch_size ({self.microbatch_size}) must be even")
         return self
 
     @property
@@ -104,6 +134,8 @@ class ReplayConfig(BaseModel):
             if err["type"] == "extra_forbidden":
                 msg = (f"unknown key '{loc}' (expected one of "
                        f"{', '.join(cls.model_fields)})")
+            elif not err["loc"]:          # a whole-table rule (model validator)
+                msg = str(err["msg"]).removeprefix("Value error, ")
             else:
                 msg = f"'{loc}': {err['msg']}"
             raise ScenarioError(f"{source}: {msg}") from None
@@ -144,7 +176,9 @@ class JobSpec(BaseModel):
     ``time.time()`` by which every rank must be done (None: now + ``config.timeout`` when
     the rank starts). ``calibrate`` measures costs (and ``link`` ping-pong) before the
     replay; ``replay`` runs the measured step; ``out_dir`` receives ``result.json`` from
-    rank 0 and ``error-rank{r}.json`` from a failing rank.
+    rank 0 and ``error-rank{r}.json`` from a failing rank. ``task`` is what the processes
+    run: the replay, or ``check-collectives`` (:mod:`schedsim.replay.collectives_check`,
+    ``config.tp`` processes; ``program`` unused).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -155,12 +189,15 @@ class JobSpec(BaseModel):
     replay: bool = True
     calibrate: bool = False
     calib_repeats: int = Field(default=5, ge=1)
+    #: measure op costs one rank at a time (uncontended) instead of all ranks together
+    calib_isolated: bool = False
     calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
     clock: Literal["auto", "shared", "estimate"] = "auto"
     profile_dir: str | None = None
     fault: Fault | None = None
     deadline: float | None = None
     out_dir: str | None = None
+    task: Literal["replay", "check-collectives"] = "replay"
 
 
 #: what the pre-check tells the user about the comm semantics of the real backends
@@ -236,5 +273,8 @@ def spec_from_scenario(scenario: Any, *, backend: str | None = None,
     if fields.get("fault") is not None:
         check_fault(fields["fault"], prog)
     cfg = ReplayConfig.from_table(scenario.replay, backend=backend, timeout=timeout)
+    if cfg.tp > 1 and fields.get("calibrate"):
+        raise ScenarioError(f"calibration (calibrate, replay --compare) measures tp = 1 "
+                            f"stages only; drop tp = {cfg.tp} (--set tp=1)")
     return JobSpec(program=prog.model_dump(mode="json"), config=cfg,
                    check_grads=check_grads, **fields)

@@ -75,7 +75,7 @@ class RankExecutor:
 
     def __init__(self, program: Program, rank: int, cfg: ReplayConfig,
                  device: torch.device | str = "cpu", clock: Clock | None = None,
-                 group: Any = None, profile: bool = False) -> None:
+                 group: Any = None, profile: bool = False, tp: Any = None) -> None:
         self.program = program
         self.rank = rank
         self.cfg = cfg
@@ -91,8 +91,21 @@ class RankExecutor:
         self.tokens = [format_instr(i) for i in self.row] + ["END"]
         atoms = [a for i in self.row if type(i) is Compute for a in i.op.atoms()]
         keys = sorted({self.key(a.stage, a.mb) for a in atoms})
-        self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
+        # tensor-parallel stages (``tp``: a TPContext): this process is TP rank tp.rank of
+        # pipeline rank ``rank``; its P2P peers are the same TP rank of the other stages
+        self.tp = tp
+        if tp is None:
+            self.modules = {k: build_stage(cfg, k[0], self.device) for k in keys}
+        else:
+            from schedsim.replay.tensor_parallel import build_tp_stage
+
+            self.modules = {k: build_tp_stage(cfg, k[0], tp, self.device) for k in keys}
+        self._index = -1
         self.dtype = DTYPES[cfg.dtype]
+        #: where P2P tensors live: the device, or the host when the backend (gloo) cannot
+        #: move device tensors (copied there before a send, back after a recv's wait)
+        self.wire = (torch.device("cpu") if self.device.type == "cuda"
+                     and cfg.backend == "gloo" else self.device)
         self.scale = torch.tensor(1.0 / self.M, dtype=self.dtype, device=self.device)
         self.data = {a.mb: microbatch_input(cfg, a.mb, self.device)
                      for a in atoms if a.kind == "F" and a.stage == 0}
@@ -163,7 +176,13 @@ class RankExecutor:
 
     def _compute(self, op: Op) -> None:
         for a in op.atoms():
+            if self.tp is not None:
+                self.tp.log.at(self._index, a.kind, a.stage, a.mb)
             self._dispatch[a.kind](a)
+
+    def _peer(self, pp_rank: int) -> int:
+        """Global rank of ``pp_rank``'s process that holds this process's TP rank."""
+        return pp_rank if self.tp is None else pp_rank * self.tp.size + self.tp.rank
 
     # -- comm -----------------------------------------------------------------------
     def _p2p(self, c: Comm) -> tuple[Any, Any, tuple[str, int, int]]:
@@ -177,10 +196,12 @@ class RankExecutor:
             t, peer, op = self.in_grads.pop((s, mb)).contiguous(), self.rank_of(s - 1, mb), \
                 dist.isend
         else:
-            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.device)
+            t = torch.empty(self.cfg.activation_shape, dtype=self.dtype, device=self.wire)
             peer = self.rank_of(s - 1 if k == "RECV_F" else s + 1, mb)
             op = dist.irecv
-        return dist.P2POp(op, t, peer, self.group), t, c.message_key()
+        if op is dist.isend and t.device != self.wire:
+            t = t.to(self.wire)
+        return dist.P2POp(op, t, self._peer(peer), self.group), t, c.message_key()
 
     def _launch(self, comms: list[Comm], batch: bool) -> None:
         """Launch ``comms``: one ``batch_isend_irecv`` if ``batch``, else (one op) a bare
@@ -198,7 +219,12 @@ class RankExecutor:
             self.pending.append(c)
             self.since_commit.append(c)
 
-    def _wait(self, comms: list[Comm], index: int) -> None:
+    def _wait(self, comms: list[Comm], index: int) -> dict[Comm, Any]:
+        """Wait for ``comms`` in order; returns a clock stamp per comm taken when its own
+        ``wait()`` returned (its completion as this host saw it; comms already waited
+        are left out)."""
+        done: dict[Comm, Any] = {}
+        stamp = self.clock.stamp
         for c in comms:
             ws = self.works.pop(c, None)
             if ws is None:      # already waited (a batch-wide work on NCCL, or twice)
@@ -215,9 +241,11 @@ class RankExecutor:
                     raise RankFailure(
                         f"rank {self.rank} {what} at instr {index} ({self.tokens[index]}) "
                         f"waiting for {c}: {why}", False) from None
+            done[c] = stamp()
             t, key = self.tensors.pop(c)
             if not c.is_send:
-                self.recvd[key] = t
+                self.recvd[key] = t if t.device == self.device else t.to(self.device)
+        return done
 
     # -- the step -------------------------------------------------------------------
     def step(self, deadline: float | None = None, fault: Fault | None = None
@@ -226,9 +254,11 @@ class RankExecutor:
 
         ``{"spans": [(index, t0, t1)], "posts": [(first index, last index, t0, t1)],
         "waits": [(index, kind, t0, t1, [tokens])], "comm_post": {token: (index, t)},
-        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a post's
-        ``t`` is the end of the launch (bare post or batch) that holds it (the simulator's post time is
-        likewise the end of the launch: :class:`~schedsim.timeline.Message`).
+        "comm_done": {token: t}, "comm_bytes": {token: bytes}, "begin": t}``; a comm's
+        done time is when its own ``wait()`` returned (inside the covering wait); a
+        post's ``t`` is the end of the launch (bare post or batch) that holds it (the
+        simulator's post time is likewise the end of the launch:
+        :class:`~schedsim.timeline.Message`).
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
         self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
@@ -267,17 +297,18 @@ class RankExecutor:
                 ctx = _record("schedsim:END") if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, n)
+                    got = self._wait(comms, n)
                 t1 = stamp()
                 toks = [tok_of[c] for c in comms]
                 waits.append((n, "END", t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of[c], td)
                 break
             ins = row[i]
             t = type(ins)
             if t is Compute:
                 ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
+                self._index = i
                 t0 = stamp()
                 with ctx:
                     self._compute(ins.op)
@@ -306,20 +337,23 @@ class RankExecutor:
                 ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
                 t0 = stamp()
                 with ctx:
-                    self._wait(comms, i)
+                    got = self._wait(comms, i)
                 t1 = stamp()
                 toks = [tok_of.get(c) or str(c) for c in comms]
                 waits.append((i, kind, t0, t1, toks))
-                for tok in toks:
-                    comm_done.setdefault(tok, t1)
+                for c, td in got.items():
+                    comm_done.setdefault(tok_of.get(c) or str(c), td)
                 i += 1
         self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
         leftover = [k for k, v in self.deferred.items() if v]
         if leftover:
             raise RankFailure(f"rank {self.rank}: program ended with weight gradients of "
                               f"{len(leftover)} B op(s) never run by a W", True)
-        return {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
-                "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
+        out = {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
+               "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
+        if self.tp is not None:       # TP collectives: (index, ..., t0, t1, bytes)
+            out["collectives"] = self.tp.log.drain()
+        return out
 
     def _inject(self, fault: Fault, i: int) -> None:
         tok = self.tokens[i]

@@ -1,10 +1,14 @@
 r"""Calibration measurements on the real ranks (torch): per-stage op costs and link
 ping-pong. The fit and the cost file are in :mod:`schedsim.replay.calibrate`.
 
-Op costs: the ranks take turns (one rank measures while the others wait at a barrier),
-so each rank's numbers are uncontended even when ranks share CPU cores. For each stage
-the rank holds (one copy per stage; DualPipe's second copy is measured on the rank
-where it is the first), ``warmup`` + ``repeats`` rounds of:
+Op costs: by default every rank measures at the same time, as the replay runs them, so
+the numbers hold the contention the replay will see when ranks share CPU cores (or a
+GPU); with ``calib_isolated`` the ranks take turns (one rank measures while the others
+wait at a barrier) and the numbers are uncontended. (Taking turns made 1F1B and
+DualPipeV predictions 31-37% short on 2 shared vCPUs: the replay's ops ran slower than
+the isolated measurement.) For each stage the rank holds (one copy per stage; DualPipe's
+second copy is measured on the rank where it is the first), ``warmup`` + ``repeats``
+rounds of:
 
 - ``F``: forward of a fresh microbatch (plus the loss on the last stage);
 - ``B``: input-gradient backward with weight gradients deferred; ``W``: running them;
@@ -137,9 +141,9 @@ def _launch(ex: RankExecutor, comps: list[tuple[int, int]], repeats: int, warmup
     docstring). ``comps`` are rank 0's compositions; rank 1 launches the mirror."""
     rank = dist.get_rank()
     peer = 1 - rank
-    shape, dt, dev = ex.cfg.activation_shape, ex.dtype, ex.device
+    shape, dt, dev = ex.cfg.activation_shape, ex.dtype, ex.wire
     mod = ex.modules[min(ex.modules, key=lambda k: (k[1], k[0]))]
-    x = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
+    x = torch.randn(shape, dtype=torch.float64).to(device=ex.device, dtype=dt)
     payload = torch.randn(shape, dtype=torch.float64).to(device=dev, dtype=dt)
     isend, irecv, P2POp, batch = dist.isend, dist.irecv, dist.P2POp, dist.batch_isend_irecv
     now = time.perf_counter_ns
@@ -177,8 +181,8 @@ def _launch_compositions(program: Program) -> list[tuple[int, int]]:
 
 
 def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
-    """Measure this rank's stage costs (in turn) and, on ranks 0/1, the link and the
-    launch time. Collective.
+    """Measure this rank's stage costs (with the others, or in turn when
+    ``spec.calib_isolated``) and, on ranks 0/1, the link and the launch time. Collective.
 
     Returns, on rank 0, ``{"unit": "ms", "stages": {stage: {F, B, W, BW, FB}},
     "link_samples": [[bytes, one-way ms], ...], "message_bytes", "backend",
@@ -189,9 +193,9 @@ def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     mine: dict[int, dict[str, float]] = {}
     seen: set[int] = set()
-    for turn in range(world):
+    for turn in range(world if spec.calib_isolated else 1):
         dist.barrier()
-        if turn != rank:
+        if spec.calib_isolated and turn != rank:
             continue
         for key in sorted(ex.modules, key=lambda k: (k[1], k[0])):
             if key[0] in seen:
@@ -199,7 +203,7 @@ def calibrate_rank(ex: RankExecutor, spec: JobSpec) -> dict[str, Any] | None:
             seen.add(key[0])
             mine[key[0]] = _stage_costs(ex, key, spec.calib_repeats)
     dist.barrier()
-    samples = (_pingpong(spec.calib_sizes, spec.calib_repeats, ex.device, ex.dtype)
+    samples = (_pingpong(spec.calib_sizes, spec.calib_repeats, ex.wire, ex.dtype)
                if world > 1 and rank < 2 else [])
     dist.barrier()
     launch = (_launch(ex, _launch_compositions(ex.program), spec.calib_repeats)

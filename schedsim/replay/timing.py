@@ -14,12 +14,14 @@ Measured Timeline: times in milliseconds from the earliest rank's start of the s
 ``semantics`` = the backend. Spans are compute instructions (``index`` = instruction
 position, as in the simulator). Messages carry ``send_posted``/``recv_posted`` (the end
 of the post run that launched each side, as the simulator's post time is the end of the
-launch: :class:`~schedsim.timeline.Message`), ``send_done``/``recv_done`` (end of the first
-wait covering each side) and the indices; ``start``/``arrival`` are not observable and stay
-null. ``waits`` has one record per ``COMMIT``/``WAIT``/``END`` instruction, whatever its
-length. An extra field ``posts`` lists each post run (``{rank, index, last_index, start,
-end}``: the host time spent launching its ``isend``/``irecv`` calls), which the simulator
-takes as free.
+launch: :class:`~schedsim.timeline.Message`), ``send_done``/``recv_done`` (when the
+``wait()`` of that op returned, inside the covering wait instruction) and the indices;
+``start``/``arrival`` are not observable and are set by the builder's rule (both sides
+posted / receiver done: :class:`~schedsim.timeline.Message`). ``waits`` has one record per
+``COMMIT``/``WAIT``/``END`` instruction, whatever its length. Extra fields: ``posts``
+lists each launch (``{rank, index, last_index, start, end}``: the host time spent in its
+``isend``/``irecv``/``batch_isend_irecv`` call, which the simulator charges as
+``launch_cost``) and ``program`` the Program JSON that ran.
 """
 from __future__ import annotations
 
@@ -30,10 +32,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from schedsim.program.ir import Compute, Program
+from schedsim.program.ir import Program
 from schedsim.program.routing import route
 from schedsim.program.tokens import parse_comm
-from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.timeline import Message, Timeline, WaitRecord, build_timeline
 
 
 class Clock:
@@ -127,32 +129,28 @@ def estimate_offsets(rounds: int = 8, group: Any = None, device: Any = "cpu") ->
 
 def measured_timeline(program: Program, records: list[dict[str, Any]], *,
                       backend: str, **extra: Any) -> Timeline:
-    """Assemble the measured Timeline from every rank's resolved records (rank order).
+    """Assemble the measured Timeline from every rank's resolved records (rank order),
+    with the one builder :func:`schedsim.timeline.build_timeline`.
 
-    ``extra`` fields (``world_size``, ``grad_check``, ...) are added to the Timeline.
+    ``extra`` fields (``world_size``, ``grad_check``, ...) are added to the Timeline, as
+    are ``backend``, ``posts`` (module docstring) and ``program`` (the Program JSON, so
+    that analyses of the saved timeline find the program it ran).
     """
-    pl = program.placement
-    chunk_of, rank_of = pl.chunk_of, pl.rank_fn()
     origin = min(rec["begin"] for rec in records)
 
     def ms(t: int | None) -> float | None:
         return None if t is None else (t - origin) / 1e6
 
-    spans: list[Span] = []
+    cols: tuple[list, ...] = ([], [], [], [], [])
     waits: list[WaitRecord] = []
     posts: list[dict[str, Any]] = []
     msgs: dict[tuple[str, int, int], Message] = {}
+    rank_of = program.placement.rank_fn()
     for r, rec in enumerate(records):
         row = program.ranks[r]
         for i, t0, t1 in rec["spans"]:
-            op = row[i].op
-            assert type(row[i]) is Compute
-            parts = None
-            if op.kind == "FB":
-                parts = [Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage)
-                         for p in op.parts]
-            spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage,
-                              ms(t0), ms(t1), i, parts))
+            for col, v in zip(cols, (r, row[i].op, ms(t0), ms(t1), i)):
+                col.append(v)
         for i, j, t0, t1 in rec["posts"]:
             posts.append({"rank": r, "index": i, "last_index": j, "start": ms(t0),
                           "end": ms(t1)})
@@ -170,12 +168,10 @@ def measured_timeline(program: Program, records: list[dict[str, Any]], *,
                 m.send_posted, m.send_done, m.send_index = ms(tp), done, i
             else:
                 m.recv_posted, m.recv_done, m.recv_index = ms(tp), done, i
-    spans.sort(key=lambda s: (s.rank, s.start))
-    makespan, per_rank = Timeline.summarize(pl.ranks, spans)
-    return Timeline(schedule=program.name, ranks=pl.ranks, stages=pl.stages,
-                    microbatches=program.microbatches, semantics=backend, unit="ms",
-                    source="measured", placement=pl.kind, makespan=makespan,
-                    per_rank=per_rank, spans=spans,
-                    messages=sorted(msgs.values(), key=lambda m: (m.src, m.send_index)),
-                    waits=waits, params=dict(program.params), backend=backend,
-                    posts=posts, **extra)
+    return build_timeline(
+        program.placement, name=program.name, microbatches=program.microbatches,
+        span_rank=cols[0], span_op=cols[1], span_start=cols[2], span_end=cols[3],
+        span_index=cols[4], order="rank-start",
+        messages=sorted(msgs.values(), key=lambda m: (m.src, m.send_index)), waits=waits,
+        semantics=backend, unit="ms", source="measured", params=dict(program.params),
+        backend=backend, posts=posts, program=program.model_dump(mode="json"), **extra)

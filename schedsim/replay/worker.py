@@ -84,33 +84,43 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     torch.set_num_threads(cfg.threads)
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     start_watchdog(deadline, rank)
-    if cfg.backend == "nccl":
+    if cfg.device_type == "cuda":
         if not torch.cuda.is_available():
-            raise ReplayError("backend nccl needs CUDA GPUs, and torch sees none: use "
-                              "--backend gloo")
+            raise ReplayError(f"{'backend nccl' if cfg.backend == 'nccl' else 'device cuda'} "
+                              f"needs CUDA GPUs, and torch sees none: use --backend gloo "
+                              f"(device cpu)")
         local = int(os.environ.get("LOCAL_RANK", rank))
-        device = torch.device("cuda", local)
+        # nccl: one GPU per rank; gloo: the ranks may share GPUs (P2P staged via the host)
+        device = torch.device("cuda", local if cfg.backend == "nccl"
+                              else local % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
     left = max(deadline - time.time(), 1.0)
     dist.init_process_group(cfg.backend, rank=rank, world_size=world,
                             timeout=timedelta(seconds=left),
-                            **({"device_id": device} if device.type == "cuda" else {}))
+                            **({"device_id": device} if cfg.backend == "nccl" else {}))
     try:
         program = Program.model_validate(spec.program)
-        if world != program.placement.ranks:
-            raise ReplayError(f"the program has {program.placement.ranks} ranks but "
-                              f"{world} processes were started: use --nproc "
-                              f"{program.placement.ranks}")
+        tp = cfg.tp
+        if world != program.placement.ranks * tp:
+            raise ReplayError(f"the program has {program.placement.ranks} ranks x tp {tp} "
+                              f"but {world} processes were started: use --nproc "
+                              f"{program.placement.ranks * tp}")
         dist.barrier()
         mode = spec.clock
         if mode == "auto":
             mode = "shared" if same_host() else "estimate"
-        offset = estimate_offsets(device=device) if mode == "estimate" else 0
+        wire = device if cfg.backend == "nccl" else torch.device("cpu")
+        offset = estimate_offsets(device=wire) if mode == "estimate" else 0
         clock = Clock(device)
-        ex = RankExecutor(program, rank, cfg, device, clock,
-                          profile=spec.profile_dir is not None)
+        tpc = None
+        if tp > 1:      # tensor-parallel stages: schedsim.replay.tp_run
+            from schedsim.replay.tp_run import make_context
+
+            tpc = make_context(cfg, rank, program.placement.ranks, clock.stamp)
+        ex = RankExecutor(program, rank // tp, cfg, device, clock,
+                          profile=spec.profile_dir is not None, tp=tpc)
         calib = None
         if spec.calibrate:
             from schedsim.replay.measure import calibrate_rank
@@ -141,6 +151,11 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                 else:
                     rec = ex.step(deadline, fault)
                 recs.append(resolve_records(rec, clock, offset))
+                if tpc is not None:
+                    from schedsim.replay.tp_run import resolve_collectives
+
+                    recs[-1]["collectives"] = resolve_collectives(rec["collectives"],
+                                                                  clock.resolve, offset)
             grads = ({k: [g.detach().cpu() for g in gs] for k, gs in ex.grads().items()}
                      if spec.check_grads else None)
             payload = (recs, grads, ex.losses, offset)
@@ -150,17 +165,35 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
                 extra: dict[str, Any] = {"world_size": world, "device": str(device.type),
                                          "clock": mode,
                                          "clock_offsets_ns": [g[3] for g in got]}
+                every = got
+                if tp > 1:      # one entry per pipeline rank: TP rank 0, grads unsharded
+                    from schedsim.replay.tp_run import pp_view, replica_error
+
+                    extra.update(tp=tp, tp_comm=cfg.tp_comm)
+                    rep_err = replica_error(got, cfg) if spec.check_grads else 0.0
+                    got = pp_view(got, cfg)
                 if spec.check_grads:
                     from schedsim.replay.gradcheck import grad_check
 
                     extra["grad_check"] = grad_check(
                         cfg, program.placement.stages, program.microbatches,
                         [g[1] for g in got], [g[2] for g in got], device)
+                    if tp > 1:   # the TP ranks' copies of a replicated gradient agree
+                        gc = extra["grad_check"]
+                        gc["tp_replica_rel_error"] = rep_err
+                        gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
+                        gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
                 # several measured steps: keep the one with the median makespan
                 tls = [measured_timeline(program, [g[0][k] for g in got],
                                          backend=cfg.backend) for k in range(steps)]
                 order = sorted(range(steps), key=lambda k: tls[k].makespan)
                 keep = order[(steps - 1) // 2]
+                if tp > 1:
+                    from schedsim.replay.tp_run import measured_pieces
+
+                    extra["pieces"] = measured_pieces(
+                        [g[0][keep] for g in every], tp,
+                        min(g[0][keep]["begin"] for g in got))
                 tl = measured_timeline(program, [g[0][keep] for g in got],
                                        backend=cfg.backend, step=keep,
                                        step_makespans=[t.makespan for t in tls], **extra)
@@ -212,7 +245,14 @@ def main_worker(spec_path: str) -> int:
     spec = None
     try:
         spec = JobSpec.model_validate_json(Path(spec_path).read_text())
-        run_rank(spec)
+        if spec.task == "check-collectives":
+            from schedsim.replay.collectives_check import check_rank
+
+            start_watchdog(spec.deadline or time.time() + spec.config.timeout,
+                           os.environ.get("RANK", "?"))
+            check_rank(spec)
+        else:
+            run_rank(spec)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then exit 1
         report_failure(spec, e)

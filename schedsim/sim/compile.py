@@ -53,6 +53,8 @@ class Compiled:
     mocc: list[float] = field(default_factory=list)
     mlink: list[int] = field(default_factory=list)
     meager: list[bool] = field(default_factory=list)
+    # measured sender completion, from the transfer's start (LinkModel.messages), or None
+    msend: list[float | None] | None = None
     # instruction index of each handle's post (or producing/consuming compute, data mode)
     hindex: list[int] = field(default_factory=list)
     # posting order of each handle on its rank (ops of one batch in the order listed)
@@ -64,6 +66,9 @@ class Compiled:
     num_streams: int = 0
     num_links: int = 0
     launch_cost: float = 0.0
+    # per rank and code position, host time spent before it runs (CommModel.host, with
+    # the launches' own time folded in; launch_cost is then 0); None: no such times
+    delay: list[list[float]] | None = None
 
     @property
     def num_messages(self) -> int:
@@ -115,7 +120,26 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     else:
         _compile_comm(cp, program, costs, comm)
     _message_arrays(cp, costs, link, comm)
+    if comm.host and not data_mode:
+        _host_delays(cp, comm)
     return cp
+
+
+def _host_delays(cp: Compiled, comm: CommModel) -> None:
+    """Fill ``cp.delay`` from ``comm.host``: per code position, the host time before it
+    plus, for a launch, its own time (``launch_cost`` unless given)."""
+    own = {(x.rank, x.index): x for x in comm.host}
+    cp.delay = []
+    for r, code in enumerate(cp.code):
+        row = []
+        for pc, ins in enumerate(code):
+            x = own.get((r, cp.instr_index(r, pc)))
+            d = x.before if x is not None else 0.0
+            if ins[0] == _POST:
+                d += x.launch if x is not None and x.launch is not None else cp.launch_cost
+            row.append(d)
+        cp.delay.append(row)
+    cp.launch_cost = 0.0
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
@@ -129,6 +153,13 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     cp.mbytes = nbytes
     cp.mlat = [p[0] for p in lks]
     cp.mocc = [0.0 if math.isinf(p[1]) else b / p[1] for p, b in zip(lks, nbytes)]
+    if link.messages:       # measured transfer times: the whole delay, no link occupancy
+        times = link.message_times()
+        cp.msend = [None] * len(cp.mkey)
+        for m, k in enumerate(cp.mkey):
+            t = times.get(k)
+            if t is not None:
+                cp.mlat[m], cp.mocc[m], cp.msend[m] = t.time, 0.0, t.send
     cp.mlink = [p[2] for p in lks]
     is_eager = comm.is_eager
     cp.meager = [is_eager(b) for b in nbytes]

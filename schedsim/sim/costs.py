@@ -7,7 +7,7 @@ the T0, T1, ... slot diagrams papers draw.
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -50,6 +50,12 @@ class CostModel(BaseModel):
     (looked up at the forward part's stage and microbatch), FB costs its forward part plus
     its backward part. Message bytes: ``stage_bytes[s]`` for messages produced by stage s,
     else ``message_bytes``. Times are in ``unit``.
+
+    Derived costs (:meth:`with_derived`, set by a scenario's ``[model]``): a kind nobody
+    typed (no override, no stage entry, not set in the table itself) costs what the stage
+    model derives for it; a derived ``BW`` applies only when neither B nor W is typed, a
+    derived ``FB`` only when neither of its parts (nor their components) is: an explicit
+    per-kind cost always wins. ``message_bytes`` likewise, when not typed.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -67,12 +73,26 @@ class CostModel(BaseModel):
 
     _ov: dict = PrivateAttr(default_factory=dict)
     _cache: dict = PrivateAttr(default_factory=dict)
+    _derived: Any = PrivateAttr(default=None)
 
     def model_post_init(self, _ctx: object) -> None:
         self._ov = {(o.stage, o.mb, o.kind): o.cost for o in self.overrides}
         self._cache = {}
 
-    def _explicit(self, kind: str, stage: int, mb: int) -> float | None:
+    def with_derived(self, derived: Any, message_bytes: float | None = None) -> "CostModel":
+        """A copy whose untyped kinds (and message bytes) come from ``derived``, an object
+        with ``kind_cost(kind, stage)``, ``fb_cost(stage_f, stage_b, back_kind)``,
+        ``varies`` (stages differ) and ``table()`` (rows whose third item has ``.cost``),
+        such as :class:`schedsim.sim.stage_model.StageCosts`."""
+        c = self.model_copy()
+        c._derived, c._cache = derived, {}
+        if message_bytes is not None and "message_bytes" not in self.model_fields_set:
+            # the field's value, left unset: a dump with exclude_unset leaves it out
+            object.__setattr__(c, "message_bytes", message_bytes)
+        return c
+
+    def _typed(self, kind: str, stage: int, mb: int) -> float | None:
+        """The cost of ``kind`` the user typed for (stage, mb), or None."""
         v = self._ov.get((stage, mb, kind))
         if v is not None:
             return v
@@ -81,7 +101,33 @@ class CostModel(BaseModel):
             v = getattr(sc, kind)
             if v is not None:
                 return v
+        return getattr(self, kind) if kind in self.model_fields_set else None
+
+    def _untyped(self, stage: int, mb: int, *kinds: str) -> bool:
+        return all(self._typed(k, stage, mb) is None for k in kinds)
+
+    def _explicit(self, kind: str, stage: int, mb: int) -> float | None:
+        v = self._typed(kind, stage, mb)
+        if v is not None:
+            return v
+        d = self._derived
+        if d is not None and (kind != "BW" or self._untyped(stage, mb, "B", "W")):
+            return d.kind_cost(kind, stage)
         return getattr(self, kind)
+
+    def _fb(self, op: Op) -> float:
+        c = self._typed("FB", op.stage, op.mb)
+        if c is not None:
+            return c
+        f, b = op.parts
+        back = ("B", "W", "BW") if b.kind == "BW" else (b.kind,)
+        if (self._derived is not None and b.kind in ("B", "BW")
+                and self._untyped(f.stage, f.mb, "F") and self._untyped(b.stage, b.mb, *back)):
+            return self._derived.fb_cost(f.stage, b.stage, b.kind)
+        c = self.FB
+        if c is not None and self._derived is None:
+            return c
+        return sum(self.kind_cost(p.kind, p.stage, p.mb) for p in op.parts)
 
     def kind_cost(self, kind: str, stage: int, mb: int) -> float:
         """Cost of a non-FB op of ``kind`` on (stage, mb)."""
@@ -98,19 +144,26 @@ class CostModel(BaseModel):
         """Cost of ``op`` (any kind, FB included), in ``unit``."""
         if op.kind != "FB":
             return self.kind_cost(op.kind, op.stage, op.mb)
-        c = self._explicit("FB", op.stage, op.mb)
-        if c is None:
-            c = sum(self.kind_cost(p.kind, p.stage, p.mb) for p in op.parts)
-        return c
+        return self._fb(op)
 
     def cost_fn(self) -> "Callable[[Op], float]":
         """A fast, memoising ``op -> cost`` function, for hot loops."""
         slow = self.cost
-        if not self.stage and not self.overrides:     # cost depends on the kind only
+        d = self._derived
+        if not self.stage and not self.overrides and not (d is not None and d.varies):
             per = {k: self.kind_cost(k, 0, 0) for k in ("F", "B", "W", "BW")}
             fb = self.FB
+            if d is not None:      # cost depends on the kinds only
+                fbs = {k: self._fb(Op.fb(Op("F", 0, 0), Op(k, 0, 0))) for k in ("B", "BW")}
 
-            def by_kind(op: Op) -> float:
+                def by_kinds(op: Op) -> float:
+                    k = op.kind
+                    if k != "FB":
+                        return per[k]
+                    return fbs.get(op.parts[1].kind) or slow(op)
+                return by_kinds
+
+            def by_kind(op: Op) -> float:  # cost depends on the kind only
                 k = op.kind
                 if k != "FB":
                     return per[k]
@@ -134,6 +187,8 @@ class CostModel(BaseModel):
         vals = [self.F, self.B, self.W, self.BW, self.FB]
         vals += [getattr(k, n) for k in self.stage.values() for n in _KINDS]
         vals += [o.cost for o in self.overrides]
+        if self._derived is not None:
+            vals += [row[2].cost for row in self._derived.table()]
         return all(v is None or float(v).is_integer() for v in vals)
 
 
@@ -142,7 +197,7 @@ def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
 
     Raises :class:`ScenarioError` on an unknown key or a value that is not a number >= 0.
     """
-    data = base.model_dump() if base else {}
+    data = base.model_dump(exclude_unset=True) if base else {}
     seen: set[str] = set()
     for item in filter(None, (x.strip() for x in text.split(","))):
         if "=" not in item:
@@ -175,12 +230,30 @@ class LinkOverride(BaseModel):
     bandwidth: float | None = Field(default=None, gt=0)
 
 
+class MessageTime(BaseModel):
+    """The measured times of one message (kind F|B, producing stage, mb), counted from
+    when its transfer starts: ``time`` to its arrival (replacing ``latency + bytes /
+    bandwidth``; it does not occupy the link, the measurement already holds any
+    queueing) and, when given, ``send`` to the sender's completion (else the semantics
+    decide: eager at the transfer's end, rendezvous at arrival). Written by ``schedsim
+    calibrate --exact``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["F", "B"]
+    stage: int = Field(ge=0)
+    mb: int = Field(ge=0)
+    time: float = Field(ge=0, allow_inf_nan=False)
+    send: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
 class LinkModel(BaseModel):
     """Directed links between ranks: a message costs ``latency + bytes / bandwidth``.
 
     Transfers on one directed link are serialized in the order they start: each occupies
     the link for ``bytes / bandwidth`` (latency is pipelined). Defaults: latency 0,
-    infinite bandwidth. ``links`` overrides single directed links.
+    infinite bandwidth. ``links`` overrides single directed links; ``messages`` gives
+    single messages a measured transfer time (:class:`MessageTime`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -188,6 +261,11 @@ class LinkModel(BaseModel):
     latency: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     bandwidth: float = Field(default=math.inf, gt=0)
     links: list[LinkOverride] = Field(default_factory=list)
+    messages: list[MessageTime] = Field(default_factory=list)
+
+    def message_times(self) -> dict[tuple[str, int, int], "MessageTime"]:
+        """``(kind, stage, mb) ->`` :class:`MessageTime` of :attr:`messages`."""
+        return {(m.kind, m.stage, m.mb): m for m in self.messages}
 
     def params(self, src: int, dst: int) -> tuple[float, float]:
         """``(latency, bandwidth)`` of the directed link src -> dst."""
@@ -197,6 +275,22 @@ class LinkModel(BaseModel):
                 lat = lat if o.latency is None else o.latency
                 bw = bw if o.bandwidth is None else o.bandwidth
         return lat, bw
+
+
+class HostTime(BaseModel):
+    """Measured host time at instruction ``index`` of rank ``rank`` (``index`` = the
+    rank's program length for the implicit ``END``), in the cost unit: ``before`` is spent
+    before the instruction starts (interpreter overhead, a late start of the rank), and,
+    for a launch, ``launch`` is the launch's own time (replacing ``launch_cost``). Written
+    by ``schedsim calibrate --exact`` so that a simulation reproduces a measured run's
+    host timeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0)
+    index: int = Field(ge=0)
+    before: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    launch: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 Semantics = Literal["data", "eager", "rendezvous"]
@@ -219,6 +313,8 @@ class CommModel(BaseModel):
       ``BATCH``: one ``isend``/``irecv``/``batch_isend_irecv`` call): the rank is
       busy for it and its ops count as posted when it ends. Default 0; ``schedsim
       calibrate`` measures it. Not used under ``data`` semantics.
+    - ``host``: measured host time of single instructions (:class:`HostTime`): time spent
+      before an instruction, and a launch's own time. Not used under ``data`` semantics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -227,6 +323,7 @@ class CommModel(BaseModel):
     comm_stream: CommStream = "none"
     eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     launch_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    host: list[HostTime] = Field(default_factory=list)
 
     @field_validator("comm_stream", mode="before")
     @classmethod

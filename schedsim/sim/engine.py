@@ -78,6 +78,9 @@ def run(cp: Compiled) -> RunState:
     sfree: dict[int, float] = {}
     ready_streams: list[int] = []
     launch_cost = cp.launch_cost
+    msend = cp.msend
+    delay = cp.delay            # measured host time before each instruction (or None)
+    delayed = [-1] * P          # per rank: the code position whose delay has been spent
     launched = [False] * P
 
     streams = bool(unit_handles)
@@ -116,13 +119,14 @@ def run(cp: Compiled) -> RunState:
         arr = s + occ + mlat[m]
         mstart[m] = s
         marr[m] = arr
+        sd = None if msend is None else msend[m]      # a measured sender completion
         if meager[m]:
-            set_done(2 * m, s + occ)
+            set_done(2 * m, s + occ if sd is None else s + sd)
             ra = hact[2 * m + 1]
             if ra is not None:
                 set_done(2 * m + 1, arr if arr > ra else ra)
         else:
-            set_done(2 * m, arr)
+            set_done(2 * m, arr if sd is None else s + sd)
             set_done(2 * m + 1, arr)
 
     def queue_transfer(m: int, tc: float) -> None:
@@ -199,6 +203,15 @@ def run(cp: Compiled) -> RunState:
         while pc < n:
             ins = rc[pc]
             op = ins[0]
+            if delay is not None and delayed[r] != pc:
+                delayed[r] = pc
+                d = delay[r][pc]
+                if d:
+                    if strict:          # resume after the host time, in time order
+                        heappush(heap, (t + d, seq, r))
+                        seq += 1
+                        break
+                    t += d
             if op == 0:
                 end = t + ins[1]
                 sid = ins[2]

@@ -1,0 +1,156 @@
+"""``schedsim check-trace``: the engine checked against profiler traces, and the two-error
+report ``replay --compare`` shares (:func:`report`).
+
+check-trace: import the traces (:func:`schedsim.interop.kineto.import_traces`),
+calibrate ``--exact`` from them, simulate the program they show, compare; and the same
+program with a cost model (fitted from the traces, or ``--costs-file``). Prints the
+semantics error and the cost-model error (:mod:`schedsim.replay.check`); ``--json FILE``
+writes ``{"semantics_error": {makespan, mean_start, max_start}, "cost_model_error":
+{...}, ...}``; ``--out-dir DIR`` writes ``NAME-measured.json``, ``NAME-exact.json`` (the
+semantics prediction), ``NAME-predicted.json`` (the cost-model prediction),
+``NAME-errors.json``, ``NAME-program.txt`` and ``NAME-overlay.png`` (semantics
+prediction over the measurement).
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from schedsim.cli import app
+from schedsim.cli.common import console, fail, handle_errors
+
+SEMANTICS_HELP = ("Comm semantics of the predictions: rendezvous (default: gloo and NCCL "
+                  "sends complete only once the receiver posted, measured) or eager.")
+
+
+def check_semantics(semantics: str) -> str:
+    if semantics not in ("eager", "rendezvous"):
+        fail(f"unknown --semantics {semantics!r}: expected rendezvous or eager (a measured "
+             f"run posts its sends and recvs, so data semantics does not apply)")
+    return semantics
+
+
+def out_files(out_dir: Path, name: str, kinds: tuple[str, ...]) -> list[Path]:
+    """``out_dir/NAME-KIND`` for each kind (``measured.json``, ...)."""
+    return [out_dir / f"{name}-{k}" for k in kinds]
+
+
+def report(errors: Any, measured: Any) -> None:
+    """Print the two errors (:class:`~schedsim.replay.check.TwoErrors`) and what the
+    measured sends say about the backend's semantics."""
+    from schedsim.replay.check import send_waits_before_recv
+
+    for line in errors.lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    late, total = send_waits_before_recv(measured)
+    if total:
+        like = ("rendezvous" if late == total else "eager" if late == 0 else
+                "neither semantics throughout")
+        console.print(f"sends: {late} of {total} whose wait began before the matching recv "
+                      f"was posted completed only after it ({measured.semantics} behaved "
+                      f"like {like} here)", highlight=False, soft_wrap=True)
+
+
+def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:
+    """The semantics prediction over the measurement (:func:`schedsim.plot.overlay`)."""
+    from schedsim.plot.overlay import write_overlay
+
+    write_overlay(errors.exact_prediction, measured, outs.path(path),
+                  title=f"{measured.schedule}: engine ({errors.comm_semantics}, the run's "
+                        f"own durations) vs measured ({measured.semantics}, "
+                        f"{measured.ranks} ranks)")
+
+
+@app.command("check-trace")
+@handle_errors
+def check_trace(
+    traces: Annotated[list[Path], typer.Argument(
+        help="Per-rank Kineto/Chrome trace files of one run (every rank).",
+        show_default=False)],
+    semantics: Annotated[str, typer.Option("--semantics", help=SEMANTICS_HELP)
+                         ] = "rendezvous",
+    costs_file: Annotated[Optional[Path], typer.Option(
+        "--costs-file", help="Cost file for the cost-model error (default: costs fitted "
+        "from the traces: median per stage, link fit, mean launch cost).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write both errors as JSON (fractions of the measured makespan).")
+    ] = None,
+    out_dir: Annotated[Optional[Path], typer.Option(
+        "--out-dir", help="Folder (created if missing) for NAME-measured.json, "
+        "NAME-exact.json, NAME-predicted.json, NAME-errors.json, NAME-program.txt, "
+        "NAME-overlay.png.")] = None,
+    placement: Annotated[Optional[str], typer.Option(
+        "--placement", help="loop | v | dual (default: inferred).")] = None,
+    step: Annotated[Optional[int], typer.Option(
+        "--step", help="Profiler step N (ProfilerStep#N) of traces that hold several.")
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="Schedule name (output file names).")
+                    ] = "imported",
+) -> None:
+    """Check the simulator against profiler traces: the semantics error (the trace's
+    program simulated with its own measured durations) and the cost-model error.
+
+    Example:
+      schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
+    """
+    from schedsim.cli.outputs import check_folder, check_outputs, folder, write_errors
+    from schedsim.errors import ScenarioError
+    from schedsim.interop.kineto import import_traces
+    from schedsim.replay.check import two_errors
+    from schedsim.replay.fit import timeline_program
+    from schedsim.util.files import output_group
+
+    check_semantics(semantics)
+    if placement is not None and placement not in ("loop", "v", "dual"):
+        fail(f"unknown --placement {placement!r}: expected loop, v or dual")
+    check_outputs(json_out)
+    kinds = ("measured.json", "exact.json", "predicted.json", "errors.json", "program.txt",
+             "overlay.png")
+    if out_dir is not None:
+        check_folder(out_dir, "--out-dir")
+        if out_dir.is_dir():
+            check_outputs(*out_files(out_dir, name, kinds))
+    tl = import_traces(list(traces), placement=placement, name=name, step=step)
+    prog = timeline_program(tl)
+    if prog is None:
+        raise ScenarioError("check-trace needs the traces of every rank (missing: rank(s) "
+                            + ", ".join(map(str, getattr(tl, "missing_ranks", []))) + ")")
+    model = None
+    if costs_file is not None:
+        from schedsim.scenario import apply_costs_file, parse_scenario
+
+        sc = apply_costs_file(parse_scenario({"schedule": {"name": "gpipe", "ranks": 1,
+                                                            "microbatches": 1}}), costs_file)
+        from schedsim.sim.costs import CommModel
+
+        model = (sc.costs, sc.link, CommModel(semantics=semantics,
+                                              launch_cost=sc.comm.launch_cost))
+    p2p = getattr(tl, "p2p", {})
+    console.print(f"{name}: {tl.ranks} ranks, {tl.stages} stages, {tl.microbatches} "
+                  f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "
+                  f"{p2p.get('messages', 0)} messages paired; measured makespan "
+                  f"{tl.makespan:.4g} {tl.unit}", highlight=False, soft_wrap=True)
+    for note in getattr(tl, "import_notes", []):
+        console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
+    errors = two_errors(tl, prog, semantics=semantics, model=model)  # type: ignore[arg-type]
+    report(errors, tl)
+    with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
+        if json_out is not None:
+            write_errors(json_out, errors, outs)
+        if out_dir is not None:
+            _write_all(out_files(out_dir, name, kinds), tl, prog, errors, outs)
+
+
+def _write_all(f: list[Path], tl: Any, prog: Any, errors: Any, outs: Any) -> None:
+    """check-trace's --out-dir files (module docstring), through the output group."""
+    from schedsim.cli.outputs import program_text, write_errors
+
+    tl.write_json(outs.path(f[0]))
+    errors.exact_prediction.write_json(outs.path(f[1]))
+    errors.cost_prediction.write_json(outs.path(f[2]))
+    write_errors(f[3], errors, outs)
+    outs.path(f[4]).write_text(program_text(prog))
+    draw(errors, tl, f[5], outs)

@@ -1,0 +1,194 @@
+"""The stage model on the command line: the derived-cost table ``simulate`` prints for a
+scenario with ``[model]``, ``compare --model-overlap`` (one comparison per overlap mode,
+with the makespan gain) and ``schedsim check-collectives`` (the autograd check of the
+ways to write a tensor-parallel all-reduce)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from schedsim.analysis._index import fmt_t
+from schedsim.cli import app
+from schedsim.cli.common import console, fail, handle_errors
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario, parse_scenario
+from schedsim.sim.pieces import exposed_by_kind, fb_op
+from schedsim.timeline import Timeline
+
+
+def model_summary(sc: Scenario) -> str:
+    """One line describing ``sc``'s stage model."""
+    m = sc.model
+    assert m is not None
+    moe = f", MoE ep {m.ep} top-{m.topk}" if m.moe else ""
+    per = "" if not m.stage else (" (stage " + ", ".join(
+        f"{s}: {o.layers}" for s, o in sorted(m.stage.items()) if o.layers is not None)
+        + ")")
+    return (f"stage model: {m.layers} layers/stage{per}, tp {m.tp}{moe}, sequence "
+            f"parallel {'on' if m.sequence_parallel else 'off'}, overlap {m.overlap}")
+
+
+def _used(sc: Scenario, kind: str, stage: int) -> float:
+    """The cost the simulation uses for ``kind`` on ``stage`` (microbatch 0)."""
+    from schedsim.program.ir import Op
+
+    c = sc.costs
+    return c.cost(fb_op(stage, stage)) if kind == "FB" else c.cost(Op(kind, stage, 0))
+
+
+def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> None:
+    """Print the derived cost of every kind per stage group (compute, collectives, the
+    exposed and hidden collective time) and, with ``tl``, the exposed collective time per
+    kind summed over the run. ``stages``: the program's stage count (to name the stages a
+    default row stands for)."""
+    sco = sc.stage_costs()
+    if sco is None:
+        return
+    default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
+    t = Table(title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
+    for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
+                "used"):
+        t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
+                     no_wrap=True)
+    for label, kind, oc in sco.table():
+        st = default_stage if label in ("all", "default") else int(label)
+        used = "-" if st is None else _used(sc, kind, st)
+        how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
+            1.0, oc.cost) else f"typed: {fmt_t(used)}")
+        t.add_row(label, kind, fmt_t(oc.cost), fmt_t(oc.compute), fmt_t(oc.collective),
+                  fmt_t(oc.exposed), fmt_t(oc.hidden), how)
+    console.print(t)
+    if tl is not None and tl.deadlock is None:
+        rows = exposed_by_kind(tl, sco)
+        if rows:
+            parts = [f"{k} {fmt_t(v['exposed'])} of {fmt_t(v['collective'])} ({v['ops']:g} "
+                     f"ops)" for k, v in sorted(rows.items())]
+            console.print("exposed collective time over the run, per kind: "
+                          + "; ".join(parts), highlight=False, soft_wrap=True)
+
+
+# -- compare --model-overlap -------------------------------------------------------------
+def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overlaps: str,
+                     names: list[str] | None, memory: Any, json_out: Path | None) -> None:
+    """``compare --model-overlap none,fb``: the comparison once per overlap mode of the
+    scenario's ``[model]`` (``data``: the scenario dict with the command's flags
+    applied), one table, then per schedule the makespan gain of each mode over the
+    first. Raises :class:`ScenarioError` without a ``[model]`` or for an unknown mode."""
+    from schedsim.sweep import compare as run_compare
+
+    modes = [o.strip() for o in overlaps.split(",") if o.strip()]
+    if data.get("model") is None:
+        raise ScenarioError("--model-overlap needs a scenario with a [model] table "
+                            "(--scenario FILE)")
+    bad = [o for o in modes if o not in ("none", "domino", "fb")]
+    if bad or len(modes) < 2:
+        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of none, "
+                            f"domino, fb, e.g. none,fb")
+    runs = []
+    for mode in modes:
+        sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},
+                            f"--model-overlap {mode}")
+        res = run_compare(ranks, microbatches, sc.costs, sc.link, sc.comm, names, memory)
+        runs.append((mode, sc, res))
+    t = Table(title=f"{ranks} ranks x {microbatches} microbatches, {runs[0][2].semantics} "
+                    f"semantics, costs from the stage model by overlap mode")
+    for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
+        t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
+    records = []
+    for mode, sc, res in runs:
+        for r in res.rows:
+            fb = _used(sc, "FB", 0)
+            f, bw = _used(sc, "F", 0), _used(sc, "BW", 0)
+            t.add_row(r.schedule, mode, fmt_t(f), fmt_t(bw), fmt_t(fb), fmt_t(r.makespan),
+                      f"{r.bubble_ratio:.3f}")
+            records.append({"schedule": r.schedule, "overlap": mode, "F": f, "BW": bw,
+                            "FB": fb, "makespan": r.makespan,
+                            "bubble_ratio": r.bubble_ratio})
+    console.print(t)
+    base = {r["schedule"]: r["makespan"] for r in records if r["overlap"] == modes[0]}
+    for rec in records:
+        b = base.get(rec["schedule"])
+        if rec["overlap"] == modes[0] or b is None:
+            continue
+        gain = b - rec["makespan"]
+        rec["gain_over_" + modes[0]] = gain
+        pct = f" ({100 * gain / b:.1f}%)" if b > 0 else ""
+        console.print(f"{rec['schedule']}: makespan {fmt_t(b)} ({modes[0]}) -> "
+                      f"{fmt_t(rec['makespan'])} ({rec['overlap']}): gain "
+                      f"{fmt_t(gain)}{pct}", highlight=False)
+    for _mode, _sc, res in runs[:1]:
+        for n, why in res.skipped.items():
+            console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+    if json_out is not None:
+        from schedsim.cli.analysis import write_json
+
+        write_json(json_out, records)
+
+
+# -- check-collectives -------------------------------------------------------------------
+@app.command("check-collectives")
+@handle_errors
+def check_collectives(
+    tp: Annotated[int, typer.Option("--tp", min=2, max=16, help="Tensor-parallel ranks "
+                                    "(gloo processes).")] = 2,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write {tp, variants: [...], findings: [...]} here.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds for the whole run, "
+                                           "process start included.")] = 120.0,
+) -> None:
+    """Run tiny column- and row-parallel layers on --tp gloo processes (float64) under
+    each way of writing the tensor-parallel all-reduce; fit every gradient against the
+    single-process gradient of the replicated loss and of the loss summed over ranks.
+
+    A scale of 1.0 for the replicated loss is what Megatron's f/g give; the lab note's
+    'x.grad = 4 on 4 ranks' is the gradient of the summed loss (4x the replicated one).
+    Also reports the saved-tensor hazard: a raw in-place all-reduce on a tensor autograd
+    saved gives a wrong gradient without an error.
+
+    Example: schedsim check-collectives --tp 4 --json collectives.json
+
+    Exit codes: 0 ok, 1 a rank failed or timed out, 2 bad input.
+    """
+    from schedsim.replay.config import require_torch
+    from schedsim.util.files import check_output_path
+
+    require_torch()
+    if json_out is not None:
+        check_output_path(json_out)
+    if not timeout > 0:
+        fail("--timeout must be > 0 seconds")
+    from schedsim.replay.collectives_check import run_check
+
+    res = run_check(tp, timeout)
+    print_check(res)
+    if json_out is not None:
+        from schedsim.cli.analysis import write_json
+
+        write_json(json_out, res)
+
+
+def print_check(res: dict[str, Any]) -> None:
+    """Print the table and findings of a :func:`run_check` result."""
+    n = res["tp"]
+    t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
+                    f"1.0 = equal, {n}.0 = {n}x)")
+    for col in ("variant", "replicated loss", "summed loss", "correct for"):
+        t.add_column(col, justify="right" if "loss" in col else "left", no_wrap=True)
+
+    def sc(x: float | None) -> str:
+        return "not a multiple" if x is None else str(round(x, 12))
+
+    for v in res["variants"]:
+        t.add_row(v["name"], sc(v["scale_replicated_loss"]), sc(v["scale_summed_loss"]),
+                  v["correct_for"])
+    console.print(t)
+    for v in res["variants"]:
+        console.print(f"[bold]{v['name']}[/]: {escape(v['note'])}", highlight=False,
+                      soft_wrap=True)
+    for f in res.get("findings", []):
+        console.print(f"finding [bold]{escape(f['name'])}[/]: {escape(f['note'])}",
+                      highlight=False, soft_wrap=True)

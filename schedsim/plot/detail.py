@@ -1,0 +1,107 @@
+"""Inside the ops of a Gantt chart: compute and collective pieces (``gantt(detail=True)``,
+``schedsim simulate --gantt FILE --detail``).
+
+Drawn over each op box of a timeline that has ``pieces``
+(:mod:`schedsim.sim.pieces`):
+
+- the bottom :data:`LANE` of the box is the rank's **collective stream**: a light band
+  under the op, and one bar per collective coloured by what it is (all-reduce,
+  all-gather, reduce-scatter, all-to-all; :data:`COLL_COLORS`);
+- above it, thin white lines separate the op's **compute pieces** (attention, MLP or
+  experts, per layer and Domino half), and the stretches inside the op where the compute
+  stream has nothing to run — it waits for a collective: the *exposed* collective time —
+  are hatched over the op's colour (:data:`EXPOSED_HATCH`).
+
+Measured timelines (a TP replay) carry collective pieces only (per TP rank; those of TP
+rank 0 are drawn). Collections have gids ``detail-lane``, ``detail-collectives``,
+``detail-splits`` and ``detail-exposed`` (what the tests count).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PatchCollection
+from matplotlib.patches import Patch, Rectangle
+
+from schedsim.sim.pieces import pieces_of
+from schedsim.timeline import Timeline
+
+#: fraction of the op box's height given to the collective lane (at its bottom)
+LANE = 0.34
+#: colour per collective
+COLL_COLORS = {"all-reduce": "#2b2b2b", "all-gather": "#17becf",
+               "reduce-scatter": "#e377c2", "all-to-all": "#d62728"}
+LANE_COLOR = "#e9e9e9"
+EXPOSED_HATCH = "////"
+EXPOSED_COLOR = "#1a1a1a"
+
+
+def _free(span: tuple[float, float], busy: list[tuple[float, float]]
+          ) -> list[tuple[float, float]]:
+    """Sub-intervals of ``span`` covered by none of ``busy``."""
+    out, t = [], span[0]
+    for a, b in sorted(busy):
+        if a > t + 1e-12:
+            out.append((t, min(a, span[1])))
+        t = max(t, b)
+    if span[1] > t + 1e-12:
+        out.append((t, span[1]))
+    return [(a, b) for a, b in out if b > a]
+
+
+def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
+    """Draw the pieces of ``tl`` on the Gantt axes ``ax`` (rank 0 on top, boxes inset by
+    ``pad`` of the row). Returns the legend handles of what was drawn (none when ``tl``
+    has no pieces)."""
+    recs = [p for p in pieces_of(tl) if p.get("tp_rank", 0) == 0]
+    if not recs:
+        return []
+    n = tl.ranks
+    h = (1 - 2 * pad) * LANE
+    by_op: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for p in recs:
+        by_op.setdefault((p["rank"], p["index"]), []).append(p)
+    spans = {(s.rank, s.index): s for s in tl.spans}
+    lanes, bars, colors, splits, exposed = [], [], [], [], []
+    used: set[str] = set()
+    for key, ps in by_op.items():
+        s = spans.get(key)
+        if s is None:
+            continue
+        y0 = n - 1 - s.rank + pad
+        lanes.append(Rectangle((s.start, y0), s.end - s.start, h))
+        comp = sorted((p["start"], p["end"]) for p in ps if p["stream"] == "compute")
+        for p in ps:
+            if p["stream"] == "collective" and p["end"] > p["start"]:
+                bars.append(Rectangle((p["start"], y0), p["end"] - p["start"], h))
+                colors.append(COLL_COLORS.get(p.get("collective") or "", "#888888"))
+                used.add(p.get("collective") or "collective")
+        top = y0 + h
+        for a, _b in comp[1:]:
+            if s.start < a < s.end:
+                splits.append([(a, top), (a, n - s.rank - pad)])
+        if comp:
+            for a, b in _free((s.start, s.end), comp):
+                exposed.append(Rectangle((a, top), b - a, n - s.rank - pad - top))
+    for gid, rects, kw in (
+            ("detail-lane", lanes, dict(facecolors=LANE_COLOR, edgecolors="none")),
+            ("detail-collectives", bars, dict(facecolors=colors, edgecolors="white",
+                                              linewidths=0.3)),
+            ("detail-exposed", exposed, dict(facecolors="none", edgecolors=EXPOSED_COLOR,
+                                             hatch=EXPOSED_HATCH, linewidths=0.0))):
+        if rects:
+            pc = PatchCollection(rects, zorder=3.6, **kw)
+            pc.set_gid(gid)
+            ax.add_collection(pc)
+    if splits:
+        lc = LineCollection(splits, colors="white", linewidths=0.6, zorder=3.7)
+        lc.set_gid("detail-splits")
+        ax.add_collection(lc)
+    handles: list[Any] = [Patch(facecolor=COLL_COLORS[k], label=k) for k in COLL_COLORS
+                          if k in used]
+    if exposed:
+        handles.append(Patch(facecolor="#9aa8c7", edgecolor=EXPOSED_COLOR,
+                             hatch=EXPOSED_HATCH, linewidth=0.0,
+                             label="compute waits for a collective (exposed)"))
+    return handles

@@ -1,0 +1,108 @@
+"""The engine checked against a measured run: two errors, reported apart. No torch.
+
+- **semantics error**: the program simulated with the run's own measured durations
+  (:func:`~schedsim.replay.fit.fit_timeline` with ``exact``: every op's duration, every
+  message's transfer and sender completion, every instruction's host time) against the
+  measurement. What is left is what the engine's comm semantics and the program get
+  wrong: which wait releases when, which transfer may start when;
+- **cost-model error**: the program simulated with a cost model (fitted medians, link
+  fit and launch cost, or a given cost file / calibration) against the measurement.
+
+Both as fractions of the measured makespan (:func:`fractions`): ``makespan`` is signed
+``(predicted - measured) / measured``; ``mean_start`` and ``max_start`` are the mean and
+largest ``|predicted - measured|`` op start (:mod:`schedsim.analysis.accuracy`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedsim.analysis.accuracy import PredictionError, prediction_error
+from schedsim.program.ir import Program
+from schedsim.replay.fit import fit_timeline
+from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
+from schedsim.sim.simulate import simulate
+from schedsim.timeline import Timeline
+
+
+def fractions(pe: PredictionError) -> dict[str, float]:
+    """``{makespan, mean_start, max_start}`` of a prediction error as fractions of the
+    measured makespan (module docstring)."""
+    mk = pe.makespan_measured
+    return {"makespan": pe.makespan_error / mk, "mean_start": pe.mean_start_error / mk,
+            "max_start": abs(pe.max_start_error) / mk}
+
+
+@dataclass
+class TwoErrors:
+    """Both errors of one measured run, with the two predictions they come from."""
+
+    semantics: PredictionError
+    cost_model: PredictionError
+    exact_prediction: Timeline
+    cost_prediction: Timeline
+    comm_semantics: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"semantics_error": {makespan, mean_start, max_start}, "cost_model_error":
+        {...}}`` plus ``semantics`` (the prediction's), ``makespan_measured``, ``unit``
+        and ``ops``."""
+        return {"semantics_error": fractions(self.semantics),
+                "cost_model_error": fractions(self.cost_model),
+                "semantics": self.comm_semantics,
+                "makespan_measured": self.semantics.makespan_measured,
+                "unit": self.exact_prediction.unit, "ops": self.semantics.ops}
+
+    def lines(self) -> list[str]:
+        """Two lines for a terminal, one per error."""
+        out = []
+        for what, pe in (("semantics error", self.semantics),
+                         ("cost-model error", self.cost_model)):
+            f = fractions(pe)
+            out.append(f"{what:16s}: makespan {100 * f['makespan']:+.1f}%, op start mean "
+                       f"{100 * f['mean_start']:.1f}% / max {100 * f['max_start']:.1f}% of "
+                       f"the measured makespan ({pe.worst_op}; {pe.ops} ops)")
+        return out
+
+
+def two_errors(measured: Timeline, program: Program, *, semantics: Semantics = "rendezvous",
+               model: tuple[CostModel, LinkModel, CommModel] | None = None) -> TwoErrors:
+    """Both errors of ``measured``, a run of ``program`` (module docstring). ``model``:
+    the cost model of the cost-model error (default: fitted from ``measured`` itself).
+    Raises :class:`~schedsim.errors.ScenarioError` /
+    :class:`~schedsim.errors.SchedsimError` when the program and the run differ or the
+    program cannot run."""
+    exact = fit_timeline(measured, program, exact=True)
+    ex = simulate(program, exact.cost_model(), exact.link_model(),
+                  exact.comm_model(semantics))
+    if model is None:
+        fit = fit_timeline(measured)
+        model = (fit.cost_model(), fit.link_model(), fit.comm_model(semantics))
+    cm = simulate(program, *model)
+    return TwoErrors(prediction_error(ex, measured), prediction_error(cm, measured), ex, cm,
+                     semantics)
+
+
+def send_waits_before_recv(tl: Timeline) -> tuple[int, int]:
+    """How a measured backend's sends complete: among the messages whose sender began
+    waiting for the send before the receiver posted the matching recv, ``(completed only
+    after that recv post, all of them)``. Rendezvous semantics predicts all of them (a send
+    completes only once the receiver posted), eager none (a send completes once its bytes
+    have left)."""
+    from schedsim.program.tokens import parse_comm
+
+    since: dict[tuple[str, int, int], float] = {}
+    for w in tl.waits:
+        for tok in w.comms:
+            c = parse_comm(tok)
+            if c.is_send:
+                since.setdefault(c.message_key(), w.start)
+    late = total = 0
+    for m in tl.messages:
+        t = since.get((m.kind, m.stage, m.mb))
+        if t is None or m.recv_posted is None or m.send_done is None:
+            continue
+        if t < m.recv_posted:
+            total += 1
+            late += m.send_done >= m.recv_posted
+    return late, total

@@ -1,0 +1,261 @@
+"""Calibration from a measured Timeline (a replay or an imported profiler trace): the
+costs, link and launch cost that explain it. No torch.
+
+:func:`fit_timeline` reads what a measured run shows and writes it as a cost file (the
+format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``; read with
+``schedsim simulate --costs-file``):
+
+- **op costs**: per stage and kind (F, B, W, BW, FB; an FB span counts at its forward
+  part's stage), the median of the span durations over microbatches (ms); the global
+  F/B/W/BW are the means over the stages that ran the kind;
+- **link**: each paired message whose receiver was already waiting when the transfer
+  could start (so its arrival was seen) gives one sample ``arrival - start`` (both sides
+  posted -> receiver done, :class:`~schedsim.timeline.Message`); the median per message
+  size is fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth;
+  one size: latency only). No sample: latency 0;
+- **launch cost**: the mean host time of the run's launches (the Timeline's ``posts``:
+  one ``isend``/``irecv``/``batch_isend_irecv`` call each; the mean because the
+  simulator charges one constant per launch and must get a rank's summed launch time
+  right, :mod:`schedsim.replay.calibrate`).
+
+With ``exact``, every op's own measured duration becomes a ``(stage, mb, kind)``
+override, every paired message's measured transfer a ``[[link.messages]]`` entry
+(:class:`~schedsim.sim.costs.MessageTime`) and every instruction's host time a
+``[[comm.host]]`` entry (:class:`~schedsim.sim.costs.HostTime`: the time the host spent
+before it since the previous instruction let go, and a launch's own time up to its post),
+so that a simulation with the file differs from the measurement only by what the engine's
+semantics get wrong. Needs the program (the Timeline's ``program``, or given).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedsim.errors import ScenarioError
+from schedsim.program.ir import Program
+from schedsim.program.tokens import parse_comm
+from schedsim.replay.calibrate import fit_link
+from schedsim.sim.costs import (
+    CommModel,
+    CostModel,
+    CostOverride,
+    HostTime,
+    LinkModel,
+    MessageTime,
+    Semantics,
+)
+from schedsim.timeline import Message, Timeline, effective_posts
+
+_KINDS = ("F", "B", "W", "BW", "FB")
+
+
+@dataclass
+class TimelineFit:
+    """What :func:`fit_timeline` found (module docstring); times in ms.
+
+    ``stages``: stage -> kind -> median cost; ``samples``: ``[bytes, transfer ms]`` per
+    usable message; ``launches``: every launch's host time; ``overrides`` and
+    ``transfers`` only with ``exact``.
+    """
+
+    unit: str
+    stages: dict[int, dict[str, float]]
+    message_bytes: float
+    samples: list[list[float]]
+    launches: list[float]
+    exact: bool = False
+    overrides: list[CostOverride] = field(default_factory=list)
+    transfers: list[MessageTime] = field(default_factory=list)
+    host: list[HostTime] = field(default_factory=list)
+    source: str = ""
+
+    def link(self) -> tuple[float, float]:
+        """``(latency, bandwidth)``: the per-size medians fitted (module docstring)."""
+        by: dict[float, list[float]] = {}
+        for b, t in self.samples:
+            by.setdefault(b, []).append(t)
+        return fit_link([[b, statistics.median(v)] for b, v in sorted(by.items())])
+
+    def launch_cost(self) -> float:
+        return statistics.fmean(self.launches) if self.launches else 0.0
+
+    def cost_model(self) -> CostModel:
+        kinds = {k: [c[k] for c in self.stages.values() if k in c] for k in _KINDS[:4]}
+        top = {k: statistics.fmean(v) for k, v in kinds.items() if v}
+        return CostModel(unit=self.unit, message_bytes=self.message_bytes,
+                         stage={s: dict(c) for s, c in self.stages.items()},
+                         overrides=self.overrides, **top)
+
+    def link_model(self) -> LinkModel:
+        lat, bw = self.link()
+        return LinkModel(latency=lat, bandwidth=bw, messages=self.transfers)
+
+    def comm_model(self, semantics: Semantics = "rendezvous", **fields: Any) -> CommModel:
+        return CommModel(semantics=semantics, launch_cost=self.launch_cost(),
+                         host=self.host, **fields)
+
+    def to_toml(self, title: str = "") -> str:
+        """The cost file text (module docstring)."""
+        lines = [f"# schedsim calibrate --from-timeline{' --exact' if self.exact else ''}"
+                 + (f": {title}" if title else ""),
+                 f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
+                 ": op costs = median over microbatches per stage (ms); link = fit of the "
+                 "paired messages' transfer times; launch cost = mean launch host time",
+                 "", "[costs]", f'unit = "{self.unit}"']
+        cm = self.cost_model()
+        for k in ("F", "B", "W", "BW"):
+            if any(k in c for c in self.stages.values()):
+                lines.append(f"{k} = {getattr(cm, k):.6g}")
+        lines.append(f"message_bytes = {self.message_bytes:.0f}")
+        for s in sorted(self.stages):
+            lines += ["", f"[costs.stage.{s}]"]
+            lines += [f"{k} = {v:.6g}" for k, v in self.stages[s].items()]
+        for o in self.overrides:
+            lines += ["", "[[costs.overrides]]",
+                      f'stage = {o.stage}\nmb = {o.mb}\nkind = "{o.kind}"\ncost = {o.cost!r}']
+        lat, bw = self.link()
+        lines += ["", "[link]", f"latency = {lat:.6g}   # ms ({len(self.samples)} message "
+                  "samples)"]
+        if math.isinf(bw):
+            lines.append("# bandwidth: not fitted (one message size): infinite")
+        else:
+            lines.append(f"bandwidth = {bw:.6g}   # bytes per ms")
+        for t in self.transfers:
+            lines += ["", "[[link.messages]]",
+                      f'kind = "{t.kind}"\nstage = {t.stage}\nmb = {t.mb}\ntime = {t.time!r}'
+                      + ("" if t.send is None else f"\nsend = {t.send!r}")]
+        lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launch "
+                  f"(mean of {len(self.launches)})"]
+        for x in self.host:
+            lines += ["", "[[comm.host]]", f"rank = {x.rank}\nindex = {x.index}\n"
+                      f"before = {x.before!r}" + ("" if x.launch is None else
+                                                   f"\nlaunch = {x.launch!r}")]
+        return "\n".join(lines) + "\n"
+
+
+def timeline_program(tl: Timeline) -> Program | None:
+    """The Program a measured timeline carries (extra field ``program``), or None."""
+    data = getattr(tl, "program", None)
+    return Program.model_validate(data) if data else None
+
+
+def _released(w: Any, msgs: dict[tuple[str, int, int], Message]) -> float:
+    """When a measured wait could let go: the latest completion of what it waits for
+    (the host's own time from there to the wait's recorded end is host time), or its
+    recorded end when a completion is unknown."""
+    t = w.start
+    for tok in w.comms:
+        c = parse_comm(tok)
+        m = msgs.get(c.message_key())
+        done = None if m is None else (m.send_done if c.is_send else m.recv_done)
+        if done is None:
+            return w.end
+        t = max(t, done)
+    return min(t, w.end)
+
+
+def host_times(tl: Timeline, program: Program) -> list[HostTime]:
+    """Per instruction of ``program``, the host time the timeline shows (module
+    docstring): ``before`` = its start minus when the previous instruction let the host
+    go (a compute's end, a launch's post, a wait's release: the latest completion it
+    waited for; 0 for the first: the run's origin), ``launch`` = a launch's post
+    (:func:`~schedsim.timeline.effective_posts`) minus its start (without a record of
+    the launch in ``posts``: its post minus when the host was free). Instructions without
+    a record (a zero-length wait the run did not record) pass the host on unchanged."""
+    msgs = {(m.kind, m.stage, m.mb): m for m in tl.messages}
+    spans = {(s.rank, s.index): (s.start, s.end) for s in tl.spans}
+    waits = {(w.rank, w.index): (w.start, _released(w, msgs)) for w in tl.waits}
+    posted = effective_posts(tl.messages)
+    launches = {(p["rank"], p["index"]): (p["start"], p["end"])
+                for p in getattr(tl, "posts", None) or []}
+    out = []
+    for r, row in enumerate(program.ranks):
+        free = 0.0
+        for i in range(len(row) + 1):
+            k = (r, i)
+            if k in launches:
+                a, b = launches[k]
+                b = posted.get(k, b)
+                out.append(HostTime(rank=r, index=i, before=max(a - free, 0.0),
+                                    launch=max(b - a, 0.0)))
+            elif k in posted:       # a launch without its own record: host time to its post
+                b = posted[k]
+                out.append(HostTime(rank=r, index=i, before=0.0, launch=max(b - free, 0.0)))
+            elif k in spans or k in waits:
+                a, b = spans.get(k) or waits[k]
+                out.append(HostTime(rank=r, index=i, before=max(a - free, 0.0)))
+            else:
+                continue
+            free = max(free, b)
+    return out
+
+
+def observed_transfer(m: Message, waiting_since: float | None) -> float | None:
+    """The transfer time of a measured message, ``arrival - start``, when it was seen:
+    both sides posted and the receiver's wait had begun by ``start`` (else None)."""
+    if m.start is None or m.arrival is None or waiting_since is None:
+        return None
+    if waiting_since > m.start + 1e-9:
+        return None
+    return m.arrival - m.start
+
+
+def _recv_wait_starts(tl: Timeline) -> dict[tuple[str, int, int], float]:
+    """Message key -> when the receiver's wait covering it began."""
+    out: dict[tuple[str, int, int], float] = {}
+    for w in tl.waits:
+        for tok in w.comms:
+            if "RECV" in tok:
+                k = parse_comm(tok).message_key()
+                out.setdefault(k, w.start)
+    return out
+
+
+def fit_timeline(tl: Timeline, program: Program | None = None, *,
+                 exact: bool = False) -> TimelineFit:
+    """Fit costs, link and launch cost to a measured timeline (module docstring).
+
+    ``program``: what the run executed (default: the Timeline's ``program``); needed
+    with ``exact``. Raises :class:`ScenarioError` for a timeline without spans, or
+    ``exact`` without a program.
+    """
+    if not tl.spans:
+        raise ScenarioError("the timeline has no ops: nothing to calibrate from")
+    if exact and program is None:
+        program = timeline_program(tl)
+        if program is None:
+            raise ScenarioError("--exact needs the program the timeline ran: the timeline "
+                                "carries none (a partial trace?); give --program FILE")
+    per: dict[tuple[int, str], list[float]] = {}
+    overrides = []
+    for s in tl.spans:
+        st, mb = (s.parts[0].stage, s.parts[0].mb) if s.parts else (s.stage, s.mb)
+        per.setdefault((st, s.kind), []).append(s.duration)
+        if exact:
+            overrides.append(CostOverride(stage=st, mb=mb, kind=s.kind,
+                                          cost=max(s.duration, 0.0)))
+    stages: dict[int, dict[str, float]] = {}
+    for (st, k), v in sorted(per.items(), key=lambda kv: (kv[0][0], _KINDS.index(kv[0][1]))):
+        stages.setdefault(st, {})[k] = statistics.median(v)
+    since = _recv_wait_starts(tl)
+    samples, transfers = [], []
+    for m in tl.messages:
+        key = (m.kind, m.stage, m.mb)
+        t = observed_transfer(m, since.get(key))
+        if t is not None:
+            samples.append([m.bytes, t])
+        if exact and m.start is not None and m.arrival is not None:
+            send = None if m.send_done is None else max(m.send_done - m.start, 0.0)
+            transfers.append(MessageTime(kind=m.kind, stage=m.stage, mb=m.mb,
+                                         time=max(m.arrival - m.start, 0.0), send=send))
+    sizes = [m.bytes for m in tl.messages if m.bytes]
+    posts = getattr(tl, "posts", None) or []
+    host = host_times(tl, program) if exact else []
+    return TimelineFit(unit=tl.unit, stages=stages,
+                       message_bytes=statistics.median(sizes) if sizes else 0.0,
+                       samples=samples, launches=[p["end"] - p["start"] for p in posts],
+                       exact=exact, overrides=overrides, transfers=transfers,
+                       host=host,
+                       source=f"{tl.schedule}, {tl.ranks} ranks, {tl.semantics}")

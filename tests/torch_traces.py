@@ -1,0 +1,100 @@
+"""Real torch.distributed.pipelining runs recorded with torch.profiler, for the trace
+tests: 2 gloo processes, a tiny MLP per stage, one warm-up step, then one profiled step;
+each rank writes ``rank{r}.json`` (``export_chrome_trace``).
+
+Run as a script (``python tests/torch_traces.py OUT HIDDEN SCHEDULE:M:V ...``) or
+through :func:`record`, which starts it in a subprocess with a timeout and records every
+schedule asked for in one process group (``OUT/SCHEDULE/rank{r}.json``). ``SCHEDULE`` is a
+class of ``torch.distributed.pipelining.schedules`` (``ScheduleGPipe``, ``Schedule1F1B``,
+``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``, ...); ``V`` stages per
+rank for the multi-stage ones (stage ``rank + 2 c`` for chunk c: the loop placement;
+ZBV and DualPipeV: stages ``rank`` and ``3 - rank``, the V placement).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+WORLD = 2
+
+
+def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.pipelining import PipelineStage, schedules as S
+    from torch.profiler import ProfilerActivity, profile
+
+    cls = getattr(S, sched)
+    multi = issubclass(cls, S.PipelineScheduleMulti)
+    stages = WORLD * (v if multi else 1)
+    if sched in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):      # the V placement
+        mine = [rank, 2 * WORLD - 1 - rank]
+    else:
+        mine = [rank + WORLD * c for c in range(v)] if multi else [rank]
+    built = []
+    for s in mine:
+        torch.manual_seed(s)
+        mod = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
+        built.append(PipelineStage(mod, s, stages, torch.device("cpu")))
+    sch = cls(built if multi else built[0], m, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+    torch.manual_seed(1000)
+    x, t = torch.randn(m * 8, hidden), torch.randn(m * 8, hidden)
+
+    def step() -> None:
+        first, last = 0 in mine, stages - 1 in mine
+        sch.step(*((x,) if first else ()), target=t if last else None,
+                 losses=[] if last else None)
+
+    step()
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    out.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / f"rank{rank}.json"))
+    dist.barrier()
+
+
+def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int, int]]
+         ) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD,
+                            init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=timedelta(seconds=60))
+    for sched, m, v in runs:
+        _one(rank, sched, m, v, Path(out) / sched, hidden)
+    dist.destroy_process_group()
+
+
+def record(out: Path, runs: list[tuple[str, int, int]], hidden: int = 128,
+           timeout: float = 240.0) -> dict[str, list[Path]]:
+    """Record one profiled step of each ``(schedule, microbatches, stages per rank)`` on
+    2 gloo ranks; returns each schedule's two trace files. Raises RuntimeError (with the
+    ranks' stderr) on failure and ``subprocess.TimeoutExpired`` after ``timeout`` s."""
+    out.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([sys.executable, __file__, str(out), str(hidden),
+                        *(f"{n}:{m}:{v}" for n, m, v in runs)], capture_output=True,
+                       text=True, timeout=timeout,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    files = {n: [out / n / f"rank{r}.json" for r in range(WORLD)] for n, _, _ in runs}
+    if p.returncode != 0 or not all(f.exists() for fs in files.values() for f in fs):
+        raise RuntimeError(f"recording failed ({p.returncode}): {p.stderr[-2000:]}")
+    return files
+
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+
+    out_dir, size = sys.argv[1], int(sys.argv[2])
+    todo = [(a, int(b), int(c)) for a, b, c in (x.split(":") for x in sys.argv[3:])]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_run, args=(port, out_dir, size, todo), nprocs=WORLD)
