@@ -210,8 +210,8 @@ def critical_path_cmd(
     write_json(json_out, lambda: {"makespan": tl.makespan,
                                   "path": [s.to_dict() for s in path],
                                   "slack": [o.to_dict() for o in op_slack(G)]})
-    console.print(f"critical path of {_title(tl)}:", highlight=False)
-    for line in path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl)):
+    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl))
+    for line in (f"critical path of {_title(tl)}: {head}", route):
         console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(_path_table(path, show_all))
     if slack:
