@@ -15,7 +15,14 @@ from rich.table import Table
 
 from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
-from schedsim.cli.common import console, fail, handle_errors, scenario_command
+from schedsim.cli.common import (
+    console,
+    fail,
+    fail_deadlock,
+    handle_errors,
+    scenario_command,
+    warn_costs,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.costs import CommModel
@@ -31,7 +38,10 @@ def run_scenario(sc: Scenario, comm: CommModel | None = None):
     returned, not raised), or a Timeline JSON as it is (:mod:`schedsim.cli.inputs`)."""
     from schedsim.cli.inputs import run_input
 
-    return run_input(sc, comm)
+    prog, tl = run_input(sc, comm)
+    if isinstance(sc, Scenario):        # a timeline input ran with costs of its own
+        warn_costs(sc, tl)
+    return prog, tl
 
 
 def write_json(path: Path | None, data: Any) -> None:
@@ -101,7 +111,7 @@ def stalls(
         console.print(f"the {len(shown)} longest of {n} stalls shown (--all prints every "
                       f"stall, --json writes them all)", highlight=False)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
 
 
 @app.command()
@@ -158,7 +168,7 @@ def align(
                       highlight=False)
     console.print(f"{n_flagged} of {len(tl.messages)} messages flagged", highlight=False)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
 
 
 @app.command("critical-path")
@@ -201,7 +211,7 @@ def critical_path_cmd(
         prog = sc.build_program()
         tl, gi = simulate_compiled(prog, sc.costs, sc.link, sc.comm)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
     G = build_graph(tl, sc.build_program() if prog is None else prog, sc.link, sc.comm,
                     compiled=gi)
     del gi

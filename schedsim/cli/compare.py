@@ -18,12 +18,14 @@ from schedsim.cli.common import (
     CostOpt,
     LatencyOpt,
     MbOpt,
+    Phases,
     RanksOpt,
     SemanticsOpt,
     StreamOpt,
     ThresholdOpt,
     console,
     fail,
+    fail_deadlock,
     handle_errors,
     scenario_command,
 )
@@ -118,8 +120,11 @@ def compare(
                                exclude_unset=True)
         return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
                                 json_out)
-    res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
-                      per_rank_costs=per_rank_costs, jobs=jobs)
+    with Phases() as ph:
+        ph.step(f"simulating {len(names) if names else 'every'} schedule(s) at {ranks} ranks "
+                f"x {microbatches} microbatches")
+        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
+                          per_rank_costs=per_rank_costs, jobs=jobs)
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
     note = None if per_rank_costs else per_op_note(
         [(r.schedule, r.stages) for r in res.rows], ranks)
@@ -298,7 +303,7 @@ def memory(
 
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+        fail_deadlock(tl, sc)
     mm = _memory_model(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))
@@ -311,3 +316,6 @@ def memory(
     for r in range(tl.ranks):
         t.add_row(str(r), fmt_t(peaks[r]), fmt_t(params[r]))
     console.print(t)
+    console.print("units: activations in microbatches' worth (1 = the activations one "
+                  "microbatch leaves on one rank's 1/ranks share of the model); parameters "
+                  "in 1/ranks of the model", highlight=False)
