@@ -193,9 +193,9 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
 
     ``per_rank_costs``: the costs are one rank's share of the model (module docstring);
     False: every op costs the given cost (always so for costs a stage model derives,
-    which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A schedule whose generator rejects (ranks,
-    microbatches) or whose program deadlocks under ``comm`` is skipped with the reason in
-    ``skipped``. ``params`` gives extra generator parameters per schedule name. ``jobs``:
+    which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A
+    schedule whose generator rejects (ranks, microbatches) or whose program deadlocks
+    under ``comm`` is skipped with the reason in ``skipped``. ``params`` gives extra generator parameters per schedule name. ``jobs``:
     worker processes (1: in this process; 0: as many as CPUs when the sweep is large,
     :data:`PARALLEL_WORK`). Rows come in the order of ``schedules`` either way. Raises
     :class:`ScenarioError` for a name that is not registered (only when ``schedules`` is
