@@ -195,11 +195,11 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
     False: every op costs the given cost (always so for costs a stage model derives,
     which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A
     schedule whose generator rejects (ranks, microbatches) or whose program deadlocks
-    under ``comm`` is skipped with the reason in ``skipped``. ``params`` gives extra generator parameters per schedule name. ``jobs``:
-    worker processes (1: in this process; 0: as many as CPUs when the sweep is large,
-    :data:`PARALLEL_WORK`). Rows come in the order of ``schedules`` either way. Raises
-    :class:`ScenarioError` for a name that is not registered (only when ``schedules`` is
-    given).
+    under ``comm`` is skipped with the reason in ``skipped``. ``params`` gives extra
+    generator parameters per schedule name. ``jobs``: worker processes (1: in this
+    process; 0: as many as CPUs when the sweep is large, :data:`PARALLEL_WORK`). Rows
+    come in the order of ``schedules`` either way. Raises :class:`ScenarioError` for a
+    name that is not registered (only when ``schedules`` is given).
     """
     from schedsim.generators import get, names
 
