@@ -11,7 +11,7 @@ graph's topological order.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -33,7 +33,11 @@ class Step:
     detail: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict."""
+        return {f: getattr(self, f) for f in _STEP_FIELDS}
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
 
 
 def message_detail(m: Message) -> str:
@@ -160,7 +164,11 @@ class OpSlack:
     slack: float
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict."""
+        return {f: getattr(self, f) for f in _SLACK_FIELDS}
+
+
+_SLACK_FIELDS = tuple(f.name for f in fields(OpSlack))
 
 
 def slack_values(G: DepGraph) -> np.ndarray:

@@ -27,7 +27,7 @@ The binding member of a wait is the op that completed last (at the wait's releas
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from schedsim.analysis._index import (
@@ -79,7 +79,13 @@ class Stall:
         return self.end - self.start
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict (``comms`` copied)."""
+        d = {f: getattr(self, f) for f in _STALL_FIELDS}
+        d["comms"] = list(self.comms)
+        return d
+
+
+_STALL_FIELDS = tuple(f.name for f in fields(Stall))
 
 
 @dataclass
