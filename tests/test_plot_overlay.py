@@ -28,13 +28,15 @@ def sim(name, ranks=4, mb=8, costs=FIG, semantics="data", **params):
                     CommModel(semantics=semantics))
 
 
-def png(fig) -> np.ndarray:
+def png(fig, drawn: float = 0.1) -> np.ndarray:
+    """Render without warnings; at least ``drawn`` of the pixels are not white (line
+    plots are sparse: pass less)."""
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fig.savefig(buf, format="png")
     px = np.asarray(Image.open(buf))[..., :3].astype(float)
-    assert px.std() > 20 and 0.1 < (px.min(axis=2) < 235).mean() < 0.97
+    assert px.std() > 20 and drawn < (px.min(axis=2) < 235).mean() < 0.97
     return px
 
 
@@ -65,13 +67,54 @@ def test_op_start_errors_exact():
     assert "mean |predicted - measured| 0.0312 slots, 0.1% of measured makespan" in title
     assert "max -2 (0BW7 on rank 0); 1/64 ops moved" in title
     png(fig)
-    # the moved op is outlined in red, every other one is not
+    # the moved op is outlined in red in both half-rows, every other one is not
+    for gid, tl in (("ops-upper", a), ("ops", b)):
+        ops = [c for c in fig.axes[0].collections if c.get_gid() == gid][0]
+        red = [e for e in ops.get_edgecolors() if np.allclose(e[:3], (214 / 255, 39 / 255,
+                                                                       40 / 255))]
+        assert len(red) == 1
+        assert len(ops.get_paths()) == len(tl.spans)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "upper half-row: predicted" in legend and "lower half-row: measured" in legend
+    assert "start moved (by any amount): 1 ops" in legend
+
+
+def test_overlay_threshold_is_stated_and_applied():
+    """Ops whose start moved by at most the threshold are not outlined; the legend gives
+    the threshold in the unit and as % of the reference makespan."""
+    a = sim("1f1b", 4, 8, CostModel(F=1, BW=2))
+    b = shifted(shifted(a, 0, 15, 2.0), 1, 15, 0.5)
+    fig = overlay(a, b, names=["predicted", "measured"], threshold=1.0)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "start moved > 1 slot = 2.86% of measured makespan: 1 ops" in legend
     ops = [c for c in fig.axes[0].collections if c.get_gid() == "ops"][0]
-    red = [tuple(e[:3]) for e in ops.get_edgecolors() if np.allclose(e[:3], (214 / 255,
-                                                                            39 / 255,
-                                                                            40 / 255))]
-    assert len(red) == 1
-    assert len(ops.get_paths()) == 2 * len(a.spans)
+    assert sum(np.allclose(e[:3], (214 / 255, 39 / 255, 40 / 255))
+               for e in ops.get_edgecolors()) == 1
+    # measured timelines default to 5% of the measured makespan
+    m = Timeline.model_validate({**b.model_dump(), "source": "measured"})
+    legend = [t.get_text() for t in overlay(a, m).legends[0].get_texts()]
+    assert any("moved > 1.75 slots = 5% of measured makespan" in x for x in legend)
+
+
+def test_overlay_title_is_never_clipped_and_half_rows_are_named():
+    """The title (with the two error lines) lies inside the figure at every size, and
+    up to 16 ranks each half-row is named on the right."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for ranks, mb in ((2, 4), (8, 16), (32, 64)):
+        a = sim("1f1b", ranks, mb, CostModel(F=1, BW=2))
+        b = shifted(a, 0, 1, 1.0)
+        fig = overlay(a, b, names=["predicted", "measured"])
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        title = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+        w, h = fig.get_size_inches() * fig.dpi
+        assert 0 <= title.x0 and title.x1 <= w and title.y1 <= h, (ranks, title)
+        assert w <= 2000
+        right = [t.get_text() for ax in fig.axes for c in ax.child_axes
+                 for t in c.get_yticklabels()]
+        if ranks <= 16:
+            assert right.count("predicted") == ranks and right.count("measured") == ranks
 
 
 def test_overlay_dualpipe_data_vs_rendezvous_counts_fb_parts():
@@ -115,17 +158,24 @@ def test_memory_plot_peaks_match_the_memory_model():
     # 1F1B: rank r holds p - r microbatches at its peak
     assert peak_activation(tls[0]) == [4, 3, 2, 1]
     assert "1f1b: peak 4 on rank 0" in fig.axes[0].get_title()
-    png(fig)
+    png(fig, drawn=0.04)
 
 
-def test_memory_panel_heat_map_above_16_ranks():
-    from schedsim.plot import gantt
+def test_memory_band_covers_every_rank():
+    """20 ranks: the shaded min-max band holds every rank's level at every time."""
+    from schedsim.plot.memory import envelope, memory_curves_of
 
     tl = sim("1f1b", 20, 24, CostModel(F=1, BW=2))
-    fig = gantt(tl, memory=True, dpi=50)
-    mesh = [c for c in fig.axes[1].collections if c.__class__.__name__ == "QuadMesh"]
-    assert len(mesh) == 1 and mesh[0].get_array().shape[0] == 20
-    assert float(mesh[0].get_array().max()) == max(peak_activation(tl))
+    curves = memory_curves_of(tl)
+    times, lo, hi = envelope(curves, tl.makespan)
+    assert hi.max() == max(peak_activation(tl)) and lo.min() == 0
+    for ts, vs in curves:
+        pos = np.searchsorted(ts, times, side="right") - 1
+        lvl = np.where(pos >= 0, vs[np.clip(pos, 0, None)], 0)
+        assert np.all(lo <= lvl) and np.all(lvl <= hi)
+    fig = memory_plot(tl)
+    assert "microbatches' worth" in fig.axes[0].get_ylabel()
+    assert len(fig.axes[0].lines) == 3 and fig.get_size_inches()[0] * fig.dpi <= 2000
     png(fig)
 
 
@@ -155,7 +205,7 @@ def test_render_gantt_and_overlay(tmp_path, timelines):
     out2 = tmp_path / "o.svg"
     r = run("render", a, "--overlay", b, "--out", out2, "--names", "data,rendezvous")
     assert r.exit_code == 0, r.output
-    assert "data (upper half-row) vs rendezvous" in out2.read_text()
+    assert "data (upper half-rows) vs rendezvous" in out2.read_text()
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -198,3 +248,17 @@ def test_simulate_figure_flags(tmp_path):
             "-q")
     assert r.exit_code == 2 and "unsupported figure format" in r.output
     assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("ranks", [8, 32, 64])
+def test_every_figure_fits_2000_px_at_8_32_64_ranks(ranks):
+    """Gantt (with memory panel), overlay and memory plot of 1F1B at 8, 32 and 64 ranks:
+    at most 2000 px wide; the memory panel states its unit."""
+    from schedsim.plot import gantt
+
+    a = sim("1f1b", ranks, 2 * ranks, CostModel(F=1, BW=2))
+    b = sim("1f1b", ranks, 2 * ranks, CostModel(F=1, BW=2), semantics="rendezvous")
+    for fig in (gantt(a, memory=True, arrows=True), overlay(a, b), memory_plot([a, b])):
+        w, h = fig.get_size_inches() * fig.dpi
+        assert w <= 2000 and h <= 2600, (w, h)
+    assert "microbatches' worth" in gantt(a, memory=True).axes[1].get_ylabel()

@@ -157,9 +157,10 @@ def test_module_entry_without_torch(args):
     out = subprocess.run([sys.executable, "-c", _NO_TORCH, *args], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2, out.stderr
+    # a source checkout (this one, run from its root): the editable install of the extra
     assert out.stderr.strip() == (
         "python -m schedsim.replay: error: the replay needs torch, which is not installed: "
-        "pip install 'schedsim[replay]' (or pip install torch)")
+        "pip install -e '.[replay]' (or pip install torch)")
 
 
 @pytest.fixture

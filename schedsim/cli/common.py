@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 import typing
 from pathlib import Path
@@ -24,6 +25,63 @@ err_console = Console(stderr=True, emoji=False)
 MAX_MESSAGE = 900
 
 
+def _tidy_help() -> None:
+    """typer's rich ``--help``, two fixes: flags that take no value show no ``<bool>``
+    type, and example lines (indented, or starting with ``$``, ``schedsim`` or ``python``)
+    keep their own lines (write them under 78 characters, so that an 80-column terminal
+    shows each whole), while prose lines are reflowed to the terminal width. Leaves typer
+    alone when its internals are not the expected ones."""
+    try:
+        from rich.text import Text
+        from typer import core, rich_utils
+    except ImportError:  # pragma: no cover
+        return
+    opt = getattr(core, "TyperOption", None)
+    orig = getattr(opt, "display_type_rich", None)
+    if orig is not None and not getattr(orig, "_schedsim", False):
+        def display_type_rich(self: Any, ctx: Any) -> Any:
+            if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+                return None
+            return orig(self, ctx)
+        display_type_rich._schedsim = True      # type: ignore[attr-defined]
+        opt.display_type_rich = display_type_rich
+    make = getattr(rich_utils, "_make_rich_text", None)
+    if make is None or not hasattr(rich_utils, "_get_help_text"):
+        return
+    style = getattr(rich_utils, "STYLE_HELPTEXT", "dim")
+
+    def is_example(line: str) -> bool:
+        return line.startswith((" ", "$ ", "schedsim ", "python "))
+
+    def get_help_text(*, obj: Any, markup_mode: Any) -> Any:
+        from rich.console import Group
+
+        text = inspect.cleandoc(obj.help or "").partition("\f")[0]
+        first, *rest = text.split("\n\n")
+        parts: list[Any] = [make(text=first.replace("\n", " ").strip(),
+                                 style=getattr(rich_utils, "STYLE_HELPTEXT_FIRST_LINE", ""),
+                                 markup_mode=markup_mode)]
+        for para in rest:
+            parts.append(Text(""))
+            prose: list[str] = []
+            for line in para.split("\n") + [""]:
+                if line and not is_example(line):
+                    prose.append(line.strip())
+                    continue
+                if prose:
+                    parts.append(make(text=" ".join(prose), style=style,
+                                      markup_mode=markup_mode))
+                    prose = []
+                if line:
+                    parts.append(Text(line.replace("\\[", "["), style=style))
+        return Group(*parts)
+
+    rich_utils._get_help_text = get_help_text
+
+
+_tidy_help()
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``.
     Quoted input in ``message`` is cut to a short excerpt, the message to
@@ -32,14 +90,57 @@ def fail(message: str, code: int = 2) -> None:
 
     from schedsim.util.text import shorten_quotes
 
-    message = shorten_quotes(message, 80)
-    if code == 2:               # bad input: one line
+    message = shorten_quotes(with_suggestion(message), 80)
+    if code == 2:               # bad input: one line, of bounded length
         message = " ".join(message.splitlines())
-    if len(message) > MAX_MESSAGE:
-        message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,
                       highlight=False)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr (one line; the command goes on)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True,
+                      highlight=False)
+
+
+def warn_costs(sc: Scenario, tl: Any) -> None:
+    """A warning (stderr) for each cost of ``sc`` that is probably not what the user
+    meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
+    from schedsim.report.advice import cost_warnings, run_kinds
+
+    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule):
+        warn(w)
+
+
+_UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")
+
+
+def with_suggestion(message: str) -> str:
+    """``message`` with a typo suggestion added when it is an "unknown X 'v': expected one
+    of a, b, c" error (schedule names, comm policies, ...) that has a close match."""
+    m = _UNKNOWN.search(message)
+    if not m or "did you mean" in message:
+        return message
+    from schedsim.util.suggest import did_you_mean
+
+    choices = [c.strip() for c in re.split(r",| or ", m.group(3)) if c.strip()]
+    hint = did_you_mean(m.group(2), choices)
+    return message[:m.end(2) + 1] + hint + message[m.end(2) + 1:] if hint else message
+
+
+def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
+    """Exit 3 with the deadlock of ``tl``: the wait-for cycle one edge per line and, when
+    ``sc`` is given, the fixes that make it complete (each verified by simulating it,
+    within a bounded budget: :func:`schedsim.report.advice.deadlock_fixes`)."""
+    from schedsim.report.advice import deadlock_fixes, format_deadlock
+
+    fixes = deadlock_fixes(sc, tl) if isinstance(sc, Scenario) else []
+    fail(format_deadlock(tl.deadlock, fixes, tl.unit), 3)
 
 
 #: command parameters that name output files, with their flags (checked by handle_errors)
@@ -74,7 +175,8 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
     """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
     a one-line message and exit code (2 bad input, 3 deadlock, 128 + N when stopped by
     SIGTERM/SIGHUP after removing temporary files); and a decoding, recursion, overflow or
-    memory error that escaped a loader into exit 2 naming the command's input files.
+    memory error that escaped a loader into exit 2 naming the command's input files (a
+    deadlock: its wait-for cycle one edge per line, exit 3).
 
     Around the command: the ``--max KEY=N`` option it adds (``limits=False``: none; see
     :mod:`schedsim.util.limits`), one :func:`~schedsim.util.files.io_session` (outputs
@@ -97,6 +199,9 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
         except SchedsimError as e:
+            tl = getattr(e, "timeline", None)
+            if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:
+                fail_deadlock(tl)
             fail(str(e), e.exit_code)
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
@@ -118,6 +223,47 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         wrapper.__annotations__ = {**hints, "max_limits": LimitOpt}
         del wrapper.__wrapped__
     return wrapper
+
+
+class Phases:
+    """Progress on stderr for work that can take more than a couple of seconds: one
+    transient line with a spinner, the running phase and the elapsed time (rich). Silent
+    when stderr is not a terminal or ``quiet``. Use as ``with Phases(quiet) as ph:
+    ph.step("simulating")``."""
+
+    def __init__(self, quiet: bool = False, total: float | None = None) -> None:
+        self.enabled = not quiet and err_console.is_terminal
+        self._progress: Any = None
+        self._task: Any = None
+        self._total = total
+
+    def __enter__(self) -> "Phases":
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            cols = [SpinnerColumn(), TextColumn("{task.description}")]
+            if self._total:
+                cols.append(BarColumn())
+            self._progress = Progress(*cols, TimeElapsedColumn(), console=err_console,
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("", total=self._total)
+        return self
+
+    def step(self, description: str, advance: float = 0) -> None:
+        """Name the phase now running (and advance the bar by ``advance``)."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=description, advance=advance)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
 
 
 # -- shared options --------------------------------------------------------------------
@@ -210,8 +356,11 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
+    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
     if scenario is not None:
         sc = load_scenario(scenario)
+        # exclude_unset: what the file did not set stays unset, so that the cost warnings
+        # (schedsim.report.advice) know which costs the user gave
         data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
         base = sc.base_dir
     else:
@@ -244,6 +393,24 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     if bandwidth is not None:
         link["bandwidth"] = bandwidth
     return parse_scenario(data, str(scenario) if scenario else "command line", base)
+
+
+def _check_choices(**flags: str | None) -> None:
+    """Refuse a flag value outside its choices, with a typo suggestion."""
+    from schedsim.util.suggest import did_you_mean
+
+    choices = {"semantics": ("data", "eager", "rendezvous"),
+               "comm_stream": ("none", "per-peer", "per-rank"),
+               "placement": ("loop", "v", "dual", "custom")}
+    for name, value in flags.items():
+        ok = choices[name]
+        if value is not None and value.replace("_", "-") not in ok \
+                and not (name == "semantics" and value == "all"):
+            from schedsim.errors import ScenarioError
+
+            raise ScenarioError(f"unknown --{name.replace('_', '-')} {value!r}"
+                                f"{did_you_mean(value, ok)}: expected one of "
+                                f"{', '.join(ok)}")
 
 
 def write_text_out(path: Path | None, text: str) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.common import handle_errors
+from schedsim.cli.common import Phases, handle_errors
 from schedsim.errors import ScenarioError
 from schedsim.timeline import Timeline
 
@@ -49,45 +49,76 @@ def render(
     arrows: ArrowsOpt = False,
     memory: MemoryOpt = False,
     memory_model: Annotated[str, typer.Option(
-        "--memory-model", help="With --memory: zb or inflight (see schedsim.analysis.memory).")] = "zb",
+        "--memory-model", help="With --memory: zb or inflight (see "
+        "schedsim.analysis.memory).")] = "zb",
     stalls: StallsOpt = False,
+    threshold: Annotated[Optional[str], typer.Option(
+        "--threshold", help="With --overlay: outline ops whose start moved by more than "
+        "this, in the time unit or as a percentage of the second timeline's makespan "
+        "('5%'); default: any move, or 5% when a timeline is measured.")] = None,
     detail: Annotated[bool, typer.Option(
         "--detail", help="Gantt: draw each op's compute and collective pieces (a timeline "
         "with pieces: 'simulate --json' with a \\[model], a TP replay).")] = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
 ) -> None:
     """Draw a Timeline JSON as a Gantt chart, or overlay two timelines of the same ops.
 
     Examples:
       schedsim render dualpipe.json --out dualpipe.png --arrows --memory
       schedsim render data.json --overlay rendezvous.json --out overlay.png
+      schedsim render pred.json --overlay meas.json --threshold 5% --out o.png
     """
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
     check_figure_path(out)
-    tl = Timeline.read_json(timeline)
-    if overlay is not None:
-        if arrows or memory or stalls or detail:
-            raise ScenarioError("--arrows, --memory, --stalls and --detail draw a single "
-                                "timeline; drop them or --overlay")
-        other = Timeline.read_json(overlay)
-        pair = None
-        if names is not None:
-            pair = [x.strip() for x in names.split(",")]
-            if len(pair) != 2 or not all(pair):
-                raise ScenarioError(f"bad --names {names!r}: expected two names 'A,B'")
-        fig = draw_overlay(tl, other, names=pair, title=title)
-    else:
-        if names is not None:
-            raise ScenarioError("--names needs --overlay")
-        from schedsim.plot import resolve_model
+    if threshold is not None and overlay is None:
+        raise ScenarioError("--threshold needs --overlay")
+    with Phases(quiet) as ph:
+        ph.step(f"reading {timeline}")
+        tl = Timeline.read_json(timeline)
+        if overlay is not None:
+            if arrows or memory or stalls or detail:
+                raise ScenarioError("--arrows, --memory, --stalls and --detail draw a single "
+                                    "timeline; drop them or --overlay")
+            other = Timeline.read_json(overlay)
+            pair = None
+            if names is not None:
+                pair = [x.strip() for x in names.split(",")]
+                if len(pair) != 2 or not all(pair):
+                    raise ScenarioError(f"bad --names {names!r}: expected two names 'A,B'")
+            ph.step("drawing the overlay")
+            fig = draw_overlay(tl, other, names=pair, title=title,
+                               threshold=parse_threshold(threshold, other.makespan))
+        else:
+            if names is not None:
+                raise ScenarioError("--names needs --overlay")
+            from schedsim.plot import resolve_model
 
-        model = resolve_model(memory_model) if memory else None
-        opts = gantt_options(arrows, model, stalls)
-        if detail:
-            if not getattr(tl, "pieces", None):
-                raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "
-                                    f"scenario with a [model], or replay with --set tp=N)")
-            opts["detail"] = True
-        fig = gantt(tl, title=title, **opts)
-    save_figure(fig, out)
+            model = resolve_model(memory_model) if memory else None
+            opts = gantt_options(arrows, model, stalls)
+            if detail:
+                if not getattr(tl, "pieces", None):
+                    raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "
+                                        f"scenario with a [model], or replay with --set tp=N)")
+                opts["detail"] = True
+            ph.step("drawing the Gantt chart")
+            fig = gantt(tl, title=title, **opts)
+        ph.step(f"writing {out}")
+        save_figure(fig, out)
+
+
+def parse_threshold(text: str | None, makespan: float) -> float | None:
+    """``--threshold``: a time (``0.5``) or a percentage of ``makespan`` (``5%``); None
+    stays None. Raises :class:`ScenarioError` for anything else."""
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        val = float(t[:-1]) * makespan / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ScenarioError(f"bad --threshold {text!r}: expected a time (0.5) or a "
+                            f"percentage of the makespan (5%)") from None
+    if not val >= 0:
+        raise ScenarioError(f"bad --threshold {text!r}: must be >= 0")
+    return val

@@ -38,6 +38,7 @@ from rich.table import Table
 from schedsim.cli import app
 from schedsim.cli.common import (
     PROGRAM_FLAGS,
+    Phases,
     console,
     fail,
     handle_errors,
@@ -178,7 +179,11 @@ def replay(
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    res = launch(spec, _check_nproc(spec, nproc))
+    n = _check_nproc(spec, nproc)
+    with Phases() as ph:
+        ph.step(f"{'calibrating, then ' if compare and costs_file is None else ''}replaying "
+                f"on {n} ranks")
+        res = launch(spec, n)
     tl = Timeline.model_validate(res["timeline"])
     _print_run(res, tl)
     gc = res["timeline"].get("grad_check")
@@ -370,7 +375,10 @@ def calibrate(
     repeats = repeats or 5
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
                               replay=False, calib_repeats=repeats, calib_isolated=isolated)
-    res = launch(spec, _check_nproc(spec, nproc))
+    with Phases() as ph:
+        n = _check_nproc(spec, nproc)
+        ph.step(f"calibrating on {n} ranks")
+        res = launch(spec, n)
     cal = Calibration.model_validate(res["calibration"])
     t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
                     f"{cal.world_size} ranks{', one at a time' if isolated else ''}")

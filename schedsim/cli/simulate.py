@@ -18,14 +18,17 @@ from schedsim.cli.common import (
     MbOpt,
     MemLimitOpt,
     ParamOpt,
+    Phases,
     PolicyOpt,
     RanksOpt,
     VariantOpt,
     build_scenario,
     console,
     fail,
+    fail_deadlock,
     handle_errors,
     scenario_command,
+    warn_costs,
     write_text_out,
 )
 from schedsim.errors import ScenarioError
@@ -44,6 +47,14 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4f}".rstrip("0") if abs(x) < 1e4 else f"{x:.1f}"
 
 
+def result_line(tl: Timeline) -> str:
+    """The one-line result: makespan (in the unit) and bubble ratio."""
+    unit = tl.unit + ("s" if tl.unit == "slot" and tl.makespan != 1 else "")
+    return (f"makespan {_fmt(tl.makespan)} {rich_escape(unit)}   bubble ratio "
+            f"{tl.bubble_ratio():.3f} "
+            f"(idle / (ranks x makespan))")
+
+
 def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
@@ -57,9 +68,7 @@ def print_summary(tl: Timeline) -> None:
         t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
                   _fmt(r.first_start), _fmt(r.last_end))
     console.print(t)
-    console.print(f"makespan [bold]{_fmt(tl.makespan)}[/] {rich_escape(tl.unit)}   bubble "
-                  f"ratio "
-                  f"{tl.bubble_ratio():.3f} (idle / (ranks x makespan))", highlight=False)
+    console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
     console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
@@ -93,16 +102,22 @@ def simulate(
     detail: Annotated[bool, typer.Option(
         "--detail", help="With --gantt: draw each op's compute and collective pieces "
         "(scenario with \\[model]).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary table.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
+        "table, no progress.")] = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
 
     Examples:
       schedsim simulate schedules/dualpipe-figure.toml --gantt dualpipe.png
-      schedsim simulate --schedule dualpipe --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
-      schedsim simulate --program prog.txt --ranks 2 --stages 4 --placement loop --semantics rendezvous
+      schedsim simulate -s 1f1b -p 4 -m 8 --cost F=1,BW=2 -q
+      schedsim simulate -s dualpipe -p 8 -m 20 --cost F=1,B=1,W=1,BW=2,FB=3
+      schedsim simulate --program prog.txt -p 2 --stages 4 --semantics rendezvous
 
-    Exit codes: 0 ok, 2 bad input, 3 deadlock (the cycle is printed; --json still written).
+    A warning (stderr) names costs that are probably not what you meant (e.g. B given
+    but not BW for a schedule that runs full backwards). Exit codes: 0 ok, 2 bad input,
+    3 deadlock (the wait-for cycle is printed with a fix when one is found; --json is
+    still written).
     """
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
@@ -123,40 +138,58 @@ def simulate(
     for out in (json_out, gantt, trace):
         if out is not None:
             check_output_path(out)       # fail before simulating, not after
-    prog = sc.build_program()
-    tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
-    if tl.deadlock is None and not quiet:
-        print_summary(tl)
+    with Phases(quiet) as ph:
+        ph.step("building the program")
+        prog = sc.build_program()
+        ph.step(f"simulating {prog.num_instructions():,} instructions")
+        tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
+        if sc.model is not None and (json_out or trace or detail):
+            from schedsim.sim.pieces import attach_pieces
+
+            ph.step("attaching the compute and collective pieces")
+            attach_pieces(tl, sc.stage_costs())     # only these outputs show them
+        with output_group() as outs:      # all outputs appear together, or none does
+            if json_out:
+                ph.step(f"writing {json_out}")
+                tl.write_json(outs.path(json_out))
+            if gantt:
+                ph.step(f"drawing {gantt}")
+                _draw(sc, tl, outs.path(gantt), arrows, memory, stalls, detail)
+            if trace and tl.deadlock is None:
+                from schedsim.interop.perfetto import write_trace
+
+                ph.step(f"writing {trace}")
+                write_trace(outs.path(trace), [tl])
+        if tl.deadlock is not None:
+            ph.step("looking for a fix of the deadlock")
+            warn_costs(sc, tl)
+            fail_deadlock(tl, sc)
+    warn_costs(sc, tl)
+    if quiet:
+        console.print(result_line(tl), highlight=False)
+        return
+    print_summary(tl)
     if sc.model is not None:
         from schedsim.cli.collectives import print_stage_costs
-        from schedsim.sim.pieces import attach_pieces
 
-        if json_out or trace or detail:     # the pieces go into these outputs only
-            attach_pieces(tl, sc.stage_costs())
-        if not quiet:
-            print_stage_costs(sc, prog.placement.stages, tl)
-    with output_group() as outs:      # all outputs appear together, or none does
-        if json_out:
-            tl.write_json(outs.path(json_out))
-        if gantt:
-            from schedsim.cli.render import gantt_options
-            from schedsim.plot import gantt as draw, resolve_model, save_figure
+        print_stage_costs(sc, prog.placement.stages, tl)
 
-            model = resolve_model(sc.memory or True) if memory else None
-            opts = gantt_options(arrows, model, stalls)
-            if detail:
-                opts["detail"] = True
-            if tl.deadlock is not None:   # draw what ran before the program got stuck
-                blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
-                opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "
-                                 f"(blocked ranks {blocked}); what ran before it")
-            save_figure(draw(tl, **opts), outs.path(gantt))
-        if trace and tl.deadlock is None:
-            from schedsim.interop.perfetto import write_trace
 
-            write_trace(outs.path(trace), [tl])
-    if tl.deadlock is not None:
-        fail(tl.deadlock.message, 3)
+def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
+          stalls: bool, detail: bool = False) -> None:
+    """The Gantt chart of ``tl`` (a deadlocked run: what ran before it) to ``path``."""
+    from schedsim.cli.render import gantt_options
+    from schedsim.plot import gantt as draw, resolve_model, save_figure
+
+    model = resolve_model(sc.memory or True) if memory else None
+    opts = gantt_options(arrows, model, stalls)
+    if detail:
+        opts["detail"] = True
+    if tl.deadlock is not None:   # draw what ran before the program got stuck
+        blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
+        opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "
+                         f"(blocked ranks {blocked}); what ran before it")
+    save_figure(draw(tl, **opts), path)
 
 
 def _flag(param: str) -> str:

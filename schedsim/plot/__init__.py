@@ -8,6 +8,10 @@ global is touched, nothing is shown, so notebooks and scripts compose them freel
 - :func:`compare` — several Gantt charts stacked on one time axis;
 - :func:`overlay` — two timelines of the same ops, with start and makespan errors;
 - :func:`memory_plot` — activation memory per rank, one panel per timeline.
+
+Every figure fits a page: at most 2000 px wide at 150 dpi; long timelines wrap into bands
+(:mod:`schedsim.plot.layout`); boxes are drawn as one ``PolyCollection`` per band
+(:mod:`schedsim.plot.boxes`).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from schedsim.plot.memory import draw_memory, memory_plot, resolve_model
 from schedsim.plot.overlay import (
     OpError,
     compare,
+    default_threshold,
     error_summary,
     op_start_errors,
     overlay,
@@ -32,6 +37,6 @@ from schedsim.plot.style import (
 __all__ = [
     "gantt", "compare", "overlay", "memory_plot", "save_figure", "draw_gantt",
     "draw_memory", "resolve_model", "op_start_errors", "error_summary", "OpError",
-    "GanttInfo", "receiver_waited", "KIND_COLORS",
+    "GanttInfo", "receiver_waited", "default_threshold", "KIND_COLORS",
     "KIND_NAMES", "STALL_STYLES", "default_title", "shade", "FORMATS",
 ]

@@ -1,26 +1,43 @@
 """The Gantt chart: one row per rank, one box per compute span, optional message arrows,
-stall hatching and memory panel.
+stall hatching and memory panel; long timelines wrap into bands (:mod:`.layout`).
 
-Drawing model (what the tests count): every compute span is **one box** in the
-``PatchCollection`` with gid ``"ops"``; an ``FB`` span's box is drawn as its **two
-halves** (forward part on top, backward part below), i.e. two rectangles sharing the
-span's x-extent and row, plus one outline in the collection with gid ``"fb-outline"``.
-So ``len(ops paths) == spans + FB spans`` and the number of distinct
-``(row, start, end)`` boxes equals the number of compute spans.
+Every band draws its boxes as one ``PolyCollection`` (gid ``"ops"``, :mod:`.boxes`), so
+1F1B on 64 ranks x 1024 microbatches (131,072 spans) draws in about a second.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.collections import LineCollection, PatchCollection
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+from matplotlib.patches import Patch
 
-from schedsim.analysis._index import message_consumer, rank_atom_index, recv_token
 from schedsim.analysis.stalls import stalls_of
+from schedsim.plot.arrows import (
+    Arrows,
+    draw_arrows,
+    draw_highlights,
+    message_arrows,
+    receiver_waited,
+    thin,
+)
+from schedsim.plot.boxes import (
+    KINDS,
+    PAD,
+    Boxes,
+    box_colors,
+    draw_boxes,
+    draw_fb_outlines,
+    draw_labels,
+    in_window,
+    rect_verts,
+    span_boxes,
+)
+from schedsim.plot.layout import DPI, LEFT_PX, RIGHT_PX, Layout, plan, wrap_title
 from schedsim.plot.style import (
     ARROW_READY,
     ARROW_WAITED,
@@ -28,27 +45,23 @@ from schedsim.plot.style import (
     KIND_COLORS,
     KIND_NAMES,
     default_title,
-    fmt_time,
-    is_integral,
     shade,
     stall_style,
-    text_color,
     time_axis,
 )
-from schedsim.timeline import Message, Span, Timeline
+from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
 
-#: vertical padding of a box inside its row (fraction of the row height)
-PAD = 0.07
-#: above this many messages, arrows are drawn as plain lines (no heads) for speed
-MAX_ARROW_HEADS = 1500
-#: outline colour of highlighted messages' producer and consumer boxes
-HIGHLIGHT = "#111111"
+__all__ = ["GanttInfo", "draw_gantt", "gantt", "receiver_waited", "legend_handles",
+           "legend_columns", "row_major", "get_stalls", "boxes_integral"]
+
+#: pixels per band for the time axis and its label
+AXIS_PX = 42
 
 
 @dataclass
 class GanttInfo:
-    """What :func:`draw_gantt` drew (used to build legends)."""
+    """What :func:`draw_gantt` drew (used to build legends and notes)."""
 
     kinds: set[str] = field(default_factory=set)
     chunks: set[int] = field(default_factory=set)
@@ -56,33 +69,17 @@ class GanttInfo:
     stall_causes: list[str] = field(default_factory=list)
     arrows: dict[str, int] = field(default_factory=dict)
     labels: int = 0
+    notes: list[str] = field(default_factory=list)
 
-
-def _atoms(span: Span) -> list[tuple[str, int, int, int]]:
-    """``(kind, chunk, mb, stage)`` of each drawn half (FB: forward part, backward part)."""
-    if span.parts:
-        return [(p.kind, p.chunk, p.mb, p.stage) for p in span.parts]
-    return [(span.kind, span.chunk, span.mb, span.stage)]
-
-
-def receiver_waited(tl: Timeline) -> list[bool]:
-    """Per message: whether its receiver was blocked waiting for it.
-
-    True when a blocking wait of the receiving rank names the message's recv (``WAIT``,
-    ``COMMIT``, ``END``, or ``DATA`` under data semantics) and the message completed after
-    the rank started waiting. Timelines without wait records (e.g. measured ones) give
-    False for every message.
-    """
-    waits: dict[tuple[int, str], list[float]] = {}
-    for w in tl.waits:
-        for tok in w.comms:
-            waits.setdefault((w.rank, tok), []).append(w.start)
-    out = []
-    for m in tl.messages:
-        done = m.recv_done if m.recv_done is not None else m.arrival
-        starts = waits.get((m.dst, recv_token(m)), ())
-        out.append(done is not None and any(done > s + 1e-12 for s in starts))
-    return out
+    def merge(self, other: "GanttInfo") -> None:
+        self.kinds |= other.kinds
+        self.chunks |= other.chunks
+        self.has_fb |= other.has_fb
+        self.stall_causes += [c for c in other.stall_causes if c not in self.stall_causes]
+        for k, v in other.arrows.items():
+            self.arrows[k] = self.arrows.get(k, 0) + v
+        self.labels += other.labels
+        self.notes += [x for x in other.notes if x not in self.notes]
 
 
 def get_stalls(tl: Timeline, stalls: Any) -> list[Any]:
@@ -90,178 +87,93 @@ def get_stalls(tl: Timeline, stalls: Any) -> list[Any]:
     return stalls_of(tl, stalls)
 
 
+def boxes_integral(bx: Boxes) -> bool:
+    """True when every box starts and ends on a whole number (a slot diagram)."""
+    return bool(np.all(np.mod(bx.x0, 1) == 0) and np.all(np.mod(bx.x1, 1) == 0))
+
+
+def _nchunks(bx: Boxes) -> int:
+    return int(bx.chunk.max()) + 1 if len(bx) else 1
+
+
 def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
                label_mb: bool = True, arrows: bool = False,
                highlight: Iterable[tuple[str, int, int, int]] = (),
                stalls: Sequence[Any] = (), xmax: float | None = None,
-               time_labels: bool = True) -> GanttInfo:
-    """Draw ``tl`` as a Gantt chart on ``ax`` (rank 0 on top).
+               time_labels: bool = True, window: tuple[float, float] | None = None,
+               boxes: Boxes | None = None, arrow_data: Arrows | None = None) -> GanttInfo:
+    """Draw ``tl`` as a Gantt chart on ``ax`` (rank 0 on top), over the time ``window``
+    (default ``(0, xmax or makespan)``).
 
-    ``px_size`` is the axes' approximate size in pixels (for deciding where microbatch
-    numbers fit). ``highlight``: messages ``(kind, src, dst, mb)`` whose arrows are drawn
-    bold and annotated (implies arrows for them). ``stalls``: objects with ``rank, start,
-    end, cause`` drawn hatched by cause. Returns what was drawn (:class:`GanttInfo`).
+    ``px_size`` is the axes' size in pixels (where microbatch numbers fit, how dense
+    arrows are). ``highlight``: messages ``(kind, src, dst, mb)`` drawn bold and
+    annotated. ``stalls``: objects with ``rank, start, end, cause`` hatched by cause.
+    ``boxes``/``arrow_data``: precomputed :func:`span_boxes` / :func:`message_arrows`
+    (several bands share them). Returns what was drawn (:class:`GanttInfo`).
     """
     info = GanttInfo()
     n = tl.ranks
-    span_t = max(xmax if xmax is not None else tl.makespan, 1e-9)
-    integral = is_integral(tl)
-    chunks = sorted({c for s in tl.spans for _, c, _, _ in _atoms(s)}) or [0]
-    nchunks = max(chunks) + 1
-    px_x = px_size[0] / span_t
+    bx_all = boxes if boxes is not None else span_boxes(tl)
+    end = max(xmax if xmax is not None else tl.makespan, 1e-9)
+    t0, t1 = window if window is not None else (0.0, end)
+    integral = boxes_integral(bx_all)
+    nch = _nchunks(bx_all)
+    px_x = px_size[0] / max(t1 - t0, 1e-9)
     px_row = px_size[1] / max(n, 1)
-    dpi = ax.figure.dpi
-    fontsize = max(4.5, min(9.0, px_row * 0.30 * 72 / dpi))
-    char_px = 0.62 * fontsize * dpi / 72
-    line_px = 1.15 * fontsize * dpi / 72
-    min_w = min((s.end - s.start for s in tl.spans if s.end > s.start), default=1.0)
-    edge = 0.5 if min_w * px_x >= 4 else 0.0
-
-    label_len = len(str(max((s.mb for s in tl.spans), default=0)))
-    rects, colors, fb_rects = [], [], []
-    for s in tl.spans:
-        y0 = n - 1 - s.rank
-        width = s.end - s.start
-        parts = _atoms(s)
-        h = (1 - 2 * PAD) / len(parts)
-        info.has_fb |= len(parts) > 1
-        for j, (kind, chunk, mb, _stage) in enumerate(parts):
-            info.kinds.add(kind)
-            info.chunks.add(chunk)
-            # FB: part 0 (forward) on top, part 1 (backward) below
-            yb = y0 + PAD + (len(parts) - 1 - j) * h
-            color = shade(KIND_COLORS.get(kind, "#999999"), chunk, nchunks)
-            rects.append(Rectangle((s.start, yb), width, h))
-            colors.append(color)
-            if label_mb:
-                text = str(mb)
-                # judge by the longest label, so that boxes of one size are all labelled
-                # or none is (no "only mb < 10 labelled" patterns)
-                if (width * px_x >= char_px * label_len + 3
-                        and h * px_row >= line_px):
-                    ax.text(s.start + width / 2, yb + h / 2, text, ha="center",
-                            va="center", fontsize=fontsize, color=text_color(color),
-                            zorder=4)
-                    info.labels += 1
-        if len(parts) > 1:
-            fb_rects.append(Rectangle((s.start, y0 + PAD), width, 1 - 2 * PAD))
-    ops = PatchCollection(rects, facecolors=colors, edgecolors="white", linewidths=edge,
-                          zorder=3)
-    ops.set_gid("ops")
-    ax.add_collection(ops)
-    if fb_rects:
-        outline = PatchCollection(fb_rects, facecolors="none", edgecolors="#222222",
-                                  linewidths=0.8 if edge else 0.4, zorder=3.5)
-        outline.set_gid("fb-outline")
-        ax.add_collection(outline)
-
+    bx = bx_all.select(in_window(bx_all, t0, t1))
+    colors = box_colors(bx, nch)
+    thin_edges = len(bx) and float(np.min(bx.x1 - bx.x0, initial=np.inf)) * px_x < 4
+    draw_boxes(ax, bx, n, colors, linewidths=0.0 if thin_edges else 0.5)
+    info.has_fb = draw_fb_outlines(ax, bx, n, linewidth=0.4 if thin_edges else 0.8) > 0
+    info.kinds = {KINDS[k] for k in np.unique(bx_all.kind) if k < len(KINDS)}
+    info.chunks = {int(c) for c in np.unique(bx_all.chunk)}
+    if label_mb:
+        info.labels = draw_labels(ax, bx, n, colors, px_per_unit=px_x, row_px=px_row,
+                                  window=(t0, t1))
     if stalls:
-        by_cause: dict[str, list[Rectangle]] = {}
-        for st in stalls:
-            if st.end <= st.start:
-                continue
-            y0 = n - 1 - st.rank
-            by_cause.setdefault(st.cause, []).append(
-                Rectangle((st.start, y0 + PAD), st.end - st.start, 1 - 2 * PAD))
-        for cause, rs in by_cause.items():
-            hatch, color = stall_style(cause)
-            pc = PatchCollection(rs, facecolors="none", edgecolors=color, linewidths=0.0,
-                                 hatch=hatch, zorder=2)
-            pc.set_gid(f"stall-{cause}")
-            ax.add_collection(pc)
-        info.stall_causes = list(by_cause)
-
+        info.stall_causes = _draw_stalls(ax, stalls, n, (t0, t1))
     hl = set(highlight)
     if arrows or hl:
-        _draw_arrows(ax, tl, arrows, hl, integral, info, px_size[1])
-
-    ax.set_xlim(0, span_t)
+        ar = arrow_data if arrow_data is not None else message_arrows(tl)
+        if arrows:
+            keep, note = thin(ar, (t0, t1))
+            info.arrows = draw_arrows(ax, ar, keep, px_per_unit=px_x, row_px=px_row)
+            if note:
+                info.notes.append(note)
+        if hl:
+            draw_highlights(ax, tl, ar, hl, integral, px_size[1])
+    ax.set_xlim(t0, t1)
     ax.set_ylim(0, n)
-    ax.set_yticks([n - 1 - r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)],
-                  fontsize=max(4.5, min(9.0, px_row * 0.45 * 72 / dpi)))
+    step = max(1, int(np.ceil(11.0 / max(px_row, 1e-9))))     # a label every >= 11 px
+    fs = max(5.5, min(9.0, px_row * 0.45 * 72 / ax.figure.dpi))
+    ax.set_yticks([n - 1 - r + 0.5 for r in range(0, n, step)],
+                  [f"rank {r}" for r in range(0, n, step)], fontsize=fs)
     ax.tick_params(axis="y", length=0)
-    time_axis(ax, tl, span_t, integral, labels=time_labels)
+    time_axis(ax, tl, (t0, t1), integral, labels=time_labels, px=px_size[0])
     ax.set_facecolor(IDLE_COLOR)
     for sp in ax.spines.values():
         sp.set_visible(False)
     return info
 
 
-def _draw_arrows(ax: Axes, tl: Timeline, all_arrows: bool,
-                 hl: set[tuple[str, int, int, int]], integral: bool,
-                 info: GanttInfo, px_h: float) -> None:
-    n = tl.ranks
-    idx = rank_atom_index(tl)
-    waited = receiver_waited(tl)
-    todo = [(m, w) for m, w in zip(tl.messages, waited)
-            if all_arrows or (m.kind, m.src, m.dst, m.mb) in hl]
-    heads = len(todo) <= MAX_ARROW_HEADS
-    plain: list[tuple[list[tuple[float, float]], str]] = []
-    highlighted: list[tuple] = []
-    for m, w in todo:
-        x0 = m.start if m.start is not None else m.send_done
-        cons = message_consumer(m, idx)
-        x1 = cons.start if cons is not None else (m.recv_done if m.recv_done is not None
-                                                   else m.arrival)
-        if x0 is None or x1 is None:
-            continue
-        ys, yd = n - 1 - m.src, n - 1 - m.dst
-        down = yd < ys
-        p0 = (x0, ys + (PAD if down else 1 - PAD))
-        p1 = (x1, yd + (1 - PAD if down else PAD))
-        color = ARROW_WAITED if w else ARROW_READY
-        key = "waited" if w else "ready"
-        info.arrows[key] = info.arrows.get(key, 0) + 1
-        if (m.kind, m.src, m.dst, m.mb) in hl:
-            highlighted.append((m, p0, p1, color, x0, x1, cons))
-        elif heads:
-            ax.add_patch(FancyArrowPatch(p0, p1, arrowstyle="-|>", mutation_scale=6,
-                                         color=color, linewidth=0.6, alpha=0.75,
-                                         zorder=6, shrinkA=0, shrinkB=0, gid="arrow"))
-        else:
-            plain.append(([p0, p1], color))
-    if plain:
-        lc = LineCollection([p for p, _ in plain], colors=[c for _, c in plain],
-                            linewidths=0.4, alpha=0.6, zorder=6)
-        lc.set_gid("arrows")
-        ax.add_collection(lc)
-    highlighted.sort(key=lambda h: (h[4], h[0].src))
-    for k, (m, p0, p1, color, x0, x1, cons) in enumerate(highlighted):
-        _draw_highlight(ax, tl, idx, k, m, p0, p1, color, x0, x1, cons, integral, px_h)
-
-
-def _draw_highlight(ax: Axes, tl: Timeline, idx: dict, k: int, m: Message,
-                    p0: tuple[float, float], p1: tuple[float, float], color: str,
-                    x0: float, x1: float, cons: Span | None, integral: bool,
-                    px_h: float) -> None:
-    """A highlighted message: producer and consumer boxes outlined, a bold arrow, and a
-    label above the chart joined to the arrow by a thin line."""
-    n = tl.ranks
-    prod = idx.get((m.src, "F" if m.kind == "F" else "B", m.stage, m.mb))
-    if prod is None and m.kind == "B":
-        prod = idx.get((m.src, "BW", m.stage, m.mb))
-    for sp in (prod, cons):
-        if sp is not None:
-            ax.add_patch(Rectangle((sp.start, n - 1 - sp.rank + PAD / 2), sp.end - sp.start,
-                                   1 - PAD, facecolor="none", edgecolor=HIGHLIGHT,
-                                   linewidth=2.4, zorder=7, gid="highlight-box"))
-    ax.add_patch(FancyArrowPatch(p0, p1, arrowstyle="-|>", mutation_scale=16,
-                                 color=HIGHLIGHT, linewidth=2.6, zorder=8,
-                                 shrinkA=0, shrinkB=0, gid="highlight"))
-    what = "activation" if m.kind == "F" else "input grad"
-    if integral and float(x0).is_integer() and float(x1).is_integer():
-        when = f"sent at the end of T{int(x0) - 1}, used at T{int(x1)}"
-    else:
-        when = f"sent t={fmt_time(x0)}, used t={fmt_time(x1)}"
-    wait = "receiver waited" if color == ARROW_WAITED else "data was ready"
-    ax.annotate(f"{what} of mb {m.mb}: rank {m.src} → rank {m.dst}, {when} ({wait})",
-                xy=((p0[0] + p1[0]) / 2, (p0[1] + p1[1]) / 2), xycoords="data",
-                xytext=(x1 + 0.04 * tl.makespan, 1.0 + (3 + 19 * k) * ax.figure.dpi / 72 / px_h),
-                textcoords=("data", "axes fraction"), fontsize=8, va="bottom",
-                ha="left", zorder=9, annotation_clip=False,
-                bbox=dict(boxstyle="round,pad=0.25", fc="#fff8e1", ec=HIGHLIGHT, lw=1.0),
-                arrowprops=dict(arrowstyle="-", color=HIGHLIGHT, lw=0.8,
-                                linestyle=(0, (3, 2)), shrinkA=0, shrinkB=2))
+def _draw_stalls(ax: Axes, stalls: Sequence[Any], n: int, window: tuple[float, float]
+                 ) -> list[str]:
+    """Hatch every stall in ``window`` by cause, one collection per cause (gid
+    ``stall-<cause>``); returns the causes drawn, in order of appearance."""
+    by_cause: dict[str, list[tuple[float, float, int]]] = {}
+    for st in stalls:
+        if st.end > st.start and st.end >= window[0] and st.start <= window[1]:
+            by_cause.setdefault(st.cause, []).append((st.start, st.end, st.rank))
+    for cause, rows in by_cause.items():
+        a = np.asarray(rows, float)
+        y0 = (n - 1 - a[:, 2]) + PAD
+        hatch, color = stall_style(cause)
+        pc = PolyCollection(rect_verts(a[:, 0], a[:, 1], y0, np.full(len(a), 1 - 2 * PAD)),
+                            closed=True, facecolors="none", edgecolors=color,
+                            linewidths=0.0, hatch=hatch, zorder=2)
+        pc.set_gid(f"stall-{cause}")
+        ax.add_collection(pc, autolim=False)
+    return list(by_cause)
 
 
 def legend_handles(info: GanttInfo, tl: Timeline) -> list[Any]:
@@ -306,28 +218,40 @@ def legend_columns(count: int, width: float) -> int:
     return max(1, -(-count // rows))
 
 
-def auto_width(tl: Timeline) -> float:
-    """Figure width in inches: ~0.3 in per slot (or per op of the busiest rank when the
-    times are not whole numbers), between 8 and 28."""
-    if is_integral(tl):
-        w = 0.3 * tl.makespan + 1.5
-    else:
-        per_rank = [0] * max(tl.ranks, 1)
-        for s in tl.spans:
-            per_rank[s.rank] += 1
-        w = 0.3 * max(per_rank) + 1.5
-    return min(28.0, max(8.0, w))
+def add_legend(fig: Figure, handles: list[Any], width: float, notes: Sequence[str] = ()
+               ) -> None:
+    """The legend under the figure, row by row, with ``notes`` (e.g. thinned arrows) as a
+    title line; as many columns as the longest entry allows within ``width`` inches (8 pt
+    text: about 0.062 in per character, plus the swatch)."""
+    sizes = [0.062 * len(h.get_label()) + 0.6 for h in handles]
+    ncol = 1
+    for k in range(min(legend_columns(len(handles), width), len(handles)), 0, -1):
+        cols = [max(sizes[c::k]) for c in range(k)]     # row by row: column c holds c, c+k..
+        if sum(cols) <= width - 0.3:
+            ncol = k
+            break
+    leg = fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
+                     fontsize=8, frameon=False)
+    if notes:
+        leg.set_title("; ".join(notes), prop={"size": 7.5})
+        leg._legend_box.align = "center"   # noqa: SLF001 - title above the entries
 
 
-def row_height(n: int) -> float:
-    """Height in inches of the rank rows of one Gantt axes."""
-    return min(22.0, max(1.4, 0.36 * n + 0.4))
+def _layout(tl: Timeline, bx: Boxes, dpi: float, memory: bool, width: float | None,
+            wrap: bool) -> Layout:
+    from schedsim.plot.memory import memory_px
+
+    digits = len(str(int(bx.mb.max()))) if len(bx) else 1
+    return plan(max(tl.makespan, 1e-9), tl.ranks, bx.x1 - bx.x0, digits, dpi=dpi,
+                extra_px=AXIS_PX + (memory_px(tl.ranks) if memory else 0.0),
+                integral=boxes_integral(bx), wrap=wrap, width=width)
 
 
 def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
-          dpi: float = 110, label_mb: bool = True, arrows: bool = False,
+          dpi: float = DPI, label_mb: bool = True, arrows: bool = False,
           highlight: Iterable[tuple[str, int, int, int]] = (), stalls: Any = None,
-          memory: Any = None, legend: bool = True, detail: bool = False) -> Figure:
+          memory: Any = None, legend: bool = True, wrap: bool = True,
+          detail: bool = False) -> Figure:
     """Gantt chart of a timeline; returns the Figure (nothing shown or saved).
 
     - rows per rank (rank 0 on top); a colour per kind (:data:`KIND_COLORS`), later
@@ -337,48 +261,63 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
       the timeline's unit;
     - ``arrows``: one arrow per message from the transfer start on the sender to the start
       of the consuming op on the receiver, red when the receiver had to wait
-      (:func:`receiver_waited`), grey when the data was there first; ``highlight``: a list
-      of ``(kind, src, dst, mb)`` messages drawn bold and annotated;
+      (:func:`receiver_waited`), grey when the data was there first; more than
+      :data:`~schedsim.plot.arrows.MAX_ARROWS` in a band are thinned (the legend says
+      how); ``highlight``: ``(kind, src, dst, mb)`` messages drawn bold and annotated;
     - ``stalls``: True to hatch the analysis' stalls
       (:func:`schedsim.analysis.stalls.attribute_stalls`) by cause, or a list of stalls;
-    - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset name) to add
-      an activation-memory panel per rank below, on the same time axis;
+    - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset
+      name) to add an activation-memory panel under each band (:mod:`.memory`);
     - ``detail``: draw each op's compute and collective pieces (a timeline with
-      ``pieces``, see :mod:`schedsim.plot.detail`);
+      ``pieces``, see :mod:`schedsim.plot.detail`) in every band;
     - title: schedule, ranks, microbatches, semantics, makespan and bubble ratio.
 
-    Size: ~0.3 in per slot (8 to 28 in wide), ~0.36 in per rank, ``dpi`` 110.
+    Size (:mod:`.layout`): at most 2000 px wide at ``dpi`` 150; a timeline too long for
+    its microbatch numbers wraps into up to 6 bands (``wrap=False``: never), or is
+    scaled when the bands would be too tall. ``width`` (inches) forces one band.
     """
-    from schedsim.plot.memory import draw_memory, memory_height, resolve_model
+    from schedsim.plot.memory import draw_memory, memory_curves_of, resolve_model
 
-    n = tl.ranks
-    width = width or auto_width(tl)
-    gh = row_height(n)
-    mh = memory_height(n) if memory else 0.0
+    bx = span_boxes(tl)
     highlight = list(highlight)
-    fig = Figure(figsize=(width, gh + mh + 1.1 + 0.3 * len(highlight)), dpi=dpi,
-                 layout="constrained")
-    if memory:
-        ax, axm = fig.subplots(2, 1, sharex=True, height_ratios=[gh, mh])
-    else:
-        ax, axm = fig.add_subplot(), None
-    info = draw_gantt(ax, tl, px_size=(width * dpi * 0.88, gh * dpi * 0.92),
-                      label_mb=label_mb, arrows=arrows, highlight=highlight,
-                      stalls=get_stalls(tl, stalls), time_labels=axm is None)
-    if axm is not None:
-        draw_memory(axm, tl, resolve_model(memory), xmax=tl.makespan)
-        time_axis(axm, tl, max(tl.makespan, 1e-9), is_integral(tl))
-    # highlighted messages' labels sit between the chart and its title
-    ax.set_title(title if title is not None else default_title(tl), fontsize=10,
-                 pad=6 + 19 * len(set(highlight)))
+    lay = _layout(tl, bx, dpi, bool(memory), width, wrap and not highlight)
+    n = tl.ranks
+    mem_h = (lay.band_height * lay.dpi - n * lay.row_px - AXIS_PX) / lay.dpi if memory else 0
+    gh = n * lay.row_px / lay.dpi
+    top = 0.55 + (0.3 * len(highlight))
+    fig = Figure(figsize=(lay.width, lay.bands * (lay.band_height + 0.15) + top + 0.7),
+                 dpi=lay.dpi, layout="constrained")
+    ratios = [gh, mem_h] * lay.bands if memory else [gh] * lay.bands
+    axes = fig.subplots(len(ratios), 1, height_ratios=ratios, squeeze=False)[:, 0]
+    ar = message_arrows(tl) if (arrows or highlight) else None
+    st = get_stalls(tl, stalls)
+    model = resolve_model(memory) if memory else None
+    curves = memory_curves_of(tl, model) if memory else None
+    plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
+    info = GanttInfo()
     extra: list[Any] = []
-    if detail:
-        from schedsim.plot.detail import draw_detail
+    for b in range(lay.bands):
+        win = (lay.edges[b], lay.edges[b + 1])
+        ax = axes[2 * b] if memory else axes[b]
+        info.merge(draw_gantt(ax, tl, px_size=(plot_w, gh * lay.dpi), label_mb=label_mb,
+                              arrows=arrows, highlight=highlight if b == 0 else (),
+                              stalls=st, window=win, boxes=bx, arrow_data=ar,
+                              time_labels=not memory))
+        if detail:
+            from schedsim.plot.detail import draw_detail
 
-        extra = draw_detail(ax, tl, PAD)
+            extra = draw_detail(ax, tl, PAD) or extra
+            ax.set_xlim(*win)
+            ax.set_ylim(0, n)
+        if memory:
+            axm = axes[2 * b + 1]
+            draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves)
+            time_axis(axm, tl, win, boxes_integral(bx), px=plot_w)
+    head = title if title is not None else default_title(tl)
+    if lay.bands > 1:
+        head += f" (wrapped into {lay.bands} bands)"
+    axes[0].set_title(wrap_title(head, lay.width - 0.4), fontsize=10,
+                      pad=6 + 19 * len(set(highlight)))
     if legend:
-        handles = legend_handles(info, tl) + extra
-        ncol = legend_columns(len(handles), width)
-        fig.legend(handles=row_major(handles, ncol), loc="outside lower center", ncol=ncol,
-                   fontsize=8, frameon=False)
+        add_legend(fig, legend_handles(info, tl) + extra, lay.width, info.notes)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)

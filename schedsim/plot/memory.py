@@ -1,7 +1,13 @@
-"""Activation-memory figures: a panel under the Gantt and a stand-alone memory plot.
+"""Activation-memory figures: a panel under each Gantt band and a stand-alone memory plot.
 
-Memory comes from :func:`schedsim.analysis.memory.memory_curves` (unit ``M_B``: the activations one
-microbatch leaves on one rank's 1/P share of the model; see :mod:`schedsim.analysis.memory`).
+Memory comes from :func:`schedsim.analysis.memory.memory_curves`, in **microbatches'
+worth of activations**: 1 is what one microbatch leaves on one rank's 1/P share of the
+model (``M_B`` in the zero-bubble paper; see :mod:`schedsim.analysis.memory`).
+
+Up to :data:`MAX_LINES` ranks every rank is a line. With more, lines would hide each other
+(8 lines already did), so the panel shows the **min-max band over all ranks** (shaded)
+and lines for a few **selected ranks**: rank 0, the rank with the highest peak and the
+last rank (or the ranks given).
 """
 from __future__ import annotations
 
@@ -10,18 +16,23 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
-from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
 from schedsim.analysis.memory import MemoryModel, memory_curves
 from schedsim.errors import ScenarioError
+from schedsim.plot.layout import DPI, MAX_WIDTH_PX, wrap_title
 from schedsim.plot.style import fmt_time, is_integral, time_axis
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
 
-#: up to this many ranks the memory panel draws one line per rank, above it a heat map
-MAX_LINES = 16
-YLABEL = "activations (M_B)"
+#: up to this many ranks every rank is drawn as a line
+MAX_LINES = 4
+#: the unit, as every memory figure and ``schedsim memory`` states it
+UNIT = "microbatches' worth"
+YLABEL = f"activations\n({UNIT})"
+BAND_COLOR = "#9ecae1"
+
+Curves = list[tuple[np.ndarray, np.ndarray]]
 
 
 def resolve_model(memory: Any) -> MemoryModel:
@@ -31,100 +42,133 @@ def resolve_model(memory: Any) -> MemoryModel:
     return MemoryModel.from_spec(memory)
 
 
-def memory_height(n: int) -> float:
-    """Height in inches of the memory panel under an n-rank Gantt."""
-    return min(6.0, max(1.6, 0.12 * n + 1.2))
+def memory_px(n: int) -> float:
+    """Height in pixels of the memory panel under an n-rank Gantt band."""
+    return 190.0 if n <= 16 else 230.0
 
 
-def _rank_colors(n: int) -> list[Any]:
-    if n <= 10:
-        cmap = colormaps["tab10"]
-        return [cmap(i) for i in range(n)]
-    cmap = colormaps["viridis"]
-    return [cmap(i / max(n - 1, 1)) for i in range(n)]
+def memory_curves_of(tl: Timeline, model: MemoryModel | None = None) -> Curves:
+    """Per rank ``(times, levels)`` arrays of the step function: the level after all
+    events at each distinct time. (At one instant frees come before allocations, so the
+    level after the instant is also the highest within it: peaks are kept, and the
+    zero-width dips a step line would draw there are not.)"""
+    out = []
+    for c in memory_curves(tl, model):
+        ts = np.asarray([t for t, _ in c], float)
+        vs = np.asarray([v for _, v in c], float)
+        last = np.append(ts[1:] != ts[:-1], True)
+        out.append((ts[last], vs[last]))
+    return out
+
+
+def selected_ranks(peaks: Sequence[float]) -> list[int]:
+    """The ranks drawn as lines: all up to :data:`MAX_LINES`, else rank 0, the (first)
+    rank with the highest peak, the middle rank and the last rank."""
+    n = len(peaks)
+    if n <= MAX_LINES:
+        return list(range(n))
+    return sorted({0, int(np.argmax(peaks)), n // 2, n - 1})
+
+
+def envelope(curves: Curves, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(times, lo, hi)``: the lowest and highest level over all ranks on each interval
+    ``[times[i], times[i+1])`` (step function, one pass per rank)."""
+    times = np.unique(np.concatenate([c[0] for c in curves] + [np.asarray([0.0, end])]))
+    lo = np.full(times.shape, np.inf)
+    hi = np.full(times.shape, -np.inf)
+    for ts, vs in curves:
+        pos = np.searchsorted(ts, times, side="right") - 1
+        lvl = np.where(pos >= 0, vs[np.clip(pos, 0, None)], 0.0)
+        np.minimum(lo, lvl, out=lo)
+        np.maximum(hi, lvl, out=hi)
+    return times, lo, hi
+
+
+def _colors(k: int) -> list[Any]:
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(k)]
 
 
 def draw_memory(ax: Axes, tl: Timeline, model: MemoryModel | None = None, *,
                 xmax: float | None = None, legend: bool = True,
-                peaks_in_legend: bool = True) -> list[float]:
-    """Activation memory per rank over time on ``ax``; returns the peak per rank.
+                peaks_in_legend: bool = True, window: tuple[float, float] | None = None,
+                curves: Curves | None = None, ranks: Sequence[int] | None = None
+                ) -> list[float]:
+    """Activation memory over time on ``ax``; returns the peak per rank.
 
-    Up to :data:`MAX_LINES` ranks: one step line per rank (legend gives each peak);
-    more: a heat map with one row per rank (rank 0 on top, like the Gantt) and a
-    colour bar.
+    Lines for :func:`selected_ranks` (or ``ranks``), labelled with their peaks; with more
+    ranks than lines, the min-max band over all ranks behind them. ``window``: the time
+    range shown (default ``(0, xmax or makespan)``); ``curves``: precomputed
+    :func:`memory_curves_of`.
     """
-    curves = memory_curves(tl, model)
-    peaks = [max(v for _, v in c) for c in curves]
+    curves = curves if curves is not None else memory_curves_of(tl, model)
+    peaks = [float(vs.max()) for _, vs in curves]
     end = max(xmax if xmax is not None else tl.makespan, 1e-9)
-    n = tl.ranks
-    if n <= MAX_LINES:
-        for r, (c, color) in enumerate(zip(curves, _rank_colors(n))):
-            xs = [t for t, _ in c] + [end]
-            ys = [v for _, v in c] + [c[-1][1]]
-            ax.step(xs, ys, where="post", color=color, linewidth=1.2,
-                    label=f"rank {r}" + (f" (peak {fmt_time(peaks[r])})"
-                                         if peaks_in_legend else ""))
-        ax.set_ylabel(YLABEL, fontsize=8)
-        low = min(0.0, min(v for c in curves for _, v in c))
-        ax.set_ylim(low, max(max(peaks), low + 1e-9) * 1.08)
-        if legend:
-            ax.legend(fontsize=6.5, ncol=2 if n > 4 else 1, loc="upper left",
-                      bbox_to_anchor=(1.0, 1.0), frameon=False)
-    else:
-        times = np.unique(np.array([t for c in curves for t, _ in c] + [0.0, end]))
-        grid = np.zeros((n, len(times) - 1))
-        for r, c in enumerate(curves):
-            ts = np.array([t for t, _ in c])
-            vs = np.array([v for _, v in c])
-            # level in force on [times[i], times[i+1]): last event at or before times[i]
-            pos = np.searchsorted(ts, times[:-1], side="right") - 1
-            grid[n - 1 - r] = vs[np.clip(pos, 0, None)]
-        mesh: QuadMesh = ax.pcolormesh(times, np.arange(n + 1), grid, cmap="magma_r",
-                                       shading="flat")
-        ax.set_yticks([n - 1 - r + 0.5 for r in range(0, n, max(1, n // 16))],
-                      [f"rank {r}" for r in range(0, n, max(1, n // 16))], fontsize=6)
-        cb = ax.figure.colorbar(mesh, ax=ax, pad=0.005, fraction=0.02)
-        cb.set_label(YLABEL, fontsize=7)
-        cb.ax.tick_params(labelsize=6)
-    ax.set_xlim(0, end)
+    t0, t1 = window if window is not None else (0.0, end)
+    n = len(curves)
+    show = list(ranks) if ranks is not None else selected_ranks(peaks)
+    if len(show) < n:
+        times, lo, hi = envelope(curves, end)
+        ax.fill_between(times, lo, hi, step="post", color=BAND_COLOR, alpha=0.55,
+                        linewidth=0, label=f"min-max over all {n} ranks", zorder=1)
+    styles = ["-", "--", "-.", ":"]
+    for j, (r, color) in enumerate(zip(show, _colors(len(show)))):
+        ts, vs = curves[r]
+        ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color,
+                linewidth=1.6 if j == 0 else 1.3, linestyle=styles[j % 4], zorder=2,
+                label=f"rank {r}" + (f" (peak {fmt_time(peaks[r])})" if peaks_in_legend
+                                     else ""))
+    ax.set_ylabel(YLABEL, fontsize=7.5)
+    low = min(0.0, min(float(vs.min()) for _, vs in curves))
+    ax.set_ylim(low, max(max(peaks), low + 1e-9) * 1.1)
+    ax.set_xlim(t0, t1)
     ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="y", color="#e3e3e3", linewidth=0.4)
+    if legend:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return peaks
 
 
 def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
-                titles: Sequence[str] | None = None, dpi: float = 110) -> Figure:
-    """Activation memory per rank over time, one panel per timeline (shared y axis).
-
-    ``model``: as for :func:`resolve_model` (default ``zb``). Each panel's title gives
-    the schedule and the highest peak (and which rank). Returns the Figure.
+                titles: Sequence[str] | None = None, dpi: float = DPI,
+                ranks: Sequence[int] | None = None) -> Figure:
+    """Activation memory over time, one panel per timeline (small multiples, shared y
+    axis), at most 2000 px wide; each panel as :func:`draw_memory` (``ranks``: the ranks
+    drawn as lines, default :func:`selected_ranks`). Each panel's title gives the schedule
+    and the highest peak (and which rank). Returns the Figure.
     """
     tls = [timelines] if isinstance(timelines, Timeline) else list(timelines)
     if not tls:
         raise ScenarioError("memory_plot needs at least one timeline")
     mm = resolve_model(model)
     k = len(tls)
-    n_max = max(t.ranks for t in tls)
-    fig = Figure(figsize=(min(30.0, 4.6 * k + 1.4), 3.8 + (0.6 if n_max > MAX_LINES else 0)),
-                 dpi=dpi, layout="constrained")
-    axes = fig.subplots(1, k, sharey=n_max <= MAX_LINES, squeeze=False)[0]
-    top = 0.0
-    for i, (ax, tl) in enumerate(zip(axes, tls)):
-        peaks = draw_memory(ax, tl, mm, legend=i == k - 1, peaks_in_legend=k == 1)
-        top = max(top, ax.get_ylim()[1])
+    cols = min(k, 4)
+    rows = -(-k // cols)
+    width = min(MAX_WIDTH_PX / dpi, 3.6 * cols + 1.6)
+    fig = Figure(figsize=(width, 3.2 * rows + 0.6), dpi=dpi, layout="constrained")
+    axes = fig.subplots(rows, cols, sharey=True, squeeze=False).ravel()
+    for i, ax in enumerate(axes):
+        if i >= k:
+            ax.set_visible(False)
+            continue
+        tl = tls[i]
+        peaks = draw_memory(ax, tl, mm, legend=False, ranks=ranks)
         worst = max(range(len(peaks)), key=lambda r: peaks[r])
         name = titles[i] if titles else tl.schedule
-        ax.set_title(f"{name}: peak {fmt_time(peaks[worst])} on rank {worst}", fontsize=9)
-        time_axis(ax, tl, max(tl.makespan, 1e-9), is_integral(tl) and tl.makespan <= 80,
-                  fontsize=6)
-        if is_integral(tl) and tl.makespan <= 80:
-            # only every 10th slot label: panels are narrow
-            ax.set_xticks([t + 0.5 for t in range(0, int(tl.makespan), 10)],
-                          [f"T{t}" for t in range(0, int(tl.makespan), 10)], fontsize=6)
-        if i:
+        ax.set_title(wrap_title(f"{name}: peak {fmt_time(peaks[worst])} on rank {worst}",
+                                width / cols, 9), fontsize=9)
+        time_axis(ax, tl, max(tl.makespan, 1e-9), is_integral(tl), fontsize=6,
+                  px=width / cols * dpi * 0.8)
+        ax.grid(False, axis="x", which="minor")
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.22),
+                  ncol=2, frameon=False)
+        if i % cols:
             ax.set_ylabel("")
-    if n_max <= MAX_LINES:
-        axes[0].set_ylim(top=top)     # shared y axis: room for the highest peak
-    fig.suptitle(f"activation memory per rank ({_model_name(mm)} model)", fontsize=10)
+    top = max(ax.get_ylim()[1] for ax in axes[:k])
+    axes[0].set_ylim(top=top)
+    fig.suptitle(wrap_title(f"activation memory per rank ({_model_name(mm)} model; 1 = one "
+                            f"microbatch's activations on one rank's 1/P of the model)",
+                            width), fontsize=10)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 

@@ -91,30 +91,45 @@ def default_title(tl: Timeline) -> str:
             f"{tl.bubble_ratio():.1%}")
 
 
-def time_axis(ax: Axes, tl: Timeline, span_t: float, integral: bool, *,
-              labels: bool = True, fontsize: float = 7.0) -> None:
-    """Slot grid with ``T0, T1, ...`` labels (centred on each slot) when the times are
-    whole numbers and there are at most 600 slots, else a plain time axis in the unit."""
-    if integral and span_t <= 600:
-        n = int(math.ceil(span_t))
-        step = max(1, int(round(n / 40)))
-        if step > 1:          # round to 2, 5, 10, ... so labels land on readable slots
-            step = min((s for s in (2, 5, 10, 20, 25, 50) if s >= step), default=step)
-        ticks = [t for t in range(0, n, step)]
+def _nice_step(raw: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, ... at least ``raw``."""
+    base = 1
+    while True:
+        for m in (1, 2, 5, 10, 20, 25, 50):
+            if base * m >= raw:
+                return base * m
+        base *= 100
+
+
+def time_axis(ax: Axes, tl: Timeline, window: float | tuple[float, float], integral: bool,
+              *, labels: bool = True, fontsize: float = 7.0, px: float | None = None
+              ) -> None:
+    """The time axis of ``window`` (``(t0, t1)``, or its length from 0): slot labels
+    ``T0, T1, ...`` centred on each slot when the times are whole numbers and the window
+    holds at most 2000 slots, a label every ~55 px (``px``: the axes width in pixels,
+    default from the figure), grid lines per slot while slots are 6 px or wider; else a
+    plain time axis in the unit."""
+    t0, t1 = (0.0, float(window)) if not isinstance(window, tuple) else window
+    span = max(t1 - t0, 1e-9)
+    if px is None:
+        px = ax.figure.get_figwidth() * ax.figure.dpi * 0.85
+    if integral and span <= 2000:
+        first, last = int(math.floor(t0)), int(math.ceil(t1))
+        step = _nice_step(span / max(2.0, px / 55))
+        ticks = [t for t in range((first // step) * step, last, step) if t >= first]
         ax.set_xticks([t + 0.5 for t in ticks],
                       [f"T{t}" for t in ticks] if labels else [], fontsize=fontsize)
-        if n <= 150:     # one grid line per slot while slots are wide enough to see
-            ax.set_xticks(range(0, n + 1), minor=True)
-            ax.grid(axis="x", which="minor", color="#d9d9d9", linewidth=0.4)
-        else:
-            ax.set_xticks(ticks, minor=True)
-            ax.grid(axis="x", which="minor", color="#d9d9d9", linewidth=0.4)
+        minor = range(first, last + 1) if px / span >= 6 else ticks
+        ax.set_xticks(list(minor), minor=True)
+        ax.grid(axis="x", which="minor", color="#d9d9d9", linewidth=0.4)
         ax.tick_params(axis="x", which="both", length=0)
         if labels:
             ax.set_xlabel("time slot (1 slot = 1 unit of cost)", fontsize=8)
     else:
         ax.grid(axis="x", which="major", color="#d9d9d9", linewidth=0.4)
         ax.tick_params(axis="x", labelsize=fontsize)
-        if labels:
+        if not labels:
+            ax.tick_params(axis="x", labelbottom=False)
+        else:
             ax.set_xlabel(f"time ({tl.unit})", fontsize=8)
     ax.set_axisbelow(True)

@@ -49,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         return _bad_input(e, e.exit_code)
     from schedsim.replay.worker import main_worker, report_failure
 
-    if a.spec:
-        return main_worker(a.spec)
+    if a.spec:      # a rank started by the launcher: its results are files by now
+        code = main_worker(a.spec)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # skip interpreter teardown: destructors of torch's C++ comm threads that run
+        # there can abort a finished rank ("terminate called without an active exception")
+        os._exit(code)
     if not a.scenario:
         ap.error("give a scenario file (or --spec)")
     try:

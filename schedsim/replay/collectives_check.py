@@ -262,13 +262,12 @@ def check_rank(spec: JobSpec) -> dict[str, Any] | None:
         mine = ([_run_variant(name, d, tp) for name, _ in VARIANTS], _hazard(d, tp))
         got: list[Any] = [None] * world if rank == 0 else []
         dist.gather_object(mine, got if rank == 0 else None, dst=0)
-        if rank != 0:
-            return None
-        res = summarize(world, got)
-        if spec.out_dir:
+        res = summarize(world, got) if rank == 0 else None
+        if res is not None and spec.out_dir:
             import json
 
             atomic_write_text(Path(spec.out_dir) / "result.json", json.dumps(res))
+        dist.barrier()          # nobody tears the group down while a peer still uses it
         return res
     finally:
         dist.destroy_process_group()

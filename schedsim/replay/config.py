@@ -49,8 +49,10 @@ class ReplayError(SchedsimError):
 def require_torch() -> None:
     """Raise :class:`ScenarioError` with the install command when torch is missing."""
     if importlib.util.find_spec("torch") is None:
-        raise ScenarioError("the replay needs torch, which is not installed: pip install "
-                            "'schedsim[replay]' (or pip install torch)")
+        from schedsim.util.install import install_hint
+
+        raise ScenarioError("the replay needs torch, which is not installed: "
+                            + install_hint("replay", "torch"))
 
 
 class ReplayConfig(BaseModel):
