@@ -44,7 +44,6 @@ error that names it.
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -368,6 +367,7 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
     (default ``async``) and its ``policy_params``. Raises
     :class:`ScenarioError`/:class:`ParseError`.
     """
+    from schedsim.program.bounds import check_program_text
     from schedsim.program.tokens import parse_program_text
     from schedsim.util.inputs import loading, read_input_text
     from schedsim.util.text import shorten_quotes
@@ -383,35 +383,6 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
         return program_from_rows(rows, placement, ranks=ranks, stages=stages,
                                  microbatches=microbatches, comm_policy=comm_policy,
                                  name=path.stem, policy_params=policy_params)
-
-
-_TOKEN = re.compile(r"\S+")
-
-
-def check_program_text(text: str, path: str | Path) -> None:
-    """Bounds on a program text before it is parsed (:mod:`schedsim.program.tokens`):
-    every number has at most :data:`~schedsim.util.limits.MAX_DIGITS` digits, every token at
-    most 4,096 characters, the token count is within the ``instructions`` limit, and a file
-    that starts with something other than a program token is refused without quoting it (a
-    path given by mistake, ``/etc/shadow``, must not be echoed). Raises
-    :class:`ParseError` / :class:`~schedsim.errors.LimitError` naming ``path``."""
-    from schedsim.util.limits import check, check_number_sizes
-    from schedsim.util.text import looks_like_program_text
-
-    body = re.sub(r"#[^\n]*", "", text)
-    first = _TOKEN.search(re.sub(r"(?im)^\s*rank\s+\d+\s*:", "", body))
-    if first is not None and not looks_like_program_text(first.group()):
-        raise ParseError(f"{path}: not a program text file (its first token is not a "
-                         f"program token; see 'schedsim generate NAME' for the format)")
-    check_number_sizes(body, path)
-    count = 0
-    for t in _TOKEN.finditer(body):
-        count += 1
-        if t.end() - t.start() > 4096:
-            line = body.count("\n", 0, t.start()) + 1
-            raise ParseError(f"{path}: line {line}: a token of {t.end() - t.start():,} "
-                             f"characters is not a program token")
-    check("instructions", count, f"{path} with {count:,} tokens")
 
 
 def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,

@@ -455,18 +455,3 @@ def test_simulated_timelines_pass_the_checks(tmp_path) -> None:
         assert r.exit_code in (0, 3)
         Timeline.read_json(tmp_path / "t.json")
 
-
-def test_doc_shows_what_the_commands_print() -> None:
-    """docs/reliability.md stays true: each `$ schedsim ...` line of its console blocks
-    exits 2 with the error line shown under it."""
-    import re
-    import shlex
-
-    from conftest import ROOT
-
-    text = (ROOT / "docs" / "reliability.md").read_text()
-    pairs = re.findall(r"^\$ (schedsim .*)\n(error: .*)$", text, flags=re.M)
-    assert len(pairs) >= 2
-    for cmd, shown in pairs:
-        r = runner.invoke(app, shlex.split(cmd)[1:], terminal_width=400)
-        assert one_line_error(r) == shown, cmd

@@ -90,9 +90,9 @@ def fail(message: str, code: int = 2) -> None:
 
     from schedsim.util.text import shorten_quotes
 
-    message = shorten_quotes(with_suggestion(message), 80)
-    if code == 2:               # bad input: one line, of bounded length
-        message = " ".join(message.splitlines())
+    message = with_suggestion(message)
+    if code == 2:               # bad input: one line, short quotes, of bounded length
+        message = " ".join(shorten_quotes(message, 80).splitlines())
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,

@@ -36,7 +36,9 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{text[:limit]!r}... ({len(text)} chars)"
 
 
-_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+#: a quoted part as ``repr`` writes it: the quote opens after a non-word character (not
+#: the apostrophe of "rank 3's") and closes before one
+_QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")(?!\w)")
 
 
 def shorten_quotes(message: str, limit: int = EXCERPT_CHARS) -> str:
