@@ -32,6 +32,32 @@ class ParseError(SchedsimError):
     """A token, program line or CSV cell could not be parsed."""
 
 
+class InputError(ScenarioError):
+    """An input file cannot be used: missing, not a regular file, too large, not UTF-8
+    text, or not decodable (malformed, nested too deeply, a number too large). The
+    message names the file and quotes at most a short excerpt of it."""
+
+
+class LimitError(ScenarioError):
+    """Work above a limit of :mod:`schedsim.util.limits` was refused before it started;
+    the message gives the estimate and the ``--limit KEY=N`` that raises the limit."""
+
+
+class Stopped(SchedsimError):
+    """The command was stopped by SIGTERM or SIGHUP (its temporary files removed first).
+    ``exit_code`` is the shell's convention for a death by that signal: 128 + its
+    number (143 for SIGTERM, 129 for SIGHUP)."""
+
+    def __init__(self, signum: int, message: str | None = None) -> None:
+        import signal
+
+        name = signal.Signals(signum).name
+        super().__init__(message or f"stopped by {name}: temporary files removed, no output "
+                                    f"written")
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
 class DeadlockError(SchedsimError):
     """The simulated program can never finish. Exit code 3 from the CLI.
 

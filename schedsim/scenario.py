@@ -50,9 +50,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.errors import ParseError, ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.stage_model import StageCosts, StageModel
@@ -97,6 +104,25 @@ class Scenario(BaseModel):
     model: StageModel | None = None
     base_dir: str = Field(default=".", exclude=True)
 
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """``[memory]`` is checked now (finite numbers, known keys), not when first used."""
+        from schedsim.analysis.memory import MemoryModel
+
+        if v:
+            MemoryModel.from_spec(v)
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model_size(cls, v: StageModel | None) -> StageModel | None:
+        """A stage whose layers alone exceed the work limit is refused at once (its costs
+        loop over every layer); :meth:`build_program` then bounds all stages together."""
+        if v is not None:
+            Scenario._check_model_size_of(v, 1)
+        return v
+
     @model_validator(mode="after")
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
@@ -111,6 +137,8 @@ class Scenario(BaseModel):
         return d if isinstance(d, StageCosts) else None
 
     def resolve(self, path: str) -> Path:
+        if "\x00" in path:
+            raise ScenarioError(f"[schedule] path {path[:60]!r}... has a NUL byte")
         p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
 
@@ -137,30 +165,55 @@ class Scenario(BaseModel):
         if not prog.trusted:      # a registered generator's output is proven by its tests
             validate_schedule(prog.schedule())
         self.check_references(prog)
+        self._check_model_size(prog.placement.stages)
         return prog
+
+    def _check_model_size(self, stages: int) -> None:
+        """Bound the stage model's work before it is done: its costs and pieces loop over
+        every layer of every stage (``[model] layers = 99999999`` ran for minutes), about
+        :data:`PIECES_PER_LAYER` pieces each, counted against the ``instructions``
+        limit."""
+        if self.model is not None:
+            self._check_model_size_of(self.model, stages)
+
+    @staticmethod
+    def _check_model_size_of(m: StageModel, stages: int) -> None:
+        from schedsim.util.limits import check
+
+        layers = max([m.layers] + [o.layers for o in m.stage.values() if o.layers])
+        n = PIECES_PER_LAYER * layers * stages
+        check("instructions", n, f"the [model] of {layers:,} layers per stage on {stages:,} "
+                                 f"stage{'s' if stages > 1 else ''}: about {n:,} pieces of "
+                                 f"work")
 
     def check_references(self, prog: Program) -> None:
         """Every stage, microbatch and rank named in ``[costs]``/``[link]`` exists in
         ``prog``. Raises :class:`ScenarioError` naming the key."""
+        from schedsim.util.text import clip
+
         S, M, P = prog.placement.stages, prog.microbatches, prog.placement.ranks
         for st in self.costs.stage:
             if not 0 <= st < S:
-                raise ScenarioError(f"[costs.stage.{st}]: the program has stages 0..{S - 1}")
+                raise ScenarioError(f"[costs.stage.{clip(str(st), 20)}]: the program has "
+                                    f"stages 0..{S - 1}")
         for st in self.costs.stage_bytes:
             if not 0 <= st < S:
-                raise ScenarioError(f"[costs.stage_bytes] {st}: the program has stages "
-                                    f"0..{S - 1}")
+                raise ScenarioError(f"[costs.stage_bytes] {clip(str(st), 20)}: the program "
+                                    f"has stages 0..{S - 1}")
         for o in self.costs.overrides:
             if not (0 <= o.stage < S and 0 <= o.mb < M):
-                raise ScenarioError(f"[[costs.overrides]] stage {o.stage} mb {o.mb}: the "
+                raise ScenarioError(f"[[costs.overrides]] stage {clip(str(o.stage), 20)} mb "
+                                    f"{clip(str(o.mb), 20)}: the "
                                     f"program has stages 0..{S - 1} and microbatches "
                                     f"0..{M - 1}")
         for st in (self.model.stage if self.model is not None else ()):
             if not 0 <= st < S:
-                raise ScenarioError(f"[model.stage.{st}]: the program has stages 0..{S - 1}")
+                raise ScenarioError(f"[model.stage.{clip(str(st), 20)}]: the program has "
+                                    f"stages 0..{S - 1}")
         for lk in self.link.links:
             if not (lk.src < P and lk.dst < P) or lk.src == lk.dst:
-                raise ScenarioError(f"[[link.links]] src {lk.src} dst {lk.dst}: need two "
+                raise ScenarioError(f"[[link.links]] src {clip(str(lk.src), 20)} dst "
+                                    f"{clip(str(lk.dst), 20)}: need two "
                                     f"different ranks in 0..{P - 1}")
 
     def _build_program(self) -> Program:
@@ -196,14 +249,42 @@ class Scenario(BaseModel):
         from schedsim.generators import build_program, get as get_generator
 
         params = s.generator_params()
+        gen = get_generator(s.name)
+        from schedsim.util.limits import check_program_size
+
+        check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,
+                           stages=_generated_stages(gen, s.ranks, params))
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
         # scenario's cost and link models as the `costs` / `link` parameters
-        takes = get_generator(s.name).accepted()
+        takes = gen.accepted()
         if "costs" in takes:
             params.setdefault("costs", self.costs)
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+
+
+#: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)
+PIECES_PER_LAYER = 8
+
+
+def _generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
+    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
+    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
+    many per rank, else 1; ``dual``: 1), before anything is generated."""
+    import inspect
+
+    if gen.placement.startswith("v"):
+        return 2 * ranks
+    if "chunks" in gen.accepted():
+        chunks = params.get("chunks")
+        if chunks is None:
+            chunks = inspect.signature(gen.fn).parameters["chunks"].default
+        try:
+            return ranks * max(1, int(chunks))
+        except (TypeError, ValueError, OverflowError):
+            return ranks        # the generator names the bad value
+    return ranks
 
 
 def _no_policy_params(params: dict[str, Any], path: Path) -> None:
@@ -238,14 +319,16 @@ def _allowed_keys(loc: tuple) -> list[str]:
 
 def _fmt_validation(e: ValidationError, source: str) -> str:
     msgs = []
+    from schedsim.util.text import clip, shorten_quotes
+
     for err in e.errors()[:3]:
-        loc = ".".join(str(x) for x in err["loc"])
+        loc = clip(".".join(str(x) for x in err["loc"]))
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(tuple(err["loc"]))
             hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
             msgs.append(f"unknown key '{loc}'{hint}")
         else:
-            msgs.append(f"'{loc}': {err['msg']}")
+            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}")
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
     return f"{source}: " + "; ".join(msgs) + more
 
@@ -264,18 +347,16 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file. Raises :class:`ScenarioError`."""
+    from schedsim.util.inputs import loading, read_input_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read ({e.__class__.__name__})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
-    return parse_scenario(data, str(path), str(path.parent))
+    with loading(path, "scenario TOML"):
+        text = read_input_text(path, "scenario file")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+        return parse_scenario(data, str(path), str(path.parent))
 
 
 def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
@@ -290,19 +371,22 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
     (default ``async``) and its ``policy_params``. Raises
     :class:`ScenarioError`/:class:`ParseError`.
     """
+    from schedsim.program.bounds import check_program_text
     from schedsim.program.tokens import parse_program_text
+    from schedsim.util.inputs import loading, read_input_text
+    from schedsim.util.text import shorten_quotes
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, IsADirectoryError):
-        raise ScenarioError(f"{path}: no such program file") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not a program text file") from None
-    rows = parse_program_text(text)
-    return program_from_rows(rows, placement, ranks=ranks, stages=stages,
-                             microbatches=microbatches, comm_policy=comm_policy,
-                             name=path.stem, policy_params=policy_params)
+    with loading(path, "program text file"):
+        text = read_input_text(path, "program text file")
+        check_program_text(text, path)
+        try:
+            rows = parse_program_text(text)
+        except ParseError as e:
+            raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None
+        return program_from_rows(rows, placement, ranks=ranks, stages=stages,
+                                 microbatches=microbatches, comm_policy=comm_policy,
+                                 name=path.stem, policy_params=policy_params)
 
 
 def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
@@ -313,8 +397,10 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     :func:`load_program_file` for the defaults)."""
     from schedsim.program.ir import Compute, Wait
     from schedsim.program.ops import launched
+    from schedsim.util.limits import check_program_size
 
     ranks = ranks or len(rows)
+    check_program_size(name, ranks=max(ranks, len(rows)))
     if len(rows) != ranks:
         raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
     if placement not in ("loop", "v", "dual"):
@@ -335,6 +421,9 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
             stages = ranks * max(1, -(-(top_stage + 1) // ranks))
         else:
             stages = 2 * ranks if placement == "v" else ranks
+    # every per-stage, per-microbatch table is bounded before it is built
+    check_program_size(name, stages=max(stages, top_stage + 1), microbatches=m,
+                       instructions=sum(len(row) for row in rows))
     if top_stage >= stages:
         raise ScenarioError(f"the program uses stage {top_stage} but the {placement} "
                             f"placement has {stages} stages on {ranks} ranks: pass --stages "
@@ -363,17 +452,24 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
     Raises :class:`ScenarioError` for a missing or malformed file, a file with none of
     these tables, another table, or a ``[comm]`` key other than ``launch_cost`` (named).
     """
+    from schedsim.util.inputs import loading, read_input_text
+
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        raise ScenarioError(f"{path}: no such cost file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+    with loading(path, "cost file"):
+        try:
+            data = tomllib.loads(read_input_text(path, "cost file"))
+        except tomllib.TOMLDecodeError as e:
+            raise ScenarioError(f"{path}: malformed TOML: {e}") from None
+        return _with_costs(scenario, data, path)
+
+
+def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenario:
+    from schedsim.util.text import clip
+
     extra = sorted(set(data) - {"costs", "link", "comm"})
     if extra or not data:
         raise ScenarioError(f"{path}: a cost file holds only [costs], [link] and [comm] "
-                            f"tables (got {', '.join(extra) or 'nothing'})")
+                            f"tables (got {', '.join(map(clip, extra)) or 'nothing'})")
     merged = scenario.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     comm = data.pop("comm", None)
     if comm is not None:
@@ -382,7 +478,7 @@ def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:
         bad = sorted(set(comm) - {"launch_cost", "host"})
         if bad:
             raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
-                                f"{', '.join(bad)}; set semantics and streams in the "
+                                f"{', '.join(map(clip, bad))}; set semantics and streams in the "
                                 f"scenario or with --semantics / --comm-stream)")
         merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)

@@ -1,4 +1,4 @@
-"""Compare schedules: makespan, idle, bubble, activation and parameter memory, side by side.
+"""Multi-schedule runs: makespan, idle, bubble, activation and parameter memory, side by side.
 
 Runs every registered generator (or a chosen list) at one (ranks, microbatches) and one
 cost model, skipping with a note those whose constraints reject the size; each row is
@@ -6,6 +6,17 @@ computed by simulation, not derived by hand. This is the table DualPipe's README
 ("Pipeline Bubbles and Memory Usage Comparison") and the zero-bubble paper print; for the
 schedules that table lists, :data:`TABLE_FORMULAS` gives its closed form to print beside
 the simulated value.
+
+Two readings of the costs (:func:`compare`'s ``per_rank_costs``):
+
+- **per rank** (default): the costs are one rank's share of the model, so every schedule
+  does equal model work per rank; a schedule with S stages on P ranks runs each op at
+  P/S of the given cost (a V schedule's two chunks per rank cost half each);
+- **per op**: every op costs the given cost whatever the number of stages (DualPipe's
+  table, "based on the same number of PP stages", counts DualPipeV this way).
+
+Each schedule is generated, lowered and simulated once (a planner that takes the costs
+plans with the costs it runs at), optionally in worker processes.
 """
 from __future__ import annotations
 
@@ -65,7 +76,7 @@ TABLE_FORMULAS: dict[str, Formula] = {
 class CompareRow:
     """One schedule's numbers (times in the costs' unit; memory per rank: activation in
     one microbatch's activations of 1/ranks of the model, parameters in 1/ranks of the
-    model — a DualPipe rank holds 2)."""
+    model — a DualPipe rank holds 2). ``cost_scale``: the factor its op costs ran at."""
 
     schedule: str
     makespan: float
@@ -76,6 +87,7 @@ class CompareRow:
     param_memory: list[float]
     stages: int
     formula: dict | None = None
+    cost_scale: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,58 +103,140 @@ class Comparison:
     unit: str
     rows: list[CompareRow] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    per_rank_costs: bool = True
+
+
+def scaled_costs(costs: CostModel, k: float) -> CostModel:
+    """``costs`` with every compute cost (defaults, per-stage and per-op overrides)
+    multiplied by ``k``; message bytes and the unit unchanged."""
+    if k == 1:
+        return costs
+    d = costs.model_dump()
+    for table in [d, *d["stage"].values()]:
+        for n in ("F", "B", "W", "BW", "FB"):
+            if table[n] is not None:
+                table[n] *= k
+    for o in d["overrides"]:
+        o["cost"] *= k
+    return CostModel.model_validate(d)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One schedule of a sweep (picklable: it may run in a worker process)."""
+
+    name: str
+    ranks: int
+    microbatches: int
+    costs: CostModel
+    link: LinkModel
+    comm: CommModel
+    memory: MemoryModel
+    params: dict
+    per_rank_costs: bool
+
+
+def _program(job: _Job, costs: CostModel):
+    return parse_scenario({"schedule": {"name": job.name, "ranks": job.ranks,
+                                        "microbatches": job.microbatches, **job.params},
+                           "costs": costs.model_dump(), "link": job.link.model_dump(),
+                           "comm": job.comm.model_dump()},
+                          f"compare {job.name}").build_program()
+
+
+def run_job(job: _Job) -> CompareRow | str:
+    """Generate, lower and simulate one schedule: its row, or why it was skipped."""
+    from schedsim.generators import get
+    from schedsim.sim.simulate import simulate
+
+    try:
+        prog = _program(job, job.costs)
+        k = job.ranks / prog.placement.stages if job.per_rank_costs else 1.0
+        costs = scaled_costs(job.costs, k)
+        if k != 1 and "costs" in get(job.name).accepted():
+            prog = _program(job, costs)      # a cost-aware planner plans at its op costs
+    except SchedsimError as e:
+        return str(e)
+    tl = simulate(prog, costs, job.link, job.comm, raise_on_deadlock=False)
+    if tl.deadlock is not None:
+        return f"deadlocks under {job.comm.semantics}: {tl.deadlock.message}"
+    bm = bubble_metrics(tl)
+    return CompareRow(job.name, tl.makespan, bm["idle"], bm["bubble_ratio"],
+                      bm["span_bubble_rate"], peak_activation(tl, job.memory),
+                      param_memory(prog.placement), prog.placement.stages,
+                      _formula(job.name, job.ranks, costs), k)
+
+
+def _formula(name: str, ranks: int, costs: CostModel) -> dict | None:
+    """The DualPipe table's closed form for ``name`` at the op costs it ran at."""
+    f = TABLE_FORMULAS.get(name)
+    if f is None:
+        return None
+    pp = f.pp(ranks)
+    return {"PP": pp, "idle": f.idle, "idle_value": f.idle_fn(pp, costs),
+            "activation": f.activation, "activation_value": f.activation_fn(pp),
+            "activation_unit": "stage activations" if pp == ranks else "chunk activations",
+            "params": f.params}
+
+
+#: total instructions (ranks x microbatches x schedules, roughly) above which ``jobs=0``
+#: runs the schedules in worker processes
+PARALLEL_WORK = 200_000
 
 
 def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
             link: LinkModel | None = None, comm: CommModel | None = None,
             schedules: list[str] | None = None, memory: MemoryModel | None = None,
-            params: dict[str, dict] | None = None) -> Comparison:
+            params: dict[str, dict] | None = None, *, per_rank_costs: bool = True,
+            jobs: int = 1) -> Comparison:
     """Simulate each schedule (default: every registered one) and collect its numbers.
 
-    A schedule whose generator rejects (ranks, microbatches) or whose program deadlocks
+    ``per_rank_costs``: the costs are one rank's share of the model (module docstring);
+    False: every op costs the given cost (always so for costs a stage model derives,
+    which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A
+    schedule whose generator rejects (ranks, microbatches) or whose program deadlocks
     under ``comm`` is skipped with the reason in ``skipped``. ``params`` gives extra
-    generator parameters per schedule name. Raises :class:`ScenarioError` for a name that
-    is not registered (only when ``schedules`` is given).
+    generator parameters per schedule name. ``jobs``: worker processes (1: in this
+    process; 0: as many as CPUs when the sweep is large, :data:`PARALLEL_WORK`). Rows
+    come in the order of ``schedules`` either way. Raises :class:`ScenarioError` for a
+    name that is not registered (only when ``schedules`` is given).
     """
     from schedsim.generators import get, names
-    from schedsim.sim.simulate import simulate
 
     costs = costs or CostModel()
     link = link or LinkModel()
     comm = comm or CommModel()
     memory = memory or MemoryModel()
+    # a stage model's costs (a scenario's [model]) give each stage its layers: per op
+    per_rank_costs = per_rank_costs and getattr(costs, "_derived", None) is None
     todo = schedules if schedules is not None else names()
     for n in todo:
         get(n)    # unknown names fail loudly
-    out = Comparison(ranks, microbatches, comm.semantics, costs.unit)
-    for name in todo:
-        data = {"schedule": {"name": name, "ranks": ranks, "microbatches": microbatches,
-                             **(params or {}).get(name, {})},
-                "costs": costs.model_dump(), "link": link.model_dump(),
-                "comm": comm.model_dump()}
-        try:
-            prog = parse_scenario(data, f"compare {name}").build_program()
-        except SchedsimError as e:
-            out.skipped[name] = str(e)
-            continue
-        tl = simulate(prog, costs, link, comm, raise_on_deadlock=False)
-        if tl.deadlock is not None:
-            out.skipped[name] = f"deadlocks under {comm.semantics}: {tl.deadlock.message}"
-            continue
-        bm = bubble_metrics(tl)
-        f = TABLE_FORMULAS.get(name)
-        frm = None
-        if f is not None:
-            pp = f.pp(ranks)
-            frm = {"PP": pp, "idle": f.idle, "idle_value": f.idle_fn(pp, costs),
-                   "activation": f.activation, "activation_value": f.activation_fn(pp),
-                   "activation_unit": "stage activations" if pp == ranks else
-                   "chunk activations", "params": f.params}
-        out.rows.append(CompareRow(name, tl.makespan, bm["idle"], bm["bubble_ratio"],
-                                   bm["span_bubble_rate"], peak_activation(tl, memory),
-                                   param_memory(prog.placement), prog.placement.stages,
-                                   frm))
+    work = [_Job(n, ranks, microbatches, costs, link, comm, memory,
+                 (params or {}).get(n, {}), per_rank_costs) for n in todo]
+    out = Comparison(ranks, microbatches, comm.semantics, costs.unit,
+                     per_rank_costs=per_rank_costs)
+    for job, res in zip(work, _run(work, jobs, ranks * microbatches * len(work))):
+        if isinstance(res, str):
+            out.skipped[job.name] = res
+        else:
+            out.rows.append(res)
     return out
+
+
+def _run(work: list[_Job], jobs: int, size: int) -> list[CompareRow | str]:
+    """Results of ``work`` in order, in this process or in ``jobs`` worker processes."""
+    import os
+
+    if jobs == 0:
+        jobs = (os.cpu_count() or 1) if size >= PARALLEL_WORK else 1
+    jobs = min(jobs, len(work))
+    if jobs <= 1:
+        return [run_job(j) for j in work]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as ex:
+        return list(ex.map(run_job, work))
 
 
 def spread(values: list[float]) -> str:

@@ -36,10 +36,15 @@ from schedsim.util.lazy import LazyFields
 if TYPE_CHECKING:
     from schedsim.program.ir import Op, Placement
 
+#: the records of a Timeline JSON refuse keys they do not have (read_json names the key)
+_STRICT = ConfigDict(extra="forbid")
+
 
 @dataclass(slots=True)
 class Part:
     """One half of an ``FB`` span."""
+
+    __pydantic_config__ = _STRICT
 
     kind: str
     mb: int
@@ -50,6 +55,8 @@ class Part:
 @dataclass(slots=True)
 class Span:
     """One compute op executed on ``rank`` from ``start`` to ``end``."""
+
+    __pydantic_config__ = _STRICT
 
     rank: int
     kind: str
@@ -102,6 +109,8 @@ class Message:
       ``send_active`` is when the producer ended.
     """
 
+    __pydantic_config__ = _STRICT
+
     kind: str
     src: int
     dst: int
@@ -126,6 +135,8 @@ class Message:
 @dataclass(slots=True)
 class WaitRecord:
     """A blocking instruction: the rank reached it at ``start`` and went on at ``end``."""
+
+    __pydantic_config__ = _STRICT
 
     rank: int
     index: int
@@ -285,16 +296,26 @@ class Timeline(LazyFields):
 
     @classmethod
     def read_json(cls, path: str | Path) -> "Timeline":
-        from schedsim.errors import ScenarioError
+        """Read a Timeline JSON file and check it
+        (:func:`schedsim.timeline_check.check_timeline`): a file that
+        is not one, or one whose values cannot be drawn or analysed, is refused with one
+        line naming the file and the first bad value. Raises
+        :class:`~schedsim.errors.ScenarioError` (or a subclass: InputError, LimitError)."""
+        from pydantic import ValidationError
 
-        try:
-            return cls.model_validate_json(Path(path).read_text())
-        except FileNotFoundError:
-            raise ScenarioError(f"{path}: no such file") from None
-        except ValueError as e:
-            first = str(e).splitlines()
-            raise ScenarioError(f"{path}: not a schedsim timeline JSON "
-                                f"({first[0] if first else e})") from None
+        from schedsim.errors import ScenarioError
+        from schedsim.timeline_check import check_timeline, first_error
+        from schedsim.util.inputs import loading, read_input_text
+
+        with loading(path, "timeline JSON"):
+            try:
+                tl = cls.model_validate_json(read_input_text(path, "timeline JSON"))
+            except ValidationError as e:
+                more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+                raise ScenarioError(f"{path}: not a schedsim timeline JSON: "
+                                    f"{first_error(e)}{more}") from None
+            check_timeline(tl, path)
+            return tl
 
 
 def build_timeline(placement: "Placement", *, name: str, microbatches: int,

@@ -38,14 +38,17 @@ def test_stalls_on_a_deadlock_exits_3_with_json(tmp_path: Path) -> None:
 def test_critical_path_json(tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     r = runner.invoke(app, ["critical-path", str(SCHEDULES / "1f1b.toml"), "--slack",
-                            "--json", str(out)])
+                            "--json", str(out)], terminal_width=200)
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     ops = [s for s in d["path"] if s["kind"] == "op"]
     assert d["makespan"] == 33 and len(ops) == 22
     assert ops[0]["what"] == "0F0" and ops[-1]["what"] == "0BW7"
     assert len(d["slack"]) == 32 * 2 and min(s["slack"] for s in d["slack"]) == 0
-    assert "22 ops on the path" in r.stdout
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("critical path of 1f1b: 4 ranks x 8 microbatches, data "
+                            "semantics: makespan 33 = 33 compute + 0 waiting along 22 ops "
+                            "on the path over 4 ranks")
     r = runner.invoke(app, ["critical-path", str(SCHEDULES / "crossed-sends.toml")])
     assert r.exit_code == 3
 

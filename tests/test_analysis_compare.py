@@ -20,7 +20,8 @@ FIG = CostModel(**FIGURE_COSTS)
 
 def test_dualpipe_table_8_ranks_20_microbatches() -> None:
     want = ["1f1b", "zb-1p", "dualpipe", "dualpipev"]
-    res = compare(8, 20, FIG, schedules=want)
+    # the README table counts per op ("based on the same number of PP stages")
+    res = compare(8, 20, FIG, schedules=want, per_rank_costs=False)
     assert not res.skipped
     rows = {r.schedule: r for r in res.rows}
     # idle per rank = the table's formulas, B meaning the full backward (our BW = 2):
@@ -69,8 +70,11 @@ def test_per_rank_costs_scale_chunked_schedules() -> None:
                                  "--cost", "F=1,B=1,W=1", "--schedules", "dualpipev",
                                  "--per-rank-costs", "--json", "/dev/null"])
     assert r.exit_code == 0, r.output
-    res = compare(4, 8, CostModel(F=0.5, B=0.5, W=0.5), schedules=["dualpipev"])
+    res = compare(4, 8, CostModel(F=0.5, B=0.5, W=0.5), schedules=["dualpipev"],
+                  per_rank_costs=False)
     assert f"{res.rows[0].makespan:g}" in r.stdout
+    same = compare(4, 8, CostModel(F=1, B=1, W=1), schedules=["dualpipev"])
+    assert same.rows[0].makespan == res.rows[0].makespan and same.rows[0].cost_scale == 0.5
 
 
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 20), (4, 4), (3, 10)])
@@ -110,14 +114,15 @@ def test_diff_needs_the_same_ops() -> None:
 
 
 def test_compare_notes_per_op_costs_when_stages_per_rank_differ(tmp_path: Path) -> None:
-    """zbv (2 stages per rank) against dualpipe (1) under per-op costs: a V rank runs two
-    full-cost ops per microbatch; the table says so and points to --per-rank-costs."""
+    """zbv (2 stages per rank) against dualpipe (1) under --per-op-costs: a V rank runs
+    two full-cost ops per microbatch; the table says so and points to --per-rank-costs."""
     from schedsim.cli.compare import per_op_note
 
     out = tmp_path / "c.json"
     base = ["compare", "--ranks", "4", "--microbatches", "8", "--cost", "F=1,B=1,W=1",
             "--json", str(out)]
-    r = CliRunner().invoke(app, base + ["--schedules", "1f1b,zbv,dualpipe"])
+    r = CliRunner().invoke(app, base + ["--schedules", "1f1b,zbv,dualpipe",
+                                        "--per-op-costs"])
     assert r.exit_code == 0, r.output
     note = per_op_note([("1f1b", 4), ("zbv", 8), ("dualpipe", 4)], 4)
     assert note == ("stages per rank differ (1 for 1f1b, dualpipe; 2 for zbv) and costs "
@@ -136,3 +141,47 @@ def test_compare_notes_per_op_costs_when_stages_per_rank_differ(tmp_path: Path) 
     r = CliRunner().invoke(app, base + ["--schedules", "1f1b,dualpipe"])   # both 1
     assert r.exit_code == 0 and "note:" not in r.stdout
     assert per_op_note([("zbv", 8), ("dualpipev", 8)], 4) is None
+
+
+def test_compare_defaults_to_equal_work_per_rank_and_says_so(tmp_path: Path) -> None:
+    """Issue 15: by default a V schedule's ops cost half (two chunks per rank share one
+    rank's model work), so zbv and dualpipev no longer look twice as slow as dualpipe;
+    the header names the reading, --per-op-costs the other one."""
+    out = tmp_path / "c.json"
+    args = ["compare", "--ranks", "8", "--microbatches", "20", "--cost",
+            "F=1,B=1,W=1,BW=2,FB=3", "--schedules", "dualpipe,dualpipev,zbv", "--json",
+            str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    head = " ".join(r.stdout.split())
+    assert head.startswith("costs F=1,B=1,W=1,BW=2,FB=3 read per rank: equal model work "
+                           "per rank, so a schedule with S stages on P ranks runs each op "
+                           "at P/S of them (--per-op-costs: every op at these costs) 8 "
+                           "ranks x 20 microbatches, data semantics;")
+    d = {x["schedule"]: x for x in json.loads(out.read_text())}
+    assert {n: (x["cost_scale"], x["per_rank_costs"]) for n, x in d.items()} == {
+        "dualpipe": (1, True), "dualpipev": (0.5, True), "zbv": (0.5, True)}
+    # per rank: DualPipeV's table idle (PP/2-1)(F&B+B-3W) at half costs = 7, simulated 7
+    assert d["dualpipe"]["makespan"] == 66 and d["dualpipev"]["idle"] == [7] * 8
+    assert d["dualpipev"]["table_formula"]["idle_value"] == 7
+    assert d["dualpipev"]["makespan"] < 2 * d["dualpipe"]["makespan"] / 1.5
+    r = CliRunner().invoke(app, args + ["--per-op-costs"])
+    assert r.exit_code == 0 and " ".join(r.stdout.split()).startswith(
+        "costs F=1,B=1,W=1,BW=2,FB=3 read per op: every op at these costs")
+    d2 = {x["schedule"]: x for x in json.loads(out.read_text())}
+    assert d2["dualpipev"]["makespan"] == 2 * d["dualpipev"]["makespan"]
+    assert d2["dualpipev"]["idle"] == [14] * 8 and d2["dualpipe"]["note"].startswith(
+        "stages per rank differ (1 for dualpipe; 2 for dualpipev, zbv)")
+    assert d2["dualpipe"] == {**d["dualpipe"], "per_rank_costs": False,
+                              "note": d2["dualpipe"]["note"]}
+
+
+def test_compare_in_worker_processes_gives_the_same_rows() -> None:
+    want = ["1f1b", "dualpipe", "zbv", "interleaved-1f1b", "dualpipe-odd-size"]
+    with pytest.raises(Exception, match="unknown schedule 'dualpipe-odd-size'"):
+        compare(4, 8, FIG, schedules=want)
+    one = compare(6, 8, FIG, schedules=want[:4])
+    two = compare(6, 8, FIG, schedules=want[:4], jobs=2)
+    assert one == two and [r.schedule for r in two.rows] == ["1f1b", "zbv",
+                                                            "interleaved-1f1b"]
+    assert "dualpipe" in two.skipped

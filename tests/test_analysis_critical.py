@@ -98,3 +98,58 @@ def test_slack_matches_resimulation(sem: str) -> None:
                 stage=span.stage, mb=span.mb, kind=kind, cost=base + extra)])
             t2 = simulate(prog, c, comm=comm)
             assert t2.makespan - tl.makespan == pytest.approx(moved), (o, extra)
+
+
+@pytest.mark.parametrize("name,comm", [
+    ("zb-1p", CommModel(semantics="eager", launch_cost=0.5)),
+    ("dualpipe", CommModel(semantics="rendezvous", launch_cost=0.25,
+                           comm_stream="per-peer")),
+    ("dualpipe", CommModel(semantics="rendezvous", eager_threshold_bytes=1.5)),
+], ids=["launch-cost", "launch-cost-stream", "eager-threshold"])
+def test_graph_reproduces_launch_costs_and_mixed_eagerness(name, comm) -> None:
+    """The host time a launch takes and which messages complete eagerly come from the
+    run itself: the graph reproduces it (before, launches cost nothing in the graph and
+    eagerness came from default message sizes)."""
+    prog = build_program(name, 4, 8)
+    costs = CostModel(**FIGURE_COSTS, stage_bytes={0: 1.0, 1: 2.0, 2: 1.0, 3: 2.0})
+    link = LinkModel(latency=0.5)
+    tl = simulate(prog, costs, link, comm)
+    G = build_graph(tl, prog, link, comm)
+    _assert_reproduces(tl, G)
+    assert critical_path(G)[-1].end == tl.makespan
+
+
+def test_critical_path_headline_and_runs_of_ops() -> None:
+    from schedsim.analysis.critical import path_headline, segments
+
+    prog = build_program("1f1b", 4, 8)
+    tl = simulate(prog, CostModel(F=1, BW=2))
+    path = critical_path(build_graph(tl, prog))
+    assert path_headline(path, tl.makespan, 52, 64) == [
+        "makespan 33 = 33 compute + 0 waiting along 22 ops on the path over 4 ranks; "
+        "52 of 64 ops have zero slack",
+        "route: 0F0@r0 -> 1F0@r1 -> 2F0@r2 -> r3: 16 ops 3F0..3BW7 [3,27] -> 2BW7@r2 -> "
+        "1BW7@r1 -> 0BW7@r0"]
+    segs = segments(path)
+    assert [(g.rank, len(g.ops)) for g in segs] == [(0, 1), (1, 1), (2, 1), (3, 16), (2, 1),
+                                                    (1, 1), (0, 1)]
+    assert [v.what for v in segs[1].via if v.kind == "message"] == ["F mb0 0->1"]
+    long = path_headline(path, tl.makespan, route_limit=4)[1]
+    assert long == "route: 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
+
+
+def test_networkx_view_of_a_small_graph() -> None:
+    """The graph as a networkx DiGraph (for small graphs): same nodes, edges, kinds and
+    weights; its longest paths give the same times."""
+    import networkx as nx
+
+    prog = build_program("1f1b", 2, 3)
+    tl = simulate(prog, CostModel(F=1, BW=2))
+    G = build_graph(tl, prog)
+    g = G.to_networkx()
+    assert g.number_of_edges() == len(G.e.src) and set(g.nodes) == set(G.time)
+    assert g.edges[("S", 1, 2), ("E", 1, 2)] == {"weight": 1.0, "kind": "compute"}
+    t = {}
+    for v in nx.topological_sort(g):
+        t[v] = max((t[u] + d["weight"] for u, _, d in g.in_edges(v, data=True)), default=0.0)
+    assert t == dict(G.time)

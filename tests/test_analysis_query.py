@@ -91,6 +91,55 @@ def test_t10_t12_rendezvous_both_members_bind() -> None:
     both = _ask("rendezvous", SEND, RECV_F3)
     assert (both.effect_start, both.counterfactual_start, both.delay,
             both.makespan_delta) == (12, 11, 1, 0)
+    # the answer finds the co-cause itself: the other binding member of the COMMIT
+    assert a.co_causes == ["rank 5 5RECV_F3 (instr 27)"]
+    assert (a.joint_start, a.joint_delay, a.joint_makespan_delta) == (11, 1, 0)
+    assert both.co_causes == [] and both.joint_delay is None
+
+
+def test_co_causes_only_when_the_cause_binds() -> None:
+    """Eager: the send completed at 11, before the COMMIT released at 12; it does not
+    bind, so no co-cause is named (freeing both would credit the recv's delay to it);
+    the headline says what held the wait instead."""
+    from schedsim.analysis.query_text import headline
+
+    a = _ask("eager", SEND)
+    assert a.chain == [] and a.co_causes == [] and a.joint_delay is None
+    assert headline(a) == [
+        "eager: rank 5 5SEND_B0 (instr 27) does not delay rank 5 5W0 (instr 29): it "
+        "starts at 12 either way, held by 5RECV_F3 on COMMIT (instr 28); the makespan "
+        "does not move."]
+    # a cause that delays the effect gets no co-cause either
+    b = _ask("eager", RECV_F3)
+    assert b.delays and b.co_causes == []
+
+
+def test_headline_names_both_causes_and_the_joint_delay() -> None:
+    from schedsim.analysis.query_text import explain, headline
+
+    a = _ask("rendezvous", SEND)
+    assert headline(a) == [
+        "rendezvous: rank 5 5SEND_B0 (instr 27) alone does not delay rank 5 5W0 (instr "
+        "29), which starts at 12 either way: rank 5 5RECV_F3 (instr 27) binds the same "
+        "COMMIT (instr 28) too.",
+        "  freeing both: delay 1 (it starts at 11 instead of 12); the makespan does not "
+        "move."]
+    text = explain(a)
+    assert text[:2] == headline(a)
+    assert text[2].startswith("  blocked on COMMIT at instr 28 from 11 to 12")
+    assert text[3] == "  chain: msg B mb0 5->4 (12) -> r5 COMMIT#28 (12) -> 5W0@r5 [12,13]"
+
+
+def test_long_chains_are_elided_in_the_middle() -> None:
+    from schedsim.analysis.query_text import CHAIN_LIMIT, chain_text
+
+    chain = [{"kind": "op", "what": f"0F{i}", "rank": 0, "start": i, "end": i + 1,
+              "index": i} for i in range(100)]
+    text = chain_text(chain)
+    assert text.count("->") == CHAIN_LIMIT
+    assert "0F0@r0 [0,1]" in text and "0F99@r0 [99,100]" in text
+    assert f"... {100 - CHAIN_LIMIT} more steps ..." in text
+    assert chain_text(chain[:CHAIN_LIMIT]).count("->") == CHAIN_LIMIT - 1
 
 
 def test_op_cause_costs_zero_and_indirect_effects_count() -> None:
@@ -133,7 +182,29 @@ def test_query_cli_all_semantics(tmp_path: Path) -> None:
                 "makespan_delta", "binding_wait", "chain"} <= set(x)
     assert [(x["effect_start"], x["delay"], x["makespan_delta"]) for x in d] == \
         [(11, 0, 0), (12, 0, 0), (12, 0, 0)]
-    assert "does not delay it" in r.stdout
+    out_lines = r.stdout.splitlines()
+    # the headlines come first, one per semantics, before the table
+    assert out_lines[0].startswith("data: rank 5 5SEND_B0 (instr 27) does not delay")
+    assert out_lines[1].startswith("eager: rank 5 5SEND_B0 (instr 27) does not delay")
+    assert out_lines[2].startswith("rendezvous: rank 5 5SEND_B0 (instr 27) alone does "
+                                   "not delay")
+
+
+def test_query_cli_rendezvous_headline_names_both_causes(tmp_path: Path) -> None:
+    """Issue 15: the T10/T12 query under rendezvous headlines both causes and the delay
+    with both freed, in its first two lines."""
+    out = tmp_path / "q.json"
+    r = CliRunner().invoke(app, ["query", str(SCHEDULES / "dualpipe-issue-t10-t12.toml"),
+                                 "--semantics", "rendezvous", "--effect", "rank=5 W mb=0",
+                                 "--cause", "rank=5 SEND_B mb=0", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    first, second = r.stdout.splitlines()[:2]
+    assert "rank 5 5SEND_B0 (instr 27) alone does not delay rank 5 5W0" in first
+    assert "rank 5 5RECV_F3 (instr 27) binds the same COMMIT (instr 28)" in first
+    assert "freeing both: delay 1" in second
+    d = json.loads(out.read_text())[0]
+    assert (d["delay"], d["co_causes"], d["joint_delay"]) == \
+        (0, ["rank 5 5RECV_F3 (instr 27)"], 1)
 
 
 def test_query_cli_errors_leave_no_file(tmp_path: Path) -> None:
@@ -184,7 +255,7 @@ def test_comm_effect_is_its_completion() -> None:
     """For a comm op effect the time is its completion, and the answer says so: 4RECV_B0
     completes at 12 (eager); 4F3 delays it by 1 (through 3F14, after which rank 4 posts
     its recv), the makespan does not move."""
-    from schedsim.analysis.query import explain
+    from schedsim.analysis.query_text import explain
 
     eff = select(DP, "rank=4 RECV_B mb=0")
     a = answer(DP, eff, [select(DP, "rank=4 F mb=3")], FIG, LinkModel(),
@@ -192,7 +263,8 @@ def test_comm_effect_is_its_completion() -> None:
     assert (a.effect_event, a.effect_start, a.counterfactual_start, a.delay,
             a.makespan_delta) == ("completion", 12, 11, 1, 0)
     text = "\n".join(explain(a))
-    assert "rank 4 4RECV_B0 (instr 25) completes at 12, 11 with the cause free" in text
+    assert ("delays rank 4 4RECV_B0 (instr 25) by 1: it completes at 12, at 11 with the "
+            "cause free") in text
     assert "starts at" not in text and "not blocked" not in text
     a = _ask("eager", SEND)
-    assert a.effect_event == "start" and "5W0 (instr 29) starts at 12" in explain(a)[0]
+    assert a.effect_event == "start" and "5W0 (instr 29): it starts at 12" in explain(a)[0]

@@ -145,3 +145,40 @@ rank 1: 1RECV_F0 1RECV_F1 WAIT[1RECV_F0+1RECV_F1] 1F0 1BW0 1SEND_B0 1F1 1BW1 1SE
     st = attribute_stalls(tl)
     assert [(s.rank, s.start, s.end, s.cause) for s in st] == [(1, 0, 1, "deadlock")]
     assert "WAIT[1RECV_F0+1RECV_F1]" in st[0].detail
+
+
+def test_headline_totals_by_cause_and_names_the_longest() -> None:
+    from schedsim.analysis.stalls import stalls_headline
+
+    prog = build_program("dualpipe", 8, 20)
+    tl = simulate(prog, FIG, comm=CommModel(semantics="rendezvous"))
+    st = attribute_stalls(tl, prog)
+    assert stalls_headline(st, tl, 5) == (
+        "idle by cause (rank 5): wait-recv 3, warmup 2, wait-batch 1 = 6 of 66 (9.1%) in "
+        "5 stalls; longest: rank 5 0-2 warmup")
+    # all ranks: 6 idle per rank; the longest is the first of the ties in (rank, start)
+    head = stalls_headline(st, tl)
+    assert head.startswith("idle by cause (all ranks): ") and "= 48 of 528 (9.1%)" in head
+    longest = max(s.duration for s in st)
+    assert head.endswith(next(f"rank {s.rank} {s.start:g}-{s.end:g} {s.cause}" for s in st
+                              if s.duration == longest))
+
+
+def test_stalls_cli_prints_the_headline_first_and_bounds_the_table() -> None:
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    r = CliRunner().invoke(app, ["stalls", "-s", "1f1b", "-p", "8", "-m", "16",
+                                 "--limit", "3"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("idle by cause (all ranks): ")
+    tl = simulate(build_program("1f1b", 8, 16))
+    n = len(attribute_stalls(tl))
+    flat = " ".join(r.stdout.split())
+    assert f"the 3 longest of {n} stalls shown" in flat
+    rows = [ln for ln in lines if ln.startswith("│") and ln.split("│")[1].strip().isdigit()]
+    assert len(rows) == 3
+    r = CliRunner().invoke(app, ["stalls", "-s", "1f1b", "-p", "8", "-m", "16", "--all"])
+    assert "longest of" not in r.stdout

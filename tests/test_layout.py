@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.errors",),
     ("schedsim.util",),
     ("schedsim.program",),
-    ("schedsim.timeline",),
+    ("schedsim.timeline", "schedsim.timeline_check"),
     ("schedsim.sim",),
     ("schedsim.generators",),
     ("schedsim.analysis",),

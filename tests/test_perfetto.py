@@ -194,3 +194,49 @@ def test_units_and_bad_input(tmp_path):
     assert not (tmp_path / "t.txt").exists()
     data = trace_events([tl], memory=False, stalls=False)
     assert not [e for e in data["traceEvents"] if e["ph"] in "Ci"]
+
+
+def test_writing_a_trace_does_not_import_matplotlib(tmp_path):
+    """Issue 14: the trace writer (library and CLI) loads no plotting code. Checked in a
+    fresh interpreter, since this test process may have imported matplotlib already."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.json"
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from schedsim import CostModel, build_program, simulate\n"
+        "from schedsim.cli import app\n"
+        "from schedsim.interop.perfetto import write_trace\n"
+        "tl = simulate(build_program('dualpipe', 4, 8), CostModel(F=1, B=1, W=1, FB=3))\n"
+        f"write_trace({str(out)!r}, [tl])\n"
+        "r = CliRunner().invoke(app, ['simulate', '-s', '1f1b', '-p', '4', '-m', '8',\n"
+        f"                            '--trace', {str(tmp_path / 'c.json')!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'\n"
+        "             or m.startswith('schedsim.plot'))\n"
+        "print('loaded:', bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "loaded: []"
+    assert check_trace(json.loads(out.read_text()))["X"] > 0
+    assert (tmp_path / "c.json").exists()
+
+
+def test_streamed_file_is_the_trace_events_dict(tmp_path):
+    """The file write_trace streams parses to exactly what trace_events returns, for a
+    non-slot unit whose timestamps need rounding and for two timelines at once."""
+    pred = _sim("zbv", 4, 8, CostModel(F=1.1, B=0.7, W=0.33), semantics="rendezvous")
+    meas = Timeline.model_validate({**pred.model_dump(), "source": "measured",
+                                    "unit": "ms"})
+    path = tmp_path / "t.json"
+    write_trace(path, [pred, meas], us_per_unit_override=7.3)
+    text = path.read_text()
+    assert text.isascii()
+    data = json.loads(text)
+    assert data == trace_events([pred, meas], us_per_unit_override=7.3)
+    check_trace(data)
+    ts = [e["ts"] for e in data["traceEvents"] if "ts" in e]
+    assert all(round(t, 3) == t for t in ts) and any(t != int(t) for t in ts)

@@ -222,8 +222,10 @@ def test_cli_replay_compare_profile_and_import(tmp_path):
                                str(tmp_path / "p.json")], capture_output=True, text=True,
                         timeout=60)
     assert p2.returncode == 0, p2.stderr
-    # the calibrated launch cost reaches the prediction and simulate --costs-file
-    assert Timeline.read_json(tmp_path / "p.json").makespan == pytest.approx(pred.makespan)
+    # the cost file is lossless: simulate --costs-file predicts the very same makespan
+    # (with 6 significant digits it differed in the last places and failed ~1 run in 7),
+    # the calibrated launch cost included
+    assert Timeline.read_json(tmp_path / "p.json").makespan == pred.makespan
     assert "\n[comm]\nlaunch_cost = " in (out / "1f1b-costs.toml").read_text()
     # one rank's trace alone: a partial timeline with that rank's spans
     p4 = subprocess.run(cmd + ["import-trace", str(tmp_path / "prof" / "rank0.json"),

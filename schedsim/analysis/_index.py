@@ -6,7 +6,7 @@ both of their parts.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from functools import cached_property
 
 from schedsim.program.ir import Comm, Op
@@ -65,11 +65,6 @@ def rank_atom_index(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
     return idx
 
 
-def message_producer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
-    """The span on ``m.src`` that produced message ``m`` (``idx``: :func:`rank_atom_index`)."""
-    return _first(idx, tuple((m.src, *a) for a in producer_atoms((m.kind, m.stage, m.mb))))
-
-
 def message_consumer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
     """The span on ``m.dst`` that consumes message ``m`` (``idx``: :func:`rank_atom_index`),
     or None if the timeline has none."""
@@ -82,26 +77,56 @@ def recv_token(m: Message) -> str:
 
 
 class TimelineIndex:
-    """Spans by (rank, index) and by atom, messages by key, waits by rank."""
+    """Spans by (rank, index) and by atom, messages by key, spans and waits by rank.
+
+    Each table is built on first use (a stall analysis that never asks for a message
+    does not index a million of them).
+    """
 
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
-        self.by_instr: dict[tuple[int, int], Span] = {}
-        self.by_atom: dict[tuple[str, int, int], Span] = {}
-        self.rank_spans: list[list[Span]] = [[] for _ in range(tl.ranks)]
-        for s in tl.spans:
-            self.by_instr[(s.rank, s.index)] = s
-            for a in span_atoms(s):
-                self.by_atom[a] = s
-            self.rank_spans[s.rank].append(s)
-        for row in self.rank_spans:
+
+    @cached_property
+    def by_instr(self) -> dict[tuple[int, int], Span]:
+        """``(rank, instruction index) -> span``."""
+        return {(s.rank, s.index): s for s in self.tl.spans}
+
+    @cached_property
+    def by_atom(self) -> dict[tuple[str, int, int], Span]:
+        """``(kind, stage, mb) -> span`` (an FB span under both of its parts)."""
+        out: dict[tuple[str, int, int], Span] = {}
+        for s in self.tl.spans:
+            if s.parts:
+                for p in s.parts:
+                    out[(p.kind, p.stage, p.mb)] = s
+            else:
+                out[(s.kind, s.stage, s.mb)] = s
+        return out
+
+    @cached_property
+    def rank_spans(self) -> list[list[Span]]:
+        """Per rank, its spans by (start, index)."""
+        rows: list[list[Span]] = [[] for _ in range(self.tl.ranks)]
+        for s in self.tl.spans:
+            rows[s.rank].append(s)
+        for row in rows:
             row.sort(key=lambda s: (s.start, s.index))
-        self.msgs: dict[Key, Message] = {(m.kind, m.stage, m.mb): m for m in tl.messages}
-        self.rank_waits: list[list] = [[] for _ in range(tl.ranks)]
-        for w in tl.waits:
-            self.rank_waits[w.rank].append(w)
-        for row in self.rank_waits:
+        return rows
+
+    @cached_property
+    def msgs(self) -> dict[Key, Message]:
+        """Message key -> message."""
+        return {(m.kind, m.stage, m.mb): m for m in self.tl.messages}
+
+    @cached_property
+    def rank_waits(self) -> list[list]:
+        """Per rank, its recorded waits by (start, index)."""
+        rows: list[list] = [[] for _ in range(self.tl.ranks)]
+        for w in self.tl.waits:
+            rows[w.rank].append(w)
+        for row in rows:
             row.sort(key=lambda w: (w.start, w.index))
+        return rows
 
     @cached_property
     def _by_index(self) -> list[tuple[list[int], list[Span]]]:
@@ -116,12 +141,6 @@ class TimelineIndex:
         keys, spans = self._by_index[rank]
         k = bisect_right(keys, index)
         return spans[k] if k < len(spans) else None
-
-    def span_before(self, rank: int, index: int) -> Span | None:
-        """The last compute span of ``rank`` whose instruction index is < ``index``."""
-        keys, spans = self._by_index[rank]
-        k = bisect_left(keys, index)
-        return spans[k - 1] if k > 0 else None
 
     def producer(self, key: Key) -> Span | None:
         """The span that produced message ``key`` (F for an activation, B/BW a gradient)."""

@@ -12,7 +12,10 @@ critical path.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from schedsim.analysis._index import EPS, fmt_t
 from schedsim.program.ops import recv_comm, send_comm
@@ -215,20 +218,21 @@ def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float
             (peer, best.index, best.token))
 
 
-def unit_text(cp: object, u: int, t: float | None) -> tuple[int, str, str]:
-    """A comm-stream unit of a compiled program (:class:`~schedsim.sim.compiled.
-    Compiled`) that starts at ``t``: ``(rank, its ops' tokens, a sentence naming the
-    rank, its stream and the unit ahead of it on that stream, whose completion let it
-    start)``."""
-    P = cp.ranks  # type: ignore[attr-defined]
-    sid = int(cp.unit_stream[u])  # type: ignore[attr-defined]
-    rank = sid if sid < P else (sid - P) // P
-    stream = (f"rank {rank}'s comm stream" if sid < P else
-              f"rank {rank}'s comm stream to rank {(sid - P) % P}")
-    toks = "+".join(cp.handle_token(h) for h in cp.unit_handles[u])  # type: ignore
-    prev = [x for x in range(u) if int(cp.unit_stream[x]) == sid]  # type: ignore
+def unit_text(ranks: int, unit_stream: np.ndarray, handles: Callable[[int], list[int]],
+              token: Callable[[int], str], u: int, t: float | None) -> tuple[int, str, str]:
+    """A comm-stream unit ``u`` of a compiled program that starts at ``t``: ``(rank, its
+    ops' tokens, a sentence naming the rank, its stream and the unit ahead of it on that
+    stream, whose completion let it start)``. ``unit_stream``: the stream of each unit
+    (a rank r's per-rank stream is r, its stream to peer q is ``ranks + r * ranks + q``);
+    ``handles(u)``: the unit's handles; ``token(h)``: a handle's program token."""
+    sid = int(unit_stream[u])
+    rank = sid if sid < ranks else (sid - ranks) // ranks
+    stream = (f"rank {rank}'s comm stream" if sid < ranks else
+              f"rank {rank}'s comm stream to rank {(sid - ranks) % ranks}")
+    toks = "+".join(token(h) for h in handles(u))
+    prev = np.flatnonzero(unit_stream[:u] == sid)
     txt = f"{stream} starts {toks} at {fmt_t(t)}"
-    if prev:
-        ahead = "+".join(cp.handle_token(h) for h in cp.unit_handles[prev[-1]])  # type: ignore
+    if len(prev):
+        ahead = "+".join(token(h) for h in handles(int(prev[-1])))
         txt += f", once {ahead} ahead of it at the head of that stream completed"
     return rank, toks, txt

@@ -6,15 +6,18 @@ delay equals the node's time (program order first on ties, so a run of back-to-b
 one rank stays on that rank until the rank had to wait for a message). Slack of an op is
 how long its start could slip, with every order fixed, before the makespan moves:
 ``makespan - start - (longest delay from its start to the end of any op)`` — the classic
-critical-path-method total float (Kelley & Walker, 1959), computed over the max-plus
-graph with networkx's topological order.
+critical-path-method total float (Kelley & Walker, 1959), from one backward pass over the
+graph's topological order.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
+
+import numpy as np
 
 from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
-from schedsim.analysis.graph import DepGraph, Node
+from schedsim.analysis.graph import DepGraph
+from schedsim.timeline import Message
 
 
 @dataclass
@@ -30,63 +33,127 @@ class Step:
     detail: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict."""
+        return {f: getattr(self, f) for f in _STEP_FIELDS}
 
 
-def condense(G: DepGraph, nodes: list[Node]) -> list[Step]:
-    """Turn a node chain into readable steps: an op's S and E become one step, a
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+
+
+def message_detail(m: Message) -> str:
+    """One line with every time of message ``m``."""
+    return (f"{key_label((m.kind, m.stage, m.mb))}: send posted {fmt_t(m.send_posted)}, "
+            f"recv posted {fmt_t(m.recv_posted)}, moved {fmt_t(m.start)}-"
+            f"{fmt_t(m.arrival)}, send done {fmt_t(m.send_done)}, recv done "
+            f"{fmt_t(m.recv_done)}")
+
+
+def condense(G: DepGraph, nodes: list[int]) -> list[Step]:
+    """Turn a chain of node ids into readable steps: an op's S and E become one step, a
     message's transfer/arrival/completion nodes become one step."""
     steps: list[Step] = []
-    tl_idx = G.idx
     for v in nodes:
-        t = G.time[v]
-        k = v[0]
+        k, t = G.kind(v), float(G.t[v])
+        last = steps[-1] if steps else None
         if k in ("S", "E"):
-            s = tl_idx.by_instr[(v[1], v[2])]
-            last = steps[-1] if steps else None
-            if last and last.kind == "op" and last.rank == v[1] and last.index == v[2]:
+            s = G.span(v)
+            if last and last.kind == "op" and last.rank == s.rank and last.index == s.index:
                 last.end = max(last.end, t)
                 continue
-            steps.append(Step("op", v[1], v[2], span_token(s), s.start, s.end))
+            steps.append(Step("op", s.rank, s.index, span_token(s), s.start, s.end))
         elif k in ("T", "A", "DS", "DR"):
-            m = tl_idx.msgs.get(v[1])
-            label = m.label() if m is not None else str(v[1])
-            last = steps[-1] if steps else None
+            m = G.message(v)
+            label = m.label()
             if last and last.kind == "message" and last.what == label:
                 last.end = max(last.end, t)
                 continue
-            detail = (f"{key_label(v[1])}: send posted {fmt_t(m.send_posted)}, recv posted "
-                      f"{fmt_t(m.recv_posted)}, moved {fmt_t(m.start)}-{fmt_t(m.arrival)}, "
-                      f"send done {fmt_t(m.send_done)}, recv done {fmt_t(m.recv_done)}"
-                      if m is not None else "")
-            steps.append(Step("message", None if m is None else m.src, None, label, t, t,
-                              detail))
-        elif k == "P":
-            steps.append(Step("post", v[1], v[2], G.describe(v).split(" posts ")[1]
-                              .split(" (instr")[0], t, t))
-        elif k == "W":
-            d = G.describe(v)
-            tok = d.split(" (instr")[0].split(f"rank {v[1]} ", 1)[1]
-            steps.append(Step("wait", v[1], v[2], tok, t, t, d))
+            steps.append(Step("message", m.src, None, label, t, t, message_detail(m)))
+        elif k in ("P", "W"):
+            r, i = G.rank_index(v)
+            tok = G.instr_token(r, i)
+            steps.append(Step("post", r, i, tok, t, t) if k == "P" else
+                         Step("wait", r, i, tok, t, t, G.describe(v)))
+        elif k == "U":       # names the rank, its stream and the unit ahead
+            rank, toks, text = G.unit(v)
+            steps.append(Step("stream", rank, None, toks, t, t, text))
         elif k == "I":
-            a, b = divmod(v[1], G.cp.ranks)
+            a, b = divmod(int(G.e.init_pairs[v - G.lay.i0]), G.e.ranks)
             steps.append(Step("init", None, None, f"communicator init {a}-{b}", t, t,
                               G.describe(v)))
-        elif k == "U":
-            from schedsim.analysis.blame import unit_text
-
-            rank, toks, _ = unit_text(G.cp, v[1], t)
-            steps.append(Step("stream", rank, None, toks, t, t, G.describe(v)))
     return steps
 
 
 def critical_path(G: DepGraph) -> list[Step]:
     """The chain of ops, messages and waits that sets the makespan, in time order."""
-    ends = [v for v in G.g.nodes if v[0] == "E"]
-    if not ends:
+    last = G.last_end()
+    if last is None:
         return []
-    last = max(ends, key=lambda v: (G.time[v], v[1]))
-    return condense(G, [v for v in G.backtrack(last) if v != ("0",)])
+    return condense(G, [v for v in G.backtrack(last) if v != 0])
+
+
+@dataclass
+class Segment:
+    """Consecutive ops of the critical path on one rank, and the non-op steps (messages,
+    waits) that led into them."""
+
+    rank: int
+    ops: list[Step]
+    via: list[Step] = field(default_factory=list)
+
+    @property
+    def start(self) -> float:
+        return self.ops[0].start
+
+    @property
+    def end(self) -> float:
+        return self.ops[-1].end
+
+    def text(self) -> str:
+        """``3F0@r3`` for one op, ``r3: 16 ops 3F0..3BW7 [3,27]`` for several."""
+        if len(self.ops) == 1:
+            o = self.ops[0]
+            return f"{o.what}@r{self.rank}"
+        return (f"r{self.rank}: {len(self.ops)} ops {self.ops[0].what}..{self.ops[-1].what} "
+                f"[{fmt_t(self.start)},{fmt_t(self.end)}]")
+
+
+def segments(path: list[Step]) -> list[Segment]:
+    """The path's ops grouped into runs on one rank (posts inside a run are dropped;
+    messages and waits before a run are its ``via``)."""
+    out: list[Segment] = []
+    pending: list[Step] = []
+    for s in path:
+        if s.kind != "op":
+            if s.kind in ("message", "wait", "stream"):
+                pending.append(s)
+            continue
+        if out and out[-1].rank == s.rank and not any(p.kind == "message" for p in pending):
+            out[-1].ops.append(s)
+        else:
+            out.append(Segment(s.rank, [s], pending))
+        pending = []
+    return out
+
+
+def path_headline(path: list[Step], makespan: float, zero_slack: int | None = None,
+                  ops: int | None = None, route_limit: int = 9) -> list[str]:
+    """Two lines that say what sets the makespan: how much of it the path's ops compute
+    and how much it waits, and the route over ranks (at most ``route_limit`` segments,
+    the middle elided)."""
+    op_steps = [s for s in path if s.kind == "op"]
+    busy = sum(s.end - s.start for s in op_steps)
+    ranks = len({s.rank for s in op_steps})
+    slack = ("" if zero_slack is None else
+             f"; {zero_slack} of {ops} ops have zero slack")
+    head = (f"makespan {fmt_t(makespan)} = {fmt_t(busy)} compute + "
+            f"{fmt_t(makespan - busy)} waiting along {len(op_steps)} ops on the path "
+            f"over {ranks} ranks{slack}")
+    segs = segments(path)
+    parts = [g.text() for g in segs]
+    if len(parts) > route_limit:
+        k = route_limit // 2
+        parts = parts[:k] + [f"... {len(parts) - 2 * k} more ..."] + parts[-k:]
+    return [head, "route: " + " -> ".join(parts)]
 
 
 @dataclass
@@ -101,18 +168,28 @@ class OpSlack:
     slack: float
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict."""
+        return {f: getattr(self, f) for f in _SLACK_FIELDS}
+
+
+_SLACK_FIELDS = tuple(f.name for f in fields(OpSlack))
+
+
+def slack_values(G: DepGraph) -> np.ndarray:
+    """Slack of every op by span id (``G.e.span_of`` order; float64, 0 on the critical
+    path; exact zeros below :data:`EPS`)."""
+    lay = G.lay
+    L = G.tail_lengths()
+    S = np.arange(lay.s0, lay.e0)
+    sl = G.tl.makespan - G.t[S] - L[S]
+    sl[np.abs(sl) < EPS] = 0.0
+    return sl
 
 
 def op_slack(G: DepGraph) -> list[OpSlack]:
     """Slack of every op (ops on the critical path have 0), sorted by rank and start."""
-    L = G.tail_lengths()
-    M = G.tl.makespan
-    out = []
-    for s in G.tl.spans:
-        S = ("S", s.rank, s.index)
-        sl = M - G.time[S] - L[S]
-        out.append(OpSlack(s.rank, s.index, span_token(s), s.start, s.end,
-                           0.0 if abs(sl) < EPS else sl))
+    sl = slack_values(G).tolist()
+    out = [OpSlack(s.rank, s.index, span_token(s), s.start, s.end, x)
+           for s, x in zip(G.e.span_of, sl)]
     out.sort(key=lambda o: (o.rank, o.start))
     return out

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement
 from schedsim.timeline import Timeline
+from schedsim.util.text import clip
 
 PRESETS: dict[str, dict[str, float]] = {
     "zb": {"F": 1.0, "B": -0.5, "W": -0.5, "BW": -1.0},
@@ -38,7 +39,7 @@ class MemoryModel(BaseModel):
     """Activation deltas per kind (see module docstring). ``scale``: ``"auto"`` or a
     factor applied to every delta."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)   # finite deltas
 
     F: float = 1.0
     B: float = -0.5
@@ -46,6 +47,13 @@ class MemoryModel(BaseModel):
     BW: float = -1.0
     fb_order: Literal["alloc-then-free", "free-then-alloc"] = "alloc-then-free"
     scale: Literal["auto"] | float = "auto"
+
+    @field_validator("scale")
+    @classmethod
+    def _positive(cls, v: object) -> object:
+        if v != "auto" and not v > 0:       # type: ignore[operator]
+            raise ValueError("scale must be 'auto' or a number > 0")
+        return v
 
     @classmethod
     def preset(cls, name: str, **kw: object) -> "MemoryModel":
@@ -74,7 +82,7 @@ class MemoryModel(BaseModel):
                 return cls.preset(name, **kw) if name else cls(**kw)
             except ValidationError as e:
                 err = e.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"])
+                loc = clip(".".join(str(x) for x in err["loc"]))
                 what = ("unknown key" if err["type"] == "extra_forbidden" else
                         f"bad value ({err['msg']}) for")
                 raise ScenarioError(f"[memory]: {what} '{loc}' (keys: model, F, B, W, BW, "

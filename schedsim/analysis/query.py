@@ -22,21 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schedsim.analysis._index import (
-    EPS,
-    TimelineIndex,
-    comm_of,
-    fmt_t,
-    key_label,
-    partner_token,
-)
+from schedsim.analysis._index import EPS, comm_of, key_label, partner_token
+from schedsim.analysis._simulated import simulate_compiled
 from schedsim.analysis.critical import condense
 from schedsim.analysis.graph import build_graph
-from schedsim.analysis.select import Target
+from schedsim.analysis.select import Target, select
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.timeline import Timeline
+from schedsim.timeline import Message, Timeline
 
 SEMANTICS = ("data", "eager", "rendezvous")
 
@@ -75,34 +69,39 @@ def binding_wait(tl: Timeline, target: Target) -> dict | None:
     soon as the previous one ended."""
     if target.op is None:
         return None
-    idx = TimelineIndex(tl)
-    span = idx.by_instr.get((target.rank, target.index))
+    rank = target.rank
+    spans = [s for s in tl.spans if s.rank == rank]
+    span = next((s for s in spans if s.index == target.index), None)
     if span is None:
         return None
-    prev = idx.span_before(target.rank, span.index)
-    prev_idx = -1 if prev is None else prev.index
-    cands = [w for w in idx.rank_waits[target.rank]
-             if (w.kind == "DATA" and w.index == span.index)
-             or (w.kind != "DATA" and prev_idx < w.index < span.index)]
-    cands = [w for w in cands if w.end >= span.start - EPS]
+    prev_idx = max((s.index for s in spans if s.index < span.index), default=-1)
+    cands = [w for w in tl.waits if w.rank == rank and w.end >= span.start - EPS
+             and ((w.kind == "DATA" and w.index == span.index)
+                  or (w.kind != "DATA" and prev_idx < w.index < span.index))]
     if not cands:
         return None
     w = max(cands, key=lambda w: w.index)
-    comms = []
-    for tok in w.comms:
-        _, key, is_send = comm_of(tok)
-        m = idx.msgs.get(key)
-        done = None if m is None else (m.send_done if is_send else m.recv_done)
-        comms.append({
-            "comm": tok, "message": key_label(key),
+    parsed = [comm_of(tok) for tok in w.comms]
+    keys = {key for _, key, _ in parsed}
+    msgs = {k: m for m in tl.messages if (k := (m.kind, m.stage, m.mb)) in keys}
+    comms = [_member(tok, key, is_send, msgs.get(key), w.end)
+             for tok, (_, key, is_send) in zip(w.comms, parsed)]
+    return {"rank": w.rank, "index": w.index, "kind": w.kind, "reached": w.start,
+            "released": w.end, "comms": comms}
+
+
+def _member(tok: str, key: tuple, is_send: bool, m: Message | None, released: float
+            ) -> dict:
+    """One comm op of a binding wait: when it and its partner were posted, when it
+    completed, and whether it completed at the release (binding)."""
+    done = None if m is None else (m.send_done if is_send else m.recv_done)
+    return {"comm": tok, "message": key_label(key),
             "src": None if m is None else m.src, "dst": None if m is None else m.dst,
             "posted": None if m is None else (m.send_posted if is_send else m.recv_posted),
             "partner": partner_token(tok),
             "partner_posted": None if m is None else (m.recv_posted if is_send
                                                       else m.send_posted),
-            "done": done, "binding": done is not None and done >= w.end - EPS})
-    return {"rank": w.rank, "index": w.index, "kind": w.kind, "reached": w.start,
-            "released": w.end, "comms": comms}
+            "done": done, "binding": done is not None and done >= released - EPS}
 
 
 def cause_nodes(target: Target, tl: Timeline) -> set:
@@ -117,7 +116,13 @@ def cause_nodes(target: Target, tl: Timeline) -> set:
 
 @dataclass
 class Answer:
-    """One semantics' answer (see the module docstring); times in the costs' unit."""
+    """One semantics' answer (see the module docstring); times in the costs' unit.
+
+    ``co_causes``: when the causes alone do not delay the effect although they bind it
+    (a chain links them), the other binding members of the wait right before the
+    effect (tokens with rank and instruction); ``joint_start``/``joint_delay``: the
+    effect's time and delay with the causes and those freed together.
+    """
 
     semantics: str
     effect: str
@@ -134,6 +139,10 @@ class Answer:
     #: what ``effect_start`` / ``counterfactual_start`` time: an op's "start" or a comm
     #: op's "completion"
     effect_event: str = "start"
+    co_causes: list[str] = field(default_factory=list)
+    joint_start: float | None = None
+    joint_delay: float | None = None
+    joint_makespan_delta: float | None = None
 
     @property
     def delays(self) -> bool:
@@ -166,90 +175,83 @@ def check_causes(effect: Target, causes: list[Target]) -> None:
             f"after it prints)")
 
 
+def _snap(x: float | None) -> float | None:
+    return None if x is None else (0.0 if abs(x) < EPS else x)
+
+
 def answer(program: Program, effect: Target, causes: list[Target], costs: CostModel,
            link: LinkModel, comm: CommModel) -> Answer:
     """Answer "do ``causes`` delay ``effect``" under ``comm``'s semantics.
 
     ``delay = effect time - effect time with the causes free``; ``makespan_delta =
-    makespan - makespan with the causes free`` (both >= 0 when freeing helps). A program
-    that deadlocks under these semantics is answered with ``deadlock`` set and no delay.
+    makespan - makespan with the causes free`` (both >= 0 when freeing helps). When the
+    causes bind the effect but do not delay it, the other members that bind the same
+    wait are freed with them too (``co_causes``, ``joint_delay``). A program that
+    deadlocks under these semantics is answered with ``deadlock`` set and no delay.
     Raises :class:`ScenarioError` when a cause is the effect's own instruction
     (:func:`check_causes`).
     """
-    from schedsim.sim.simulate import simulate
-
     check_causes(effect, causes)
     event = "start" if effect.op is not None else "completion"
-    tl = simulate(program, costs, link, comm, raise_on_deadlock=False)
+    tl, gi = simulate_compiled(program, costs, link, comm)
     names = [str(c) for c in causes]
     if tl.deadlock is not None:
         return Answer(comm.semantics, str(effect), names, None, None, None, tl.makespan,
                       tl.makespan, 0.0, None, [], tl.deadlock.message, event)
     cf = simulate_free(program, costs, link, comm, causes)
-    t0, t1 = effect_time(tl, effect), effect_time(cf, effect)
-    delay = None if t0 is None or t1 is None else t0 - t1
-    chain: list[dict] = []
-    G = build_graph(tl, program, link, comm)
-    target = (("S", effect.rank, effect.index) if effect.op is not None else
-              ("DS" if effect.comm.is_send else "DR", effect.message_key))
-    sources = set().union(*(cause_nodes(c, tl) for c in causes)) if causes else set()
-    if target in G.time:
-        path = G.tight_path(sources & set(G.time), target)
-        if path is not None:
-            chain = [s.to_dict() for s in condense(G, path)]
-    return Answer(comm.semantics, str(effect), names, t0, t1,
-                  None if delay is None else (0.0 if abs(delay) < EPS else delay),
-                  tl.makespan, cf.makespan,
-                  0.0 if abs(tl.makespan - cf.makespan) < EPS else tl.makespan - cf.makespan,
-                  binding_wait(tl, effect), chain, None, event)
+    t0, t1, cf_makespan = effect_time(tl, effect), effect_time(cf, effect), cf.makespan
+    del cf
+    path, G = _binding_chain(tl, program, link, comm, gi, effect, causes)
+    del gi
+    a = Answer(comm.semantics, str(effect), names, t0, t1,
+               _snap(None if t0 is None or t1 is None else t0 - t1), tl.makespan,
+               cf_makespan, _snap(tl.makespan - cf_makespan), binding_wait(tl, effect),
+               [] if path is None else [s.to_dict() for s in condense(G, path)], None,
+               event)
+    on_chain = set() if path is None else {
+        (m.kind, m.stage, m.mb) for v in path if G.kind(v) in ("T", "A", "DS", "DR")
+        for m in (G.message(v),)}
+    del G
+    if path is not None and not a.delays and t0 is not None:
+        co = co_binding(program, a.binding_wait, causes, on_chain)
+        if co:
+            both = simulate_free(program, costs, link, comm, causes + co)
+            tj = effect_time(both, effect)
+            a.co_causes = [str(c) for c in co]
+            a.joint_start = tj
+            a.joint_delay = _snap(None if tj is None else t0 - tj)
+            a.joint_makespan_delta = _snap(tl.makespan - both.makespan)
+    return a
 
 
-def explain(a: Answer) -> list[str]:
-    """The answer in a few plain sentences (what the CLI prints under the table)."""
-    lines = []
-    if a.deadlock:
-        return [f"{a.semantics}: {a.deadlock}"]
-    causes = " + ".join(a.causes)
-    if a.effect_start is None:
-        lines.append(f"{a.semantics}: {a.effect} did not run")
-        return lines
-    if a.delay is None:
-        lines.append(f"{a.semantics}: with the cause free {a.effect} never happens")
-        return lines
-    verdict = (f"delays it by {fmt_t(a.delay)}" if a.delays else "does not delay it")
-    mk = ("the makespan does not move" if abs(a.makespan_delta) < EPS else
-          f"the makespan moves by {fmt_t(a.makespan_delta)} "
-          f"({fmt_t(a.counterfactual_makespan)} instead of {fmt_t(a.makespan)})")
-    when = "starts at" if a.effect_event == "start" else "completes at"
-    lines.append(f"{a.semantics}: {causes} {verdict} ({a.effect} {when} "
-                 f"{fmt_t(a.effect_start)}, {fmt_t(a.counterfactual_start)} with the cause "
-                 f"free); {mk}.")
-    bw = a.binding_wait
-    if bw:
-        parts = []
-        for c in bw["comms"]:
-            flag = " <- binding" if c["binding"] else ""
-            parts.append(f"{c['comm']} done {fmt_t(c['done'])} (partner {c['partner']} "
-                         f"posted {fmt_t(c['partner_posted'])}){flag}")
-        what = "its inputs" if bw["kind"] == "DATA" else f"{bw['kind']} at instr {bw['index']}"
-        lines.append(f"  blocked on {what} from {fmt_t(bw['reached'])} to "
-                     f"{fmt_t(bw['released'])}: " + "; ".join(parts))
-    elif a.effect_event == "start":
-        lines.append("  not blocked: it started as soon as the previous op ended")
-    if a.chain:
-        lines.append("  chain: " + " -> ".join(_step_text(s) for s in a.chain))
-    else:
-        lines.append("  chain: none (no binding dependency links the cause to the effect)")
-    return lines
+def _binding_chain(tl: Timeline, program: Program, link: LinkModel, comm: CommModel,
+                   gi, effect: Target, causes: list[Target]):
+    """``(node path, graph)``: the binding chain from the causes to the effect in the
+    run's dependency graph (path None when no binding chain links them)."""
+    G = build_graph(tl, program, link, comm, compiled=gi)
+    target = G.node_id(("S", effect.rank, effect.index) if effect.op is not None else
+                       ("DS" if effect.comm.is_send else "DR", effect.message_key))
+    sources = {i for c in causes for v in cause_nodes(c, tl)
+               if (i := G.node_id(v)) is not None}
+    return (None if target is None else G.tight_path(sources, target)), G
 
 
-def _step_text(s: dict) -> str:
-    if s["kind"] == "op":
-        return f"{s['what']}@r{s['rank']} [{fmt_t(s['start'])},{fmt_t(s['end'])}]"
-    if s["kind"] == "message":
-        return f"msg {s['what']} ({fmt_t(s['end'])})"
-    if s["kind"] == "post":
-        return f"r{s['rank']} posts {s['what']} ({fmt_t(s['start'])})"
-    if s["kind"] == "wait":
-        return f"r{s['rank']} {s['what']}#{s['index']} ({fmt_t(s['start'])})"
-    return f"{s['what']} ({fmt_t(s['start'])})"
+def co_binding(program: Program, bw: dict | None, causes: list[Target],
+               on_chain: set) -> list[Target]:
+    """The binding members of wait ``bw`` (see :func:`binding_wait`) that the causes do
+    not free and that are not how the causes reach the effect (``on_chain``: message
+    keys on the causes' binding chain): the other causes that hold the same wait."""
+    if bw is None:
+        return []
+    freed = {c.message_key for c in causes if c.comm is not None} | on_chain
+    out = []
+    for c in bw["comms"]:
+        key = comm_of(c["comm"])[1]
+        if not c["binding"] or key in freed:
+            continue
+        try:
+            out.append(select(program, c["comm"]))
+        except ScenarioError:        # a wait on an op the program does not post
+            continue
+        freed.add(key)
+    return out

@@ -31,7 +31,7 @@ The binding member of a wait is the op that completed last (at the wait's releas
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from schedsim.analysis._index import (
@@ -91,7 +91,13 @@ class Stall:
         return self.end - self.start
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, as a JSON-ready dict (``comms`` copied)."""
+        d = {f: getattr(self, f) for f in _STALL_FIELDS}
+        d["comms"] = list(self.comms)
+        return d
+
+
+_STALL_FIELDS = tuple(f.name for f in fields(Stall))
 
 
 @dataclass
@@ -357,6 +363,28 @@ def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:
     for s in stalls:
         out.setdefault(s.cause, [0.0] * ranks)[s.rank] += s.duration
     return out
+
+
+def stalls_headline(stalls: list[Stall], tl: Timeline, rank: int | None = None) -> str:
+    """One line: how much of the run is idle and why, and the longest stall (of
+    ``rank`` when given, else of all ranks)."""
+    sel = [s for s in stalls if rank is None or s.rank == rank]
+    ranks = 1 if rank is not None else tl.ranks
+    total = ranks * tl.makespan
+    idle = sum(s.duration for s in sel)
+    by: dict[str, float] = {}
+    for s in sel:
+        by[s.cause] = by.get(s.cause, 0.0) + s.duration
+    causes = ", ".join(f"{c} {fmt_t(v)}" for c, v in sorted(by.items(), key=lambda kv: -kv[1]))
+    who = f"rank {rank}" if rank is not None else "all ranks"
+    pct = f" ({100 * idle / total:.1f}%)" if total > 0 else ""
+    head = (f"idle by cause ({who}): {causes or 'none'} = {fmt_t(idle)} of "
+            f"{fmt_t(total)}{pct} in {len(sel)} stalls")
+    if not sel:
+        return head
+    top = max(sel, key=lambda s: (s.duration, -s.rank, -s.start))
+    return (f"{head}; longest: rank {top.rank} {fmt_t(top.start)}-{fmt_t(top.end)} "
+            f"{top.cause}")
 
 
 def stalls_of(tl: Timeline, stalls: Any) -> list[Any]:

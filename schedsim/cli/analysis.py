@@ -27,6 +27,7 @@ from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.costs import CommModel
 from schedsim.util.files import atomic_write_text
+from schedsim.util.text import rich_escape
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically).")]
@@ -54,9 +55,9 @@ def write_json(path: Path | None, data: Any) -> None:
 
 
 def _title(tl) -> str:
-    return (f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
-            f"{tl.semantics} semantics"
-            + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+    return rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, "
+                       f"{tl.semantics} semantics"
+                       + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
 
 
 @app.command()
@@ -65,24 +66,40 @@ def _title(tl) -> str:
 def stalls(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Print at most this many rows (the longest stalls).")
+    ] = ALIGN_LIMIT,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="Print every stall (no --limit).")] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """Classify every idle interval of every rank and say why it happened.
 
-    Causes: warmup, cooldown, wait-recv (input not arrived: which message, from which
-    rank, made by which op), wait-send (send not accepted, rendezvous), wait-batch (a
-    commit-and-wait held by a member the next op does not need), head-of-line (transfer
-    queued behind another), transfer, deadlock, host. --json writes a list of {rank,
-    start, end, cause, detail, index, instruction, comms}.
+    The first line says how much of the run is idle, by cause, and the longest stall;
+    the table gives each stall with its cause and the instruction and peer behind it
+    (at most --limit rows: the longest stalls, in rank and time order; --all prints
+    every one). Causes: warmup, cooldown, wait-recv (input not arrived: which message,
+    from which rank, made by which op), wait-send (send not accepted, rendezvous),
+    wait-batch (a commit-and-wait held by a member the next op does not need),
+    head-of-line (transfer queued behind another), transfer, deadlock, host. --json
+    writes every stall: a list of {rank, start, end, cause, detail, index, instruction,
+    comms}.
 
     Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
     """
-    from schedsim.analysis.stalls import attribute_stalls, stalls_summary
+    from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
     st = attribute_stalls(tl, prog)
     write_json(json_out, lambda: [s.to_dict() for s in st])
+    console.print(escape(stalls_headline(st, tl, rank)), highlight=False, soft_wrap=True)
+    if rank is not None:
+        console.print(escape(stalls_headline(st, tl)), highlight=False, soft_wrap=True)
     shown = [s for s in st if rank is None or s.rank == rank]
+    n = len(shown)
+    if not show_all and n > limit:
+        keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
+        shown = [s for s in shown if id(s) in keep]
     t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
@@ -91,10 +108,9 @@ def stalls(
         t.add_row(str(s.rank), fmt_t(s.start), fmt_t(s.end), fmt_t(s.duration), s.cause,
                   escape(s.detail))
     console.print(t)
-    tot = stalls_summary(st, tl.ranks)
-    console.print("idle by cause (all ranks): " + ", ".join(
-        f"{c} {fmt_t(sum(v))}" for c, v in sorted(tot.items(), key=lambda kv: -sum(kv[1]))),
-        highlight=False)
+    if len(shown) < n:
+        console.print(f"the {len(shown)} longest of {n} stalls shown (--all prints every "
+                      f"stall, --json writes them all)", highlight=False)
     if tl.deadlock is not None:
         fail_deadlock(tl, sc)
 
@@ -164,46 +180,86 @@ def critical_path_cmd(
     slack: Annotated[bool, typer.Option(
         "--slack", help="Also print every op's slack (time it can slip before the "
         "makespan moves).")] = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="One row per step (op, post, message, wait) instead of one per run "
+        "of ops on a rank.")] = False,
     json_out: JsonOpt = None,
 ) -> None:
     """The chain of ops, messages and waits that sets the makespan, and each op's slack.
 
-    Built with networkx over the dependency graph of the run (program order, data,
-    posts, partner posts, link FIFO, comm streams). --json writes {"makespan", "path":
-    [...], "slack": [...]}.
+    The first lines say how much of the makespan the path computes and how much it
+    waits, and its route over the ranks; the table has one row per run of consecutive
+    ops on one rank and the messages/waits that led into it (--all: one row per step).
+    Built from the dependency graph of the run (program order, data, posts, partner
+    posts, link FIFO, comm streams) by one longest-path pass in topological order.
+    --json writes {"makespan", "path": [...], "slack": [...]}.
     """
-    from schedsim.analysis.critical import critical_path, op_slack
+    from schedsim.analysis._simulated import simulate_compiled
+    from schedsim.analysis.critical import (
+        critical_path,
+        op_slack,
+        path_headline,
+        slack_values,
+    )
     from schedsim.analysis.graph import build_graph
 
-    prog, tl = run_scenario(sc)
+    from schedsim.cli.inputs import TimelineInput
+
+    if isinstance(sc, TimelineInput):       # a run already: analysed as it is
+        prog, tl = run_scenario(sc)
+        gi = None
+    else:
+        prog = sc.build_program()
+        tl, gi = simulate_compiled(prog, sc.costs, sc.link, sc.comm)
     if tl.deadlock is not None:
         fail_deadlock(tl, sc)
-    G = build_graph(tl, sc.build_program() if prog is None else prog, sc.link, sc.comm)
+    G = build_graph(tl, sc.build_program() if prog is None else prog, sc.link, sc.comm,
+                    compiled=gi)
+    del gi
     path = critical_path(G)
-    sl = op_slack(G)
-    write_json(json_out, {"makespan": tl.makespan, "path": [s.to_dict() for s in path],
-                          "slack": [o.to_dict() for o in sl]})
-    t = Table(title=f"critical path of {_title(tl)} (makespan {fmt_t(tl.makespan)})")
-    for col in ("step", "rank", "what", "start", "end", "detail"):
-        t.add_column(col, overflow="fold")
-    for s in path:
-        t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
-                  escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
-                  fmt_t(s.start), fmt_t(s.end), escape(s.detail))
-    console.print(t)
-    busy = sum(s.end - s.start for s in path if s.kind == "op")
-    console.print(f"{sum(1 for s in path if s.kind == 'op')} ops on the path, compute "
-                  f"{fmt_t(busy)} of makespan {fmt_t(tl.makespan)}; "
-                  f"{sum(1 for o in sl if o.slack == 0)} of {len(sl)} ops have zero slack",
-                  highlight=False)
+    sl = slack_values(G)
+    write_json(json_out, lambda: {"makespan": tl.makespan,
+                                  "path": [s.to_dict() for s in path],
+                                  "slack": [o.to_dict() for o in op_slack(G)]})
+    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl))
+    for line in (f"critical path of {_title(tl)}: {head}", route):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    console.print(_path_table(path, show_all))
     if slack:
         ts = Table(title="slack per op")
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
-        for o in sl:
+        for o in op_slack(G):
             ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_t(o.start),
                        fmt_t(o.end), fmt_t(o.slack))
         console.print(ts)
+
+
+def _path_table(path: list, show_all: bool) -> Table:
+    """The critical path as a table: one row per step, or per run of ops on a rank."""
+    from schedsim.analysis.critical import segments
+
+    if show_all:
+        t = Table(title="critical path, every step")
+        for col in ("step", "rank", "what", "start", "end", "detail"):
+            t.add_column(col, overflow="fold")
+        for s in path:
+            t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
+                      escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
+                      fmt_t(s.start), fmt_t(s.end), escape(s.detail))
+        return t
+    t = Table(title="critical path by runs of ops on one rank (--all: every step)")
+    for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
+        t.add_column(col, overflow="fold", justify="right" if col in (
+            "rank", "ops", "start", "end") else "left")
+    for g in segments(path):
+        via = ", ".join(f"msg {v.what}" if v.kind == "message" else
+                        "its inputs" if v.kind == "wait" and v.index == g.ops[0].index
+                        else f"{v.what} (instr {v.index})" if v.kind == "wait" else v.what
+                        for v in g.via)
+        t.add_row(str(g.rank), str(len(g.ops)), escape(g.ops[0].what),
+                  escape(g.ops[-1].what), fmt_t(g.start), fmt_t(g.end), escape(via))
+    return t
 
 
 _SELECTOR_HELP = ("Selector: terms 'rank=N mb=N stage=N chunk=N index=N' and a kind F, B, "
@@ -249,7 +305,8 @@ def query(
     Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
     --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
-    from schedsim.analysis.query import SEMANTICS, answer, explain
+    from schedsim.analysis.query import SEMANTICS, answer
+    from schedsim.analysis.query_text import details, headline
     from schedsim.analysis.select import select
 
     if not effect:
@@ -266,21 +323,30 @@ def query(
         comm = sc.comm.model_copy(update={"semantics": sem})
         answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
     write_json(json_out, [a.to_dict() for a in answers])
-    t = Table(title=f"does {' + '.join(str(c) for c in causes)} delay {eff}?")
+    for a in answers:
+        for line in headline(a):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+    t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
-    for col in cols + ["cause free", "delay", "makespan", "makespan delta"]:
+    joint = any(a.co_causes for a in answers)
+    for col in cols + ["cause free", "delay"] + (["both free"] if joint
+                                                  else []) + ["makespan", "makespan delta"]:
         t.add_column(col, justify="left" if col == "semantics" else "right")
     for a in answers:
         vs = ([] if len(cols) == 2 else
               [fmt_t(None if a.effect_start is None else a.effect_start - data_t)])
+        co = [fmt_t(a.joint_delay)] if joint else []
         t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
-                  "deadlock" if a.deadlock else fmt_t(a.delay), fmt_t(a.makespan),
+                  "deadlock" if a.deadlock else fmt_t(a.delay), *co, fmt_t(a.makespan),
                   fmt_t(a.makespan_delta))
     console.print(t)
     for a in answers:
-        for line in explain(a):
+        lines = details(a)
+        if lines:
+            console.print(f"{a.semantics}:", highlight=False)
+        for line in lines:
             console.print(escape(line), highlight=False, soft_wrap=True)
 
 
@@ -317,7 +383,7 @@ def lint(
     found = run_lint(prog, tl, late_threshold, lazy_init=sc.comm.lazy_init)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
-    t = Table(title=f"lint of {prog.name} ({comm.semantics} run"
+    t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                     + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
                     + (", deadlocks" if tl.deadlock is not None else "") + ")")
     if show_all:

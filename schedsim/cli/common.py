@@ -16,8 +16,13 @@ from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
 
-console = Console()
-err_console = Console(stderr=True)
+# emoji=False: ``:x:`` in a schedule name or quoted input stays text (schedsim.util.text)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
+
+
+#: characters of an error message printed at most (a message never copies bulk input)
+MAX_MESSAGE = 900
 
 
 def _tidy_help() -> None:
@@ -78,11 +83,20 @@ _tidy_help()
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``."""
+    """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``.
+    Quoted input in ``message`` is cut to a short excerpt, the message to
+    :data:`MAX_MESSAGE` characters, and it is printed as text (no markup, no emoji)."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(with_suggestion(message))}",
-                      soft_wrap=True, highlight=False)
+    from schedsim.util.text import shorten_quotes
+
+    message = with_suggestion(message)
+    if code == 2:               # bad input: one line, short quotes, of bounded length
+        message = " ".join(shorten_quotes(message, 80).splitlines())
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,
+                      highlight=False)
     raise typer.Exit(code)
 
 
@@ -129,13 +143,61 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
     fail(format_deadlock(tl.deadlock, fixes, tl.unit), 3)
 
 
-def handle_errors(fn: Callable) -> Callable:
-    """Turn :class:`SchedsimError` and OS errors into a one-line message and exit code
-    (a deadlock: its wait-for cycle one edge per line)."""
+#: command parameters that name output files, with their flags (checked by handle_errors)
+OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
+                 "out": "--out"}
+#: command parameters that name input files
+INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
+                "traces")
+
+LimitOpt = Annotated[Optional[list[str]], typer.Option(
+    "--max", metavar="KEY=N", show_default=False, help="Raise a work limit, KEY=N "
+    "(repeatable): instructions (default 20000000), ranks (4096), procs (64, replay "
+    "processes), file_mb (256, per input file). See docs/reliability.md.")]
+
+
+def _claim_paths(kwargs: dict[str, Any]) -> None:
+    """Register the command's input and output files: two outputs on one path, or an
+    output that is an input, fail here, before any work (schedsim.util.files)."""
+    from schedsim.util.files import claim_output, note_input
+
+    for name in INPUT_PARAMS:
+        v = kwargs.get(name)
+        for p in (v if isinstance(v, list) else [v]):
+            if isinstance(p, Path):
+                note_input(p)
+    for name, flag in OUTPUT_PARAMS.items():
+        if isinstance(kwargs.get(name), Path):
+            claim_output(kwargs[name], flag)
+
+
+def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callable:
+    """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
+    a one-line message and exit code (2 bad input, 3 deadlock, 128 + N when stopped by
+    SIGTERM/SIGHUP after removing temporary files); and a decoding, recursion, overflow or
+    memory error that escaped a loader into exit 2 naming the command's input files (a
+    deadlock: its wait-for cycle one edge per line, exit 3).
+
+    Around the command: the ``--max KEY=N`` option it adds (``limits=False``: none; see
+    :mod:`schedsim.util.limits`), one :func:`~schedsim.util.files.io_session` (outputs
+    named by :data:`OUTPUT_PARAMS` claimed at once, so ``--json x --trace x`` or an output
+    that is an input fails before any work) and :func:`~schedsim.util.signals.stop_signals`.
+    """
+    if fn is None:
+        return functools.partial(handle_errors, limits=limits)
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from schedsim.util.files import io_session
+        from schedsim.util.inputs import decoding_reason
+        from schedsim.util.limits import parse_limits, using
+        from schedsim.util.signals import stop_signals
+
+        items = kwargs.pop("max_limits", None) if limits else None
         try:
-            return fn(*args, **kwargs)
+            with stop_signals(), io_session(), using(**parse_limits(items)):
+                _claim_paths(kwargs)
+                return fn(*args, **kwargs)
         except SchedsimError as e:
             tl = getattr(e, "timeline", None)
             if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:
@@ -143,6 +205,23 @@ def handle_errors(fn: Callable) -> Callable:
             fail(str(e), e.exit_code)
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
+        except (RecursionError, OverflowError, MemoryError, UnicodeError) as e:
+            inputs = [str(v) for n in INPUT_PARAMS for v in
+                      (kwargs.get(n) if isinstance(kwargs.get(n), list) else [kwargs.get(n)])
+                      if v is not None]
+            fail(f"cannot use the input{'s' if len(inputs) > 1 else ''} "
+                 f"{', '.join(inputs) or 'given'}: {decoding_reason(e)}", 2)
+
+    if limits:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)
+        params = [p.replace(annotation=hints.get(n, p.annotation))
+                  for n, p in sig.parameters.items()]
+        params.append(inspect.Parameter("max_limits", inspect.Parameter.KEYWORD_ONLY,
+                                        default=None, annotation=LimitOpt))
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {**hints, "max_limits": LimitOpt}
+        del wrapper.__wrapped__
     return wrapper
 
 
@@ -219,13 +298,10 @@ ThresholdOpt = Annotated[Optional[float], typer.Option(
 LaunchCostOpt = Annotated[Optional[float], typer.Option(
     "--launch-cost", help="Host time to launch one batch of sends/recvs, in the cost "
     "unit (default 0; 'schedsim calibrate' measures it).")]
-LazyInitOpt = Annotated[Optional[bool], typer.Option(
-    "--lazy-init/--no-lazy-init", help="NCCL's lazy communicator init: the first bare P2P "
-    "between two ranks blocks both hosts until both reach it (see docs/comm-semantics.md).",
-    show_default=False)]
-InitCostOpt = Annotated[Optional[float], typer.Option(
-    "--init-cost", help="With --lazy-init: time to create a 2-rank communicator, in the "
-    "cost unit (default 0).")]
+LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init", help="NCCL "
+    "lazy communicator init: a first bare P2P blocks both ranks until both reach it.")]
+InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
+    "time to create a 2-rank communicator (default 0).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(

@@ -32,6 +32,7 @@ from schedsim.cli.common import (
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
+from schedsim.util.text import rich_escape
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -55,23 +56,6 @@ def _memory_model(spec: object, model: str | None, fb_order: str | None) -> Memo
     return mm.model_copy(update=upd)
 
 
-def _scaled(costs: CostModel, k: float) -> CostModel:
-    """``costs`` with every compute cost multiplied by ``k``."""
-    if k == 1:
-        return costs
-    d = costs.model_dump()
-    for n in ("F", "B", "W", "BW", "FB"):
-        if d[n] is not None:
-            d[n] *= k
-    for st in d["stage"].values():
-        for n in ("F", "B", "W", "BW", "FB"):
-            if st[n] is not None:
-                st[n] *= k
-    for o in d["overrides"]:
-        o["cost"] *= k
-    return CostModel.model_validate(d)
-
-
 @app.command()
 @handle_errors
 def compare(
@@ -90,9 +74,14 @@ def compare(
     memory_model: MemModelOpt = None,
     fb_order: FbOrderOpt = None,
     per_rank_costs: Annotated[bool, typer.Option(
-        "--per-rank-costs", help="Costs are for one rank's share of the model: a schedule "
-        "with S stages on P ranks runs each op at P/S of them (default: costs per op, as "
-        "the DualPipe table counts DualPipeV's 2P stages).")] = False,
+        "--per-rank-costs/--per-op-costs", help="Per rank (default): the costs are one "
+        "rank's share of the model, so every schedule does equal model work per rank and "
+        "a schedule with S stages on P ranks runs each op at P/S of them. Per op: every "
+        "op costs the given cost whatever the stages per rank (how DualPipe's table counts "
+        "DualPipeV's 2P stages).")] = True,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", min=0, help="Worker processes (0: one per CPU when the sweep is "
+        "large; 1: none).")] = 0,
     scenario: Annotated[Optional[Path], typer.Option(
         "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
         "(its \\[schedule] is ignored).")] = None,
@@ -108,78 +97,74 @@ def compare(
     Schedules whose constraints reject the size are listed as skipped with the reason.
     For the schedules of DualPipe's README table the table's closed form is printed
     beside the simulated value. Activation: one microbatch's activations of 1/ranks of
-    the model; parameters: 1/ranks of the model (DualPipe holds 2). Costs are per op:
-    when the schedules run different numbers of stages per rank (zbv 2, dualpipe 1) a
-    note under the table says so and points to --per-rank-costs (--json: each record's
-    note, stages_per_rank and per_rank_costs).
+    the model; parameters: 1/ranks of the model (DualPipe holds 2). The header says how
+    the costs were read: per rank (default: equal model work per rank, a V schedule's
+    ops at half cost) or per op (--per-op-costs; a note says when stages per rank
+    differ). --json: one record per schedule with per_rank_costs and cost_scale.
 
     Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
-    from schedsim.sweep import compare as run_compare, spread
+    from schedsim.cli.common import build_scenario
+    from schedsim.sweep import compare as run_compare
 
     if ranks is None or microbatches is None:
         fail("compare needs --ranks and --microbatches")
-    if scenario is not None:
-        sc = load_scenario(scenario)
-        data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
-                             exclude_unset=True)
-        mem_spec: object = sc.memory or None
-    else:
-        data, mem_spec = {}, None
-    if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
-            exclude_unset=True)
-    if message_bytes is not None:
-        data.setdefault("costs", {})["message_bytes"] = message_bytes
-    comm = data.setdefault("comm", {})
-    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold)):
-        if v is not None:
-            comm[k] = v
-    link = data.setdefault("link", {})
-    if latency is not None:
-        link["latency"] = latency
-    if bandwidth is not None:
-        link["bandwidth"] = bandwidth
-    base = parse_scenario(data, "compare options")
-    mm = _memory_model(mem_spec, memory_model, fb_order)
+    base = build_scenario(scenario, cost=cost, semantics=semantics, comm_stream=comm_stream,
+                          eager_threshold=eager_threshold, message_bytes=message_bytes,
+                          latency=latency, bandwidth=bandwidth)
+    mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
     if model_overlap is not None:
         from schedsim.cli.collectives import compare_overlaps
 
+        data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                               exclude_unset=True)
         return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
                                 json_out)
     with Phases() as ph:
         ph.step(f"simulating {len(names) if names else 'every'} schedule(s) at {ranks} ranks "
                 f"x {microbatches} microbatches")
-        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm)
-    if per_rank_costs:
-        rows = []
-        skipped = dict(res.skipped)
-        for r in res.rows:
-            k = ranks / r.stages
-            if k == 1:
-                rows.append(r)
-                continue
-            one = run_compare(ranks, microbatches, _scaled(base.costs, k), base.link,
-                              base.comm, [r.schedule], mm)
-            rows += one.rows
-            skipped.update(one.skipped)
-        res.rows, res.skipped = rows, skipped
+        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
+                          per_rank_costs=per_rank_costs, jobs=jobs)
+    per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
     note = None if per_rank_costs else per_op_note(
         [(r.schedule, r.stages) for r in res.rows], ranks)
-    write_json(json_out, [{"schedule": r.schedule, "makespan": r.makespan, "idle": r.idle,
-                           "bubble_ratio": r.bubble_ratio,
-                           "span_bubble_rate": r.span_bubble_rate,
-                           "peak_activation": r.peak_activation,
-                           "param_memory": r.param_memory, "stages": r.stages,
+    write_json(json_out, [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
                            "stages_per_rank": r.stages / ranks,
                            "per_rank_costs": per_rank_costs, "note": note,
                            "table_formula": r.formula} for r in res.rows])
-    t = Table(title=f"{ranks} ranks x {microbatches} microbatches, {res.semantics} "
-                    f"semantics, costs {_cost_text(base.costs)}, memory: {_mem_text(mm)}")
-    for col in ("schedule", "stages", "makespan", "idle/rank", "bubble", "span bubble",
-                "peak act", "params", "table idle", "table act, params"):
+    console.print(f"costs {_cost_text(base.costs)} {_reading(per_rank_costs)}",
+                  highlight=False, soft_wrap=True)
+    console.print(f"{ranks} ranks x {microbatches} microbatches, {res.semantics} semantics; "
+                  f"memory: {_mem_text(mm)}", highlight=False, soft_wrap=True)
+    console.print(_table(res, ranks))
+    if any(r.formula for r in res.rows):
+        console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
+                      "F, B, W, F&B at the op costs each schedule ran at; its activation "
+                      "counts stage activations, chunk activations for 2-chunk placements: "
+                      "17 chunks = 8.5 here)", highlight=False)
+    if note is not None:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+    for n, why in res.skipped.items():
+        console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+
+
+def _reading(per_rank_costs: bool) -> str:
+    """How ``compare`` read the costs, for its header."""
+    if per_rank_costs:
+        return ("read per rank: equal model work per rank, so a schedule with S stages on "
+                "P ranks runs each op at P/S of them (--per-op-costs: every op at these "
+                "costs)")
+    return ("read per op: every op at these costs whatever the stages per rank "
+            "(--per-rank-costs: equal model work per rank)")
+
+
+def _table(res, ranks: int) -> Table:
+    from schedsim.sweep import spread
+
+    t = Table()
+    for col in ("schedule", "stages", "op cost x", "makespan", "idle/rank", "bubble",
+                "span bubble", "peak act", "params", "table idle", "table act, params"):
         t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
                      else "right", overflow="fold")
     for r in res.rows:
@@ -188,23 +173,15 @@ def compare(
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
         tact = "-" if f is None else (f"{f['activation']} = {fmt_t(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), fmt_t(r.makespan), spread(r.idle),
-                  f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
+        t.add_row(r.schedule, str(r.stages), fmt_t(r.cost_scale), fmt_t(r.makespan),
+                  spread(r.idle), f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
                   spread(r.peak_activation), spread(r.param_memory), tidle, tact)
-    console.print(t)
-    if any(r.formula for r in res.rows):
-        console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
-                      "its activation counts stage activations, chunk activations for "
-                      "2-chunk placements: 17 chunks = 8.5 here)", highlight=False)
-    if note is not None:
-        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
-    for n, why in res.skipped.items():
-        console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+    return t
 
 
 def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
-    """The note ``compare`` prints under its table when the schedules ``rows`` (name,
-    stages) run different numbers of stages per rank under per-op costs (a rank of a
+    """The note ``compare --per-op-costs`` prints under its table when the schedules
+    ``rows`` (name, stages) run different numbers of stages per rank (a rank of a
     2-stage-per-rank schedule runs two full-cost ops per microbatch where a 1-stage one
     runs one); None when they all run the same number."""
     per: dict[float, list[str]] = {}
@@ -288,7 +265,7 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = Table(title=f"{tlb.schedule} (B) against {tla.schedule} (A)")
+    t = Table(title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -303,7 +280,7 @@ def diff(
                   + (" ..." if len(moved_f) > 12 else "") + f"); {len(d.shifted())} ops "
                   f"start at another time", highlight=False)
     console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
-                  f"[bold]{fmt_t(d.makespan_delta)}[/] {tla.unit}", highlight=False)
+                  f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
 
 
 @app.command()
@@ -334,7 +311,7 @@ def memory(
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})
-    t = Table(title=f"memory of {tl.schedule} ({_mem_text(mm)})")
+    t = Table(title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):

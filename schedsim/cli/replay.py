@@ -49,6 +49,7 @@ from schedsim.cli.common import (
 from schedsim.cli.outputs import check_folder, check_outputs, folder
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
+from schedsim.util.text import rich_escape
 
 NprocOpt = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local processes to start (default: the program's ranks).")]
@@ -307,11 +308,12 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
                         f"{lc:.3g} {costs.unit}/batch) vs measured "
                         f"({measured.semantics}, {measured.ranks} ranks)")
     console.print(summary_line(compare_metrics(pred, measured), measured.unit),
-                  highlight=False, soft_wrap=True)
+                  highlight=False, soft_wrap=True, markup=False)
     if lc > 0:
         m0 = compare_metrics(simulate(prog, costs, link, comm.model_copy(
             update={"launch_cost": 0.0})), measured)
-        console.print(f"launch cost {lc:.3g} {costs.unit} per batch; without it: makespan "
+        console.print(f"launch cost {lc:.3g} {rich_escape(costs.unit)} per batch; without it: "
+                      f"makespan "
                       f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)

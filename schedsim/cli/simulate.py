@@ -36,6 +36,7 @@ from schedsim.scenario import Scenario
 from schedsim.sim.simulate import simulate as run_simulation
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
+from schedsim.util.text import rich_escape
 
 
 def _fmt(x: float | None) -> str:
@@ -49,7 +50,8 @@ def _fmt(x: float | None) -> str:
 def result_line(tl: Timeline) -> str:
     """The one-line result: makespan (in the unit) and bubble ratio."""
     unit = tl.unit + ("s" if tl.unit == "slot" and tl.makespan != 1 else "")
-    return (f"makespan {_fmt(tl.makespan)} {unit}   bubble ratio {tl.bubble_ratio():.3f} "
+    return (f"makespan {_fmt(tl.makespan)} {rich_escape(unit)}   bubble ratio "
+            f"{tl.bubble_ratio():.3f} "
             f"(idle / (ranks x makespan))")
 
 
@@ -57,8 +59,9 @@ def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    t = Table(title=f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
-                    + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"))
+    t = Table(title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
+                                f"microbatches, {how}" + ("" if tl.comm_stream == "none"
+                                                          else f", {tl.comm_stream} stream")))
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
@@ -199,7 +202,7 @@ def _flag(param: str) -> str:
 
 
 @app.command("list")
-@handle_errors
+@handle_errors(limits=False)
 def list_schedules() -> None:
     """List the schedules with their placement, parameters, constraints and source."""
     from schedsim.generators import GENERATORS, names

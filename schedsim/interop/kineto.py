@@ -46,8 +46,8 @@ pair in order on a link.
 """
 from __future__ import annotations
 
-import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -92,17 +92,25 @@ def _count(value: Any, what: str, path: Path, low: int) -> int | None:
 
 
 def _load(path: Path) -> Any:
+    """The decoded JSON of a trace file, read through the bounded reader
+    (:mod:`schedsim.util.inputs`: a regular file, at most ``file_mb``, gzip decompressed
+    to at most that, UTF-8)."""
+    from schedsim.util.inputs import decode_text, read_input_bytes
+
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a directory; give the trace files")
+    raw = read_input_bytes(path, "trace file", gzip=True)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        return json.loads(raw)
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise ScenarioError(f"{path}: is a directory; give the trace files") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON ({e})") from None
+        return json.loads(decode_text(raw, path, "trace file"))
+    except ValueError as e:
+        raise ScenarioError(f"{path}: not a Chrome/Kineto trace JSON "
+                            f"({str(e).splitlines()[0][:120]})") from None
+
+
+#: longest event name that can be one of ours (a schedsim token, a torch action, a P2P
+#: call); longer names are left out unread
+MAX_EVENT_NAME = 8192
+MAX_PP_NAME = 256
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -111,8 +119,19 @@ def read_trace(path: str | Path) -> Trace:
     Raises :class:`ScenarioError` for an unreadable file, one without trace events, or a
     bad ``distributedInfo`` / ``baseTimeNanoseconds``.
     """
+    from schedsim.util.inputs import loading
+
     path = Path(path)
-    data = _load(path)
+    with loading(path, "Chrome/Kineto trace"):
+        return _trace(path, _load(path))
+
+
+def _trace(path: Path, data: Any) -> Trace:
+    """The :class:`Trace` of a decoded trace file (:func:`read_trace`), within the limits
+    (:mod:`schedsim.util.limits`: world size and rank, event count)."""
+    from schedsim.util.limits import check
+    from schedsim.util.text import excerpt
+
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ScenarioError(f"{path}: no 'traceEvents' list: not a Chrome/Kineto trace")
@@ -132,13 +151,22 @@ def read_trace(path: str | Path) -> Trace:
             backend = b if isinstance(b, str) and b else None
         b = data.get("baseTimeNanoseconds")
         if b is not None:
-            try:
-                base = int(b)
-            except (TypeError, ValueError):
-                raise ScenarioError(f"{path}: baseTimeNanoseconds is {b!r}: expected an "
-                                    f"integer (ns)") from None
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or \
+                    not math.isfinite(b) or abs(b) > 2 ** 63:
+                shown = excerpt(b) if isinstance(b, str) else repr(b)[:40]
+                raise ScenarioError(f"{path}: baseTimeNanoseconds is {shown}: expected an "
+                                    f"integer (ns)")
+            base = int(b)
+    if world is not None:
+        check("ranks", world, f"{path} with world_size {world:,}")
+    if rank is not None:
+        check("ranks", rank + 1, f"{path} of rank {rank:,}")
+    check("instructions", len(events), f"{path} with {len(events):,} trace events")
+    # a name longer than any schedsim token or torch action is not one of ours
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
-          and isinstance(e.get("name"), str) and "ts" in e]
+          and isinstance(e.get("name"), str) and "ts" in e
+          and len(e["name"]) <= (MAX_PP_NAME if e["name"].startswith("PP:")
+                                 else MAX_EVENT_NAME)]
     return Trace(path, rank, world, xs, base, backend)
 
 
@@ -312,9 +340,21 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
     docstring).
     """
+    from schedsim.util.inputs import loading
+
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
     traces, world = _by_rank(paths)
+    names = ", ".join(str(t.path) for t in traces.values())
+    with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
+        return _import(traces, world, placement, name, step)
+
+
+def _import(traces: dict[int, Trace], world: int | None, placement: str | None, name: str,
+            step: int | None) -> Timeline:
+    """:func:`import_traces` of the read traces."""
+    from schedsim.util.limits import check_program_size
+
     ev = {r: classify_rank(select_step(tr.events, step, tr.path), r, tr.path,
                            tr.base_ns / 1e3) for r, tr in traces.items()}
     source = _check_recognised(ev, traces)
@@ -322,6 +362,9 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
                   for e in tr.events)
     where, links, top, mbs = _survey(ev, traces, stepped)
     ranks = max(max(traces) + 1, world or 0)
+    check_program_size(", ".join(str(t.path) for t in traces.values())[:200], ranks=ranks,
+                       stages=top + 1, microbatches=mbs + 1,
+                       instructions=sum(len(t.events) for t in traces.values()))
     pl = infer_placement(placement, ranks, world is not None, where, links, top + 1, mbs + 1)
     runs = {r: build_rank(e, r, pl) for r, e in sorted(ev.items())}
     check_link_order(runs, pl)

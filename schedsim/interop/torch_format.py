@@ -150,13 +150,50 @@ def program_to_torch_csv(program: Program) -> str:
 
 
 def _read(path: str | Path) -> tuple[Path, str]:
+    """The text of a torch CSV file through the bounded reader
+    (:mod:`schedsim.util.inputs`), refused before parsing when a number has more than
+    :data:`~schedsim.util.limits.MAX_DIGITS` digits, a cell is over 4,096 characters, the
+    cells exceed the ``instructions`` limit, or the first cell is no torch action (the
+    file is then not quoted)."""
+    from schedsim.util.inputs import read_input_text
+    from schedsim.util.limits import check, check_number_sizes
+    from schedsim.util.text import looks_like_program_text
+
     path = Path(path)
+    text = read_input_text(path, "torch CSV file")
+    check_number_sizes(text, path)
+    first = re.search(r"[^,\s]+", text)
+    if first is not None and not looks_like_program_text(first.group()):
+        raise ParseError(f"{path}: not a torch schedule CSV (its first cell is not a torch "
+                         f"action; see 'schedsim generate NAME --format torch-csv')")
+    cells = 0
+    for m in re.finditer(r"[^,\n]+", text):
+        cells += 1
+        if m.end() - m.start() > 4096:
+            line = text.count("\n", 0, m.start()) + 1
+            raise ParseError(f"{path}: row {line}: a cell of {m.end() - m.start():,} "
+                             f"characters is not a torch action")
+    check("instructions", cells, f"{path} with {cells:,} cells")
+    return path, text
+
+
+def _parse(path: Path, text: str) -> tuple[list[list[Action]], list[list[int]]]:
+    """:func:`parse_torch_csv` of a file's text, with its messages' quotes shortened and
+    its size checked against the limits before any placement is built."""
+    from schedsim.util.limits import check_program_size
+    from schedsim.util.text import shorten_quotes
+
     try:
-        return path, path.read_text()
-    except (FileNotFoundError, IsADirectoryError):
-        raise ScenarioError(f"{path}: no such schedule file") from None
-    except UnicodeDecodeError:
-        raise ParseError(f"{path}: not a text CSV file") from None
+        rows, cols = parse_torch_csv(text, str(path))
+    except ParseError as e:
+        raise ParseError(shorten_quotes(str(e))) from None
+    atoms = [a for row in rows for x in row
+             for a in (x.atoms() if isinstance(x, Op) else (x,))]
+    check_program_size(str(path), ranks=len(rows),
+                       stages=max((a.stage for a in atoms), default=0) + 1,
+                       microbatches=max((a.mb for a in atoms), default=0) + 1,
+                       instructions=sum(map(len, rows)))
+    return rows, cols
 
 
 PLACEMENTS = ("loop", "v", "dual")
@@ -245,8 +282,8 @@ def _fast_read(path: Path, text: str, placement: str, stages: int | None,
     per-cell reader then reads it, or names what is wrong)."""
     from schedsim.interop.torch_csv import compute_schedule, placement_ok, read_columns
     from schedsim.program.validate_flat import is_valid
-
     from schedsim.util.gc import no_gc
+    from schedsim.util.limits import check_program_size
 
     if placement not in PLACEMENTS:
         return None
@@ -255,6 +292,8 @@ def _fast_read(path: Path, text: str, placement: str, stages: int | None,
     if cols is None or cols.ranks < 1 or cols.is_comm.all():
         return None
     p = cols.ranks
+    check_program_size(str(path), ranks=p, stages=int(cols.stage.max()) + 1,
+                       microbatches=int(cols.mb.max()) + 1, instructions=len(cols.kind))
     st, mbs = cols.stage[~cols.is_comm], cols.mb[~cols.is_comm]
     if stages is None:
         stages = {"v": 2 * p, "dual": p}.get(placement, int(st.max()) + 1)
@@ -292,13 +331,24 @@ def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None
     the first offending action) or a stage on the wrong rank for the placement,
     :class:`ScenarioError` for a missing file or bad option.
     """
-    path, text = _read(path)
-    fast = _fast_read(path, text, placement, stages, microbatches)
-    if fast is not None:
-        _, pl, m, fs = fast
-        return Schedule.from_flat(fs, name=path.stem, placement=pl, microbatches=m,
-                                  params={"source": str(path)}, trusted=True)
-    rows, cols = parse_torch_csv(text, str(path))
+    from schedsim.util.inputs import loading
+    from schedsim.util.limits import check_program_size
+
+    with loading(path, "torch CSV"):
+        path, text = _read(path)
+        if stages is not None or microbatches is not None:
+            check_program_size(str(path), stages=stages or 1, microbatches=microbatches or 1)
+        fast = _fast_read(path, text, placement, stages, microbatches)
+        if fast is not None:
+            _, pl, m, fs = fast
+            return Schedule.from_flat(fs, name=path.stem, placement=pl, microbatches=m,
+                                      params={"source": str(path)}, trusted=True)
+        rows, cols = _parse(path, text)
+        return _schedule(path, rows, cols, placement, stages, microbatches)
+
+
+def _schedule(path: Path, rows: list[list[Action]], cols: list[list[int]], placement: str,
+              stages: int | None, microbatches: int | None) -> Schedule:
     pl, m = _placement(path, rows, placement, stages, microbatches)
     ops, ocols = [], []
     for row, col in zip(rows, cols):
@@ -324,19 +374,23 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
     """
     from schedsim.interop.torch_csv import runtime_program
     from schedsim.program.torch_runtime import runtime_rows
+    from schedsim.util.inputs import loading
 
-    path, text = _read(path)
-    fast = _fast_read(path, text, placement, stages, microbatches)
-    if fast is not None:
-        cols, pl, m, _ = fast
-        if not cols.is_comm.any():
-            return None
-        flat = runtime_program(cols, pl)
-        if flat is not None:
-            return Program.from_flat(flat, name=path.stem, placement=pl, microbatches=m,
-                                     params={"source": str(path)}, trusted=True)
+    with loading(path, "torch CSV"):
+        path, text = _read(path)
+        fast = _fast_read(path, text, placement, stages, microbatches)
+        if fast is not None:
+            cols, pl, m, _ = fast
+            if not cols.is_comm.any():
+                return None
+            flat = runtime_program(cols, pl)
+            if flat is not None:
+                return Program.from_flat(flat, name=path.stem, placement=pl,
+                                         microbatches=m, params={"source": str(path)},
+                                         trusted=True)
     sched = read_torch_csv(path, placement, stages, microbatches)
-    rows, _ = parse_torch_csv(text, str(path))
+    with loading(path, "torch CSV"):
+        rows, _ = _parse(path, text)
     if not any(isinstance(x, Comm) for row in rows for x in row):
         return None
     return Program(name=sched.name, placement=sched.placement,

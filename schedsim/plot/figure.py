@@ -16,10 +16,11 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     """
     from schedsim.errors import ScenarioError
     from schedsim.util.files import atomic_path
+    from schedsim.util.text import literal_text
 
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ScenarioError(f"{path}: unsupported figure format {path.suffix!r} (use .png, "
                             ".svg or .pdf)")
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=path.suffix[1:].lower())
+        literal_text(fig).savefig(tmp, format=path.suffix[1:].lower())

@@ -50,6 +50,7 @@ from schedsim.plot.style import (
     time_axis,
 )
 from schedsim.timeline import Timeline
+from schedsim.util.text import literal_text
 
 __all__ = ["GanttInfo", "draw_gantt", "gantt", "receiver_waited", "legend_handles",
            "legend_columns", "row_major", "get_stalls", "boxes_integral"]
@@ -319,4 +320,4 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
                       pad=6 + 19 * len(set(highlight)))
     if legend:
         add_legend(fig, legend_handles(info, tl) + extra, lay.width, info.notes)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)

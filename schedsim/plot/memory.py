@@ -23,6 +23,7 @@ from schedsim.errors import ScenarioError
 from schedsim.plot.layout import DPI, MAX_WIDTH_PX, wrap_title
 from schedsim.plot.style import fmt_time, is_integral, time_axis
 from schedsim.timeline import Timeline
+from schedsim.util.text import literal_text
 
 #: up to this many ranks every rank is drawn as a line
 MAX_LINES = 4
@@ -168,7 +169,7 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
     fig.suptitle(wrap_title(f"activation memory per rank ({_model_name(mm)} model; 1 = one "
                             f"microbatch's activations on one rank's 1/P of the model)",
                             width), fontsize=10)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def _model_name(mm: MemoryModel) -> str:

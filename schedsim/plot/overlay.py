@@ -42,6 +42,7 @@ from schedsim.plot.style import (
     time_axis,
 )
 from schedsim.timeline import Timeline
+from schedsim.util.text import literal_text
 
 __all__ = ["overlay", "compare", "error_summary", "op_start_errors", "OpError",
            "write_overlay", "default_threshold", "MOVED"]
@@ -170,7 +171,7 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
                 Patch(facecolor="white", edgecolor=MOVED, linewidth=1.3,
                       label=f"{_threshold_label(thr, b, nb)}: {len(moved)} ops")]
     add_legend(fig, handles, lay.width)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def _moved_mask(tl: Timeline, bx: Any, moved: set[tuple[int, str, int, int]]) -> np.ndarray:
@@ -249,7 +250,7 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
     ordered = sorted(union.values(), key=lambda h: next(
         (i for i, o in enumerate(order) if h.get_label().startswith(o)), len(order)))
     add_legend(fig, ordered, lay.width, info.notes)
-    return fig
+    return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 
 def write_overlay(predicted: Timeline, measured: Timeline, path: str | Path,

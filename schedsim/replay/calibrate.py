@@ -46,6 +46,12 @@ from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
 _KINDS = ("F", "B", "W", "BW", "FB")
 
 
+def _num(x: float) -> str:
+    """``x`` as a TOML number that reads back as exactly ``x`` (``repr`` of the float;
+    ``inf`` and ``nan`` are TOML too)."""
+    return repr(float(x))
+
+
 def composition_key(sends: int, recvs: int) -> str:
     """``"S+R"``: the key of a batch of ``sends`` isends and ``recvs`` irecvs."""
     return f"{sends}+{recvs}"
@@ -151,7 +157,10 @@ class Calibration(BaseModel):
         return LinkModel(latency=lat, bandwidth=bw)
 
     def to_toml(self, title: str = "") -> str:
-        """The cost file text (module docstring)."""
+        """The cost file text (module docstring). Every number is written exactly
+        (``repr``: the shortest text that reads back as the same float), so simulating
+        with the file gives the same timeline as with :meth:`cost_model`,
+        :meth:`link_model` and :meth:`comm_model`."""
         w = self.workload
         lines = [f"# schedsim calibrate{': ' + title if title else ''}",
                  f"# measured on {self.backend}, {self.world_size} ranks; workload "
@@ -163,8 +172,8 @@ class Calibration(BaseModel):
                  "sends/recvs, averaged over the program's batches",
                  "", "[costs]", f'unit = "{self.unit}"']
         for k in ("F", "B", "W", "BW"):
-            lines.append(f"{k} = {self.mean(k):.6g}")
-        lines.append(f"message_bytes = {self.message_bytes:.0f}")
+            lines.append(f"{k} = {_num(self.mean(k))}")
+        lines.append(f"message_bytes = {_num(self.message_bytes)}")
         if not self.write_fb and self.fb_backward_kinds:
             lines.append("# FB left unset: the program's FB pairs are not all (F;BW), so "
                          "FB = its forward + its backward part")
@@ -175,18 +184,18 @@ class Calibration(BaseModel):
                 if k == "FB" and not self.write_fb:
                     lines.append(f"# FB = {c[k]:.6g}   (measured: F then BW)")
                 else:
-                    lines.append(f"{k} = {c[k]:.6g}")
+                    lines.append(f"{k} = {_num(c[k])}")
         lat, bw = self.link()
-        lines += ["", "[link]", f"latency = {lat:.6g}   # ms"]
+        lines += ["", "[link]", f"latency = {_num(lat)}   # ms"]
         if math.isinf(bw):
             lines.append("# bandwidth: not measurable (one rank, or time did not grow with "
                          "size): infinite")
         else:
-            lines.append(f"bandwidth = {bw:.6g}   # bytes per ms ({bw * 1e3 / 1e9:.3g} GB/s)")
+            lines.append(f"bandwidth = {_num(bw)}   # bytes per ms ({bw * 1e3 / 1e9:.3g} GB/s)")
         if self.link_samples:
             lines.append("# samples (bytes: one-way ms): " + ", ".join(
                 f"{b:.0f}: {t:.4g}" for b, t in self.link_samples))
-        lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launched "
+        lines += ["", "[comm]", f"launch_cost = {_num(self.launch_cost())}   # ms per "
                   "launch (a bare post or a BATCH)"]
         means = self.launch_means()
         if means:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from schedsim.replay.config import JobSpec
+from schedsim.replay.launch import init_group
 from schedsim.replay.tensor_parallel import (
     CopyToTP,
     DominoCopy,
@@ -255,8 +255,7 @@ def check_rank(spec: JobSpec) -> dict[str, Any] | None:
     torch.set_num_threads(cfg.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     deadline = spec.deadline or time.time() + cfg.timeout
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=max(deadline - time.time(), 1.0)))
+    init_group("gloo", rank, world, max(deadline - time.time(), 1.0))
     try:
         tp = TPContext(None, world, rank, "megatron-fg", time.perf_counter_ns)
         d = _data(world)

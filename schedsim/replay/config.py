@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.util.text import clip
 
 
 class ReplayError(SchedsimError):
@@ -132,7 +133,7 @@ class ReplayConfig(BaseModel):
             return cls.model_validate(data)
         except ValidationError as e:
             err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "[replay]"
+            loc = clip(".".join(str(x) for x in err["loc"])) or "[replay]"
             if err["type"] == "extra_forbidden":
                 msg = (f"unknown key '{loc}' (expected one of "
                        f"{', '.join(cls.model_fields)})")
@@ -266,8 +267,14 @@ def spec_from_scenario(scenario: Any, *, backend: str | None = None,
     """
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate
+    from schedsim.util.limits import check
 
+    if scenario.schedule.ranks is not None:     # one process per rank: refuse before building
+        check("procs", scenario.schedule.ranks, f"a replay on {scenario.schedule.ranks:,} "
+                                                f"processes (one per rank)")
     prog = scenario.build_program()
+    check("procs", prog.placement.ranks, f"a replay of {prog.name!r} on "
+                                         f"{prog.placement.ranks:,} processes (one per rank)")
     if precheck and fields.get("replay", True):
         precheck_program(prog)
     else:   # the compile step's checks only

@@ -2,8 +2,12 @@
 torch (the parent process never imports it).
 
 Each rank is ``python -m schedsim.replay --spec FILE`` in its own session (process group),
-with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and ``MASTER_ADDR=127.0.0.1`` plus a free
-``MASTER_PORT`` in its environment, its output in a log file. The parent polls every 20
+with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and ``MASTER_ADDR=127.0.0.1`` plus
+``MASTER_PORT`` in its environment, its output in a log file. The launcher binds the
+rendezvous socket on ``127.0.0.1`` itself and hands it to rank 0 (:func:`store_socket`),
+so the store listens on the loopback address only; every rank joins through
+:func:`init_group`. At most ``procs`` processes
+(:mod:`schedsim.util.limits`, default 64) are started. The parent polls every 20
 ms. The run ends when every rank exited 0; or when one exits non-zero — then every other
 rank's process group is killed (SIGKILL) at once; or at the deadline (``timeout`` seconds
 after launch, process start-up included) — then all are killed. Every child is reaped
@@ -12,13 +16,16 @@ KeyboardInterrupt (SIGINT) and on SIGTERM / SIGHUP (what ``timeout``, Slurm and 
 send, and a closed terminal), which :func:`launch` turns into :class:`Interrupted` (exit
 128 + signal number, e.g. 143) after stopping every rank and removing the run's temporary
 folder. The signals are blocked while a rank is being started and during the clean-up,
-so neither can be cut short. As a second line of defence each rank stops itself shortly
-after the deadline (:mod:`schedsim.replay.worker`), in case this process is killed
-outright.
+so neither can be cut short. If this process is killed outright (SIGKILL), its ranks
+die with it within a second (:func:`schedsim.replay.worker.die_with_launcher`: the
+parent-death signal, and a watchdog for the launcher's pid) and the next replay removes
+the run's temporary folder (``schedsim-replay-{host}-{pid}-*``, :func:`sweep_stale_runs`);
+as a last line of defence each rank stops itself shortly after the deadline.
 
 Which rank failed and why: a failing rank writes ``error-rank{r}.json``; a rank whose own
 work raised is reported before ranks that only saw a peer's connection drop; a rank that
-died without a report is named with its exit code and the last line of its output.
+died without a report is named with its exit code and the last line of its output, one
+ended by a signal the launcher did not send (the OOM killer's SIGKILL) with that signal.
 """
 from __future__ import annotations
 
@@ -110,11 +117,72 @@ class _Deferred:
             self.sig._raise(pending)
 
 
+#: where the ranks rendezvous: the loopback address, so nothing off this host reaches
+#: the store (rank 0's TCPStore serves the socket the launcher bound here)
+MASTER_ADDR = "127.0.0.1"
+#: environment variables a rank reads (set by :func:`launch`)
+ENV_STORE_FD = "SCHEDSIM_STORE_FD"
+ENV_LAUNCHER_PID = "SCHEDSIM_LAUNCHER_PID"
+#: prefix of the run's temporary folder, followed by ``{host}-{pid}-`` of the launcher
+TMP_PREFIX = "schedsim-replay-"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((MASTER_ADDR, 0))
         return s.getsockname()[1]
+
+
+def store_socket() -> socket.socket:
+    """A TCP socket bound to :data:`MASTER_ADDR` on a free port and listening: rank 0
+    inherits it and serves the rendezvous store on it (``TCPStore(master_listen_fd=)``),
+    so the store listens on the loopback address only, and no other process can take
+    the port between choosing it and binding it (a race ``free_port`` has)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((MASTER_ADDR, 0))
+    s.listen(128)
+    s.set_inheritable(True)
+    return s
+
+
+def init_group(backend: str, rank: int, world: int, timeout_s: float,
+               device: Any = None) -> None:
+    """``torch.distributed.init_process_group`` for a rank process. Every process
+    :func:`launch` starts must join through this (a plain ``env://`` rank 0 would try to
+    bind the port the launcher already holds): rank 0 serves the rendezvous store on the
+    socket the launcher bound to the loopback address (``SCHEDSIM_STORE_FD``,
+    :func:`store_socket`), the others connect to it. Outside :func:`launch` (no
+    ``SCHEDSIM_LAUNCHER_PID``, e.g. under ``torchrun``) the usual ``env://`` rendezvous.
+    ``device``: a CUDA device is passed on as ``device_id``."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    kw: dict[str, Any] = ({"device_id": device} if device is not None
+                          and getattr(device, "type", "") == "cuda" else {})
+    fd = os.environ.get(ENV_STORE_FD)
+    if ENV_LAUNCHER_PID in os.environ and (rank != 0 or fd):
+        kw["store"] = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+            timeout, master_listen_fd=int(fd) if rank == 0 else None)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
+
+
+def sweep_stale_runs(tmp: str | None = None) -> int:
+    """Remove the temporary folders of earlier replays on this host whose launcher no
+    longer runs (killed with SIGKILL, which no handler sees; its ranks died with it:
+    :func:`schedsim.replay.worker.die_with_launcher`). Returns how many were removed."""
+    from schedsim.util.files import is_stale
+
+    n = 0
+    root = Path(tmp or tempfile.gettempdir())
+    for d in root.glob(TMP_PREFIX + "*"):
+        if d.is_dir() and is_stale(d.name[len(TMP_PREFIX):]):
+            shutil.rmtree(d, ignore_errors=True)
+            n += 1
+    return n
 
 
 def _last_line(path: Path) -> str:
@@ -141,8 +209,31 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def _signalled(procs: list[subprocess.Popen], ours: set[int],
+               logs: list[Path]) -> str | None:
+    """The first rank a signal ended that the launcher did not send, as a message with
+    the last line of its output (SIGKILL: the out-of-memory killer or a ``kill -9``;
+    SIGABRT / SIGSEGV: a crash inside torch or the backend); None if there is none."""
+    why = {signal.SIGKILL: "the out-of-memory killer or a 'kill -9'",
+           signal.SIGABRT: "an abort inside torch or the backend",
+           signal.SIGSEGV: "a crash inside torch or the backend"}
+    for r, p in enumerate(procs):
+        rc = p.returncode
+        if rc is not None and rc < 0 and r not in ours:
+            try:
+                sig = signal.Signals(-rc)
+                name = f"{sig.name} (signal {-rc}"
+                name += f"; {why[sig]})" if sig in why else ")"
+            except ValueError:
+                name = f"signal {-rc}"
+            last = _last_line(logs[r]) if r < len(logs) else ""
+            return f"rank {r} was killed by {name}" + (f": {last}" if last else "")
+    return None
+
+
 def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
-                     timed_out: bool, timeout: float) -> str:
+                     timed_out: bool, timeout: float, ours: set[int] | None = None) -> str:
+    ours = set() if ours is None else ours
     errors = []
     for f in out.glob("error-rank*.json"):
         try:
@@ -156,12 +247,18 @@ def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
         others = sorted(reported - {first["rank"]})
         tail = f" (then rank(s) {', '.join(map(str, others))} failed too)" if others else ""
         return f"{first['message']}{tail}"
+    killed = _signalled(procs, ours, logs)
+    if killed is not None:
+        tail = (f" (then rank(s) {', '.join(map(str, sorted(reported)))} failed too)"
+                if reported else "")
+        return killed + tail
     bad = [(r, p.returncode) for r, p in enumerate(procs)
-           if r not in reported and p.returncode not in (0, None, -signal.SIGKILL)]
+           if r not in reported and p.returncode not in (0, None) and p.returncode >= 0]
     if bad:
         r, rc = bad[0]
         return f"rank {r} exited with code {rc}: {_last_line(logs[r]) or 'no output'}"
-    silent = [r for r, p in enumerate(procs) if r not in reported and p.returncode != 0]
+    silent = [r for r, p in enumerate(procs) if r not in reported and p.returncode != 0
+              and (r in ours or (p.returncode or 0) >= 0)]
     if timed_out or silent:
         msg = f"timed out after {timeout:g} s"
         if silent:
@@ -182,13 +279,20 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
     Raises :class:`ReplayError` naming the failed rank and the reason (exception,
     timeout) after every child has been stopped and reaped.
     """
+    from schedsim.util.files import temp_tag
+    from schedsim.util.limits import check
+
+    check("procs", nproc, f"a replay on {nproc:,} local processes")
     timeout = timeout if timeout is not None else spec.config.timeout
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
     out: Path | None = None
+    store: socket.socket | None = None
+    ours: set[int] = set()       # ranks the launcher stopped (their signal is not news)
     sig = _Signals()
     try:
-        out = Path(tempfile.mkdtemp(prefix="schedsim-replay-"))
+        sweep_stale_runs()
+        out = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{temp_tag()}-"))
         start = time.time()
         # ranks give up (and report where they wait) a little before the parent kills
         margin = min(1.0, 0.1 * timeout)
@@ -196,11 +300,15 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
                                        "deadline": start + timeout - margin})
         spec_path = out / "spec.json"
         spec_path.write_text(spec.model_dump_json())
-        port = free_port()
+        store = store_socket()
+        port = store.getsockname()[1]
         for r in range(nproc):
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc),
-                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), OMP_NUM_THREADS=str(spec.config.threads))
+                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=MASTER_ADDR,
+                       MASTER_PORT=str(port), OMP_NUM_THREADS=str(spec.config.threads),
+                       **{ENV_LAUNCHER_PID: str(os.getpid())})
+            if r == 0:
+                env[ENV_STORE_FD] = str(store.fileno())
             log = out / f"rank{r}.log"
             logs.append(log)
             # a signal arriving while the child is being started acts once it is in
@@ -209,7 +317,10 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
                 procs.append(subprocess.Popen(
                     [python or sys.executable, "-m", "schedsim.replay", "--spec",
                      str(spec_path)], env=env, stdout=fh, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True))
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    pass_fds=(store.fileno(),) if r == 0 else ()))
+        store.close()           # rank 0 holds it now
+        store = None
         failed = timed_out = False
         while True:
             codes = [p.poll() for p in procs]
@@ -224,9 +335,10 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
             time.sleep(POLL_S)
         if failed or timed_out:
             time.sleep(POLL_S)          # let a rank that is reporting finish its file
+            ours = {r for r, p in enumerate(procs) if p.poll() is None}
             _kill(procs)
             raise ReplayError("replay failed: " + _failure_message(out, procs, logs,
-                                                                   timed_out, timeout))
+                                                                   timed_out, timeout, ours))
         try:
             return json.loads((out / "result.json").read_text())
         except (OSError, ValueError):
@@ -237,6 +349,8 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
         # afterwards (unless an exception is already on its way out)
         sig.defer = True
         try:
+            if store is not None:
+                store.close()
             _kill(procs)
             if out is not None:
                 shutil.rmtree(out, ignore_errors=True)

@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import traceback
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,50 @@ def start_watchdog(deadline: float, rank: Any, grace: float = GRACE_S) -> None:
     threading.Thread(target=fire, name="schedsim-watchdog", daemon=True).start()
 
 
+#: seconds between two looks of the launcher watchdog at this process's parent
+PARENT_POLL_S = 0.25
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher(launcher_pid: int | None = None) -> None:
+    """End this rank when the process that started it dies, even by SIGKILL.
+
+    Linux: ask the kernel for SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``,
+    as torchrun's workers do). Everywhere: a daemon thread that checks every
+    :data:`PARENT_POLL_S` s that the parent is still ``launcher_pid`` (default: the
+    ``SCHEDSIM_LAUNCHER_PID`` the launcher set; nothing when neither is known) and ends
+    the process (``os._exit(1)``) once it is not (reparented: the launcher is gone), which
+    also covers a launcher that died before the request. So no rank outlives its launcher
+    by more than a fraction of a second, instead of running to its own deadline."""
+    import signal
+    import threading
+
+    from schedsim.replay.launch import ENV_LAUNCHER_PID
+
+    if launcher_pid is None:
+        v = os.environ.get(ENV_LAUNCHER_PID, "")
+        launcher_pid = int(v) if v.isdigit() else None
+    if launcher_pid is None:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):     # pragma: no cover - no libc prctl
+            pass
+
+    def watch() -> None:
+        while os.getppid() == launcher_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != launcher_pid:        # it died before the request took effect
+        os._exit(1)
+    threading.Thread(target=watch, name="schedsim-launcher-watch", daemon=True).start()
+
+
 def run_rank(spec: JobSpec) -> dict[str, Any] | None:
     """Run this process's rank of ``spec``. Returns rank 0's result dict (None on other
     ranks). Raises on failure (see :func:`main_worker` for the reporting). Starts the
@@ -96,10 +139,11 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    left = max(deadline - time.time(), 1.0)
-    dist.init_process_group(cfg.backend, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=left),
-                            **({"device_id": device} if cfg.backend == "nccl" else {}))
+    from schedsim.replay.launch import init_group
+
+    # nccl: the rank's own GPU as device_id; gloo may share GPUs (P2P staged via the host)
+    init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0),
+               device if cfg.backend == "nccl" else None)
     try:
         program = Program.model_validate(spec.program)
         tp = cfg.tp
@@ -244,6 +288,7 @@ def main_worker(spec_path: str) -> int:
     """Entry of a rank started by :mod:`schedsim.replay.launch`. Returns the exit code."""
     spec = None
     try:
+        die_with_launcher()
         spec = JobSpec.model_validate_json(Path(spec_path).read_text())
         if spec.task == "check-collectives":
             from schedsim.replay.collectives_check import check_rank

@@ -7,8 +7,7 @@ the T0, T1, ... slot diagrams papers draw.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -69,7 +68,8 @@ class CostModel(BaseModel):
     stage: dict[int, KindCosts] = Field(default_factory=dict)
     overrides: list[CostOverride] = Field(default_factory=list)
     message_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    stage_bytes: dict[int, float] = Field(default_factory=dict)
+    stage_bytes: dict[int, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict)
     unit: str = "slot"
 
     _ov: dict = PrivateAttr(default_factory=dict)

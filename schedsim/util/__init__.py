@@ -1,1 +1,5 @@
-"""Small helpers with no schedsim imports: atomic output files, GC control."""
+"""Small helpers below the program layer (no schedsim imports but :mod:`schedsim.errors`):
+atomic output files and the paths of one command (``files``), the one door input files
+are read through (``inputs``), up-front work limits (``limits``), SIGTERM/SIGHUP as an
+exception (``signals``), user text in messages and figures (``text``), GC control
+(``gc``)."""

@@ -1,13 +1,164 @@
-"""Atomic output files: written to a temporary file beside the target, then renamed, so a
-failed run never leaves a partial file behind; :func:`output_group` does the same for
-several files of one command."""
+"""Output files and the paths of one command.
+
+- Atomic outputs: each is written to a temporary file beside the target, then renamed,
+  so a failed run never leaves a partial file behind; :func:`output_group` does the same
+  for several files of one command.
+- Temporary files are named ``.{name}.{host}-{pid}-{random}.schedsim-tmp{suffix}``: they
+  are removed on any exception, on SIGTERM/SIGHUP (the CLI turns those into an
+  exception, :func:`schedsim.cli.common.handle_errors`), and, since SIGKILL cannot be
+  caught, by the next run that writes the same output (:func:`sweep_stale`: a temporary
+  file of this host whose process is gone is removed).
+- One command's paths (:func:`io_session`): two outputs on one path, or an output that
+  is one of the command's inputs, are refused before anything is written
+  (:func:`claim_output`, :func:`note_input`).
+"""
 from __future__ import annotations
 
+import contextvars
+import glob
 import os
+import socket
 import tempfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+#: suffix part that marks schedsim's temporary files (and folders)
+TMP_MARK = ".schedsim-tmp"
+
+
+def _host() -> str:
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+def temp_tag() -> str:
+    """``{host}-{pid}``: the part of a temporary name that says which process owns it."""
+    return f"{_host()}-{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
+def is_stale(tagged: str) -> bool:
+    """Whether ``tagged``, the part of a temporary name that starts with its
+    ``{host}-{pid}-`` tag (:func:`temp_tag`), names a process of this host that no longer
+    runs."""
+    host, _, rest = tagged.partition("-")
+    pid = rest.split("-", 1)[0]
+    return host == _host() and pid.isdigit() and not pid_alive(int(pid))
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name[:100]}."
+
+
+def sweep_stale(path: Path) -> int:
+    """Remove the stale temporary files of output ``path`` (left by a run of this host
+    killed with SIGKILL, which no handler sees). Returns how many were removed."""
+    n = 0
+    prefix = _temp_prefix(path)
+    pattern = glob.escape(str(path.parent / prefix)) + "*" + TMP_MARK + "*"
+    for f in glob.glob(pattern):
+        if is_stale(Path(f).name[len(prefix):]):
+            try:
+                os.unlink(f)
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+# -- the paths of one command ----------------------------------------------------------
+class _Session:
+    def __init__(self) -> None:
+        self.outputs: dict[str, tuple[str, str]] = {}     # key -> (label, shown path)
+        self.inputs: dict[str, str] = {}
+
+
+_session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "schedsim_io_session", default=None)
+
+
+def _keys(path: str | Path) -> list[str]:
+    """Keys naming the file ``path`` refers to: its real path, and its device and inode
+    when it exists (a hard link or another spelling is the same file)."""
+    p = os.fspath(path)
+    keys = [os.path.normcase(os.path.realpath(p))]
+    try:
+        st = os.stat(p)
+        keys.append(f"inode:{st.st_dev}:{st.st_ino}")
+    except (OSError, ValueError):
+        pass
+    return keys
+
+
+@contextmanager
+def io_session() -> Iterator[None]:
+    """A command's run: within it, outputs claimed and inputs read are cross-checked."""
+    token = _session.set(_Session())
+    try:
+        yield
+    finally:
+        _session.reset(token)
+
+
+def claim_output(path: str | Path | None, label: str) -> None:
+    """Register output ``path`` of the flag ``label`` (e.g. ``--json``) in the current
+    :func:`io_session` (nothing outside one; ``-`` is stdout). Raises
+    :class:`ScenarioError` if another flag already writes that file, or the command reads
+    it."""
+    from schedsim.errors import ScenarioError
+
+    sess = _session.get()
+    if sess is None or path is None or str(path) == "-":
+        return
+    for k in _keys(path):
+        other = sess.outputs.get(k)
+        if other is not None and other[0] != label:
+            raise ScenarioError(f"{other[0]} and {label} both write {path}: give each "
+                                f"output its own file")
+        if k in sess.inputs:
+            raise ScenarioError(f"{label} {path} is an input of this command: writing it "
+                                f"would destroy the input; give another file name")
+    for k in _keys(path):
+        sess.outputs[k] = (label, str(path))
+
+
+def note_input(path: str | Path) -> None:
+    """Register input ``path`` in the current :func:`io_session`. Raises
+    :class:`ScenarioError` if an output of the command is that file."""
+    from schedsim.errors import ScenarioError
+
+    sess = _session.get()
+    if sess is None:
+        return
+    keys = _keys(path)
+    for k in keys:
+        out = sess.outputs.get(k)
+        if out is not None:
+            raise ScenarioError(f"{out[0]} {out[1]} is an input of this command ({path}): "
+                                f"writing it would destroy the input; give another file "
+                                f"name")
+    for k in keys:
+        sess.inputs[k] = str(path)
+
+
+def _check_not_input(path: Path) -> None:
+    from schedsim.errors import ScenarioError
+
+    sess = _session.get()
+    if sess is not None and any(k in sess.inputs for k in _keys(path)):
+        raise ScenarioError(f"{path} is an input of this command: writing it would destroy "
+                            f"the input; give another file name")
 
 
 def check_output_path(path: str | Path) -> Path:
@@ -17,16 +168,21 @@ def check_output_path(path: str | Path) -> Path:
     (call it before long work, so a typo fails fast and nothing is half-written)."""
     from schedsim.errors import ScenarioError
 
+    if "\x00" in str(path):
+        raise ScenarioError(f"{str(path)[:80]!r}: a file name with a NUL byte")
     path = Path(path)
     parent = path.parent
+    _check_not_input(path)
     if path.is_dir():
         raise ScenarioError(f"{path}: is a directory; give a file name")
     if not parent.is_dir():
         raise ScenarioError(f"{path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ScenarioError(f"{path}: folder {parent} is not writable")
+    sweep_stale(path)
     try:        # os.access says yes to root, and to /proc or a read-only mount: try it
-        fd, probe = tempfile.mkstemp(prefix=f".{path.stem}.", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{temp_tag()}-",
+                                     suffix=TMP_MARK, dir=parent)
     except OSError as e:
         raise ScenarioError(f"{path}: cannot write in folder {parent} "
                             f"({e.strerror})") from None
@@ -98,14 +254,15 @@ class OutputGroup:
 
 
 def _temp_beside(path: Path) -> str:
-    """Create an empty temporary file next to ``path`` (same suffix, the usual file mode
-    rather than mkstemp's 0600); raise :class:`ScenarioError` naming ``path`` if the
+    """Create an empty temporary file next to ``path`` (named as the module docstring
+    says, ending in ``path``'s suffix, the usual file mode rather than mkstemp's 0600);
+    raise :class:`ScenarioError` naming ``path`` if the
     folder refuses it."""
     from schedsim.errors import ScenarioError
 
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
-                                   dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{temp_tag()}-",
+                                   suffix=TMP_MARK + path.suffix, dir=path.parent)
     except OSError as e:
         raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
     os.close(fd)

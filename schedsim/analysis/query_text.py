@@ -1,0 +1,132 @@
+"""A query's answer in words: a headline a person can quote, then the details.
+
+The headline (one or two lines) states the answer for the causes as given: they delay
+the effect by d, or they do not; when they bind the effect's wait but another member of
+that wait binds it too (:attr:`Answer.co_causes`), it names that member and gives the
+delay with both freed. The details name the binding wait, each of its members, and the
+chain of binding dependencies from the causes to the effect (long chains elided in the
+middle).
+"""
+from __future__ import annotations
+
+from schedsim.analysis._index import EPS, fmt_t
+from schedsim.analysis.query import Answer
+
+#: chain steps printed before the middle of a long chain is elided
+CHAIN_LIMIT = 12
+
+
+def _makespan(delta: float | None, before: float, after: float | None = None) -> str:
+    if delta is None or abs(delta) < EPS:
+        return "the makespan does not move"
+    after = before - delta if after is None else after
+    return (f"the makespan moves by {fmt_t(delta)} ({fmt_t(after)} instead of "
+            f"{fmt_t(before)})")
+
+
+def _wait_text(bw: dict | None) -> str:
+    if bw is None:
+        return "wait"
+    return "inputs" if bw["kind"] == "DATA" else f"{bw['kind']} (instr {bw['index']})"
+
+
+def _held_by(a: Answer) -> str:
+    """``, held by X on COMMIT (instr 28)``: the binding members of the effect's wait
+    (empty when it did not wait)."""
+    bw = a.binding_wait
+    if not bw:
+        return ""
+    toks = [c["comm"] for c in bw["comms"] if c["binding"]]
+    return f", held by {' + '.join(toks)} on {_wait_text(bw)}" if toks else ""
+
+
+def headline(a: Answer) -> list[str]:
+    """One or two lines: the answer for the causes as given, and, when another member
+    binds the same wait, the delay with both freed."""
+    sem, causes = a.semantics, " + ".join(a.causes)
+    many = len(a.causes) > 1
+    if a.deadlock:
+        return [f"{sem}: the program deadlocks, so nothing is delayed by a finite time: "
+                f"{a.deadlock}"]
+    if a.effect_start is None:
+        return [f"{sem}: {a.effect} did not run"]
+    if a.delay is None:
+        return [f"{sem}: with the cause free {a.effect} never happens"]
+    when = "starts" if a.effect_event == "start" else "completes"
+    t0 = fmt_t(a.effect_start)
+    if a.delays:
+        verb = "together delay" if many else "delays"
+        return [f"{sem}: {causes} {verb} {a.effect} by {fmt_t(a.delay)}: it {when} at {t0}, "
+                f"at {fmt_t(a.counterfactual_start)} with the cause free; "
+                f"{_makespan(a.makespan_delta, a.makespan, a.counterfactual_makespan)}."]
+    if not a.co_causes:
+        verb = "do not delay" if many else "does not delay"
+        return [f"{sem}: {causes} {verb} {a.effect}: it {when} at {t0} either way"
+                f"{_held_by(a)}; {_makespan(a.makespan_delta, a.makespan)}."]
+    co = " + ".join(a.co_causes)
+    verb = "binds" if len(a.co_causes) == 1 else "bind"
+    first = (f"{sem}: {causes} alone {'do' if many else 'does'} not delay {a.effect}, "
+             f"which {when} at {t0} either way: {co} {verb} the same "
+             f"{_wait_text(a.binding_wait)} too.")
+    both = "both" if len(a.causes) + len(a.co_causes) == 2 else "all"
+    if a.joint_delay is not None and a.joint_delay > EPS:
+        second = (f"  freeing {both}: delay {fmt_t(a.joint_delay)} (it {when} at "
+                  f"{fmt_t(a.joint_start)} instead of {t0}); "
+                  f"{_makespan(a.joint_makespan_delta, a.makespan)}.")
+    else:
+        second = (f"  freeing {both}: delay {fmt_t(a.joint_delay)} (something else holds "
+                  f"it as well)")
+    return [first, second]
+
+
+def details(a: Answer) -> list[str]:
+    """The binding wait before the effect and the chain from the causes to it."""
+    if a.deadlock or a.effect_start is None or a.delay is None:
+        return []
+    lines = []
+    bw = a.binding_wait
+    if bw:
+        parts = []
+        for c in bw["comms"]:
+            flag = " <- binding" if c["binding"] else ""
+            parts.append(f"{c['comm']} done {fmt_t(c['done'])} (partner {c['partner']} "
+                         f"posted {fmt_t(c['partner_posted'])}){flag}")
+        what = "its inputs" if bw["kind"] == "DATA" else f"{bw['kind']} at instr {bw['index']}"
+        lines.append(f"  blocked on {what} from {fmt_t(bw['reached'])} to "
+                     f"{fmt_t(bw['released'])}: " + "; ".join(parts))
+    elif a.effect_event == "start":
+        lines.append("  not blocked: it started as soon as the previous op ended")
+    lines.append(chain_text(a.chain))
+    return lines
+
+
+def chain_text(chain: list[dict], limit: int = CHAIN_LIMIT) -> str:
+    """``  chain: a -> b -> ...`` (at most ``limit`` steps: the first third, the
+    elided count, the rest from the end)."""
+    if not chain:
+        return "  chain: none (no binding dependency links the cause to the effect)"
+    steps = [step_text(s) for s in chain]
+    if len(steps) > limit:
+        k = limit // 3
+        steps = steps[:k] + [f"... {len(steps) - limit} more steps ..."] + \
+            steps[-(limit - k):]
+    return "  chain: " + " -> ".join(steps)
+
+
+def explain(a: Answer) -> list[str]:
+    """The headline, then the details (what the CLI prints for one semantics)."""
+    return headline(a) + details(a)
+
+
+def step_text(s: dict) -> str:
+    """One chain step (a :class:`~schedsim.analysis.critical.Step` as a dict) in a few
+    characters: ``5W0@r5 [12,13]``, ``msg B mb0 5->4 (12)``, ``r5 COMMIT#28 (12)``."""
+    if s["kind"] == "op":
+        return f"{s['what']}@r{s['rank']} [{fmt_t(s['start'])},{fmt_t(s['end'])}]"
+    if s["kind"] == "message":
+        return f"msg {s['what']} ({fmt_t(s['end'])})"
+    if s["kind"] == "post":
+        return f"r{s['rank']} posts {s['what']} ({fmt_t(s['start'])})"
+    if s["kind"] == "wait":
+        return f"r{s['rank']} {s['what']}#{s['index']} ({fmt_t(s['start'])})"
+    return f"{s['what']} ({fmt_t(s['start'])})"

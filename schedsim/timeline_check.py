@@ -1,0 +1,154 @@
+"""Checks of a Timeline read from a file (:meth:`schedsim.timeline.Timeline.read_json`):
+values a hand-edited, truncated or hostile Timeline JSON may hold that no analysis or
+figure could use — out-of-range ranks and stages, times that are not finite or not
+ordered, unknown kinds, overlong names, and malformed extra fields (``posts``,
+``pieces``, ``program``, ...) — are refused with one line naming the file and the first
+bad value. Duck-typed on the Timeline (no import of :mod:`schedsim.timeline`, which
+imports this module)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def first_error(e: Any) -> str:
+    """``loc: msg`` of a pydantic ValidationError's first error (the key clipped)."""
+    from schedsim.util.text import clip
+
+    err = e.errors()[0]
+    return f"{clip('.'.join(str(x) for x in err['loc'])) or 'top level'}: {err['msg']}"
+
+
+#: kinds a span, part, message and wait record may have
+SPAN_KINDS = frozenset(("F", "B", "W", "BW", "FB"))
+WAIT_KINDS = frozenset(("COMMIT", "WAIT", "END", "DATA"))
+#: characters a name (schedule, semantics, unit, ...) of a loaded timeline may have
+MAX_NAME = 200
+
+
+def check_timeline(tl: Any, source: object = "timeline") -> None:
+    """Refuse a loaded timeline whose values are out of range or inconsistent, so
+    analyses and figures never see them: ranks within 1 .. the ``ranks`` limit, records
+    within the ``instructions`` limit, one ``per_rank`` row per rank, finite times
+    (makespan >= 0; a span within 0 <= start <= end <= makespan), span and record ranks
+    below ``ranks``, stages below ``stages``, known kinds, names of at most
+    :data:`MAX_NAME` characters. Raises :class:`~schedsim.errors.ScenarioError` naming
+    ``source`` and the first bad value."""
+    from schedsim.errors import ScenarioError
+    from schedsim.util.limits import check
+    from schedsim.util.text import clip
+
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{source}: not a valid timeline: {what}")
+
+    P, S = tl.ranks, tl.stages
+    if P < 1 or S < 1 or tl.microbatches < 0:
+        raise bad(f"ranks {P}, stages {S}, microbatches {tl.microbatches}: need ranks >= 1, "
+                  f"stages >= 1")
+    check("ranks", P, f"{source} with {P:,} ranks")
+    n = len(tl.spans) + len(tl.messages) + len(tl.waits)
+    check("instructions", n, f"{source} with {n:,} spans, messages and waits")
+    for name in ("schedule", "semantics", "comm_stream", "unit", "placement"):
+        if (n := len(getattr(tl, name))) > MAX_NAME:
+            raise bad(f"{name} has {n:,} characters (at most {MAX_NAME})")
+    if not (math.isfinite(tl.makespan) and tl.makespan >= 0):
+        raise bad(f"makespan {tl.makespan!r}: must be a finite number >= 0")
+    if len(tl.per_rank) != P or any(
+            not math.isfinite(x) for r in tl.per_rank for x in
+            (r.busy, r.idle, r.bubble_ratio, r.first_start or 0.0, r.last_end or 0.0)):
+        raise bad(f"per_rank must have one row of finite numbers per rank ({P})")
+    tol = 1e-9 * max(1.0, tl.makespan)
+    for i, sp in enumerate(tl.spans):
+        if not (0 <= sp.rank < P and 0 <= sp.stage < S and sp.mb >= 0 and sp.chunk >= 0):
+            raise bad(f"spans[{i}] has rank {sp.rank}, stage {sp.stage}, mb {sp.mb}: need "
+                      f"0 <= rank < {P}, 0 <= stage < {S}, mb >= 0")
+        if sp.kind not in SPAN_KINDS or any(
+                p.kind not in SPAN_KINDS or not 0 <= p.stage < S or p.mb < 0
+                for p in sp.parts or ()):
+            raise bad(f"spans[{i}] has an unknown kind or part (kinds: F, B, W, BW, FB)")
+        if not (0 <= sp.start <= sp.end <= tl.makespan + tol):
+            raise bad(f"spans[{i}] runs from {sp.start!r} to {sp.end!r}: need 0 <= start "
+                      f"<= end <= makespan ({tl.makespan!r})")
+    for i, m in enumerate(tl.messages):
+        times = (m.send_posted, m.recv_posted, m.start, m.arrival, m.send_done, m.recv_done)
+        if not (0 <= m.src < P and 0 <= m.dst < P and 0 <= m.stage < S and m.mb >= 0
+                and m.kind in ("F", "B") and math.isfinite(m.bytes) and m.bytes >= 0
+                and all(t is None or math.isfinite(t) for t in times)):
+            raise bad(f"messages[{i}] ({clip(str(m.kind), 8)} mb {m.mb} {m.src}->{m.dst}) "
+                      f"has a rank, stage, kind, size or time out of range")
+    for i, w in enumerate(tl.waits):
+        if not (0 <= w.rank < P and w.kind in WAIT_KINDS and math.isfinite(w.start)
+                and math.isfinite(w.end) and w.start <= w.end):
+            raise bad(f"waits[{i}] has a rank, kind or time out of range")
+    if tl.deadlock is not None and any(not 0 <= b.rank < P for b in tl.deadlock.blocked):
+        raise bad(f"deadlock names a rank outside 0..{P - 1}")
+    _check_extras(tl, bad)
+
+
+_FINITE = ConfigDict(allow_inf_nan=False)
+
+
+class _PostRecord(BaseModel):     # one launch of a measured run (extra field ``posts``)
+    model_config = _FINITE
+    rank: int = Field(ge=0)
+    index: int = Field(ge=0)
+    last_index: int = Field(ge=0)
+    start: float
+    end: float
+
+
+class _PieceRecord(BaseModel):    # one piece inside an op (``pieces``, schedsim.sim.pieces)
+    model_config = _FINITE
+    rank: int = Field(ge=0)
+    index: int
+    stream: Literal["compute", "collective"]
+    name: str = Field(default="", max_length=MAX_NAME)
+    mb: int | None = None
+    collective: str | None = Field(default=None, max_length=MAX_NAME)
+    start: float
+    end: float
+    tp_rank: int | None = Field(default=0, ge=0)
+
+
+class _Extras(BaseModel):         # the extra fields analyses, figures and commands read
+    model_config = _FINITE
+    posts: list[_PostRecord] | None = None
+    pieces: list[_PieceRecord] | None = None
+    missing_ranks: list[int] | None = None
+    import_notes: list[str] | None = None
+    p2p: dict[str, int] | None = None
+    trace_source: str | None = Field(default=None, max_length=MAX_NAME)
+    program: dict[str, Any] | None = None
+
+
+def _check_extras(tl: Any, bad: Any) -> None:
+    """The extra fields other code reads (:class:`_Extras`): types, finite times, ranks
+    below ``tl.ranks``, and a ``program`` that validates with the timeline's placement."""
+    from pydantic import ValidationError
+
+    from schedsim.errors import SchedsimError
+    from schedsim.util.text import clip
+
+    try:
+        ex = _Extras.model_validate(tl.model_extra or {})
+    except ValidationError as e:
+        raise bad(first_error(e)) from None
+    P = tl.ranks
+    ranks = ([p.rank for p in ex.posts or ()] + [p.rank for p in ex.pieces or ()]
+             + list(ex.missing_ranks or ()))
+    if any(not 0 <= r < P for r in ranks):
+        raise bad(f"posts, pieces or missing_ranks name a rank outside 0..{P - 1}")
+    if ex.program is not None:
+        from schedsim.program.ir import Program
+
+        try:
+            prog = Program.model_validate(ex.program)
+        except (ValidationError, SchedsimError) as e:
+            first = str(e).splitlines()
+            raise bad(f"program: {clip(first[-1] if first else '', 200)}") from None
+        if prog.placement.ranks != P or prog.placement.stages != tl.stages:
+            raise bad(f"program has {prog.placement.ranks} ranks and "
+                      f"{prog.placement.stages} stages, the timeline {P} and {tl.stages}")
+
