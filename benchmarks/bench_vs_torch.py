@@ -19,7 +19,16 @@ each semantics, Timeline JSON and Perfetto trace, and peak RSS per instruction, 
 on 16 ranks at 10^4, 10^5 and 10^6 instructions, each size in a fresh process.
 
 Absolute times depend on the machine and its load (the project machine is shared by
-several people: compare the ratios, measured side by side). Usage::
+several people: compare the ratios, measured side by side).
+
+numpy asks the kernel for transparent huge pages on arrays of 4 MB and more; where the
+kernel's THP ``defrag`` setting is ``madvise`` (this machine, Ubuntu's default) and memory
+is fragmented, a fresh large allocation can stall 0.1-0.3 s in page compaction, which
+numpy itself documents (``NUMPY_MADVISE_HUGEPAGE``). Such stalls landed on schedsim's
+second or first round at pp64 and on neither simulator's work, so this script sets
+``NUMPY_MADVISE_HUGEPAGE=0`` unless the environment already sets it (set it to 1 to see
+them). torch's simulator allocates no numpy arrays; a single CLI run showed no
+difference either way (1F1B 64x2048: 0.85-0.89 s wall with and without). Usage::
 
     python benchmarks/bench_vs_torch.py [--rounds 5] [--sizes 8:2:32,32:4:256,64:4:512]
     python benchmarks/bench_vs_torch.py --scaling
@@ -35,8 +44,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")   # before numpy loads: see above
 
 
 def timed(fn: Callable, *args: Any) -> tuple[Any, float, float]:
@@ -178,10 +190,9 @@ def one_size(m: int, ranks: int) -> dict:
     import resource
 
     from schedsim import CommModel, CostModel, generate, lower, simulate
+    from schedsim.interop.perfetto import write_trace
     from schedsim.sim.simulate import warm_up
     from schedsim.util.gc import no_gc
-
-    from schedsim.interop.perfetto import write_trace
 
     def rss() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -166,15 +166,33 @@ def _read(path: str | Path) -> tuple[Path, str]:
     if first is not None and not looks_like_program_text(first.group()):
         raise ParseError(f"{path}: not a torch schedule CSV (its first cell is not a torch "
                          f"action; see 'schedsim generate NAME --format torch-csv')")
-    cells = 0
-    for m in re.finditer(r"[^,\n]+", text):
-        cells += 1
-        if m.end() - m.start() > 4096:
-            line = text.count("\n", 0, m.start()) + 1
-            raise ParseError(f"{path}: row {line}: a cell of {m.end() - m.start():,} "
-                             f"characters is not a torch action")
+    cells, longest = _cell_sizes(text)
+    if longest > 4096:
+        for m in re.finditer(r"[^,\n]+", text):
+            if m.end() - m.start() > 4096:
+                line = text.count("\n", 0, m.start()) + 1
+                raise ParseError(f"{path}: row {line}: a cell of {m.end() - m.start():,} "
+                                 f"characters is not a torch action")
     check("instructions", cells, f"{path} with {cells:,} cells")
     return path, text
+
+
+def _cell_sizes(text: str) -> tuple[int, int]:
+    """``(number of cells, characters in the longest)`` of a CSV text, a cell being a
+    maximal run of characters other than comma and newline (``[^,\\n]+``). ASCII text
+    is measured on a byte array (about 20 ms for the 10 MB of a pp64 v4 m512 file,
+    against 0.25 s for a regex loop); other text by the regex."""
+    if not text.isascii():
+        sizes = [m.end() - m.start() for m in re.finditer(r"[^,\n]+", text)]
+        return len(sizes), max(sizes, default=0)
+    import numpy as np
+
+    b = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    seps = np.flatnonzero((b == ord(",")) | (b == ord("\n")))
+    bounds = np.concatenate(([-1], seps, [len(b)]))
+    runs = np.diff(bounds) - 1            # characters between consecutive separators
+    runs = runs[runs > 0]
+    return len(runs), int(runs.max()) if len(runs) else 0
 
 
 def _parse(path: Path, text: str) -> tuple[list[list[Action]], list[list[int]]]:
