@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation
+from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_run
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.errors import SchedsimError
 from schedsim.scenario import _generated_stages, parse_scenario
@@ -147,7 +147,7 @@ def _program(job: _Job, costs: CostModel):
 def run_job(job: _Job) -> CompareRow | str:
     """Generate, lower and simulate one schedule: its row, or why it was skipped."""
     from schedsim.generators import get
-    from schedsim.sim.simulate import simulate
+    from schedsim.sim.simulate import simulate_run
 
     try:
         # the stages (hence the cost scale) come from the generator's placement before
@@ -163,12 +163,13 @@ def run_job(job: _Job) -> CompareRow | str:
             stages = prog.placement.stages
     except SchedsimError as e:
         return str(e)
-    tl = simulate(prog, costs, job.link, job.comm, raise_on_deadlock=False)
+    tl, cp, st = simulate_run(prog, costs, job.link, job.comm, raise_on_deadlock=False)
     if tl.deadlock is not None:
         return f"deadlocks under {job.comm.semantics}: {tl.deadlock.message}"
     bm = bubble_metrics(tl)
+    peak = peak_activation_run(cp, st, job.memory)     # from the arrays: no span objects
     return CompareRow(job.name, tl.makespan, bm["idle"], bm["bubble_ratio"],
-                      bm["span_bubble_rate"], peak_activation(tl, job.memory),
+                      bm["span_bubble_rate"], peak,
                       param_memory(prog.placement), prog.placement.stages,
                       _formula(job.name, job.ranks, costs), k)
 
