@@ -202,7 +202,6 @@ def critical_path_cmd(
         slack_values,
     )
     from schedsim.analysis.graph import build_graph
-
     from schedsim.cli.inputs import TimelineInput
 
     if isinstance(sc, TimelineInput):       # a run already: analysed as it is
