@@ -85,7 +85,9 @@ def stalls(
     writes every stall: a list of {rank, start, end, cause, detail, index, instruction,
     comms}.
 
-    Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
+    Example:
+      schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager \\
+        --rank 5
     """
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
@@ -143,7 +145,9 @@ def align(
     (in data-ready order) of those --rank/--flagged select, and says how many it left
     out; --all prints them all; --json always writes every message.
 
-    Example: schedsim align schedules/dualpipe-issue-t10-t12.toml --semantics rendezvous --rank 5
+    Example:
+      schedsim align schedules/dualpipe-issue-t10-t12.toml \\
+        --semantics rendezvous --rank 5
     """
     from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
@@ -193,6 +197,9 @@ def critical_path_cmd(
     Built from the dependency graph of the run (program order, data, posts, partner
     posts, link FIFO, comm streams) by one longest-path pass in topological order.
     --json writes {"makespan", "path": [...], "slack": [...]}.
+
+    Example:
+      schedsim critical-path schedules/dualpipe-figure.toml --semantics rendezvous
     """
     from schedsim.analysis._simulated import simulate_compiled
     from schedsim.analysis.critical import (
@@ -301,8 +308,9 @@ def query(
     rank that posts it names it: "rank=5 SEND_B mb=0" is rank 5's send of the input
     gradient of stage 5, mb 0.
 
-    Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
-    --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
+    Example:
+      schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all \\
+        --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
     from schedsim.analysis.query import SEMANTICS, answer
     from schedsim.analysis.query_text import details, headline
@@ -372,6 +380,9 @@ def lint(
     count, ranks and an example; --all prints one row each; --json writes every finding.
     Exit code: 0 (findings or not) when the run completes, 3 when it deadlocks (after
     printing the findings and writing --json), 2 for bad input.
+
+    Example:
+      schedsim lint schedules/crossed-sends.toml
     """
     from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 

@@ -108,7 +108,8 @@ def compare(
     ops at half cost) or per op (--per-op-costs; a note says when stages per rank
     differ). --json: one record per schedule with per_rank_costs and cost_scale.
 
-    Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
+    Example:
+      schedsim compare -p 8 -m 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
@@ -264,7 +265,8 @@ def diff(
     identity, not position). Costs, links and semantics come from A's scenario (if a
     .toml), then --cost/--semantics.
 
-    Example: schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
+    Example:
+      schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
@@ -311,6 +313,9 @@ def memory(
     The model comes from the scenario's \\[memory] table (model = "zb" | "inflight", or
     deltas F, B, W, BW, fb_order, scale), then --memory-model/--fb-order. Units: one
     microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
+
+    Example:
+      schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of

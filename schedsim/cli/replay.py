@@ -138,7 +138,7 @@ def replay(
     """Run a schedule for real on torch.distributed (local processes) and measure it.
 
     Examples:
-      schedsim replay schedules/replay-1f1b.toml --check-grads --json measured.json
+      schedsim replay schedules/replay-1f1b.toml --check-grads --json meas.json
       schedsim replay --schedule dualpipe --ranks 4 --microbatches 8 --check-grads
       schedsim replay schedules/replay-1f1b.toml --compare --out-dir out/
 
@@ -354,7 +354,7 @@ def calibrate(
     of launching a batch of sends/recvs on the real ranks (or fit them to a measured
     timeline); write a cost file for 'schedsim simulate --costs-file'.
 
-    Example:
+    Examples:
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
       schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml
       schedsim calibrate --from-timeline measured.json --exact --out exact.toml
@@ -449,9 +449,10 @@ def import_trace(
     'schedsim:<token>' ranges, with their c10d/gloo/NCCL P2P events) into a measured
     Timeline and the program it ran.
 
-    Example:
+    Examples:
       schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
-      schedsim import-trace prof/rank*.json --json imported.json --program-out prog.txt
+      schedsim import-trace prof/rank*.json --json imported.json \\
+        --program-out prog.txt
     """
     from schedsim.cli.outputs import program_text
     from schedsim.cli.simulate import print_summary

@@ -128,7 +128,8 @@ def search(
 
     Examples:
       schedsim search -p 4 -m 8 --cost F=1,B=2,W=1 --time-limit 10 --out best.json
-      schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 --mem-limit 1f1b
+      schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 \\
+        --mem-limit 1f1b
     """
     from schedsim.search import search as run_search
 

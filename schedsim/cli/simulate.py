@@ -261,6 +261,10 @@ def generate(
 
     The cost and link flags matter only for planners whose order depends on them
     (zb-1p, zb-2p, zbv).
+
+    Examples:
+      schedsim generate dualpipev -p 4 -m 8
+      schedsim generate zb-h1 -p 4 -m 8 --format torch-csv --out zb-h1.csv
     """
     if ranks is None or microbatches is None:
         fail("generate needs --ranks and --microbatches")
