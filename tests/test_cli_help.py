@@ -94,3 +94,33 @@ def test_no_cli_function_over_80_lines():
     sizes = [x for p in sorted(CLI.glob("*.py")) for x in _function_lengths(p)]
     assert len(sizes) > 50                      # the scan sees the commands
     assert not [x for x in sizes if x[1] > 80], [x for x in sizes if x[1] > 80]
+
+
+def test_list_shows_policies_and_semantics():
+    """``schedsim list`` names every comm policy with its summary and each ``--param``
+    key, and every comm semantics the engine accepts."""
+    import typing
+
+    from schedsim.cli.simulate import SEMANTICS_SUMMARY
+    from schedsim.program.lower import POLICIES
+    from schedsim.sim.costs import Semantics
+
+    r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
+    assert r.exit_code == 0, r.output
+    out = r.output
+    policies = out[out.index("comm policies"):out.index("comm semantics")]
+    assert set(POLICIES) == {"async", "commit", "torch", "megatron"}
+    rows = [ln.split("│")[1].strip() for ln in policies.splitlines()
+            if ln.startswith("│") and ln.split("│")[1].strip()]
+    assert rows == sorted(POLICIES)
+    for pol in POLICIES.values():
+        assert pol.summary[:40] in policies, pol.name
+        for key in pol.params:
+            assert f"--param {key}=true|false" in policies, key
+    assert {"overlap_f_b", "defer_pp_recv", "batch_p2p_comm", "overlap_p2p_comm"} <= {
+        k for p in POLICIES.values() for k in p.params}
+    sems = out[out.index("comm semantics"):]
+    assert list(SEMANTICS_SUMMARY) == list(typing.get_args(Semantics))
+    assert [ln.split("│")[1].strip() for ln in sems.splitlines()
+            if ln.startswith("│") and ln.split("│")[1].strip()] == list(SEMANTICS_SUMMARY)
+    assert "both complete at arrival" in sems

@@ -1,6 +1,7 @@
 """``schedsim simulate``, ``schedsim list`` and ``schedsim generate``."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -216,10 +217,23 @@ def _flag(param: str) -> str:
     return f"--param {param}=..."
 
 
+#: what each --semantics value means (the names: schedsim.sim.costs.Semantics; the
+#: engine's rules: CommModel's docstring and docs/comm-semantics.md)
+SEMANTICS_SUMMARY = {
+    "data": "comm instructions are ignored: an op waits only for its producers' outputs "
+            "(producer end + link cost); what papers draw (default)",
+    "eager": "a send completes once its bytes have left; data waits at the receiver",
+    "rendezvous": "a transfer starts once both sides have posted; both complete at "
+                  "arrival (--eager-threshold: small messages eager); how NCCL and gloo "
+                  "sends behave",
+}
+
+
 @app.command("list")
 @handle_errors(limits=False)
 def list_schedules() -> None:
-    """List the schedules with their placement, parameters, constraints and source."""
+    """List the schedules (placement, parameters, constraints, source), the comm
+    policies with their --param keys, and the comm semantics."""
     from schedsim.generators import GENERATORS, names
 
     t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
@@ -234,6 +248,42 @@ def list_schedules() -> None:
         lines.append(f"[dim]source:[/] {escape(g.source)}")
         t.add_row(n, "\n".join(lines))
     console.print(t)
+    console.print(_policies_table())
+    console.print(_semantics_table())
+
+
+def _policies_table() -> Table:
+    """The comm policies (schedsim.program.lower.POLICIES): summary and --param keys."""
+    from schedsim.program.lower import POLICIES, policy_names
+
+    t = Table(title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
+              show_lines=True, expand=True)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("what it imitates, parameters", ratio=1)
+    for n in policy_names():
+        pol = POLICIES[n]
+        lines = [escape(pol.summary)]
+        kinds = inspect.signature(pol.fn).parameters
+        lines += [f"[dim]--param {k}={_param_values(kinds[k].annotation)}:[/] {escape(v)}"
+                  for k, v in pol.params.items()]
+        t.add_row(n, "\n".join(lines))
+    return t
+
+
+def _param_values(annotation: object) -> str:
+    """How a policy parameter's value is written (``true|false`` for a bool)."""
+    return "true|false" if "bool" in str(annotation) else "VALUE"
+
+
+def _semantics_table() -> Table:
+    """The comm semantics (--semantics NAME) and what each means."""
+    t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
+              show_lines=True, expand=True)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("how P2P ops complete", ratio=1)
+    for n, what in SEMANTICS_SUMMARY.items():
+        t.add_row(n, escape(what))
+    return t
 
 
 @app.command()
