@@ -333,6 +333,18 @@ def query(
     for a in answers:
         for line in headline(a):
             console.print(escape(line), highlight=False, soft_wrap=True)
+    console.print(_query_table(answers, causes, eff))
+    for a in answers:
+        lines = details(a)
+        if lines:
+            console.print(f"{a.semantics}:", highlight=False)
+        for line in lines:
+            console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _query_table(answers: list, causes: list, eff: Any) -> Table:
+    """The table of ``query``: one row per semantics (effect time, against data, with the
+    cause free, delay, with both co-causes free, makespan and its delta)."""
     t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
@@ -348,13 +360,7 @@ def query(
         t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
                   "deadlock" if a.deadlock else fmt_t(a.delay), *co, fmt_t(a.makespan),
                   fmt_t(a.makespan_delta))
-    console.print(t)
-    for a in answers:
-        lines = details(a)
-        if lines:
-            console.print(f"{a.semantics}:", highlight=False)
-        for line in lines:
-            console.print(escape(line), highlight=False, soft_wrap=True)
+    return t
 
 
 @app.command()
