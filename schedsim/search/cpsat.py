@@ -245,9 +245,9 @@ def solve(pb: SearchProblem, hint: list[list[int]] | None, time_limit: float, *,
     limit is not checked while it loads a large model), sending each improving solution
     and bound back; so the limit always holds and the best solution found so far is kept.
     With ``seed`` and ``workers`` fixed the search is reproducible when a proof, not the
-    wall clock, ends it (``interleave_search``). ``extra``: more CP-SAT parameters; ``on_progress(seconds, best, bound)`` is
-    called at each improving solution and bound. Raises :class:`ScenarioError` when
-    OR-Tools is missing.
+    wall clock, ends it (``interleave_search``). ``extra``: more CP-SAT parameters;
+    ``on_progress(seconds, best, bound)`` is called at each improving solution and bound.
+    Raises :class:`ScenarioError` when OR-Tools is missing.
     """
     require_ortools()
     t0 = time.perf_counter()
