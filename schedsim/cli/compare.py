@@ -107,11 +107,14 @@ def compare(
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
 
-    if ranks is None or microbatches is None:
-        fail("compare needs --ranks and --microbatches")
     base = build_scenario(scenario, cost=cost, semantics=semantics, comm_stream=comm_stream,
                           eager_threshold=eager_threshold, message_bytes=message_bytes,
                           latency=latency, bandwidth=bandwidth)
+    ranks = base.schedule.ranks if ranks is None else ranks       # else the scenario's
+    microbatches = base.schedule.microbatches if microbatches is None else microbatches
+    if ranks is None or microbatches is None:
+        fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
+             "sets them)")
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
     if model_overlap is not None:

@@ -1,0 +1,126 @@
+"""Defects a new user found by following the README and trying to break the CLI.
+
+Each test names the reproducer. Outputs are written by renaming a temporary file onto the
+target, so an existing target that is not a regular file (a device, a FIFO) was replaced:
+run as root, ``--json /dev/null`` turned the machine's /dev/null into a regular file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.cli.common import handle_errors
+
+SMALL = ["simulate", "-s", "1f1b", "-p", "2", "-m", "2", "--cost", "F=1,BW=2", "-q"]
+
+
+def test_output_onto_a_fifo_is_refused_and_the_fifo_kept(tmp_path: Path) -> None:
+    """`schedsim simulate ... --json /dev/null` (as root) replaced the device by a file;
+    a FIFO stands in for the device here. Exit 2, one line, the FIFO is still a FIFO."""
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    r = CliRunner().invoke(app, [*SMALL, "--json", str(fifo)])
+    assert r.exit_code == 2, r.output
+    assert "not a regular file" in r.output and "Traceback" not in r.output
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.json"]
+
+
+def test_output_through_a_symlink_writes_the_target_and_keeps_the_link(
+        tmp_path: Path) -> None:
+    """A symlinked output is written through (as a shell's `>` does); the rename used to
+    replace the link itself (so /dev/stdout, a link, was replaced by a file)."""
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    r = CliRunner().invoke(app, [*SMALL, "--json", str(link)])
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert json.loads(target.read_text())["makespan"] == 9.0     # (m+p-1)(F+BW) = 3 x 3
+
+
+def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path,
+                                                      monkeypatch) -> None:
+    """`schedsim simulate ... --json -` wrote a file named '-' in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, [*SMALL, "--json", "-"])
+    assert r.exit_code == 2, r.output
+    assert "stdout" in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--lazy-init"], "--lazy-init"),
+    (["--comm-stream", "per-rank"], "--comm-stream"),
+    (["--launch-cost", "1"], "--launch-cost"),
+    (["--semantics", "eager", "--init-cost", "3"], "--init-cost"),
+    (["--semantics", "eager", "--eager-threshold", "10"], "--eager-threshold"),
+])
+def test_comm_flags_that_change_nothing_are_warned(flags: list[str], named: str) -> None:
+    """`schedsim simulate -s 1f1b -p 4 -m 8 --lazy-init` printed the data-semantics result
+    (33) with no hint that comm settings are ignored under data semantics."""
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "4", "-m", "8",
+                                 "--cost", "F=1,BW=2", "-q", *flags])
+    assert r.exit_code == 0, r.output
+    warnings = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and named in warnings[0], r.output
+    assert "makespan 33 slots" in r.output
+
+
+@pytest.mark.parametrize("flags,makespan", [
+    (["--semantics", "rendezvous", "--lazy-init", "--init-cost", "1", "--eager-threshold",
+      "10"], 36),
+    (["--semantics", "eager", "--comm-stream", "per-peer", "--comm-policy", "torch",
+      "--launch-cost", "0.5"], 42.5),
+])
+def test_comm_flags_that_apply_are_not_warned(flags: list[str], makespan: float) -> None:
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "4", "-m", "8",
+                                 "--cost", "F=1,BW=2", "-q", *flags])
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.output
+    assert f"makespan {makespan:g} slots" in r.output      # they did change the run
+
+
+def test_compare_reads_ranks_and_microbatches_from_the_scenario(tmp_path: Path) -> None:
+    """`schedsim compare --scenario s.toml` with ranks and microbatches in [schedule]
+    failed with 'compare needs --ranks and --microbatches' (search reads them)."""
+    sc = tmp_path / "s.toml"
+    sc.write_text('[schedule]\nname = "1f1b"\nranks = 4\nmicrobatches = 8\n'
+                  '[costs]\nF = 1\nBW = 2\n')
+    out = tmp_path / "c.json"
+    r = CliRunner().invoke(app, ["compare", "--scenario", str(sc), "--schedules",
+                                 "1f1b,gpipe", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = {d["schedule"]: d for d in json.loads(out.read_text())}
+    assert rows["1f1b"]["makespan"] == 33          # (m + p - 1)(F + BW)
+    assert rows["gpipe"]["makespan"] == 33
+    assert rows["1f1b"]["idle"] == [9.0] * 4       # (p - 1)(F + BW)
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys) -> None:
+    """Ctrl-C exited 130 silently while SIGTERM/SIGHUP print one line; now both do, and
+    the temporary file of the output is gone."""
+    from schedsim.util.files import atomic_path
+
+    out = tmp_path / "o.json"
+
+    @handle_errors
+    def writes() -> None:
+        with atomic_path(out) as tmp:
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as ei:
+        writes()
+    assert ei.value.exit_code == 130
+    assert list(tmp_path.iterdir()) == []
+    err = capsys.readouterr().err
+    assert err.strip() == "error: interrupted (Ctrl-C): temporary files removed, no output written"
