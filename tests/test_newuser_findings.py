@@ -124,3 +124,22 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys) -> None:
     assert list(tmp_path.iterdir()) == []
     err = capsys.readouterr().err
     assert err.strip() == "error: interrupted (Ctrl-C): temporary files removed, no output written"
+
+
+@pytest.mark.parametrize("flags", [
+    ["-s", "dualpipe", "--cost", "F=1e308,BW=1e308"],                  # FB pair = F + BW
+    ["-s", "1f1b", "--semantics", "eager", "--message-bytes", "1e300",
+     "--bandwidth", "1e-300"],                                          # bytes / bandwidth
+])
+def test_overflowing_costs_give_one_line_and_no_numpy_warning(flags: list[str]) -> None:
+    """`schedsim simulate -s dualpipe -p 4 -m 8 --cost F=1e308,BW=1e308` printed numpy's
+    'RuntimeWarning: overflow encountered in add' and its source line before the error."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)     # a leaked warning now raises
+        r = CliRunner().invoke(app, ["simulate", "-p", "4", "-m", "8", "-q", *flags])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines() == [
+        "error: times overflow to inf: the costs, latencies or message sizes are too large "
+        "for floating point"]

@@ -214,7 +214,8 @@ class CostModel(BaseModel):
             out = table[kind]
             is_fb = kind == 4
             if is_fb.any():
-                pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
+                with np.errstate(over="ignore"):      # inf times: the caller reports
+                    pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
                 out = np.where(is_fb, pair if fb is None else fb, out)
             return out.astype(np.float64)
         S = int(max(stage.max(initial=-1), np.asarray(bstage).max(initial=-1))) + 1
