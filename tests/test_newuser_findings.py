@@ -143,3 +143,26 @@ def test_overflowing_costs_give_one_line_and_no_numpy_warning(flags: list[str]) 
     assert r.output.strip().splitlines() == [
         "error: times overflow to inf: the costs, latencies or message sizes are too large "
         "for floating point"]
+
+
+@pytest.mark.parametrize("command", ["stalls", "align"])
+@pytest.mark.parametrize("rank", ["4", "-1"])
+def test_rank_outside_the_run_is_refused(command: str, rank: str, tmp_path: Path) -> None:
+    """`schedsim stalls schedules/1f1b.toml --rank 7` (4 ranks) printed 'idle by cause
+    (rank 7): none = 0 of 33' and exit 0, as if rank 7 existed and never stalled."""
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(app, [command, "-s", "1f1b", "-p", "4", "-m", "8", "--cost",
+                                 "F=1,BW=2", "--rank", rank, "--json", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == f"error: --rank {rank}: this run has ranks 0 to 3"
+    assert not out.exists()
+
+
+def test_rank_inside_the_run_still_filters() -> None:
+    r = CliRunner().invoke(app, ["stalls", "-s", "1f1b", "-p", "4", "-m", "8", "--cost",
+                                 "F=1,BW=2", "--rank", "3"])
+    assert r.exit_code == 0, r.output
+    # the last rank of 1F1B waits (p - 1) F = 3 for its first forward and ends at
+    # m (F + BW) + 3 = 27, 6 before the makespan 33: (p - 1)(F + BW) = 9 idle in all
+    assert r.output.splitlines()[0].startswith(
+        "idle by cause (rank 3): cooldown 6, warmup 3 = 9 of 33")
