@@ -123,7 +123,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys) -> None:
     assert ei.value.exit_code == 130
     assert list(tmp_path.iterdir()) == []
     err = capsys.readouterr().err
-    assert err.strip() == "error: interrupted (Ctrl-C): temporary files removed, no output written"
+    assert err.strip() == "error: stopped by SIGINT: temporary files removed, no output written"
 
 
 @pytest.mark.parametrize("flags", [
@@ -166,3 +166,19 @@ def test_rank_inside_the_run_still_filters() -> None:
     # m (F + BW) + 3 = 27, 6 before the makespan 33: (p - 1)(F + BW) = 9 idle in all
     assert r.output.splitlines()[0].startswith(
         "idle by cause (rank 3): cooldown 6, warmup 3 = 9 of 33")
+
+
+@pytest.mark.parametrize("command", [["lint"], ["report", "--html", "r.html"]])
+def test_a_timeline_json_given_as_scenario_is_named_json(command: list[str], tmp_path: Path,
+                                                         monkeypatch) -> None:
+    """`schedsim lint tl.json` (a Timeline JSON from simulate --json) said 'malformed TOML:
+    Invalid statement (at line 1, column 1)'."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, [*SMALL, "--json", "tl.json"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, [command[0], "tl.json", *command[1:]])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == ("error: tl.json: a JSON file, not a scenario TOML (a Timeline "
+                                "JSON goes to render, stalls, align, memory; a JSON schedule "
+                                "to --schedule-file)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tl.json"]

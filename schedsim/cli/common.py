@@ -113,11 +113,8 @@ def warn_costs(sc: Scenario, tl: Any) -> None:
     meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
     from schedsim.report.advice import cost_warnings, run_kinds
 
-    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule):
+    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
         warn(w)
-    unused = sc.comm.model_copy(update={"semantics": tl.semantics}).unused()
-    if unused and tl.semantics in ("data", "eager", "rendezvous"):
-        warn(unused)
 
 
 _UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")
@@ -208,8 +205,6 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
             fail(str(e), e.exit_code)
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
-        except KeyboardInterrupt:      # as SIGTERM/SIGHUP: the `with` removed temp files
-            fail("interrupted (Ctrl-C): temporary files removed, no output written", 130)
         except (RecursionError, OverflowError, MemoryError, UnicodeError) as e:
             inputs = [str(v) for n in INPUT_PARAMS for v in
                       (kwargs.get(n) if isinstance(kwargs.get(n), list) else [kwargs.get(n)])

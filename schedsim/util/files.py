@@ -174,6 +174,9 @@ def check_output_path(path: str | Path) -> Path:
     if str(path) == "-":
         raise ScenarioError("-: this output cannot go to stdout; give a file name")
     path = Path(path)
+    _check_not_input(path)
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a directory; give a file name")
     if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
         # the rename below would replace a device, FIFO or socket (as root: /dev/null)
         raise ScenarioError(f"{path}: not a regular file (a device, pipe or socket): "
@@ -182,9 +185,6 @@ def check_output_path(path: str | Path) -> Path:
     if path.is_symlink():       # write through the link, as `>` does; keep the link
         path = Path(os.path.realpath(path))
     parent = path.parent
-    _check_not_input(path)
-    if path.is_dir():
-        raise ScenarioError(f"{path}: is a directory; give a file name")
     if not parent.is_dir():
         raise ScenarioError(f"{path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
