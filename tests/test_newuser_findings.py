@@ -182,3 +182,33 @@ def test_a_timeline_json_given_as_scenario_is_named_json(command: list[str], tmp
                                 "JSON goes to render, stalls, align, memory; a JSON schedule "
                                 "to --schedule-file)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tl.json"]
+
+
+MODEL = ('[schedule]\nname = "1f1b"\nranks = 4\nmicrobatches = 8\n[model]\nlayers = {}\n'
+         'attention = {{ F = 1.0, B = 1.0, W = 0.5 }}\nmlp = {{ F = 1.0, B = 1.0, W = 0.5 }}\n')
+
+
+def test_compare_with_a_stage_model_does_not_point_to_per_rank_costs(tmp_path: Path) -> None:
+    """`schedsim compare --scenario tp4.toml --schedules dualpipe,zbv` (a [model]) read the
+    costs per op and told the user '--per-rank-costs costs one rank's share of the model
+    instead', a flag a stage model ignores. Halving the layers per stage is the fix, and
+    it equals the per-rank reading of plain costs exactly."""
+    runs = {}
+    for layers in (2, 1):
+        sc = tmp_path / f"m{layers}.toml"
+        sc.write_text(MODEL.format(layers))
+        out = tmp_path / f"c{layers}.json"
+        r = CliRunner().invoke(app, ["compare", "--scenario", str(sc), "--schedules",
+                                     "1f1b,zbv", "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        assert "--per-rank-costs" not in r.output
+        runs[layers] = {d["schedule"]: d["makespan"] for d in json.loads(out.read_text())}
+    assert "layers are per stage" in r.output and "fewer [model] layers" in r.output
+    # F = 2 layers x (1 + 1) = 4, B = 4, W = 2: 1F1B (m + p - 1)(F + B + W) = 11 x 10
+    assert runs[2]["1f1b"] == 110 and runs[1]["1f1b"] == 55
+    plain = tmp_path / "plain.json"
+    r = CliRunner().invoke(app, ["compare", "-p", "4", "-m", "8", "--cost", "F=4,B=4,W=2",
+                                 "--schedules", "zbv", "--json", str(plain)])
+    assert r.exit_code == 0, r.output
+    [row] = json.loads(plain.read_text())
+    assert row["cost_scale"] == 0.5 and row["makespan"] == runs[1]["zbv"] == 86
