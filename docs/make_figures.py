@@ -30,6 +30,17 @@ def scenario_timeline(path: Path, semantics: str | None = None):
     return simulate(sc.build_program(), sc.costs, sc.link, comm)
 
 
+def detail_timeline(path: Path) -> Timeline:
+    """The run of a scenario with a ``[model]``, with the pieces of every op attached
+    (what ``simulate --detail`` draws)."""
+    from schedsim.sim.pieces import attach_pieces
+
+    sc = load_scenario(path)
+    tl = simulate(sc.build_program(), sc.costs, sc.link, sc.comm)
+    attach_pieces(tl, sc.stage_costs())
+    return tl
+
+
 def report_screenshot(out: Path) -> None:
     """The HTML report of the DualPipe figure under rendezvous, as Chromium shows it."""
     exe = shutil.which("chromium")
@@ -92,7 +103,12 @@ def main(out: Path) -> None:
     save_figure(overlay(data, rdv), out / "overlay-dualpipe.png")
     save_figure(gantt(rdv, stalls=True, memory=True, arrows=True),
                 out / "dualpipe-rendezvous.png")
-    # 8. the measured replays committed under docs/img/replay (timelines, not re-run)
+    # 8. the MoE stage model on a 4-rank DualPipe, each op's compute and collective
+    #    pieces (docs/stage-model.md; as `simulate dualpipe-moe-small.toml --gantt F
+    #    --detail` draws it)
+    save_figure(gantt(detail_timeline(ROOT / "schedules" / "dualpipe-moe-small.toml"),
+                      detail=True), out / "stage-model-detail.png")
+    # 9. the measured replays committed under docs/img/replay (timelines, not re-run)
     rep = ROOT / "docs" / "img" / "replay"
     for name in ("1f1b", "dualpipev"):
         meas = rep / f"{name}-measured.json"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from schedsim.util.lazy import LazyFields
@@ -215,27 +216,10 @@ class Timeline(LazyFields):
 
     @staticmethod
     def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:
-        """Makespan (end of the last span) and per-rank busy/idle/bubble ratio."""
-        inf = float("inf")
-        busy = [0.0] * ranks
-        first = [inf] * ranks
-        last = [-inf] * ranks
-        for s in spans:
-            r, a, b = s.rank, s.start, s.end
-            busy[r] += b - a
-            if a < first[r]:
-                first[r] = a
-            if b > last[r]:
-                last[r] = b
-        makespan = max(max(last), 0.0) if spans else 0.0
-        rows = []
-        for r in range(ranks):
-            idle = makespan - busy[r]
-            rows.append(RankSummary(rank=r, busy=busy[r], idle=idle,
-                                    bubble_ratio=idle / makespan if makespan > 0 else 0.0,
-                                    first_start=first[r] if first[r] < inf else None,
-                                    last_end=last[r] if last[r] > -inf else None))
-        return makespan, rows
+        """Makespan and per-rank summary of span objects (:func:`summarize_spans` over
+        their columns)."""
+        return summarize_spans(ranks, [s.rank for s in spans], [s.start for s in spans],
+                               [s.end for s in spans])
 
     def bubble_ratio(self) -> float:
         """Makespan-based bubble ratio over all ranks: total idle / (ranks x makespan)."""
@@ -318,6 +302,88 @@ class Timeline(LazyFields):
             return tl
 
 
+def summarize_spans(ranks: int, rank: Sequence[int] | np.ndarray,
+                    start: Sequence[float] | np.ndarray,
+                    end: Sequence[float] | np.ndarray) -> tuple[float, list[RankSummary]]:
+    """The one summary of a timeline: makespan (end of the last span, 0 without spans)
+    and per rank ``busy`` (sum of span durations, added in the given order), ``idle =
+    makespan - busy``, ``bubble_ratio = idle / makespan`` and the first start / last end
+    (None for a rank without spans).
+
+    Spans are given as parallel columns of length ``n`` (lists or numpy arrays): ``rank``
+    (int in ``[0, ranks)``), ``start``/``end`` (float, the timeline's unit). Runs in
+    numpy; the sums are those of a Python loop over the spans in order (``np.bincount``
+    adds its weights in input order), so a simulated and a measured timeline summarise
+    the same spans to the same bits. Infinite times give inf/nan sums (callers report).
+
+    Raises ValueError if the columns differ in length or a rank is out of range.
+    """
+    r = np.asarray(rank, dtype=np.int64)
+    a = np.asarray(start, dtype=np.float64)
+    b = np.asarray(end, dtype=np.float64)
+    if not (len(r) == len(a) == len(b)):
+        raise ValueError("summarize_spans: the span columns differ in length")
+    first = np.full(ranks, np.inf)
+    last = np.full(ranks, -np.inf)
+    busy = np.zeros(ranks)
+    if len(r):
+        if r.min() < 0 or r.max() >= ranks:
+            raise ValueError(f"summarize_spans: a span's rank is outside 0..{ranks - 1}")
+        with np.errstate(invalid="ignore", over="ignore"):
+            busy = np.bincount(r, weights=b - a, minlength=ranks)
+        if len(r) > 1 and not bool(np.all(r[1:] >= r[:-1])):    # group by rank
+            order = np.argsort(r, kind="stable")
+            r, a, b = r[order], a[order], b[order]
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        first[r[starts]] = np.fmin.reduceat(a, starts)     # fmin/fmax: a NaN time is
+        last[r[starts]] = np.fmax.reduceat(b, starts)      # skipped, as by `<` in a loop
+    makespan = max(float(last.max()), 0.0) if len(a) else 0.0
+    rows = []
+    for k, (bk, fk, lk) in enumerate(zip(busy.tolist(), first.tolist(), last.tolist())):
+        idle = makespan - bk
+        rows.append(RankSummary.model_construct(
+            rank=k, busy=bk, idle=idle, bubble_ratio=idle / makespan if makespan > 0 else 0.0,
+            first_start=fk if fk < math.inf else None,
+            last_end=lk if lk > -math.inf else None))
+    return makespan, rows
+
+
+def assemble_timeline(placement: "Placement", *, name: str, microbatches: int,
+                      span_rank: Sequence[int] | np.ndarray,
+                      span_start: Sequence[float] | np.ndarray,
+                      span_end: Sequence[float] | np.ndarray, semantics: str, unit: str,
+                      source: Literal["simulated", "measured"] = "simulated",
+                      comm_stream: str = "none", params: dict[str, Any] | None = None,
+                      spans: Iterable[Span] = (), messages: Iterable[Message] = (),
+                      waits: Iterable[WaitRecord] = (),
+                      build: Callable[[], dict[str, Any]] | None = None,
+                      span_kinds: Callable[[], set[tuple[str, tuple[str, ...]]]] | None = None,
+                      **extra: Any) -> Timeline:
+    """The one constructor of an executor's :class:`Timeline`: header fields from
+    ``placement`` and the arguments, the summary by :func:`summarize_spans` over the span
+    columns ``span_rank``/``span_start``/``span_end`` (in the order of ``spans``), and the
+    span, message and wait lists either eager (``spans``, ``messages``, ``waits``:
+    validated) or deferred (``build()`` returns them as a dict when first needed, and
+    ``span_kinds()`` answers :meth:`Timeline.span_kinds` without them; see
+    :meth:`Timeline.deferred`; nothing validated: the simulator's arrays are trusted).
+    ``extra`` fields are stored on the Timeline (JSON extra fields).
+
+    Used by :func:`build_timeline` (replay, trace import) and
+    :func:`schedsim.sim.engine.build_timeline` (the simulator). Raises ValueError as
+    :func:`summarize_spans`.
+    """
+    makespan, per_rank = summarize_spans(placement.ranks, span_rank, span_start, span_end)
+    head = {"schedule": name, "ranks": placement.ranks, "stages": placement.stages,
+            "microbatches": microbatches, "semantics": semantics,
+            "comm_stream": comm_stream, "unit": unit, "source": source,
+            "placement": placement.kind, "makespan": makespan, "per_rank": per_rank}
+    if build is not None:
+        return Timeline.deferred(build, span_kinds, **head, deadlock=None,
+                                 params=dict(params or {}), **extra)
+    return Timeline(**head, spans=list(spans), messages=list(messages), waits=list(waits),
+                    params=dict(params or {}), **extra)
+
+
 def build_timeline(placement: "Placement", *, name: str, microbatches: int,
                    span_rank: Sequence[int], span_op: Sequence["Op"],
                    span_start: Sequence[float], span_end: Sequence[float],
@@ -327,8 +393,8 @@ def build_timeline(placement: "Placement", *, name: str, microbatches: int,
                    comm_stream: str = "none", params: dict[str, Any] | None = None,
                    order: Literal["given", "rank-start"] = "given",
                    **extra: Any) -> Timeline:
-    """The one builder of a :class:`Timeline`, shared by the executors (simulator, replay)
-    and trace import: plain columns in, a Timeline with summary statistics out.
+    """A :class:`Timeline` from columns of op objects: the builder of the measured
+    executors (replay, trace import); :func:`assemble_timeline` makes the Timeline.
 
     Spans are given as parallel columns (one entry per compute op that ran): ``span_rank``
     (int), ``span_op`` (an :class:`~schedsim.program.ir.Op`, ``FB`` included: its parts
@@ -336,34 +402,38 @@ def build_timeline(placement: "Placement", *, name: str, microbatches: int,
     ``span_index`` (the instruction position in the rank's program). The chunk of every
     span and part comes from ``placement``. ``messages`` and ``waits`` are taken as they
     are (``Message(kind, src, dst, mb, stage, ...)`` positionally builds one from
-    columns). ``order="rank-start"`` sorts the spans by ``(rank, start)``; ``"given"``
-    keeps the input order. ``extra`` fields are stored on the Timeline (JSON extra
-    fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
+    columns); a measured run's unobservable transfer times are filled
+    (:func:`infer_transfers`). ``order="rank-start"`` sorts the spans by ``(rank,
+    start)`` (stable); ``"given"`` keeps the input order. ``extra`` fields are stored on
+    the Timeline (JSON extra fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
 
     Raises ValueError if the span columns differ in length.
     """
     n = len(span_op)
     if not (len(span_rank) == len(span_start) == len(span_end) == len(span_index) == n):
         raise ValueError("build_timeline: the span columns differ in length")
+    ix = list(range(n))
+    if order == "rank-start":
+        ix.sort(key=lambda k: (span_rank[k], span_start[k]))
+    rank = [span_rank[k] for k in ix]
+    start = [span_start[k] for k in ix]
+    end = [span_end[k] for k in ix]
     chunk_of = placement.chunk_fn()
     spans = []
-    for r, op, a, b, i in zip(span_rank, span_op, span_start, span_end, span_index):
+    for k, r, a, b in zip(ix, rank, start, end):
+        op = span_op[k]
         parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
                  if op.parts else None)
-        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b, i,
-                          parts))
-    if order == "rank-start":
-        spans.sort(key=lambda s: (s.rank, s.start))
+        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b,
+                          span_index[k], parts))
     messages = list(messages)
     if source == "measured":
         infer_transfers(messages)
-    makespan, per_rank = Timeline.summarize(placement.ranks, spans)
-    return Timeline(schedule=name, ranks=placement.ranks, stages=placement.stages,
-                    microbatches=microbatches, semantics=semantics,
-                    comm_stream=comm_stream, unit=unit, source=source,
-                    placement=placement.kind, makespan=makespan, per_rank=per_rank,
-                    spans=spans, messages=messages, waits=list(waits),
-                    params=dict(params or {}), **extra)
+    return assemble_timeline(
+        placement, name=name, microbatches=microbatches, span_rank=rank, span_start=start,
+        span_end=end, semantics=semantics, unit=unit, source=source,
+        comm_stream=comm_stream, params=params, spans=spans, messages=messages,
+        waits=waits, **extra)
 
 
 def _sides(m: Message) -> tuple[tuple[int, int, float | None], ...]:

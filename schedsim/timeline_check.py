@@ -60,13 +60,19 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
             (r.busy, r.idle, r.bubble_ratio, r.first_start or 0.0, r.last_end or 0.0)):
         raise bad(f"per_rank must have one row of finite numbers per rank ({P})")
     tol = 1e-9 * max(1.0, tl.makespan)
+    M = tl.microbatches or None          # 0: not recorded (old files); else mb < M
     for i, sp in enumerate(tl.spans):
-        if not (0 <= sp.rank < P and 0 <= sp.stage < S and sp.mb >= 0 and sp.chunk >= 0):
-            raise bad(f"spans[{i}] has rank {sp.rank}, stage {sp.stage}, mb {sp.mb}: need "
-                      f"0 <= rank < {P}, 0 <= stage < {S}, mb >= 0")
+        if M is not None and (sp.mb >= M or any(p.mb >= M for p in sp.parts or ())):
+            raise bad(f"spans[{i}] has mb {sp.mb}: the timeline has {M} microbatches")
+        # a chunk is a rank's index of a stage it holds: below the stage count (the
+        # pictures keep a colour per chunk)
+        if not (0 <= sp.rank < P and 0 <= sp.stage < S and sp.mb >= 0 and 0 <= sp.chunk < S):
+            raise bad(f"spans[{i}] has rank {sp.rank}, stage {sp.stage}, chunk {sp.chunk}, "
+                      f"mb {sp.mb}: need 0 <= rank < {P}, 0 <= stage < {S}, "
+                      f"0 <= chunk < {S}, mb >= 0")
         if sp.kind not in SPAN_KINDS or any(
                 p.kind not in SPAN_KINDS or not 0 <= p.stage < S or p.mb < 0
-                for p in sp.parts or ()):
+                or not 0 <= p.chunk < S for p in sp.parts or ()):
             raise bad(f"spans[{i}] has an unknown kind or part (kinds: F, B, W, BW, FB)")
         if not (0 <= sp.start <= sp.end <= tl.makespan + tol):
             raise bad(f"spans[{i}] runs from {sp.start!r} to {sp.end!r}: need 0 <= start "

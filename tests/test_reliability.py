@@ -260,6 +260,9 @@ def test_non_physical_numbers(tmp_path, table, want) -> None:
     (lambda d: d["spans"][0].__setitem__("kind", "$x$"), "unknown kind"),
     (lambda d: d.__setitem__("schedule", "x" * 5000), "schedule has 5,000 characters"),
     (lambda d: d["messages"].append({**d["messages"][0], "src": -1}), "messages[8]"),
+    # the fuzz campaign's hang: a chunk of 2**31 built a colour per chunk
+    (lambda d: d["spans"][0].__setitem__("chunk", 2 ** 31), "chunk 2147483648"),
+    (lambda d: d["spans"][0].__setitem__("mb", 2 ** 40), "the timeline has"),
 ])
 def test_render_refuses_bad_timelines(tmp_path, tl_json, change, want) -> None:
     change(tl_json)

@@ -113,3 +113,40 @@ def test_report_at_several_sizes(tmp_path, ranks, mb):
     page = report_html(tl, stalls=attribute_stalls(tl, prog))
     assert external_refs(page) == [] and len(page) < 8_000_000
     Path(tmp_path / "r.html").write_text(page)
+
+
+def test_report_of_a_timeline_json_equals_the_scenario_report(tmp_path, monkeypatch):
+    """``report T.json``: the run as it is, with the same stalls (hence the same table
+    and hover text) as the report of the scenario it came from; a flag that would
+    change the run is refused (exit 2, no file)."""
+    import schedsim.report.html as html
+
+    seen: list[tuple] = []
+    real = html.report_html
+
+    def spy(tl, **kw):
+        seen.append((tl, kw))
+        return real(tl, **kw)
+
+    monkeypatch.setattr(html, "report_html", spy)
+    fig = str(SCHEDULES / "dualpipe-issue-t10-t12.toml")
+    tl_json = tmp_path / "t.json"
+    r = runner.invoke(app, ["simulate", fig, "--semantics", "rendezvous", "--json",
+                            str(tl_json), "-q"])
+    assert r.exit_code == 0, r.output
+    for src, out in ((fig, "a.html"), (str(tl_json), "b.html")):
+        args = [src, "--html", str(tmp_path / out)]
+        if src == fig:
+            args[1:1] = ["--semantics", "rendezvous"]
+        r = runner.invoke(app, ["report", *args])
+        assert r.exit_code == 0, r.output
+        assert "makespan 66 slots" in (tmp_path / out).read_text()
+    (ta, ka), (tb, kb) = seen
+    assert (ta.makespan, ta.semantics) == (tb.makespan, tb.semantics) == (66, "rendezvous")
+    assert ka["stalls"] == kb["stalls"] and len(ka["stalls"]) > 0
+    w = [s for s in kb["stalls"] if s.rank == 5 and s.end == 12]
+    assert w and w[0].cause == "wait-batch"          # the T10/T12 wait, named the same
+    bad = tmp_path / "c.html"
+    r = runner.invoke(app, ["report", str(tl_json), "--cost", "F=2", "--html", str(bad)])
+    assert r.exit_code == 2 and "--cost cannot apply" in r.output
+    assert not bad.exists()

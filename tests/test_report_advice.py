@@ -167,19 +167,6 @@ def test_help_has_no_bool_noise(cmd):
     assert "--help" in r.output
 
 
-@pytest.mark.parametrize("cmd", ["simulate", "render", "report"])
-def test_help_examples_fit_80_columns(cmd):
-    """Example lines are never re-wrapped: they fit an 80-column terminal whole."""
-    import typer.main
-
-    help_text = typer.main.get_command(app).commands[cmd].help
-    examples = [x for x in help_text.splitlines() if x.strip().startswith("schedsim ")]
-    assert examples and all(len(x) <= 78 for x in examples), examples
-    r = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "80"})
-    for ex in examples:
-        assert ex.strip() in r.output
-
-
 def test_progress_is_silent_when_not_a_terminal():
     r = run("simulate", "-s", "1f1b", "-p", 16, "-m", 64, "-q")
     assert r.exit_code == 0

@@ -91,7 +91,9 @@ def stalls(
     writes every stall: a list of {rank, start, end, cause, detail, index, instruction,
     comms}.
 
-    Example: schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager --rank 5
+    Example:
+      schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager \\
+        --rank 5
     """
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
@@ -150,7 +152,9 @@ def align(
     (in data-ready order) of those --rank/--flagged select, and says how many it left
     out; --all prints them all; --json always writes every message.
 
-    Example: schedsim align schedules/dualpipe-issue-t10-t12.toml --semantics rendezvous --rank 5
+    Example:
+      schedsim align schedules/dualpipe-issue-t10-t12.toml \\
+        --semantics rendezvous --rank 5
     """
     from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
@@ -201,6 +205,9 @@ def critical_path_cmd(
     Built from the dependency graph of the run (program order, data, posts, partner
     posts, link FIFO, comm streams) by one longest-path pass in topological order.
     --json writes {"makespan", "path": [...], "slack": [...]}.
+
+    Example:
+      schedsim critical-path schedules/dualpipe-figure.toml --semantics rendezvous
     """
     from schedsim.analysis._simulated import simulate_compiled
     from schedsim.analysis.critical import (
@@ -210,7 +217,6 @@ def critical_path_cmd(
         slack_values,
     )
     from schedsim.analysis.graph import build_graph
-
     from schedsim.cli.inputs import TimelineInput
 
     if isinstance(sc, TimelineInput):       # a run already: analysed as it is
@@ -310,8 +316,9 @@ def query(
     rank that posts it names it: "rank=5 SEND_B mb=0" is rank 5's send of the input
     gradient of stage 5, mb 0.
 
-    Example: schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all
-    --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
+    Example:
+      schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all \\
+        --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
     from schedsim.analysis.query import SEMANTICS, answer
     from schedsim.analysis.query_text import details, headline
@@ -334,6 +341,18 @@ def query(
     for a in answers:
         for line in headline(a):
             console.print(escape(line), highlight=False, soft_wrap=True)
+    console.print(_query_table(answers, causes, eff))
+    for a in answers:
+        lines = details(a)
+        if lines:
+            console.print(f"{a.semantics}:", highlight=False)
+        for line in lines:
+            console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _query_table(answers: list, causes: list, eff: Any) -> Table:
+    """The table of ``query``: one row per semantics (effect time, against data, with the
+    cause free, delay, with both co-causes free, makespan and its delta)."""
     t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
@@ -349,13 +368,7 @@ def query(
         t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
                   "deadlock" if a.deadlock else fmt_t(a.delay), *co, fmt_t(a.makespan),
                   fmt_t(a.makespan_delta))
-    console.print(t)
-    for a in answers:
-        lines = details(a)
-        if lines:
-            console.print(f"{a.semantics}:", highlight=False)
-        for line in lines:
-            console.print(escape(line), highlight=False, soft_wrap=True)
+    return t
 
 
 @app.command()
@@ -381,6 +394,9 @@ def lint(
     count, ranks and an example; --all prints one row each; --json writes every finding.
     Exit code: 0 (findings or not) when the run completes, 3 when it deadlocks (after
     printing the findings and writing --json), 2 for bad input.
+
+    Example:
+      schedsim lint schedules/crossed-sends.toml
     """
     from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 

@@ -149,7 +149,8 @@ def check_collectives(
     Also reports the saved-tensor hazard: a raw in-place all-reduce on a tensor autograd
     saved gives a wrong gradient without an error.
 
-    Example: schedsim check-collectives --tp 4 --json collectives.json
+    Example:
+      schedsim check-collectives --tp 4 --json collectives.json
 
     Exit codes: 0 ok, 1 a rank failed or timed out, 2 bad input.
     """

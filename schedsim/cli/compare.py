@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -41,6 +41,26 @@ FbOrderOpt = Annotated[Optional[str], typer.Option(
     "--fb-order", help="How an overlapped FB pair counts: alloc-then-free (default) or "
     "free-then-alloc.")]
 
+SchedulesOpt = Annotated[Optional[str], typer.Option(
+    "--schedules", help="Comma-separated schedule names (default: every registered "
+    "schedule that accepts the size).")]
+PerRankCostsOpt = Annotated[bool, typer.Option(
+    "--per-rank-costs/--per-op-costs", help="Per rank (default): the costs are one rank's "
+    "share of the model, so every schedule does equal model work per rank and a schedule "
+    "with S stages on P ranks runs each op at P/S of them. Per op: every op costs the "
+    "given cost whatever the stages per rank (how DualPipe's table counts DualPipeV's 2P "
+    "stages).")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", "-j", min=0, help="Worker processes (0: one per CPU when the sweep is large; "
+    "1: none).")]
+CompareScenarioOpt = Annotated[Optional[Path], typer.Option(
+    "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file (its "
+    "\\[schedule] is ignored).")]
+ModelOverlapOpt = Annotated[Optional[str], typer.Option(
+    "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
+    "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
+    "schedule's makespan gain over the first mode.")]
+
 
 def _memory_model(spec: object, model: str | None, fb_order: str | None) -> MemoryModel:
     mm = MemoryModel.from_spec(spec or None)
@@ -62,9 +82,7 @@ def compare(
     ranks: RanksOpt = None,
     microbatches: MbOpt = None,
     cost: CostOpt = None,
-    schedules: Annotated[Optional[str], typer.Option(
-        "--schedules", help="Comma-separated schedule names (default: every registered "
-        "schedule that accepts the size).")] = None,
+    schedules: SchedulesOpt = None,
     semantics: SemanticsOpt = None,
     comm_stream: StreamOpt = None,
     eager_threshold: ThresholdOpt = None,
@@ -73,22 +91,10 @@ def compare(
     bandwidth: BandwidthOpt = None,
     memory_model: MemModelOpt = None,
     fb_order: FbOrderOpt = None,
-    per_rank_costs: Annotated[bool, typer.Option(
-        "--per-rank-costs/--per-op-costs", help="Per rank (default): the costs are one "
-        "rank's share of the model, so every schedule does equal model work per rank and "
-        "a schedule with S stages on P ranks runs each op at P/S of them. Per op: every "
-        "op costs the given cost whatever the stages per rank (how DualPipe's table counts "
-        "DualPipeV's 2P stages).")] = True,
-    jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", min=0, help="Worker processes (0: one per CPU when the sweep is "
-        "large; 1: none).")] = 0,
-    scenario: Annotated[Optional[Path], typer.Option(
-        "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file "
-        "(its \\[schedule] is ignored).")] = None,
-    model_overlap: Annotated[Optional[str], typer.Option(
-        "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
-        "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
-        "schedule's makespan gain over the first mode.")] = None,
+    per_rank_costs: PerRankCostsOpt = True,
+    jobs: JobsOpt = 0,
+    scenario: CompareScenarioOpt = None,
+    model_overlap: ModelOverlapOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
@@ -102,7 +108,8 @@ def compare(
     ops at half cost) or per op (--per-op-costs; a note says when stages per rank
     differ). --json: one record per schedule with per_rank_costs and cost_scale.
 
-    Example: schedsim compare --ranks 8 --microbatches 20 --cost F=1,B=1,W=1,BW=2,FB=3
+    Example:
+      schedsim compare -p 8 -m 20 --cost F=1,B=1,W=1,BW=2,FB=3
     """
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
@@ -129,15 +136,22 @@ def compare(
                 f"x {microbatches} microbatches")
         res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
                           per_rank_costs=per_rank_costs, jobs=jobs)
+    _print_compare(res, base.costs, mm, ranks, microbatches, json_out)
+
+
+def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
+                   microbatches: int, json_out: Path | None) -> None:
+    """Print the result of ``compare`` (header, table, notes, skipped schedules) and
+    write its --json records."""
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
-    model = base.costs._derived is not None  # its [model] layers are per stage
+    model = costs._derived is not None       # its [model] layers are per stage
     note = None if per_rank_costs else per_op_note(
         [(r.schedule, r.stages) for r in res.rows], ranks, model)
     write_json(json_out, [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
                            "stages_per_rank": r.stages / ranks,
                            "per_rank_costs": per_rank_costs, "note": note,
                            "table_formula": r.formula} for r in res.rows])
-    console.print(f"costs {_cost_text(base.costs)} {_reading(per_rank_costs, model)}",
+    console.print(f"costs {_cost_text(costs)} {_reading(per_rank_costs, model)}",
                   highlight=False, soft_wrap=True)
     console.print(f"{ranks} ranks x {microbatches} microbatches, {res.semantics} semantics; "
                   f"memory: {_mem_text(mm)}", highlight=False, soft_wrap=True)
@@ -260,7 +274,8 @@ def diff(
     identity, not position). Costs, links and semantics come from A's scenario (if a
     .toml), then --cost/--semantics.
 
-    Example: schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
+    Example:
+      schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
@@ -307,6 +322,9 @@ def memory(
     The model comes from the scenario's \\[memory] table (model = "zb" | "inflight", or
     deltas F, B, W, BW, fb_order, scale), then --memory-model/--fb-order. Units: one
     microbatch's activations of 1/ranks of the model; parameters in 1/ranks of the model.
+
+    Example:
+      schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of

@@ -8,15 +8,9 @@ import typer
 
 from schedsim.cli import app
 from schedsim.cli.common import Phases, handle_errors
+from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
 from schedsim.errors import ScenarioError
 from schedsim.timeline import Timeline
-
-ArrowsOpt = Annotated[bool, typer.Option(
-    "--arrows", help="Gantt: draw an arrow per message (red: the receiver waited).")]
-MemoryOpt = Annotated[bool, typer.Option(
-    "--memory", help="Gantt: add an activation-memory panel per rank.")]
-StallsOpt = Annotated[bool, typer.Option(
-    "--stalls", help="Gantt: hatch the stalls found by the analysis, by cause.")]
 
 
 def check_figure_path(path: Path) -> None:
@@ -56,9 +50,7 @@ def render(
         "--threshold", help="With --overlay: outline ops whose start moved by more than "
         "this, in the time unit or as a percentage of the second timeline's makespan "
         "('5%'); default: any move, or 5% when a timeline is measured.")] = None,
-    detail: Annotated[bool, typer.Option(
-        "--detail", help="Gantt: draw each op's compute and collective pieces (a timeline "
-        "with pieces: 'simulate --json' with a \\[model], a TP replay).")] = False,
+    detail: DetailOpt = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
 ) -> None:

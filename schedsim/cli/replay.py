@@ -30,9 +30,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
-import typer
 from rich.table import Table
 
 from schedsim.cli import app
@@ -47,21 +46,38 @@ from schedsim.cli.common import (
     write_text_out,
 )
 from schedsim.cli.outputs import check_folder, check_outputs, folder
+from schedsim.cli.replay_options import (
+    BackendOpt,
+    CheckGradsOpt,
+    CompareIsolatedOpt,
+    CompareOpt,
+    CostsOutOpt,
+    ExactOpt,
+    FromTimelineOpt,
+    ImportGanttOpt,
+    ImportJsonOpt,
+    ImportPlacementOpt,
+    InjectFaultOpt,
+    IsolatedOpt,
+    NameOpt,
+    NoPrecheckOpt,
+    NprocOpt,
+    OutDirOpt,
+    ProfileDirOpt,
+    ProgramOutOpt,
+    RepeatsOpt,
+    ReplayCostsFileOpt,
+    ReplayGanttOpt,
+    ReplayJsonOpt,
+    ReplaySemanticsOpt,
+    SetOpt,
+    StepOpt,
+    TimeoutOpt,
+    TracesArg,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.util.text import rich_escape
-
-NprocOpt = Annotated[Optional[int], typer.Option(
-    "--nproc", help="Local processes to start (default: the program's ranks).")]
-BackendOpt = Annotated[Optional[str], typer.Option(
-    "--backend", help="gloo (CPU) | nccl (one GPU per rank); default: \\[replay] backend or "
-    "gloo.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option(
-    "--timeout", help="Seconds for the whole run, process start included (default: "
-    "\\[replay] timeout or 120). Every rank is stopped when it passes.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Override a \\[replay] key, KEY=VALUE (repeatable), e.g. --set hidden=128 "
-    "--set dtype=float64.")]
 
 
 def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
@@ -105,49 +121,24 @@ def replay(
     sc: Scenario,
     nproc: NprocOpt = None,
     backend: BackendOpt = None,
-    check_grads: Annotated[bool, typer.Option(
-        "--check-grads", help="Compare loss and every parameter gradient with a "
-        "single-process reference; exit 1 above tolerance.")] = False,
-    json_out: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the measured Timeline JSON (with grad_check, backend, "
-        "world_size).")] = None,
-    gantt: Annotated[Optional[Path], typer.Option(
-        "--gantt", help="Write a Gantt chart of the measured timeline.")] = None,
-    compare: Annotated[bool, typer.Option(
-        "--compare", help="Calibrate (ranks together, as the replay runs them), replay, "
-        "and print two errors: the semantics error (the program simulated with the run's "
-        "own measured durations) and the cost-model error (simulated with the calibrated "
-        "costs, link and launch cost); write the timelines, the cost file, the errors and "
-        "the overlay figure to --out-dir.")] = False,
-    costs_file: Annotated[Optional[Path], typer.Option(
-        "--costs-file", help="With --compare: predict with this cost file instead of "
-        "calibrating.")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option(
-        "--out-dir", help="Folder (created if missing) for NAME-measured.json; with "
-        "--compare also NAME-predicted.json, NAME-costs.toml, NAME-errors.json, "
-        "NAME-overlay.png (default with --compare: the current folder).")] = None,
-    semantics: Annotated[Optional[str], typer.Option(
-        "--semantics", help="With --compare: comm semantics of the predictions "
-        "(rendezvous, the default, is how gloo behaves, measured; or eager).")] = None,
-    isolated: Annotated[bool, typer.Option(
-        "--isolated", help="With --compare: calibrate the ranks one at a time "
-        "(uncontended) instead of together.")] = False,
+    check_grads: CheckGradsOpt = False,
+    json_out: ReplayJsonOpt = None,
+    gantt: ReplayGanttOpt = None,
+    compare: CompareOpt = False,
+    costs_file: ReplayCostsFileOpt = None,
+    out_dir: OutDirOpt = None,
+    semantics: ReplaySemanticsOpt = None,
+    isolated: CompareIsolatedOpt = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
-    profile_dir: Annotated[Optional[Path], typer.Option(
-        "--profile-dir", help="Record the measured step with torch.profiler; write "
-        "DIR/rank{r}.json (read back with 'schedsim import-trace').")] = None,
-    no_precheck: Annotated[bool, typer.Option(
-        "--no-precheck", help="Run even a program that deadlocks under rendezvous "
-        "semantics (refused by default: gloo/NCCL would hang until --timeout).")] = False,
-    inject_fault: Annotated[Optional[str], typer.Option(
-        "--inject-fault", hidden=True, help="Testing aid: RANK[:INDEX[:raise|hang]] "
-        "(module docstring).")] = None,
+    profile_dir: ProfileDirOpt = None,
+    no_precheck: NoPrecheckOpt = False,
+    inject_fault: InjectFaultOpt = None,
 ) -> None:
     """Run a schedule for real on torch.distributed (local processes) and measure it.
 
     Examples:
-      schedsim replay schedules/replay-1f1b.toml --check-grads --json measured.json
+      schedsim replay schedules/replay-1f1b.toml --check-grads --json meas.json
       schedsim replay --schedule dualpipe --ranks 4 --microbatches 8 --check-grads
       schedsim replay schedules/replay-1f1b.toml --compare --out-dir out/
 
@@ -156,25 +147,18 @@ def replay(
     before any process starts unless --no-precheck; an output path that cannot be
     written), 128+N stopped by signal N (143: SIGTERM).
     """
-    from schedsim.replay.config import Fault, ReplayError, spec_from_scenario
+    from schedsim.replay.config import ReplayError
     from schedsim.replay.launch import launch
     from schedsim.timeline import Timeline
-    from schedsim.util.files import output_group
 
     sc = _with_replay_keys(sc, set_)
     semantics = _compare_flags(compare, costs_file, semantics, isolated)
     if compare and out_dir is None:
         out_dir = Path(".")
-    check_outputs(json_out, figures=(gantt,))
-    if profile_dir is not None:
-        check_folder(profile_dir, "--profile-dir")
-    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, check_grads=check_grads,
-                              calibrate=compare and costs_file is None,
-                              calib_isolated=isolated,
-                              profile_dir=str(profile_dir.resolve()) if profile_dir else None,
-                              fault=Fault.parse(inject_fault) if inject_fault else None,
-                              precheck=not no_precheck)
-    _check_dirs(spec, profile_dir, out_dir, compare, costs_file is None)
+    spec = _replay_spec(sc, json_out, gantt, out_dir, profile_dir, compare=compare,
+                        calibrate=compare and costs_file is None, backend=backend,
+                        timeout=timeout, check_grads=check_grads, calib_isolated=isolated,
+                        fault=inject_fault, precheck=not no_precheck)
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
@@ -186,9 +170,44 @@ def replay(
         res = launch(spec, n)
     tl = Timeline.model_validate(res["timeline"])
     _print_run(res, tl)
+    written = _write_replay(sc, spec, res, tl, (json_out, gantt, out_dir),
+                            semantics if compare else None, calibrated=costs_file is None)
+    if written:
+        console.print("wrote " + ", ".join(map(str, written)), highlight=False,
+                      soft_wrap=True, markup=False)
     gc = res["timeline"].get("grad_check")
-    written: list[Path] = []
-    # all outputs appear together, or none does (nor a folder made for them)
+    if gc is not None and not gc["passed"]:
+        raise ReplayError(f"gradient check failed: max relative error "
+                          f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
+
+
+def _replay_spec(sc: Scenario, json_out: Path | None, gantt: Path | None,
+                 out_dir: Path | None, profile_dir: Path | None, *, compare: bool,
+                 calibrate: bool, fault: str | None, **settings: Any) -> Any:
+    """The replay's :class:`~schedsim.replay.config.ReplaySpec` (``settings``: its
+    keyword arguments), after checking every output path the run will write (exit 2
+    before any process starts)."""
+    from schedsim.replay.config import Fault, spec_from_scenario
+
+    check_outputs(json_out, figures=(gantt,))
+    if profile_dir is not None:
+        check_folder(profile_dir, "--profile-dir")
+    spec = spec_from_scenario(sc, calibrate=calibrate,
+                              profile_dir=str(profile_dir.resolve()) if profile_dir else None,
+                              fault=Fault.parse(fault) if fault else None, **settings)
+    _check_dirs(spec, profile_dir, out_dir, compare, calibrate)
+    return spec
+
+
+def _write_replay(sc: Scenario, spec: Any, res: dict[str, Any], tl: Any,
+                  outputs: tuple[Path | None, Path | None, Path | None],
+                  semantics: str | None, calibrated: bool) -> list[Path]:
+    """Write the replay's outputs (``outputs``: --json, --gantt, --out-dir), all together
+    or none (nor a folder made for them); with --compare (``semantics`` given) the
+    prediction and both errors too. Returns the --out-dir files written."""
+    from schedsim.util.files import output_group
+
+    json_out, gantt, out_dir = outputs
     with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
         if json_out:
             tl.write_json(outs.path(json_out))
@@ -196,19 +215,14 @@ def replay(
             from schedsim.plot import gantt as draw, save_figure
 
             save_figure(draw(tl), outs.path(gantt))
-        if compare:
-            written = _compare(sc, spec, res, tl, out_dir, semantics,
-                               calibrated=costs_file is None, outs=outs)
-        elif out_dir is not None:
+        if semantics is not None:
+            return _compare(sc, spec, res, tl, out_dir, semantics, calibrated=calibrated,
+                            outs=outs)
+        if out_dir is not None:
             written = _compare_files(out_dir, spec.program["name"], False, False)
             tl.write_json(outs.path(written[0]))
-    if written:
-        console.print("wrote " + ", ".join(map(str, written)), highlight=False,
-                      soft_wrap=True, markup=False)
-    if gc is not None and not gc["passed"]:
-        raise ReplayError(f"gradient check failed: max relative error "
-                          f"{gc['max_rel_error']:.2e} > tolerance {gc['tolerance']:g}")
-
+            return written
+    return []
 
 def _compare_flags(compare: bool, costs_file: Path | None, semantics: str | None,
                    isolated: bool) -> str:
@@ -328,21 +342,11 @@ def calibrate(
     sc: Scenario,
     nproc: NprocOpt = None,
     backend: BackendOpt = None,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", help="Cost file to write (default: stdout).")] = None,
-    repeats: Annotated[Optional[int], typer.Option(
-        "--repeats", min=1, help="Timed rounds per op and per message size (default 5).")
-    ] = None,
-    isolated: Annotated[bool, typer.Option(
-        "--isolated", help="Measure the ranks' op costs one rank at a time (uncontended); "
-        "default: all ranks together, as the replay runs them.")] = False,
-    from_timeline: Annotated[Optional[Path], typer.Option(
-        "--from-timeline", help="Fit the costs to a measured Timeline JSON (a replay's "
-        "--json, import-trace's --json) instead of running the ranks.")] = None,
-    exact: Annotated[bool, typer.Option(
-        "--exact", help="With --from-timeline: write every op's own measured duration, "
-        "every message's measured transfer and every instruction's host time, so that a "
-        "simulation reproduces the run up to the engine's semantics.")] = False,
+    out: CostsOutOpt = None,
+    repeats: RepeatsOpt = None,
+    isolated: IsolatedOpt = False,
+    from_timeline: FromTimelineOpt = None,
+    exact: ExactOpt = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -350,7 +354,7 @@ def calibrate(
     of launching a batch of sends/recvs on the real ranks (or fit them to a measured
     timeline); write a cost file for 'schedsim simulate --costs-file'.
 
-    Example:
+    Examples:
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
       schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml
       schedsim calibrate --from-timeline measured.json --exact --out exact.toml
@@ -432,35 +436,23 @@ def _calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
 @app.command("import-trace")
 @handle_errors
 def import_trace(
-    traces: Annotated[list[Path], typer.Argument(
-        help="Per-rank Kineto/Chrome trace files (rank from the file's distributedInfo, "
-        "else argument order); a subset of the ranks gives a partial timeline.",
-        show_default=False)],
-    json_out: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the measured Timeline JSON (with the program it ran).")
-    ] = None,
-    gantt: Annotated[Optional[Path], typer.Option(
-        "--gantt", help="Write a Gantt chart.")] = None,
-    program_out: Annotated[Optional[Path], typer.Option(
-        "--program-out", help="Write the program the traces show (program text: one "
-        "line per rank, torch's launches and waits), to simulate the same run.")] = None,
-    placement: Annotated[Optional[str], typer.Option(
-        "--placement", help="loop | v | dual (default: inferred from where stages ran).")
-    ] = None,
-    step: Annotated[Optional[int], typer.Option(
-        "--step", help="Profiler step N (ProfilerStep#N) of traces that hold several.")
-    ] = None,
-    name: Annotated[str, typer.Option("--name", help="Schedule name in the Timeline.")
-                    ] = "imported",
+    traces: TracesArg,
+    json_out: ImportJsonOpt = None,
+    gantt: ImportGanttOpt = None,
+    program_out: ProgramOutOpt = None,
+    placement: ImportPlacementOpt = None,
+    step: StepOpt = None,
+    name: NameOpt = "imported",
 ) -> None:
     """Read torch.profiler traces of a pipeline-parallel step (torch pipelining's
     'PP:<action>' or 'Forward N'/'Backward N' ranges, schedsim replay's
     'schedsim:<token>' ranges, with their c10d/gloo/NCCL P2P events) into a measured
     Timeline and the program it ran.
 
-    Example:
+    Examples:
       schedsim replay schedules/replay-1f1b.toml --profile-dir prof/
-      schedsim import-trace prof/rank*.json --json imported.json --program-out prog.txt
+      schedsim import-trace prof/rank*.json --json imported.json \\
+        --program-out prog.txt
     """
     from schedsim.cli.outputs import program_text
     from schedsim.cli.simulate import print_summary

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -33,6 +33,28 @@ from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text, _memory_mod
 from schedsim.errors import ScenarioError
 
 OUT_FORMATS = {".json": "schedsim JSON schedule", ".csv": "torch compute-only CSV"}
+
+SearchPlacementOpt = Annotated[str, typer.Option(
+    "--placement", help="loop (stage s on rank s mod p) | v (rank r: stages r and "
+    "2p-1-r).")]
+BackwardOpt = Annotated[str, typer.Option(
+    "--backward", help="split (order F, B, W: zero-bubble) | fused (order F, BW).")]
+SearchMemLimitOpt = Annotated[Optional[str], typer.Option(
+    "--mem-limit", help="Peak activation memory allowed per rank, in microbatches' worth "
+    "(the unit of 'schedsim memory'): a number, one number per rank (comma-separated), or "
+    "a schedule name for its per-rank peaks (e.g. 1f1b). Default: the peak of 1F1B.")]
+TimeLimitOpt = Annotated[float, typer.Option(
+    "--time-limit", help="Seconds for the whole search (built-ins, solver, refinement).")]
+SeedOpt = Annotated[int, typer.Option(
+    "--seed", help="Seed of the solver and the local search.")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="CP-SAT worker threads.")]
+SearchOutOpt = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", help="Write the best schedule: .json (schedsim schedule) or .csv (torch "
+    "compute-only CSV).")]
+SearchJsonOpt = Annotated[Optional[Path], typer.Option(
+    "--json", help="Write the whole result (solver, refinement, table) as JSON.")]
+SearchQuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Only the summary lines; no table or order.")]
 
 
 def parse_mem_limit(text: str | None) -> float | list[float] | str | None:
@@ -72,13 +94,9 @@ def search(
     scenario: ScenarioArg = None,
     ranks: RanksOpt = None,
     microbatches: MbOpt = None,
-    placement: Annotated[str, typer.Option(
-        "--placement", help="loop (stage s on rank s mod p) | v (rank r: stages r and "
-        "2p-1-r).")] = "loop",
+    placement: SearchPlacementOpt = "loop",
     chunks: ChunksOpt = None,
-    backward: Annotated[str, typer.Option(
-        "--backward", help="split (order F, B, W: zero-bubble) | fused (order F, BW).")
-    ] = "split",
+    backward: BackwardOpt = "split",
     cost: CostOpt = None,
     latency: LatencyOpt = None,
     bandwidth: BandwidthOpt = None,
@@ -88,32 +106,20 @@ def search(
     eager_threshold: ThresholdOpt = None,
     launch_cost: LaunchCostOpt = None,
     comm_policy: PolicyOpt = None,
-    mem_limit: Annotated[str | None, typer.Option(
-        "--mem-limit", help="Peak activation memory allowed per rank, in microbatches' "
-        "worth (the unit of 'schedsim memory'): a number, one number per rank "
-        "(comma-separated), or a schedule name for its per-rank peaks (e.g. 1f1b). "
-        "Default: the peak of 1F1B.")] = None,
+    mem_limit: SearchMemLimitOpt = None,
     memory_model: MemModelOpt = None,
     fb_order: FbOrderOpt = None,
-    time_limit: Annotated[float, typer.Option(
-        "--time-limit", help="Seconds for the whole search (built-ins, solver, "
-        "refinement).")] = 30.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the solver and the local "
-                                      "search.")] = 0,
-    workers: Annotated[int, typer.Option("--workers", help="CP-SAT worker threads.")] = 2,
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="Write the best schedule: .json (schedsim schedule) or .csv "
-        "(torch compute-only CSV).")] = None,
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the whole result (solver, refinement, table) as JSON.")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary lines; "
-                                        "no table or order.")] = False,
+    time_limit: TimeLimitOpt = 30.0,
+    seed: SeedOpt = 0,
+    workers: WorkersOpt = 2,
+    out: SearchOutOpt = None,
+    json_out: SearchJsonOpt = None,
+    quiet: SearchQuietOpt = False,
 ) -> None:
     """Search the per-rank order of F, B, W (or F, BW) with the least makespan for these
     costs, links, comm semantics and memory limit.
 
-    A CP-SAT model (OR-Tools: pip install 'schedsim\\[search]') finds the best order under
+    A CP-SAT model (OR-Tools, the 'search' extra) finds the best order under
     data dependencies and link costs and says whether it is proven optimal, warm-started
     from the best built-in that fits the memory limit; a local search then runs each
     candidate order through the engine under --semantics with --comm-policy for the rest
@@ -122,39 +128,58 @@ def search(
 
     Examples:
       schedsim search -p 4 -m 8 --cost F=1,B=2,W=1 --time-limit 10 --out best.json
-      schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 --mem-limit 1f1b
+      schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 \\
+        --mem-limit 1f1b
     """
-    from schedsim.search import SearchSettings, search as run_search
+    from schedsim.search import search as run_search
 
-    if backward not in ("split", "fused"):
-        raise ScenarioError(f"unknown --backward {backward!r}: expected split or fused")
-    if workers < 1:
-        raise ScenarioError(f"--workers must be >= 1 (got {workers})")
+    _check_flags(backward, workers, out, json_out)
     limit = parse_mem_limit(mem_limit)
-    _check_out(out)
-    if json_out is not None:
-        from schedsim.util.files import check_output_path
-
-        check_output_path(json_out)
     sc = build_scenario(scenario, ranks=ranks, microbatches=microbatches, cost=cost,
                         semantics=semantics, comm_stream=comm_stream,
                         eager_threshold=eager_threshold, launch_cost=launch_cost,
                         message_bytes=message_bytes, latency=latency, bandwidth=bandwidth,
                         comm_policy=comm_policy)
-    p, m = sc.schedule.ranks, sc.schedule.microbatches
-    if p is None or m is None:
-        raise ScenarioError("search needs --ranks and --microbatches (or a scenario "
-                            "with them)")
-    st = SearchSettings(
-        ranks=p, microbatches=m, placement=placement,
-        chunks=chunks or (2 if placement == "v" else 1), fused=backward == "fused",
-        costs=sc.costs, link=sc.link, comm=sc.comm, policy=sc.schedule.comm_policy or "async",
-        memory=_memory_model(sc.memory or None, memory_model, fb_order), limit=limit,
-        time_limit=time_limit, seed=seed, workers=workers)
+    st = _settings(sc, placement, chunks, backward, limit,
+                   _memory_model(sc.memory or None, memory_model, fb_order),
+                   time_limit=time_limit, seed=seed, workers=workers)
     with _Progress() as prog:
         res = run_search(st, prog.update)
     _print(res, st, quiet)
     _write(res, out, json_out)
+
+
+def _check_flags(backward: str, workers: int, out: Path | None,
+                 json_out: Path | None) -> None:
+    """Refuse bad ``search`` flags and unwritable outputs before any work. Raises
+    :class:`ScenarioError`."""
+    if backward not in ("split", "fused"):
+        raise ScenarioError(f"unknown --backward {backward!r}: expected split or fused")
+    if workers < 1:
+        raise ScenarioError(f"--workers must be >= 1 (got {workers})")
+    _check_out(out)
+    if json_out is not None:
+        from schedsim.util.files import check_output_path
+
+        check_output_path(json_out)
+
+
+def _settings(sc: Any, placement: str, chunks: int | None, backward: str, limit: Any,
+              memory: Any, **solver: Any) -> Any:
+    """The :class:`~schedsim.search.SearchSettings` of the scenario ``sc`` and the
+    ``search`` flags (``solver``: time_limit, seed, workers). Raises
+    :class:`ScenarioError` when the size is missing."""
+    from schedsim.search import SearchSettings
+
+    p, m = sc.schedule.ranks, sc.schedule.microbatches
+    if p is None or m is None:
+        raise ScenarioError("search needs --ranks and --microbatches (or a scenario "
+                            "with them)")
+    return SearchSettings(
+        ranks=p, microbatches=m, placement=placement,
+        chunks=chunks or (2 if placement == "v" else 1), fused=backward == "fused",
+        costs=sc.costs, link=sc.link, comm=sc.comm, policy=sc.schedule.comm_policy or "async",
+        memory=memory, limit=limit, **solver)
 
 
 class _Progress:

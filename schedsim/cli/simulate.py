@@ -1,6 +1,7 @@
 """``schedsim simulate``, ``schedsim list`` and ``schedsim generate``."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -31,12 +32,27 @@ from schedsim.cli.common import (
     warn_costs,
     write_text_out,
 )
+from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.simulate import simulate as run_simulation
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
 from schedsim.util.text import rich_escape
+
+CostsFileOpt = Annotated[Optional[Path], typer.Option(
+    "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, e.g. "
+    "from 'schedsim calibrate'); its tables replace the scenario's (and these flags), its "
+    "launch_cost the scenario's.")]
+GanttOpt = Annotated[Optional[Path], typer.Option(
+    "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")]
+TimelineJsonOpt = Annotated[Optional[Path], typer.Option(
+    "--json", help="Write the Timeline JSON (written even on deadlock).")]
+TraceOpt = Annotated[Optional[Path], typer.Option(
+    "--trace", help="Write a Perfetto / Chrome trace JSON.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
+    "table, no progress.")]
 
 
 def _fmt(x: float | None) -> str:
@@ -81,30 +97,15 @@ def print_summary(tl: Timeline) -> None:
 @scenario_command
 def simulate(
     sc: Scenario,
-    costs_file: Annotated[Optional[Path], typer.Option(
-        "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, "
-        "e.g. from 'schedsim calibrate'); its tables replace the scenario's (and these "
-        "flags), its launch_cost the scenario's.")] = None,
-    gantt: Annotated[Optional[Path], typer.Option(
-        "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")] = None,
-    json_out: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the Timeline JSON (written even on deadlock).")] = None,
-    trace: Annotated[Optional[Path], typer.Option(
-        "--trace", help="Write a Perfetto / Chrome trace JSON.")] = None,
-    arrows: Annotated[bool, typer.Option(
-        "--arrows", help="With --gantt: an arrow per message (red: the receiver waited).")
-    ] = False,
-    memory: Annotated[bool, typer.Option(
-        "--memory", help="With --gantt: an activation-memory panel per rank (model from "
-        "the scenario's \\[memory], default zb).")] = False,
-    stalls: Annotated[bool, typer.Option(
-        "--stalls", help="With --gantt: hatch the stalls by cause.")] = False,
-    detail: Annotated[bool, typer.Option(
-        "--detail", help="With --gantt: draw each op's compute and collective pieces "
-        "(scenario with \\[model]).")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
-        "table, no progress.")] = False,
+    costs_file: CostsFileOpt = None,
+    gantt: GanttOpt = None,
+    json_out: TimelineJsonOpt = None,
+    trace: TraceOpt = None,
+    arrows: ArrowsOpt = False,
+    memory: MemoryOpt = False,
+    stalls: StallsOpt = False,
+    detail: DetailOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
 
@@ -123,21 +124,7 @@ def simulate(
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    if gantt is not None:
-        from schedsim.cli.render import check_figure_path
-
-        check_figure_path(gantt)
-    elif arrows or memory or stalls or detail:
-        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
-                            "chart: add --gantt FILE.png")
-    if detail and sc.model is None:
-        raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
-                            "table to the scenario (docs/stage-model.md)")
-    if trace is not None and trace.suffix.lower() != ".json":
-        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
-    for out in (json_out, gantt, trace):
-        if out is not None:
-            check_output_path(out)       # fail before simulating, not after
+    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail, detail)
     with Phases(quiet) as ph:
         ph.step("building the program")
         prog = sc.build_program()
@@ -148,18 +135,7 @@ def simulate(
 
             ph.step("attaching the compute and collective pieces")
             attach_pieces(tl, sc.stage_costs())     # only these outputs show them
-        with output_group() as outs:      # all outputs appear together, or none does
-            if json_out:
-                ph.step(f"writing {json_out}")
-                tl.write_json(outs.path(json_out))
-            if gantt:
-                ph.step(f"drawing {gantt}")
-                _draw(sc, tl, outs.path(gantt), arrows, memory, stalls, detail)
-            if trace and tl.deadlock is None:
-                from schedsim.interop.perfetto import write_trace
-
-                ph.step(f"writing {trace}")
-                write_trace(outs.path(trace), [tl])
+        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail))
         if tl.deadlock is not None:
             ph.step("looking for a fix of the deadlock")
             warn_costs(sc, tl)
@@ -173,6 +149,46 @@ def simulate(
         from schedsim.cli.collectives import print_stage_costs
 
         print_stage_costs(sc, prog.placement.stages, tl)
+
+
+def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
+                   trace: Path | None, drawing: bool, detail: bool) -> None:
+    """Refuse bad output flags of ``simulate`` before simulating (``drawing``: a Gantt
+    option was given). Raises :class:`ScenarioError`."""
+    if gantt is not None:
+        from schedsim.cli.render import check_figure_path
+
+        check_figure_path(gantt)
+    elif drawing:
+        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
+                            "chart: add --gantt FILE.png")
+    if detail and sc.model is None:
+        raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
+                            "table to the scenario (docs/stage-model.md)")
+    if trace is not None and trace.suffix.lower() != ".json":
+        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
+    for out in (json_out, gantt, trace):
+        if out is not None:
+            check_output_path(out)       # fail before simulating, not after
+
+
+def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
+                   json_out: Path | None, trace: Path | None,
+                   draw_flags: tuple[bool, bool, bool, bool]) -> None:
+    """Write the outputs of ``simulate`` all together, or none (a trace: only of a run
+    that completed). ``draw_flags``: arrows, memory, stalls, detail."""
+    with output_group() as outs:
+        if json_out:
+            ph.step(f"writing {json_out}")
+            tl.write_json(outs.path(json_out))
+        if gantt:
+            ph.step(f"drawing {gantt}")
+            _draw(sc, tl, outs.path(gantt), *draw_flags)
+        if trace and tl.deadlock is None:
+            from schedsim.interop.perfetto import write_trace
+
+            ph.step(f"writing {trace}")
+            write_trace(outs.path(trace), [tl])
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
@@ -201,10 +217,23 @@ def _flag(param: str) -> str:
     return f"--param {param}=..."
 
 
+#: what each --semantics value means (the names: schedsim.sim.costs.Semantics; the
+#: engine's rules: CommModel's docstring and docs/comm-semantics.md)
+SEMANTICS_SUMMARY = {
+    "data": "comm instructions are ignored: an op waits only for its producers' outputs "
+            "(producer end + link cost); what papers draw (default)",
+    "eager": "a send completes once its bytes have left; data waits at the receiver",
+    "rendezvous": "a transfer starts once both sides have posted; both complete at "
+                  "arrival (--eager-threshold: small messages eager); how NCCL and gloo "
+                  "sends behave",
+}
+
+
 @app.command("list")
 @handle_errors(limits=False)
 def list_schedules() -> None:
-    """List the schedules with their placement, parameters, constraints and source."""
+    """List the schedules (placement, parameters, constraints, source), the comm
+    policies with their --param keys, and the comm semantics."""
     from schedsim.generators import GENERATORS, names
 
     t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
@@ -219,6 +248,42 @@ def list_schedules() -> None:
         lines.append(f"[dim]source:[/] {escape(g.source)}")
         t.add_row(n, "\n".join(lines))
     console.print(t)
+    console.print(_policies_table())
+    console.print(_semantics_table())
+
+
+def _policies_table() -> Table:
+    """The comm policies (schedsim.program.lower.POLICIES): summary and --param keys."""
+    from schedsim.program.lower import POLICIES, policy_names
+
+    t = Table(title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
+              show_lines=True, expand=True)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("what it imitates, parameters", ratio=1)
+    for n in policy_names():
+        pol = POLICIES[n]
+        lines = [escape(pol.summary)]
+        kinds = inspect.signature(pol.fn).parameters
+        lines += [f"[dim]--param {k}={_param_values(kinds[k].annotation)}:[/] {escape(v)}"
+                  for k, v in pol.params.items()]
+        t.add_row(n, "\n".join(lines))
+    return t
+
+
+def _param_values(annotation: object) -> str:
+    """How a policy parameter's value is written (``true|false`` for a bool)."""
+    return "true|false" if "bool" in str(annotation) else "VALUE"
+
+
+def _semantics_table() -> Table:
+    """The comm semantics (--semantics NAME) and what each means."""
+    t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
+              show_lines=True, expand=True)
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("how P2P ops complete", ratio=1)
+    for n, what in SEMANTICS_SUMMARY.items():
+        t.add_row(n, escape(what))
+    return t
 
 
 @app.command()
@@ -246,6 +311,10 @@ def generate(
 
     The cost and link flags matter only for planners whose order depends on them
     (zb-1p, zb-2p, zbv).
+
+    Examples:
+      schedsim generate dualpipev -p 4 -m 8
+      schedsim generate zb-h1 -p 4 -m 8 --format torch-csv --out zb-h1.csv
     """
     if ranks is None or microbatches is None:
         fail("generate needs --ranks and --microbatches")

@@ -133,11 +133,24 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     waited, the last one posted first.
     None when a RECV is posted twice or two ops wait for one RECV (the per-action rule
     then decides)."""
-    P, S = cols.ranks, pl.stages
+    rank = np.repeat(np.arange(cols.ranks, dtype=I64), np.diff(cols.rptr))
+    ci = np.flatnonzero(~cols.is_comm)
+    w = _waited_inputs(cols, pl, rank, ci)
+    if w is None:
+        return None
+    return _runtime_instructions(cols, rank, ci, *w)
+
+
+def _waited_inputs(cols: Columns, pl: Any, rank: np.ndarray, ci: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which compute actions (at positions ``ci``; ``rank`` per action) wait for the
+    RECV of their cross-rank input right before them: ``(mk, waited)``, the message kind
+    of each compute's cross-stage input (0: F, 1: B) and the mask of those that wait (the
+    RECV is posted on the same rank before the compute). None when a RECV is posted twice
+    or two ops wait for one RECV."""
+    S = pl.stages
     n = len(cols.kind)
-    rank = np.repeat(np.arange(P, dtype=I64), np.diff(cols.rptr))
     pos = np.arange(n, dtype=I64)
-    is_c = ~cols.is_comm
     # RECVs: (rank, kind, stage, mb) -> position (posted once)
     is_recv = cols.is_comm & ((cols.kind & 1) == 1)
     M = int(cols.mb.max(initial=0)) + 1
@@ -148,7 +161,6 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     table = np.full(4 * S * M, -1, I64)
     table[rc] = pos[is_recv]
     # each compute's cross-rank input: RECV_F of its stage (F) or RECV_B (B, BW)
-    ci = np.flatnonzero(is_c)
     mk, ps = cross_stage_inputs(cols.kind[ci], cols.stage[ci], S)
     has = ps >= 0
     src = np.full(len(ci), -1, I64)
@@ -161,6 +173,17 @@ def runtime_program(cols: Columns, pl: Any) -> FlatProgram | None:
     wcodes = want[waited]
     if len(np.unique(wcodes)) != len(wcodes):
         return None
+    return mk, waited
+
+
+def _runtime_instructions(cols: Columns, rank: np.ndarray, ci: np.ndarray,
+                          mk: np.ndarray, waited: np.ndarray) -> FlatProgram:
+    """The flat program of :func:`runtime_program` once its waits are known
+    (:func:`_waited_inputs`): the instruction positions, then each instruction's
+    members."""
+    P = cols.ranks
+    n = len(cols.kind)
+    is_c = ~cols.is_comm
     # instructions: each action, plus a WAIT before each compute that waits, plus, at the
     # end of each rank, a WAIT per SEND (the last posted first)
     is_send = cols.is_comm & ((cols.kind & 1) == 0)

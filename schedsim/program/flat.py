@@ -114,6 +114,24 @@ class FlatSchedule:
     def __len__(self) -> int:
         return int(self.rptr[-1])
 
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(op index, kind, stage, mb)`` of every atom, int64 arrays in op order: one
+        per op, two for an ``FB`` (its ``F`` part, then its backward part)."""
+        n = len(self)
+        cnt = np.ones(n, np.int64)
+        cnt[self.fb_at] += 1
+        op = np.repeat(np.arange(n, dtype=np.int64), cnt)
+        first = np.cumsum(cnt) - cnt
+        kind = np.where(self.kind == OpKind.FB, OpKind.F, self.kind).astype(np.int64)[op]
+        stage = self.stage.astype(np.int64)[op]
+        mb = self.mb.astype(np.int64)[op]
+        if len(self.fb_at):
+            second = first[self.fb_at] + 1
+            kind[second] = self.fb_kind
+            stage[second] = self.fb_stage
+            mb[second] = self.fb_mb
+        return op, kind, stage, mb
+
     @classmethod
     def from_rows(cls, rows: Iterable[Iterable[Op]]) -> FlatSchedule:
         """Convert object rows (lists of :class:`Op`)."""

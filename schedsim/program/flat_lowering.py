@@ -63,18 +63,7 @@ def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     n = len(fs)
     op_rank = np.repeat(np.arange(fs.ranks, dtype=I64), np.diff(fs.rptr))
     op_pos = np.arange(n, dtype=I64) - np.repeat(fs.rptr[:-1], np.diff(fs.rptr))
-    cnt = np.ones(n, I64)
-    cnt[fs.fb_at] += 1
-    a_op = np.repeat(np.arange(n, dtype=I64), cnt)
-    first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-    a_kind = np.where(fs.kind == 4, 0, fs.kind).astype(I64)[a_op]
-    a_stage = fs.stage.astype(I64)[a_op]
-    a_mb = fs.mb.astype(I64)[a_op]
-    if len(fs.fb_at):
-        second = first[fs.fb_at] + 1
-        a_kind[second] = fs.fb_kind
-        a_stage[second] = fs.fb_stage
-        a_mb[second] = fs.fb_mb
+    a_op, a_kind, a_stage, a_mb = fs.atoms()
     a_rank = op_rank[a_op]
     # recvs: the cross-stage input, when its producer is on another rank
     mk, ps = cross_stage_inputs(a_kind, a_stage, S)

@@ -16,24 +16,6 @@ I64 = np.int64
 _F, _B, _W, _BW, _FB = 0, 1, 2, 3, 4
 
 
-def _atoms(fs: FlatSchedule) -> tuple[np.ndarray, ...]:
-    """``(op index, kind, stage, mb)`` of every atom (an FB op has two)."""
-    n = len(fs)
-    cnt = np.ones(n, I64)
-    cnt[fs.fb_at] += 1
-    op = np.repeat(np.arange(n, dtype=I64), cnt)
-    first = np.cumsum(cnt) - cnt
-    kind = np.where(fs.kind == _FB, _F, fs.kind).astype(I64)[op]
-    stage = fs.stage.astype(I64)[op]
-    mb = fs.mb.astype(I64)[op]
-    if len(fs.fb_at):
-        second = first[fs.fb_at] + 1
-        kind[second] = fs.fb_kind
-        stage[second] = fs.fb_stage
-        mb[second] = fs.fb_mb
-    return op, kind, stage, mb
-
-
 def is_valid(fs: FlatSchedule, placement: Any, microbatches: int, complete: bool) -> bool:
     """True if schedule ``fs`` (under ``placement``, ``microbatches``) breaks none of the
     rules of :func:`schedsim.program.validate.validate_schedule` (``complete``: rule 3 as
@@ -47,7 +29,7 @@ def is_valid(fs: FlatSchedule, placement: Any, microbatches: int, complete: bool
         return False
     if np.count_nonzero(fs.kind == _FB) != len(fs.fb_at):
         return False
-    op, kind, stage, mb = _atoms(fs)
+    op, kind, stage, mb = fs.atoms()
     if not (np.all((kind >= 0) & (kind <= _BW)) and np.all((stage >= 0) & (stage < S))
             and np.all((mb >= 0) & (mb < M))):
         return False

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -262,6 +263,44 @@ class RankExecutor:
         Raises :class:`RankFailure` (or :class:`InjectedFault`).
         """
         self.deadline = deadline if deadline is not None else time.time() + self.cfg.timeout
+        self._reset_step()
+        row = self.row
+        n = len(row)
+        fault_at = fault.index if fault is not None and fault.rank == self.rank else -1
+        rec = _StepRecords(begin=self.clock.stamp())
+        for i in range(n + 1):
+            if i == fault_at:
+                self._inject(fault, i)   # type: ignore[arg-type]
+            if i == n:                     # END: everything still outstanding
+                comms = [c for c in self.pending if c in self.works]
+                if comms:
+                    self._run_wait(rec, n, comms, "END")
+                break
+            ins = row[i]
+            t = type(ins)
+            if t is Compute:
+                self._run_compute(rec, i, ins.op)
+            elif t is Post or t is Batch:
+                self._run_launch(rec, i, [ins.comm] if t is Post else list(ins.comms),
+                                 t is Batch)
+            elif t is Commit:
+                comms, self.since_commit = self.since_commit, []
+                self._run_wait(rec, i, comms, "COMMIT")
+            else:
+                self._run_wait(rec, i, list(ins.comms), "WAIT")
+        self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
+        leftover = [k for k, v in self.deferred.items() if v]
+        if leftover:
+            raise RankFailure(f"rank {self.rank}: program ended with weight gradients of "
+                              f"{len(leftover)} B op(s) never run by a W", True)
+        out = rec.as_dict()
+        if self.tp is not None:       # TP collectives: (index, ..., t0, t1, bytes)
+            out["collectives"] = self.tp.log.drain()
+        return out
+
+    def _reset_step(self) -> None:
+        """Empty the per-step state: activations, gradients, received tensors, deferred
+        weight gradients, losses and the outstanding comm ops."""
         self.inputs: dict = {}
         self.outputs: dict = {}
         self.acts: dict = {}
@@ -273,87 +312,49 @@ class RankExecutor:
         self.tensors: dict[Comm, tuple] = {}
         self.pending: list[Comm] = []
         self.since_commit: list[Comm] = []
+
+    def _profiled(self, i: int) -> Any:
+        """The profiler range of instruction ``i`` (``schedsim:<token>``; ``END`` at the
+        end of the row), or no context when not profiling."""
+        return _record("schedsim:" + self.tokens[i]) if self.profile else nullcontext()
+
+    def _run_compute(self, rec: _StepRecords, i: int, op: Op) -> None:
+        """Run compute instruction ``i`` and record its span."""
         stamp = self.clock.stamp
-        spans: list[tuple] = []
-        posts: list[tuple] = []
-        waits: list[tuple] = []
-        comm_post: dict[str, tuple[int, Any]] = {}
-        comm_done: dict[str, Any] = {}
-        comm_bytes: dict[str, int] = {}
-        tok_of: dict[Comm, str] = {}
-        prof = self.profile
-        row = self.row
-        n = len(row)
-        fault_at = fault.index if fault is not None and fault.rank == self.rank else -1
-        begin = stamp()
-        i = 0
-        while i <= n:
-            if i == fault_at:
-                self._inject(fault, i)   # type: ignore[arg-type]
-            if i == n:                     # END: everything still outstanding
-                comms = [c for c in self.pending if c in self.works]
-                if not comms:
-                    break
-                ctx = _record("schedsim:END") if prof else nullcontext()
-                t0 = stamp()
-                with ctx:
-                    got = self._wait(comms, n)
-                t1 = stamp()
-                toks = [tok_of[c] for c in comms]
-                waits.append((n, "END", t0, t1, toks))
-                for c, td in got.items():
-                    comm_done.setdefault(tok_of[c], td)
-                break
-            ins = row[i]
-            t = type(ins)
-            if t is Compute:
-                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
-                self._index = i
-                t0 = stamp()
-                with ctx:
-                    self._compute(ins.op)
-                spans.append((i, t0, stamp()))
-                i += 1
-            elif t is Post or t is Batch:
-                comms = [ins.comm] if t is Post else list(ins.comms)
-                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
-                t0 = stamp()
-                with ctx:
-                    self._launch(comms, t is Batch)
-                t1 = stamp()
-                posts.append((i, i, t0, t1))
-                for c in comms:
-                    tok = tok_of[c] = str(c)
-                    comm_post[tok] = (i, t1)    # posted = the launch has ended
-                    tt = self.tensors[c][0]
-                    comm_bytes[tok] = tt.numel() * tt.element_size()
-                i += 1
-            else:
-                if t is Commit:
-                    comms, kind = self.since_commit, "COMMIT"
-                    self.since_commit = []
-                else:
-                    comms, kind = list(ins.comms), "WAIT"
-                ctx = _record("schedsim:" + self.tokens[i]) if prof else nullcontext()
-                t0 = stamp()
-                with ctx:
-                    got = self._wait(comms, i)
-                t1 = stamp()
-                toks = [tok_of.get(c) or str(c) for c in comms]
-                waits.append((i, kind, t0, t1, toks))
-                for c, td in got.items():
-                    comm_done.setdefault(tok_of.get(c) or str(c), td)
-                i += 1
-        self.losses = {mb: float(v.detach()) for mb, v in self.loss_t.items()}
-        leftover = [k for k, v in self.deferred.items() if v]
-        if leftover:
-            raise RankFailure(f"rank {self.rank}: program ended with weight gradients of "
-                              f"{len(leftover)} B op(s) never run by a W", True)
-        out = {"spans": spans, "posts": posts, "waits": waits, "comm_post": comm_post,
-               "comm_done": comm_done, "comm_bytes": comm_bytes, "begin": begin}
-        if self.tp is not None:       # TP collectives: (index, ..., t0, t1, bytes)
-            out["collectives"] = self.tp.log.drain()
-        return out
+        self._index = i
+        t0 = stamp()
+        with self._profiled(i):
+            self._compute(op)
+        rec.spans.append((i, t0, stamp()))
+
+    def _run_launch(self, rec: _StepRecords, i: int, comms: list[Comm],
+                    batch: bool) -> None:
+        """Launch instruction ``i`` (a bare post or a batch) and record it: the launch's
+        span, and per comm its post time (the end of the launch) and its bytes."""
+        stamp = self.clock.stamp
+        t0 = stamp()
+        with self._profiled(i):
+            self._launch(comms, batch)
+        t1 = stamp()
+        rec.posts.append((i, i, t0, t1))
+        for c in comms:
+            tok = rec.tok_of[c] = str(c)
+            rec.comm_post[tok] = (i, t1)    # posted = the launch has ended
+            tt = self.tensors[c][0]
+            rec.comm_bytes[tok] = tt.numel() * tt.element_size()
+
+    def _run_wait(self, rec: _StepRecords, i: int, comms: list[Comm], kind: str) -> None:
+        """Run blocking instruction ``i`` (``COMMIT``, ``WAIT`` or ``END``) and record
+        the wait and each comm's first completion stamp."""
+        stamp = self.clock.stamp
+        t0 = stamp()
+        with self._profiled(i):
+            got = self._wait(comms, i)
+        t1 = stamp()
+        tok_of = rec.tok_of
+        rec.waits.append((i, kind, t0, t1, [tok_of.get(c) or str(c) for c in comms]))
+        for c, td in got.items():
+            rec.comm_done.setdefault(tok_of.get(c) or str(c), td)
 
     def _inject(self, fault: Fault, i: int) -> None:
         tok = self.tokens[i]
@@ -361,6 +362,26 @@ class RankExecutor:
             while True:            # until the launcher kills this process
                 time.sleep(1.0)
         raise InjectedFault(f"injected fault at instr {i} ({tok})")
+
+
+@dataclass
+class _StepRecords:
+    """The raw records of one :meth:`RankExecutor.step` (the layout is in its
+    docstring); ``tok_of`` is each launched comm's token."""
+
+    begin: Any
+    spans: list[tuple] = field(default_factory=list)
+    posts: list[tuple] = field(default_factory=list)
+    waits: list[tuple] = field(default_factory=list)
+    comm_post: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    comm_done: dict[str, Any] = field(default_factory=dict)
+    comm_bytes: dict[str, int] = field(default_factory=dict)
+    tok_of: dict[Comm, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"spans": self.spans, "posts": self.posts, "waits": self.waits,
+                "comm_post": self.comm_post, "comm_done": self.comm_done,
+                "comm_bytes": self.comm_bytes, "begin": self.begin}
 
 
 def _record(name: str) -> Any:

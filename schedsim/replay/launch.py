@@ -272,6 +272,47 @@ def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
     return "the replay failed without a report"   # pragma: no cover
 
 
+def _start_ranks(procs: list[subprocess.Popen], logs: list[Path], nproc: int,
+                 spec_path: Path, store: socket.socket, sig: _Signals,
+                 python: str | None, threads: int) -> None:
+    """Start the ``nproc`` rank processes of the run whose spec is ``spec_path``, each in
+    a session of its own with its log ``rank{r}.log`` beside the spec; rank 0 inherits
+    the rendezvous ``store`` socket. Each process (and log) is appended to ``procs``
+    (``logs``) as it starts, so the caller's clean-up stops whatever did start."""
+    port = store.getsockname()[1]
+    for r in range(nproc):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc),
+                   LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=MASTER_ADDR,
+                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
+                   **{ENV_LAUNCHER_PID: str(os.getpid())})
+        if r == 0:
+            env[ENV_STORE_FD] = str(store.fileno())
+        log = spec_path.parent / f"rank{r}.log"
+        logs.append(log)
+        # a signal arriving while the child is being started acts once it is in
+        # ``procs`` (so the clean-up kills it)
+        with sig.deferred(), open(log, "wb") as fh:
+            procs.append(subprocess.Popen(
+                [python or sys.executable, "-m", "schedsim.replay", "--spec",
+                 str(spec_path)], env=env, stdout=fh, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                pass_fds=(store.fileno(),) if r == 0 else ()))
+
+
+def _wait_ranks(procs: list[subprocess.Popen], until: float) -> tuple[bool, bool]:
+    """Poll the ranks every :data:`POLL_S` s until all exited 0, one exited otherwise, or
+    the wall clock reaches ``until``. Returns ``(failed, timed_out)``."""
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):
+            return True, False
+        if all(c == 0 for c in codes):
+            return False, False
+        if time.time() >= until:
+            return False, True
+        time.sleep(POLL_S)
+
+
 def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
            python: str | None = None) -> dict[str, Any]:
     """Run ``spec`` on ``nproc`` local processes; return rank 0's result dict.
@@ -288,7 +329,6 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
     logs: list[Path] = []
     out: Path | None = None
     store: socket.socket | None = None
-    ours: set[int] = set()       # ranks the launcher stopped (their signal is not news)
     sig = _Signals()
     try:
         sweep_stale_runs()
@@ -301,40 +341,14 @@ def launch(spec: JobSpec, nproc: int, timeout: float | None = None,
         spec_path = out / "spec.json"
         spec_path.write_text(spec.model_dump_json())
         store = store_socket()
-        port = store.getsockname()[1]
-        for r in range(nproc):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc),
-                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR=MASTER_ADDR,
-                       MASTER_PORT=str(port), OMP_NUM_THREADS=str(spec.config.threads),
-                       **{ENV_LAUNCHER_PID: str(os.getpid())})
-            if r == 0:
-                env[ENV_STORE_FD] = str(store.fileno())
-            log = out / f"rank{r}.log"
-            logs.append(log)
-            # a signal arriving while the child is being started acts once it is in
-            # ``procs`` (so the clean-up below kills it)
-            with sig.deferred(), open(log, "wb") as fh:
-                procs.append(subprocess.Popen(
-                    [python or sys.executable, "-m", "schedsim.replay", "--spec",
-                     str(spec_path)], env=env, stdout=fh, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
-                    pass_fds=(store.fileno(),) if r == 0 else ()))
+        _start_ranks(procs, logs, nproc, spec_path, store, sig, python,
+                     spec.config.threads)
         store.close()           # rank 0 holds it now
         store = None
-        failed = timed_out = False
-        while True:
-            codes = [p.poll() for p in procs]
-            if any(c not in (None, 0) for c in codes):
-                failed = True
-                break
-            if all(c == 0 for c in codes):
-                break
-            if time.time() >= start + timeout - 0.2 * margin:
-                timed_out = True
-                break
-            time.sleep(POLL_S)
+        failed, timed_out = _wait_ranks(procs, start + timeout - 0.2 * margin)
         if failed or timed_out:
             time.sleep(POLL_S)          # let a rank that is reporting finish its file
+            # ranks the launcher stops (their signal is not news)
             ours = {r for r, p in enumerate(procs) if p.poll() is None}
             _kill(procs)
             raise ReplayError("replay failed: " + _failure_message(out, procs, logs,

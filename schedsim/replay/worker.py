@@ -114,33 +114,15 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
 
     from schedsim.program.ir import Program
     from schedsim.replay.executor import RankExecutor
-    from schedsim.replay.timing import (
-        Clock,
-        estimate_offsets,
-        measured_timeline,
-        resolve_records,
-        same_host,
-    )
+    from schedsim.replay.launch import init_group
+    from schedsim.replay.timing import Clock, estimate_offsets, same_host
 
     cfg = spec.config
     deadline = spec.deadline or (time.time() + cfg.timeout)
     torch.set_num_threads(cfg.threads)
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     start_watchdog(deadline, rank)
-    if cfg.device_type == "cuda":
-        if not torch.cuda.is_available():
-            raise ReplayError(f"{'backend nccl' if cfg.backend == 'nccl' else 'device cuda'} "
-                              f"needs CUDA GPUs, and torch sees none: use --backend gloo "
-                              f"(device cpu)")
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        # nccl: one GPU per rank; gloo: the ranks may share GPUs (P2P staged via the host)
-        device = torch.device("cuda", local if cfg.backend == "nccl"
-                              else local % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    from schedsim.replay.launch import init_group
-
+    device = _rank_device(cfg, rank)
     # nccl: the rank's own GPU as device_id; gloo may share GPUs (P2P staged via the host)
     init_group(cfg.backend, rank, world, max(deadline - time.time(), 1.0),
                device if cfg.backend == "nccl" else None)
@@ -172,76 +154,15 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
             calib = calibrate_rank(ex, spec)
         result: dict[str, Any] | None = None
         if spec.replay:
-            for _ in range(cfg.warmup):
-                dist.barrier()
-                ex.step(deadline)
-                ex.zero_grad()
-            recs = []
-            steps = 1 if spec.profile_dir else cfg.steps
-            for k in range(steps):
-                if k:
-                    ex.zero_grad()
-                dist.barrier()
-                fault = spec.fault if k == 0 else None
-                if spec.profile_dir:
-                    from torch.profiler import ProfilerActivity, profile
-
-                    acts = [ProfilerActivity.CPU] + (
-                        [ProfilerActivity.CUDA] if device.type == "cuda" else [])
-                    with profile(activities=acts) as prof:
-                        rec = ex.step(deadline, fault)
-                    Path(spec.profile_dir).mkdir(parents=True, exist_ok=True)
-                    prof.export_chrome_trace(str(Path(spec.profile_dir) / f"rank{rank}.json"))
-                else:
-                    rec = ex.step(deadline, fault)
-                recs.append(resolve_records(rec, clock, offset))
-                if tpc is not None:
-                    from schedsim.replay.tp_run import resolve_collectives
-
-                    recs[-1]["collectives"] = resolve_collectives(rec["collectives"],
-                                                                  clock.resolve, offset)
+            recs = _measure_steps(spec, ex, deadline, clock, offset, rank, tpc is not None)
             grads = ({k: [g.detach().cpu() for g in gs] for k, gs in ex.grads().items()}
                      if spec.check_grads else None)
-            payload = (recs, grads, ex.losses, offset)
             got: list[Any] = [None] * world if rank == 0 else []
-            dist.gather_object(payload, got if rank == 0 else None, dst=0)
+            dist.gather_object((recs, grads, ex.losses, offset),
+                               got if rank == 0 else None, dst=0)
             if rank == 0:
-                extra: dict[str, Any] = {"world_size": world, "device": str(device.type),
-                                         "clock": mode,
-                                         "clock_offsets_ns": [g[3] for g in got]}
-                every = got
-                if tp > 1:      # one entry per pipeline rank: TP rank 0, grads unsharded
-                    from schedsim.replay.tp_run import pp_view, replica_error
-
-                    extra.update(tp=tp, tp_comm=cfg.tp_comm)
-                    rep_err = replica_error(got, cfg) if spec.check_grads else 0.0
-                    got = pp_view(got, cfg)
-                if spec.check_grads:
-                    from schedsim.replay.gradcheck import grad_check
-
-                    extra["grad_check"] = grad_check(
-                        cfg, program.placement.stages, program.microbatches,
-                        [g[1] for g in got], [g[2] for g in got], device)
-                    if tp > 1:   # the TP ranks' copies of a replicated gradient agree
-                        gc = extra["grad_check"]
-                        gc["tp_replica_rel_error"] = rep_err
-                        gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
-                        gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
-                # several measured steps: keep the one with the median makespan
-                tls = [measured_timeline(program, [g[0][k] for g in got],
-                                         backend=cfg.backend) for k in range(steps)]
-                order = sorted(range(steps), key=lambda k: tls[k].makespan)
-                keep = order[(steps - 1) // 2]
-                if tp > 1:
-                    from schedsim.replay.tp_run import measured_pieces
-
-                    extra["pieces"] = measured_pieces(
-                        [g[0][keep] for g in every], tp,
-                        min(g[0][keep]["begin"] for g in got))
-                tl = measured_timeline(program, [g[0][keep] for g in got],
-                                       backend=cfg.backend, step=keep,
-                                       step_makespans=[t.makespan for t in tls], **extra)
-                result = {"timeline": json.loads(tl.to_json())}
+                result = {"timeline": _result_timeline(spec, program, got, device, mode,
+                                                       len(recs))}
         if rank == 0:
             result = result or {}
             if calib is not None:
@@ -254,6 +175,118 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
             dist.destroy_process_group()
         except Exception:   # noqa: BLE001 - a failed run may leave the group broken
             pass
+
+
+def _rank_device(cfg: Any, rank: int) -> Any:
+    """This rank's ``torch.device`` (made current for CUDA). Raises ReplayError when
+    CUDA is asked for and torch sees no GPU."""
+    import torch
+
+    if cfg.device_type != "cuda":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ReplayError(f"{'backend nccl' if cfg.backend == 'nccl' else 'device cuda'} "
+                          f"needs CUDA GPUs, and torch sees none: use --backend gloo "
+                          f"(device cpu)")
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    # nccl: one GPU per rank; gloo: the ranks may share GPUs (P2P staged via the host)
+    device = torch.device("cuda", local if cfg.backend == "nccl"
+                          else local % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def _measure_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: int,
+                   rank: int, tp: bool) -> list[dict[str, Any]]:
+    """``warmup`` untimed steps, then the measured ones (one under ``--profile-dir``),
+    each after a barrier; the fault (if any) goes to the first measured step. Returns
+    each measured step's records resolved to the shared clock
+    (:func:`~schedsim.replay.timing.resolve_records`)."""
+    import torch.distributed as dist
+
+    from schedsim.replay.timing import resolve_records
+
+    for _ in range(spec.config.warmup):
+        dist.barrier()
+        ex.step(deadline)
+        ex.zero_grad()
+    recs = []
+    for k in range(1 if spec.profile_dir else spec.config.steps):
+        if k:
+            ex.zero_grad()
+        dist.barrier()
+        fault = spec.fault if k == 0 else None
+        if spec.profile_dir:
+            rec = _profiled_step(spec.profile_dir, ex, deadline, fault, rank)
+        else:
+            rec = ex.step(deadline, fault)
+        recs.append(resolve_records(rec, clock, offset))
+        if tp:
+            from schedsim.replay.tp_run import resolve_collectives
+
+            recs[-1]["collectives"] = resolve_collectives(rec["collectives"],
+                                                          clock.resolve, offset)
+    return recs
+
+
+def _profiled_step(profile_dir: str, ex: Any, deadline: float, fault: Any,
+                   rank: int) -> dict[str, Any]:
+    """One step under the torch profiler; its trace goes to
+    ``profile_dir/rank{rank}.json``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if ex.device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        rec = ex.step(deadline, fault)
+    Path(profile_dir).mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(Path(profile_dir) / f"rank{rank}.json"))
+    return rec
+
+
+def _result_timeline(spec: JobSpec, program: Any, got: list[Any], device: Any, mode: str,
+                     steps: int) -> dict[str, Any]:
+    """Rank 0: the measured Timeline (JSON dict) from every rank's gathered ``(records,
+    grads, losses, clock offset)``: the step with the median makespan (``step``,
+    ``step_makespans`` record the choice), with the gradient check and, under TP, the
+    per-TP-rank pieces."""
+    from schedsim.replay.timing import measured_timeline
+
+    cfg, tp = spec.config, spec.config.tp
+    extra: dict[str, Any] = {"world_size": len(got), "device": str(device.type),
+                             "clock": mode, "clock_offsets_ns": [g[3] for g in got]}
+    every = got
+    rep_err = 0.0
+    if tp > 1:      # one entry per pipeline rank: TP rank 0, grads unsharded
+        from schedsim.replay.tp_run import pp_view, replica_error
+
+        extra.update(tp=tp, tp_comm=cfg.tp_comm)
+        rep_err = replica_error(got, cfg) if spec.check_grads else 0.0
+        got = pp_view(got, cfg)
+    if spec.check_grads:
+        from schedsim.replay.gradcheck import grad_check
+
+        extra["grad_check"] = grad_check(
+            cfg, program.placement.stages, program.microbatches,
+            [g[1] for g in got], [g[2] for g in got], device)
+        if tp > 1:   # the TP ranks' copies of a replicated gradient agree
+            gc = extra["grad_check"]
+            gc["tp_replica_rel_error"] = rep_err
+            gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
+            gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
+    # several measured steps: keep the one with the median makespan
+    tls = [measured_timeline(program, [g[0][k] for g in got], backend=cfg.backend)
+           for k in range(steps)]
+    order = sorted(range(steps), key=lambda k: tls[k].makespan)
+    keep = order[(steps - 1) // 2]
+    if tp > 1:
+        from schedsim.replay.tp_run import measured_pieces
+
+        extra["pieces"] = measured_pieces([g[0][keep] for g in every], tp,
+                                          min(g[0][keep]["begin"] for g in got))
+    tl = measured_timeline(program, [g[0][keep] for g in got], backend=cfg.backend,
+                           step=keep, step_makespans=[t.makespan for t in tls], **extra)
+    return json.loads(tl.to_json())
 
 
 def report_failure(spec: JobSpec | None, exc: BaseException) -> None:

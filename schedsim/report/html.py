@@ -99,14 +99,7 @@ def _stall_before(tl: Timeline, stalls: Sequence[Any]) -> list[str]:
 
 def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[str, Any]]:
     """The Gantt figure and the renderers the toggles switch."""
-    from bokeh.models import (
-        Arrow,
-        ColumnDataSource,
-        FixedTicker,
-        HoverTool,
-        Range1d,
-        VeeHead,
-    )
+    from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Range1d
     from bokeh.plotting import figure
 
     n = tl.ranks
@@ -136,56 +129,78 @@ def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[s
     fig.add_tools(HoverTool(renderers=[ops], tooltips=[
         ("rank", "@rank"), ("op", "@op (@part)"), ("microbatch", "@mb"), ("stage", "@stage"),
         ("start", "@start"), ("end", "@end"), ("stall before it", "@stall")]))
-    # microbatch numbers only where they fit in the full view (bokeh draws every text
-    # glyph at every zoom level): the shortest box must hold the longest number
-    px = (width - LEGEND_PX) / max(tl.makespan, 1e-9)
-    digits = len(str(int(bx.mb.max()))) if len(bx) else 1
-    fits = len(bx) and float(np.min(bx.x1 - bx.x0)) * px >= 4.6 * digits + 4 \
-        and row_px * float(np.min(h)) >= 10
-    if fits and not many:
-        from schedsim.plot.style import text_color
-
-        fig.text(x=(bx.x0 + bx.x1) / 2, y=y0 + h / 2, text=[str(m) for m in bx.mb],
-                 text_align="center", text_baseline="middle", text_font_size="7pt",
-                 text_color=[text_color(c) for c in box_colors(bx, nch)])
+    if not many:
+        _mb_labels(fig, bx, y0, h, (width - LEGEND_PX) / max(tl.makespan, 1e-9), row_px,
+                   nch)
     step = max(1, n // 32)
     fig.yaxis.ticker = FixedTicker(ticks=[n - 1 - r + 0.5 for r in range(0, n, step)])
     fig.yaxis.major_label_overrides = {n - 1 - r + 0.5: f"rank {r}" for r in range(0, n, step)}
     toggles: dict[str, Any] = {}
     if stalls:
-        st = [s for s in stalls if s.end > s.start]
-        sy = np.asarray([n - 1 - s.rank + PAD for s in st])
-        by = {}
-        for cause in dict.fromkeys(s.cause for s in st):
-            sel = [i for i, s in enumerate(st) if s.cause == cause]
-            hatch, color = stall_style(cause)
-            by[cause] = fig.quad(
-                left=[st[i].start for i in sel], right=[st[i].end for i in sel],
-                bottom=sy[sel], top=sy[sel] + 1 - 2 * PAD, fill_alpha=0, line_alpha=0,
-                hatch_pattern=HATCH.get(hatch, "horizontal_line"), hatch_color=color,
-                hatch_alpha=0.7, hatch_scale=8, legend_label=f"stall: {cause}")
-            by[cause].data_source.data["detail"] = [st[i].detail for i in sel]
-            by[cause].data_source.data["rank"] = [st[i].rank for i in sel]
-        fig.add_tools(HoverTool(renderers=list(by.values()), tooltips=[
-            ("rank", "@rank"), ("stall", "@left to @right"), ("why", "@detail")]))
-        fig.legend.click_policy = "hide"
-        fig.legend.label_text_font_size = "8pt"
-        fig.add_layout(fig.legend[0], "right")      # beside the chart, not over it
-        toggles["stalls"] = list(by.values())
+        toggles["stalls"] = _stall_layers(fig, stalls, n)
     if tl.messages:
-        ar = message_arrows(tl)
-        keep = np.arange(len(ar.x0))[:MAX_ARROWS]
-        asrc = ColumnDataSource(dict(x0=ar.x0[keep], y0=ar.y0[keep], x1=ar.x1[keep],
-                                     y1=ar.y1[keep], color=[ARROW_WAITED if w else ARROW_READY
-                                                            for w in ar.waited[keep]]))
-        arrow = Arrow(end=VeeHead(size=6, fill_color="color", line_color="color"),
-                      x_start="x0", y_start="y0", x_end="x1", y_end="y1", source=asrc,
-                      line_color="color", line_width=1, line_alpha=0.8,
-                      visible=len(ar.x0) <= 2000)
-        fig.add_layout(arrow)
-        toggles["arrows"] = [arrow]
-        toggles["arrows_left_out"] = max(0, len(ar.x0) - MAX_ARROWS)
+        toggles["arrows"], toggles["arrows_left_out"] = _message_layer(fig, tl)
     return fig, toggles
+
+
+def _mb_labels(fig: Any, bx: Any, y0: np.ndarray, h: np.ndarray, px: float, row_px: int,
+               nch: int) -> None:
+    """Microbatch numbers on the boxes, only where they fit in the full view (bokeh draws
+    every text glyph at every zoom level): the shortest box (``px`` pixels per time
+    unit, ``row_px`` per rank row) must hold the longest number."""
+    from schedsim.plot.style import text_color
+
+    digits = len(str(int(bx.mb.max()))) if len(bx) else 1
+    fits = len(bx) and float(np.min(bx.x1 - bx.x0)) * px >= 4.6 * digits + 4 \
+        and row_px * float(np.min(h)) >= 10
+    if fits:
+        fig.text(x=(bx.x0 + bx.x1) / 2, y=y0 + h / 2, text=[str(m) for m in bx.mb],
+                 text_align="center", text_baseline="middle", text_font_size="7pt",
+                 text_color=[text_color(c) for c in box_colors(bx, nch)])
+
+
+def _stall_layers(fig: Any, stalls: Sequence[Any], n: int) -> list[Any]:
+    """Hatched stall boxes on ``fig`` (``n`` rank rows), one renderer per cause (a legend
+    entry that hides it), with their hover; returns the renderers."""
+    from bokeh.models import HoverTool
+
+    st = [s for s in stalls if s.end > s.start]
+    sy = np.asarray([n - 1 - s.rank + PAD for s in st])
+    by = {}
+    for cause in dict.fromkeys(s.cause for s in st):
+        sel = [i for i, s in enumerate(st) if s.cause == cause]
+        hatch, color = stall_style(cause)
+        by[cause] = fig.quad(
+            left=[st[i].start for i in sel], right=[st[i].end for i in sel],
+            bottom=sy[sel], top=sy[sel] + 1 - 2 * PAD, fill_alpha=0, line_alpha=0,
+            hatch_pattern=HATCH.get(hatch, "horizontal_line"), hatch_color=color,
+            hatch_alpha=0.7, hatch_scale=8, legend_label=f"stall: {cause}")
+        by[cause].data_source.data["detail"] = [st[i].detail for i in sel]
+        by[cause].data_source.data["rank"] = [st[i].rank for i in sel]
+    fig.add_tools(HoverTool(renderers=list(by.values()), tooltips=[
+        ("rank", "@rank"), ("stall", "@left to @right"), ("why", "@detail")]))
+    fig.legend.click_policy = "hide"
+    fig.legend.label_text_font_size = "8pt"
+    fig.add_layout(fig.legend[0], "right")      # beside the chart, not over it
+    return list(by.values())
+
+
+def _message_layer(fig: Any, tl: Timeline) -> tuple[list[Any], int]:
+    """Message arrows (the first :data:`MAX_ARROWS`; shown at first only up to 2000) on
+    ``fig``: ``([the arrow layer], how many arrows were left out)``."""
+    from bokeh.models import Arrow, ColumnDataSource, VeeHead
+
+    ar = message_arrows(tl)
+    keep = np.arange(len(ar.x0))[:MAX_ARROWS]
+    asrc = ColumnDataSource(dict(x0=ar.x0[keep], y0=ar.y0[keep], x1=ar.x1[keep],
+                                 y1=ar.y1[keep], color=[ARROW_WAITED if w else ARROW_READY
+                                                        for w in ar.waited[keep]]))
+    arrow = Arrow(end=VeeHead(size=6, fill_color="color", line_color="color"),
+                  x_start="x0", y_start="y0", x_end="x1", y_end="y1", source=asrc,
+                  line_color="color", line_width=1, line_alpha=0.8,
+                  visible=len(ar.x0) <= 2000)
+    fig.add_layout(arrow)
+    return [arrow], max(0, len(ar.x0) - MAX_ARROWS)
 
 
 def _memory(tl: Timeline, model: Any, x_range: Any, width: int) -> Any:

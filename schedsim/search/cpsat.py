@@ -21,7 +21,7 @@ pair of same-stage ops, memory as sums over those binaries) by CP-SAT's scheduli
 constraints, which propagate and prove far better. Their objective is the longest stage
 span; ours is the makespan (what the engine reports).
 
-OR-Tools is optional (``pip install 'schedsim[search]'``); :func:`require_ortools` raises
+OR-Tools is optional (the ``search`` extra); :func:`require_ortools` raises
 a one-line :class:`~schedsim.errors.ScenarioError` when it is missing.
 """
 from __future__ import annotations
@@ -43,8 +43,10 @@ def require_ortools() -> Any:
     try:
         from ortools.sat.python import cp_model
     except ImportError:
-        raise ScenarioError("schedsim search needs OR-Tools: pip install 'schedsim[search]' "
-                            "(or pip install ortools)") from None
+        from schedsim.util.install import install_hint
+
+        raise ScenarioError("schedsim search needs OR-Tools: "
+                            + install_hint("search", "ortools")) from None
     return cp_model
 
 
@@ -243,9 +245,9 @@ def solve(pb: SearchProblem, hint: list[list[int]] | None, time_limit: float, *,
     limit is not checked while it loads a large model), sending each improving solution
     and bound back; so the limit always holds and the best solution found so far is kept.
     With ``seed`` and ``workers`` fixed the search is reproducible when a proof, not the
-    wall clock, ends it (``interleave_search``). ``extra``: more CP-SAT parameters; ``on_progress(seconds, best, bound)`` is
-    called at each improving solution and bound. Raises :class:`ScenarioError` when
-    OR-Tools is missing.
+    wall clock, ends it (``interleave_search``). ``extra``: more CP-SAT parameters;
+    ``on_progress(seconds, best, bound)`` is called at each improving solution and bound.
+    Raises :class:`ScenarioError` when OR-Tools is missing.
     """
     require_ortools()
     t0 = time.perf_counter()

@@ -214,7 +214,7 @@ class CostModel(BaseModel):
             out = table[kind]
             is_fb = kind == 4
             if is_fb.any():
-                with np.errstate(over="ignore"):      # inf times: the caller reports
+                with np.errstate(over="ignore"):     # inf times: simulate() reports them
                     pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
                 out = np.where(is_fb, pair if fb is None else fb, out)
             return out.astype(np.float64)

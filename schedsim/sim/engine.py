@@ -30,7 +30,7 @@ from schedsim.program.flat import COMPUTE_KINDS
 from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel
 from schedsim.sim.kernels import Step, WaitKind
-from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord, assemble_timeline
 
 
 @dataclass
@@ -215,15 +215,18 @@ def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:
 
 
 def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Timeline:
-    """Turn raw run results into a :class:`Timeline` (spans, messages, waits, summary)."""
+    """Turn raw run results into a :class:`Timeline`: the span columns of the ops that
+    ran, for the summary, and a deferred builder of the span, message and wait objects,
+    given to :func:`schedsim.timeline.assemble_timeline`."""
     prog = cp.program
-    pl = prog.placement
-    makespan, per_rank = _summary(cp, st, pl.ranks)
-    return Timeline.deferred(
-        partial(_objects, cp, st), partial(_span_kinds, cp, st), schedule=prog.name, ranks=pl.ranks, stages=pl.stages,
-        microbatches=prog.microbatches, semantics=comm.semantics,
-        comm_stream=comm.comm_stream, unit=unit, source="simulated", placement=pl.kind,
-        makespan=makespan, per_rank=per_rank, deadlock=None, params=dict(prog.params))
+    ran = st.send >= 0.0
+    rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
+    return assemble_timeline(
+        prog.placement, name=prog.name, microbatches=prog.microbatches,
+        span_rank=rank, span_start=st.sstart[ran], span_end=st.send[ran],
+        semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
+        source="simulated", params=prog.params, build=partial(_objects, cp, st),
+        span_kinds=partial(_span_kinds, cp, st))
 
 
 def _span_kinds(cp: Compiled, st: RunState) -> set[tuple[str, tuple[str, ...]]]:
@@ -245,30 +248,3 @@ def _objects(cp: Compiled, st: RunState) -> dict[str, list]:
     with no_gc():
         return {"spans": _spans(cp, st), "messages": _messages(cp, st),
                 "waits": _waits(cp, st)}
-
-
-def _summary(cp: Compiled, st: RunState, ranks: int) -> tuple[float, list]:
-    """:meth:`Timeline.summarize` over the arrays (same sums in the same order)."""
-    from schedsim.timeline import RankSummary
-
-    ran = st.send >= 0.0
-    a, b = st.sstart[ran], st.send[ran]
-    rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
-    with np.errstate(invalid="ignore", over="ignore"):     # inf times: caller reports
-        busy = np.bincount(rank, weights=b - a, minlength=ranks)   # in order, as summed
-    first = np.full(ranks, np.inf)
-    last = np.full(ranks, -np.inf)
-    if len(a):
-        starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
-        first[rank[starts]] = np.minimum.reduceat(a, starts)
-        last[rank[starts]] = np.maximum.reduceat(b, starts)
-    makespan = max(float(last.max()), 0.0) if len(a) else 0.0
-    rows = []
-    for r in range(ranks):
-        idle = makespan - float(busy[r])
-        rows.append(RankSummary.model_construct(
-            rank=r, busy=float(busy[r]), idle=idle,
-            bubble_ratio=idle / makespan if makespan > 0 else 0.0,
-            first_start=float(first[r]) if first[r] < np.inf else None,
-            last_end=float(last[r]) if last[r] > -np.inf else None))
-    return makespan, rows

@@ -99,6 +99,14 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
     recv; then the comm streams whose head unit completed start their next unit (the
     stream readied last first). Completion times are exact the moment a transfer starts,
     so a rank that runs ahead is never rolled back.
+
+    One function on purpose (an exception to the 80-line rule, docs/architecture.md):
+    compiled by numba, every helper call pays reference-count traffic on its ~20 array
+    arguments; splitting activate -> transfer -> complete into helpers ran at 165 ns per
+    step, this single loop with its explicit work stack at 46 ns (``inline='always'`` did
+    not help; benchmarks/NOTES.md, section 1, item 3). The loop's parts are marked in
+    the code: (a) the work stack, (b) comm streams starting their next unit, (c) the
+    running rank's steps, (d) the next event from the heap.
     """
     ACT, XFER, DONE = _ACT, _XFER, _DONE         # locals: the fastest names in CPython
     COMPUTE, LAUNCH = _COMPUTE, _LAUNCH

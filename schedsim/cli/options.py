@@ -1,0 +1,20 @@
+"""Options that several command modules declare alike (one home each): the Gantt chart
+flags of ``simulate`` and ``render``. The scenario flags live in
+:mod:`schedsim.cli.common`; an option one module alone uses is declared in that module."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+ArrowsOpt = Annotated[bool, typer.Option(
+    "--arrows", help="Gantt: draw an arrow per message (red: the receiver waited).")]
+MemoryOpt = Annotated[bool, typer.Option(
+    "--memory", help="Gantt: add an activation-memory panel per rank (memory model: the "
+    "scenario's \\[memory] or --memory-model; default zb).")]
+StallsOpt = Annotated[bool, typer.Option(
+    "--stalls", help="Gantt: hatch the stalls found by the analysis, by cause.")]
+DetailOpt = Annotated[bool, typer.Option(
+    "--detail", help="Gantt: draw each op's compute and collective pieces (a scenario "
+    "with a \\[model], or a timeline with pieces: 'simulate --json' with a \\[model], a "
+    "TP replay).")]
