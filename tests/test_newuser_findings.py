@@ -168,7 +168,7 @@ def test_rank_inside_the_run_still_filters() -> None:
         "idle by cause (rank 3): cooldown 6, warmup 3 = 9 of 33")
 
 
-@pytest.mark.parametrize("command", [["lint"], ["report", "--html", "r.html"]])
+@pytest.mark.parametrize("command", [["lint"], ["simulate"], ["compare", "--scenario"]])
 def test_a_timeline_json_given_as_scenario_is_named_json(command: list[str], tmp_path: Path,
                                                          monkeypatch) -> None:
     """`schedsim lint tl.json` (a Timeline JSON from simulate --json) said 'malformed TOML:
@@ -176,11 +176,11 @@ def test_a_timeline_json_given_as_scenario_is_named_json(command: list[str], tmp
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, [*SMALL, "--json", "tl.json"])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(app, [command[0], "tl.json", *command[1:]])
+    r = CliRunner().invoke(app, [*command, "tl.json"])
     assert r.exit_code == 2, r.output
     assert r.output.strip() == ("error: tl.json: a JSON file, not a scenario TOML (a Timeline "
-                                "JSON goes to render, stalls, align, memory; a JSON schedule "
-                                "to --schedule-file)")
+                                "JSON goes to render, report, stalls, align, critical-path, "
+                                "memory; a JSON schedule to --schedule-file)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tl.json"]
 
 
@@ -212,3 +212,21 @@ def test_compare_with_a_stage_model_does_not_point_to_per_rank_costs(tmp_path: P
     assert r.exit_code == 0, r.output
     [row] = json.loads(plain.read_text())
     assert row["cost_scale"] == 0.5 and row["makespan"] == runs[1]["zbv"] == 86
+
+
+def test_critical_path_of_a_simulated_timeline_says_why_no_program(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """`schedsim simulate ... --json tl.json; schedsim critical-path tl.json` said the
+    timeline was 'written before timelines carried one' (it was written a moment ago)."""
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(app, [*SMALL, "--json", "tl.json"]).exit_code == 0
+    r = CliRunner().invoke(app, ["critical-path", "tl.json"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (
+        "error: tl.json: the timeline carries no program (simulate --json does not store "
+        "it): give the scenario instead, or the program it ran with --program FILE")
+    r = CliRunner().invoke(app, ["generate", "1f1b", "-p", "2", "-m", "2", "-o", "p.txt"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["critical-path", "tl.json", "--program", "p.txt"])
+    assert r.exit_code == 0, r.output
+    assert "makespan 9 = 9 compute + 0 waiting" in r.output     # (m + p - 1)(F + BW)
