@@ -163,7 +163,13 @@ class Scenario(BaseModel):
                                 f"generator; they apply to a program or schedule file only")
         prog = self._build_program()
         if not prog.trusted:      # a registered generator's output is proven by its tests
-            validate_schedule(prog.schedule())
+            from schedsim.program.validate_flat import is_valid
+
+            # arrays first (the same rules, tests/test_flat.py); the per-op validator
+            # words the first error, or checks a program held as objects
+            if not (prog.is_flat and is_valid(prog.flat().schedule(), prog.placement,
+                                               prog.microbatches, complete=True)):
+                validate_schedule(prog.schedule())
         self.check_references(prog)
         self._check_model_size(prog.placement.stages)
         return prog

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation
+from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_run
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.errors import SchedsimError
-from schedsim.scenario import parse_scenario
+from schedsim.scenario import _generated_stages, parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 
@@ -147,22 +147,29 @@ def _program(job: _Job, costs: CostModel):
 def run_job(job: _Job) -> CompareRow | str:
     """Generate, lower and simulate one schedule: its row, or why it was skipped."""
     from schedsim.generators import get
-    from schedsim.sim.simulate import simulate
+    from schedsim.sim.simulate import simulate_run
 
     try:
-        prog = _program(job, job.costs)
-        k = job.ranks / prog.placement.stages if job.per_rank_costs else 1.0
-        costs = scaled_costs(job.costs, k)
-        if k != 1 and "costs" in get(job.name).accepted():
-            prog = _program(job, costs)      # a cost-aware planner plans at its op costs
+        # the stages (hence the cost scale) come from the generator's placement before
+        # anything is generated: a cost-aware planner plans once, at its op costs
+        gen = get(job.name)
+        stages = _generated_stages(gen, job.ranks, job.params)
+        for _ in range(2):      # twice only if the placement's stage count was wrong
+            k = job.ranks / stages if job.per_rank_costs else 1.0
+            costs = scaled_costs(job.costs, k)
+            prog = _program(job, costs if "costs" in gen.accepted() else job.costs)
+            if prog.placement.stages == stages:
+                break
+            stages = prog.placement.stages
     except SchedsimError as e:
         return str(e)
-    tl = simulate(prog, costs, job.link, job.comm, raise_on_deadlock=False)
+    tl, cp, st = simulate_run(prog, costs, job.link, job.comm, raise_on_deadlock=False)
     if tl.deadlock is not None:
         return f"deadlocks under {job.comm.semantics}: {tl.deadlock.message}"
     bm = bubble_metrics(tl)
+    peak = peak_activation_run(cp, st, job.memory)     # from the arrays: no span objects
     return CompareRow(job.name, tl.makespan, bm["idle"], bm["bubble_ratio"],
-                      bm["span_bubble_rate"], peak_activation(tl, job.memory),
+                      bm["span_bubble_rate"], peak,
                       param_memory(prog.placement), prog.placement.stages,
                       _formula(job.name, job.ranks, costs), k)
 
@@ -231,6 +238,9 @@ def _run(work: list[_Job], jobs: int, size: int) -> list[CompareRow | str]:
     if jobs == 0:
         jobs = (os.cpu_count() or 1) if size >= PARALLEL_WORK else 1
     jobs = min(jobs, len(work))
+    from schedsim.sim.simulate import warm_up
+
+    warm_up()       # numba kernels loaded once (forked workers inherit them)
     if jobs <= 1:
         return [run_job(j) for j in work]
     from concurrent.futures import ProcessPoolExecutor

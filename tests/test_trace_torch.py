@@ -86,11 +86,15 @@ def test_check_trace_semantics_error(traces, name, tmp_path):
     assert "cost-model error:" in r.output
 
 
-def test_gloo_sends_behave_like_rendezvous(traces):
-    """GPipe waits its forward sends after the last forward, before rank 1 posted every
-    recv: those sends complete only after the recv was posted (rendezvous, not eager)."""
-    late, total = send_waits_before_recv(import_traces(traces["ScheduleGPipe"]))
-    assert total >= 1 and late == total
+def test_gloo_sends_behave_like_rendezvous(tmp_path_factory):
+    """GPipe waits its forward sends after the last forward; rank 1's stage sleeps 0.1 s
+    per forward, so it posts its later recvs well after rank 0 began waiting those sends
+    (a fixed order, not the luck of a loaded machine): each such send completes only
+    after its recv was posted (rendezvous, not eager)."""
+    files = record(tmp_path_factory.mktemp("slow-gpipe"), [("ScheduleGPipe", 4, 1)],
+                   hidden=32, slow=0.1)
+    late, total = send_waits_before_recv(import_traces(files["ScheduleGPipe"]))
+    assert total >= 2 and late == total
 
 
 def test_stalls_and_critical_path_name_message_waits(traces, tmp_path):

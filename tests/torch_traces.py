@@ -8,7 +8,9 @@ schedule asked for in one process group (``OUT/SCHEDULE/rank{r}.json``). ``SCHED
 class of ``torch.distributed.pipelining.schedules`` (``ScheduleGPipe``, ``Schedule1F1B``,
 ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``, ...); ``V`` stages per
 rank for the multi-stage ones (stage ``rank + 2 c`` for chunk c: the loop placement;
-ZBV and DualPipeV: stages ``rank`` and ``3 - rank``, the V placement).
+ZBV and DualPipeV: stages ``rank`` and ``3 - rank``, the V placement). A ``SLOW`` (seconds)
+after ``HIDDEN`` makes the last rank's stages sleep that long in each forward, so that the
+first rank certainly waits its sends before the last rank posts the matching recvs.
 """
 from __future__ import annotations
 
@@ -22,7 +24,22 @@ from pathlib import Path
 WORLD = 2
 
 
-def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int) -> None:
+def _sleep_layer(seconds: float):
+    """A stand-in layer that sleeps ``seconds`` in its forward (a slow stage)."""
+    import time
+
+    import torch.nn as nn
+
+    class Sleep(nn.Module):
+        def forward(self, x):
+            time.sleep(seconds)
+            return x
+
+    return Sleep()
+
+
+def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
+         slow: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -40,6 +57,8 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int) -> None:
     for s in mine:
         torch.manual_seed(s)
         mod = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
+        if slow > 0 and rank == WORLD - 1:
+            mod.append(_sleep_layer(slow))
         built.append(PipelineStage(mod, s, stages, torch.device("cpu")))
     sch = cls(built if multi else built[0], m, loss_fn=lambda y, t: ((y - t) ** 2).mean())
     torch.manual_seed(1000)
@@ -59,8 +78,8 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int) -> None:
     dist.barrier()
 
 
-def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int, int]]
-         ) -> None:
+def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int, int]],
+         slow: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -69,17 +88,17 @@ def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int,
                             init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=60))
     for sched, m, v in runs:
-        _one(rank, sched, m, v, Path(out) / sched, hidden)
+        _one(rank, sched, m, v, Path(out) / sched, hidden, slow)
     dist.destroy_process_group()
 
 
 def record(out: Path, runs: list[tuple[str, int, int]], hidden: int = 128,
-           timeout: float = 240.0) -> dict[str, list[Path]]:
+           timeout: float = 240.0, slow: float = 0.0) -> dict[str, list[Path]]:
     """Record one profiled step of each ``(schedule, microbatches, stages per rank)`` on
     2 gloo ranks; returns each schedule's two trace files. Raises RuntimeError (with the
     ranks' stderr) on failure and ``subprocess.TimeoutExpired`` after ``timeout`` s."""
     out.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, __file__, str(out), str(hidden),
+    p = subprocess.run([sys.executable, __file__, str(out), f"{hidden}:{slow}",
                         *(f"{n}:{m}:{v}" for n, m, v in runs)], capture_output=True,
                        text=True, timeout=timeout,
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -92,9 +111,10 @@ def record(out: Path, runs: list[tuple[str, int, int]], hidden: int = 128,
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
-    out_dir, size = sys.argv[1], int(sys.argv[2])
+    out_dir, size_slow = sys.argv[1], sys.argv[2].split(":")
+    size, slow = int(size_slow[0]), float(size_slow[1]) if len(size_slow) > 1 else 0.0
     todo = [(a, int(b), int(c)) for a, b, c in (x.split(":") for x in sys.argv[3:])]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(_run, args=(port, out_dir, size, todo), nprocs=WORLD)
+    mp.spawn(_run, args=(port, out_dir, size, todo, slow), nprocs=WORLD)

@@ -1,6 +1,7 @@
 """The edges of a run's dependency graph, as numpy arrays (see :mod:`.graph`).
 
-Built in two steps. :func:`graph_input` reads the compiled program once
+Built in two steps. :func:`~schedsim.analysis._graph_input.graph_input` reads the compiled
+program's arrays
 (:mod:`schedsim.sim.compile` is the one home of what a launch, a ``COMMIT`` or a comm
 stream means) into flat arrays — per rank the chain of host events, per launch and wait
 the handles involved — so that the compiled form can be freed. :func:`build_edges` then
@@ -18,16 +19,13 @@ after ``host`` and ``compute`` edges.
 """
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
-from itertools import chain as _chain
 from operator import attrgetter
 
 import numpy as np
 
 from schedsim.analysis._index import key_label
 from schedsim.errors import ProgramError
-from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel, LinkModel
 from schedsim.timeline import Message, Span, Timeline
 
@@ -129,83 +127,6 @@ class GraphInput:
     init_pairs: np.ndarray | None = None
     init_cost: float = 0.0
     ranks: int = 0
-
-
-def _expand(nodes: list[int], groups: list[tuple], dedupe: bool = False
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """``(node repeated per handle, handle)`` for groups of handles (first occurrence
-    of a repeated (node, handle) pair kept when ``dedupe``)."""
-    lens = np.fromiter(map(len, groups), np.int64, len(groups))
-    hs = np.fromiter(_chain.from_iterable(groups), np.int64, int(lens.sum()))
-    rep = np.repeat(np.asarray(nodes, dtype=ID), lens)
-    if dedupe and len(hs):
-        key = rep.astype(np.int64) * (int(hs.max()) + 1) + hs
-        _, first = np.unique(key, return_index=True)
-        if len(first) < len(key):
-            keep = np.sort(first)
-            rep, hs = rep[keep], hs[keep]
-    return rep, hs
-
-
-def graph_input(cp: Compiled) -> GraphInput:
-    """One pass over the compiled instructions (see :class:`GraphInput`)."""
-    n_pw = sum(len(code) for code in cp.code) - len(cp.span_meta)
-    lay = Layout(len(cp.span_meta), cp.num_messages, len(cp.unit_stream), n_pw)
-    chain = array("i")                           # compact: these hold ~1 value per op
-    ch = chain.append
-    first, prank, pindex, pinit = array("q"), array("i"), array("i"), array("q")
-    unit_p = [-1] * lay.units
-    groups: dict[str, tuple[list[int], list[tuple]]] = {
-        k: ([], []) for k in ("act", "wait", "din", "dout")}
-    s0, e0, nxt = lay.s0, lay.e0, lay.pw0
-    hindex = cp.hindex
-    lazy = bool(getattr(cp, "lazy_init", False))
-    for r, code in enumerate(cp.code):
-        ch(0)
-        for g, ins in enumerate(code, int(cp.crptr[r]) if lazy else 0):
-            op = ins[0]
-            if op == 0:
-                sid = ins[2]
-                ch(s0 + sid)
-                ch(e0 + sid)
-                for k, node, hs in (("din", s0 + sid, ins[3]), ("dout", e0 + sid, ins[4])):
-                    if hs:
-                        groups[k][0].append(node)
-                        groups[k][1].append(hs)
-                continue
-            ch(nxt)
-            prank.append(r)
-            pinit.append(int(cp.cinit[g]) if lazy and op == 1 else -1)
-            if op == 1:
-                first.append(ins[1][0])
-                pindex.append(hindex[ins[1][0]])
-                for u in ins[2]:
-                    unit_p[u] = nxt
-                if not ins[2]:
-                    groups["act"][0].append(nxt)
-                    groups["act"][1].append(ins[1])
-            else:
-                first.append(-1)
-                pindex.append(ins[3])
-                groups["wait"][0].append(nxt)
-                groups["wait"][1].append(ins[1])
-            nxt += 1
-    pw_first = np.frombuffer(first, dtype=np.int64) if first else np.zeros(0, np.int64)
-    pw_pair = np.frombuffer(pinit, dtype=np.int64) if pinit else np.zeros(0, np.int64)
-    init_pairs, pw_init = np.unique(pw_pair[pw_pair >= 0]), np.full(len(pw_pair), -1)
-    if len(init_pairs):
-        pw_init[pw_pair >= 0] = np.searchsorted(init_pairs, pw_pair[pw_pair >= 0])
-        lay = Layout(lay.spans, lay.messages, lay.units, lay.pws, len(init_pairs))
-    return GraphInput(
-        lay, cp.data_mode, cp.launch_cost, [(r, i) for r, _, i in cp.span_meta],
-        cp.mkey, np.asarray(cp.msrc, dtype=np.int64), np.asarray(cp.mdst, dtype=np.int64),
-        np.array(chain, dtype=ID), pw_first.copy(), np.array(prank, dtype=ID),
-        np.array(pindex, dtype=ID), (pw_first < 0).astype(np.int8),
-        np.asarray(unit_p, dtype=ID), np.asarray(cp.unit_stream, dtype=np.int64),
-        _expand(list(range(lay.u0, lay.pw0)), cp.unit_handles),
-        _expand(*groups["act"]), _expand(*groups["wait"], dedupe=True),
-        _expand(*groups["din"], dedupe=True), _expand(*groups["dout"]),
-        pw_init, init_pairs, float(getattr(cp, "init_cost", 0.0)), int(cp.ranks))
 
 
 @dataclass

@@ -43,13 +43,13 @@ from schedsim.analysis._graph_edges import (
     Edges,
     GraphInput,
     build_edges,
-    graph_input,
 )
+from schedsim.analysis._graph_input import graph_input
 from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
-from schedsim.analysis._longest_path import PassEdges, kahn_order, run_order
+from schedsim.analysis._longest_path import _CHUNK, PassEdges, kahn_order, run_order
+from schedsim.analysis._rows import instr_token
 from schedsim.errors import ProgramError
 from schedsim.program.ir import Program
-from schedsim.program.ops import format_instr
 from schedsim.sim.compile import Compiled, compile_program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Message, Span, Timeline
@@ -188,8 +188,12 @@ class DepGraph:
         """In-edges by node, host edges first, then compute, then in block order:
         ``(offsets [n+1], edge ids)``."""
         e = self.e
-        cls = np.where(e.kind == HOST, 0, np.where(e.kind == COMPUTE, 1, 2))
-        ids = np.argsort(e.dst * 3 + cls, kind="stable")
+        cls = np.full(len(e.kind), 2, dtype=np.int32)     # int32 keys: less memory
+        cls[e.kind == COMPUTE] = 1
+        cls[e.kind == HOST] = 0
+        cls += e.dst.astype(np.int32) * 3                 # nodes < 2**31 / 3
+        ids = np.argsort(cls, kind="stable")
+        del cls
         off = np.zeros(self.lay.n + 1, dtype=np.int64)
         np.cumsum(np.bincount(e.dst, minlength=self.lay.n), out=off[1:])
         return off, ids
@@ -278,9 +282,11 @@ class DepGraph:
         r = bytearray(self.lay.n)
         for s in sources:
             r[pos[s]] = 1
-        for u, v in zip(a[keep].tolist(), b[keep].tolist()):
-            if r[u]:
-                r[v] = 1
+        a, b = a[keep], b[keep]
+        for k in range(0, len(a), _CHUNK):   # bounded lists (peak memory), in order
+            for u, v in zip(a[k:k + _CHUNK].tolist(), b[k:k + _CHUNK].tolist()):
+                if r[u]:
+                    r[v] = 1
         return np.frombuffer(r, dtype=np.uint8)[pos].astype(bool)
 
     def tail_lengths(self) -> np.ndarray:
@@ -305,8 +311,8 @@ class DepGraph:
     # -- rendering --------------------------------------------------------------------------
     def instr_token(self, r: int, i: int) -> str:
         """Program token of rank r's instruction i (``END`` past the last one)."""
-        row = self.program.ranks[r]
-        return "END" if i >= len(row) else format_instr(row[i])
+        tok = instr_token(self.program, r, i)
+        return "END" if tok is None else tok
 
     def describe(self, v: Node | int) -> str:
         """One line for a node: ``rank 5 starts 5B0 (instr 10) at 10``, ``rank 4 posts
@@ -376,7 +382,7 @@ def build_graph(tl: Timeline, program: Program, link: LinkModel | None = None,
     ``link`` gives each transfer's link occupancy (for the FIFO order on a link; default:
     infinite bandwidth); ``comm`` defaults to the timeline's semantics and comm stream;
     ``compiled``: the program as the simulator compiled it under ``comm``, or its
-    :func:`~schedsim.analysis._graph_edges.graph_input` (compiled here when not given).
+    :func:`~schedsim.analysis._graph_input.graph_input` (compiled here when not given).
     Compute durations and transfer times come from the timeline.
     Raises :class:`~schedsim.errors.ProgramError` for a deadlocked timeline (its graph
     has a cycle) or a timeline that is not a run of ``program``.

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from schedsim.errors import ScenarioError
+from schedsim.program.flat import COMPUTE_KINDS
 from schedsim.program.ir import Placement
+from schedsim.sim.compiled import Compiled
+from schedsim.sim.engine import RunState
 from schedsim.timeline import Timeline
 from schedsim.util.text import clip
 
@@ -139,3 +143,46 @@ def param_memory(placement: Placement) -> list[float]:
         return [2.0] * placement.ranks
     share = placement.ranks / placement.stages
     return [len(placement.stages_of(r)) * share for r in range(placement.ranks)]
+
+
+def peak_activation_run(cp: Compiled, st: RunState, model: MemoryModel | None = None
+                        ) -> list[float]:
+    """:func:`peak_activation` of the run ``(cp, st)`` of
+    :func:`schedsim.sim.simulate.simulate_run`, read from its arrays (no span objects):
+    the same events in the same order (spans by rank, start, end; each rank's events
+    by time, frees first at a tie, then in that order), summed one by one, so the
+    same floats. Per rank, in the unit of :func:`memory_curves`."""
+    model = model or MemoryModel()
+    k = model.factor(cp.ranks, cp.stages)
+    fl = cp.flat
+    ran = np.flatnonzero(st.send >= 0.0)
+    gi = np.asarray(cp.span_gi)[ran]
+    rank = fl.rank_of_instr()[gi].astype(np.int64)
+    start, end = np.asarray(st.sstart)[ran], np.asarray(st.send)[ran]
+    o = np.lexsort((end, start, rank))           # stable, as sorted() of the spans
+    rank, start, end, gi = rank[o], start[o], end[o], gi[o]
+    kind = fl.kind[gi].astype(np.int64)
+    delta = np.array([getattr(model, n) * k if n != "FB" else 0.0 for n in COMPUTE_KINDS])
+    fb = kind == COMPUTE_KINDS.index("FB")
+    second = np.full(len(gi), -1, dtype=np.int64)  # an FB's backward part's kind
+    if fb.any():
+        second[fb] = fl.fb_kind[np.searchsorted(fl.fb_at, gi[fb])]
+    first = np.where(fb, COMPUTE_KINDS.index("F"), kind)
+    ev_span = np.concatenate([np.arange(len(gi)), np.flatnonzero(fb)])
+    ev_part = np.concatenate([np.zeros(len(gi), np.int64), np.ones(int(fb.sum()), np.int64)])
+    d = delta[np.concatenate([first, second[fb]])]
+    if model.fb_order == "free-then-alloc":      # an FB's backward part frees first
+        tie = np.where(fb[ev_span], 1 - ev_part, (d >= 0).astype(np.int64))
+    else:
+        tie = (d >= 0).astype(np.int64)
+    t = np.where((tie == 1) | (fb[ev_span] & (model.fb_order == "free-then-alloc")),
+                 start[ev_span], end[ev_span])
+    er = rank[ev_span]
+    oe = np.lexsort((2 * ev_span + ev_part, tie, t, er))
+    er, d = er[oe], d[oe]
+    out = []
+    bounds = np.searchsorted(er, np.arange(cp.ranks + 1))
+    for r in range(cp.ranks):
+        lv = np.cumsum(d[bounds[r]:bounds[r + 1]])   # sequential: the same sums
+        out.append(max(0.0, float(lv.max())) if len(lv) else 0.0)
+    return out

@@ -199,8 +199,9 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
         return Answer(comm.semantics, str(effect), names, None, None, None, tl.makespan,
                       tl.makespan, 0.0, None, [], tl.deadlock.message, event)
     cf = simulate_free(program, costs, link, comm, causes)
-    t0, t1, cf_makespan = effect_time(tl, effect), effect_time(cf, effect), cf.makespan
-    del cf
+    t1, cf_makespan = effect_time(cf, effect), cf.makespan
+    del cf        # its objects go before the run's are built (peak memory)
+    t0 = effect_time(tl, effect)
     path, G = _binding_chain(tl, program, link, comm, gi, effect, causes)
     del gi
     a = Answer(comm.semantics, str(effect), names, t0, t1,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from schedsim.analysis._rows import rank_rows
 from schedsim.errors import ParseError, ScenarioError
 from schedsim.program.ir import Comm, Compute, Op, Post, Program
 from schedsim.program.ops import launched
@@ -134,9 +135,7 @@ def candidates(program: Program, sel: Selector) -> list[Target]:
     chunk_of = program.placement.chunk_of
     out = []
     is_comm_kind = sel.kind is not None and "_" in sel.kind
-    for r, row in enumerate(program.ranks):
-        if sel.rank is not None and r != sel.rank:
-            continue
+    for r, row in rank_rows(program, sel.rank):
         for i, ins in enumerate(row):
             if sel.index is not None and i != sel.index:
                 continue

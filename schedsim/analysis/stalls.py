@@ -43,6 +43,7 @@ from schedsim.analysis._index import (
     partner_token,
     span_token,
 )
+from schedsim.analysis._rows import instr_token
 from schedsim.analysis.blame import NOBODY, Culprit, Side, culprit, init_wait, streams_of
 from schedsim.program.ir import Program
 from schedsim.timeline import Message, Span, Timeline, WaitRecord
@@ -290,11 +291,8 @@ def attribute_stalls(tl: Timeline, program: Program | None = None) -> list[Stall
 
 
 def _instr_token(program: Program | None, r: int, i: int, fallback: str) -> str:
-    if program is not None and 0 <= i < len(program.ranks[r]):
-        from schedsim.program.tokens import format_instr
-
-        return format_instr(program.ranks[r][i])
-    return fallback
+    tok = None if program is None else instr_token(program, r, i)
+    return fallback if tok is None else tok
 
 
 def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: float,

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 from schedsim.errors import DeadlockError, ScenarioError
 from schedsim.program.ir import Program
-from schedsim.sim.compile import compile_program
+from schedsim.sim.compile import Compiled, compile_program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.deadlock import diagnose
-from schedsim.sim.engine import build_timeline, run
+from schedsim.sim.engine import RunState, build_timeline, run
 from schedsim.sim.free import make_free
 from schedsim.timeline import Timeline
 from schedsim.util.gc import no_gc
@@ -37,6 +37,19 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
     ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
     False, in which case the partial timeline is returned.
     """
+    return simulate_run(program, costs, link, comm, raise_on_deadlock=raise_on_deadlock,
+                        free_ops=free_ops, free_messages=free_messages)[0]
+
+
+def simulate_run(program: Program, costs: CostModel | None = None,
+                 link: LinkModel | None = None, comm: CommModel | None = None, *,
+                 raise_on_deadlock: bool = True,
+                 free_ops: Iterable[tuple[int, int]] = (),
+                 free_messages: Iterable[tuple[str, int, int]] = ()
+                 ) -> tuple[Timeline, Compiled, RunState]:
+    """:func:`simulate` (same arguments, same errors), returning ``(timeline, compiled
+    program, raw run state)``: for an analysis of the run that reads the compiled arrays
+    (:mod:`schedsim.analysis.graph`) instead of compiling the program a second time."""
     costs = costs or CostModel()
     link = link or LinkModel()
     comm = comm or CommModel()
@@ -60,7 +73,7 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
         tl.deadlock = diagnose(cp, st)
         if raise_on_deadlock:
             raise DeadlockError(tl.deadlock.message, tl)
-    return tl
+    return tl, cp, st
 
 
 def warm_up() -> bool:
