@@ -361,6 +361,11 @@ def load_scenario(path: str | Path) -> Scenario:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
+            if text.lstrip().startswith("{"):       # a Timeline or schedule JSON
+                raise ScenarioError(f"{path}: a JSON file, not a scenario TOML (a Timeline "
+                                    f"JSON goes to render, report, stalls, align, "
+                                    f"critical-path, memory; a JSON schedule to "
+                                    f"--schedule-file)") from None
             raise ScenarioError(f"{path}: malformed TOML: {e}") from None
         return parse_scenario(data, str(path), str(path.parent))
 

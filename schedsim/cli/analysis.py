@@ -45,6 +45,12 @@ def run_scenario(sc: Scenario, comm: CommModel | None = None):
     return prog, tl
 
 
+def check_rank(rank: int | None, tl: Any) -> None:
+    """Raise :class:`ScenarioError` unless ``rank`` is None or one of ``tl``'s ranks."""
+    if rank is not None and not 0 <= rank < tl.ranks:
+        raise ScenarioError(f"--rank {rank}: this run has ranks 0 to {tl.ranks - 1}")
+
+
 def write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` (or what the callable ``data`` returns, built only when ``path`` is
     given) to ``path`` as indented JSON, atomically; nothing when ``path`` is None."""
@@ -92,6 +98,7 @@ def stalls(
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
+    check_rank(rank, tl)
     st = attribute_stalls(tl, prog)
     write_json(json_out, lambda: [s.to_dict() for s in st])
     console.print(escape(stalls_headline(st, tl, rank)), highlight=False, soft_wrap=True)
@@ -152,6 +159,7 @@ def align(
     from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
     _, tl = run_scenario(sc)
+    check_rank(rank, tl)
     rows = alignment(tl, late_threshold)
     write_json(json_out, lambda: [r.to_dict() for r in rows])
     n_flagged = sum(1 for r in rows if r.flags)

@@ -113,7 +113,7 @@ def warn_costs(sc: Scenario, tl: Any) -> None:
     meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
     from schedsim.report.advice import cost_warnings, run_kinds
 
-    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule):
+    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
         warn(w)
 
 

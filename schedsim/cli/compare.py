@@ -114,11 +114,14 @@ def compare(
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
 
-    if ranks is None or microbatches is None:
-        fail("compare needs --ranks and --microbatches")
     base = build_scenario(scenario, cost=cost, semantics=semantics, comm_stream=comm_stream,
                           eager_threshold=eager_threshold, message_bytes=message_bytes,
                           latency=latency, bandwidth=bandwidth)
+    ranks = base.schedule.ranks if ranks is None else ranks       # else the scenario's
+    microbatches = base.schedule.microbatches if microbatches is None else microbatches
+    if ranks is None or microbatches is None:
+        fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
+             "sets them)")
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
     if model_overlap is not None:
@@ -141,13 +144,14 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
     """Print the result of ``compare`` (header, table, notes, skipped schedules) and
     write its --json records."""
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
+    model = costs._derived is not None       # its [model] layers are per stage
     note = None if per_rank_costs else per_op_note(
-        [(r.schedule, r.stages) for r in res.rows], ranks)
+        [(r.schedule, r.stages) for r in res.rows], ranks, model)
     write_json(json_out, [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
                            "stages_per_rank": r.stages / ranks,
                            "per_rank_costs": per_rank_costs, "note": note,
                            "table_formula": r.formula} for r in res.rows])
-    console.print(f"costs {_cost_text(costs)} {_reading(per_rank_costs)}",
+    console.print(f"costs {_cost_text(costs)} {_reading(per_rank_costs, model)}",
                   highlight=False, soft_wrap=True)
     console.print(f"{ranks} ranks x {microbatches} microbatches, {res.semantics} semantics; "
                   f"memory: {_mem_text(mm)}", highlight=False, soft_wrap=True)
@@ -163,8 +167,11 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
         console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
 
 
-def _reading(per_rank_costs: bool) -> str:
+def _reading(per_rank_costs: bool, model: bool = False) -> str:
     """How ``compare`` read the costs, for its header."""
+    if model:       # --per-rank-costs does not apply: the layers fix each stage
+        return ("read per op: the stage model's layers are per stage, so S stages on P "
+                "ranks hold S/P times the layers per rank")
     if per_rank_costs:
         return ("read per rank: equal model work per rank, so a schedule with S stages on "
                 "P ranks runs each op at P/S of them (--per-op-costs: every op at these "
@@ -193,7 +200,7 @@ def _table(res, ranks: int) -> Table:
     return t
 
 
-def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
+def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) -> str | None:
     """The note ``compare --per-op-costs`` prints under its table when the schedules
     ``rows`` (name, stages) run different numbers of stages per rank (a rank of a
     2-stage-per-rank schedule runs two full-cost ops per microbatch where a 1-stage one
@@ -204,9 +211,11 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int) -> str | None:
     if len(per) < 2:
         return None
     parts = "; ".join(f"{fmt_t(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
+    fix = ("for the same model give the schedules with more stages per rank fewer [model] "
+           "layers per stage (a scenario each)" if model else "--per-rank-costs costs one "
+           "rank's share of the model instead")
     return (f"stages per rank differ ({parts}) and costs are per op, so a rank runs "
-            f"each of its stages at the full op cost; --per-rank-costs costs one rank's "
-            f"share of the model instead")
+            f"each of its stages at the full op cost; {fix}")
 
 
 def _cost_text(c: CostModel) -> str:

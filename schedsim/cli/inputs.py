@@ -47,8 +47,10 @@ class TimelineInput:
 
     def build_program(self) -> Program:
         if self.program is None:
-            raise ScenarioError(f"{self.path}: the timeline carries no program (a partial "
-                                f"trace, or written before timelines carried one): give the "
+            why = ("simulate --json does not store it): give the scenario instead, or"
+                   if self.timeline.source == "simulated" else "a partial trace, or written "
+                   "before timelines carried one): give")
+            raise ScenarioError(f"{self.path}: the timeline carries no program ({why} the "
                                 f"program it ran with --program FILE")
         return self.program
 

@@ -289,7 +289,7 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     cp.mbytes = nbytes
     cp.mlat = lat_t[lk]
     mbw = bw_t[lk]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cp.mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
     cp.mlink = lk.astype(I64)
     if comm.semantics == "rendezvous":

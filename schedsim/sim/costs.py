@@ -412,6 +412,30 @@ class CommModel(BaseModel):
     def _dash(cls, v: object) -> object:
         return v.replace("_", "-") if isinstance(v, str) else v
 
+    def unused(self, semantics: str | None = None) -> list[str]:
+        """A line naming the settings that change nothing in a run under ``semantics``
+        (default: these; as their flags) and why, or []: under ``data`` every P2P setting
+        (comm instructions are ignored); ``init_cost`` without ``lazy_init``;
+        ``eager_threshold_bytes`` under ``eager``."""
+        semantics = semantics or self.semantics
+        if semantics == "data":
+            flags = [f for f, on in (
+                ("--comm-stream", self.comm_stream != "none"),
+                ("--eager-threshold", self.eager_threshold_bytes is not None),
+                ("--launch-cost", self.launch_cost > 0 or bool(self.host)),
+                ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0)) if on]
+            return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "
+                    f"semantics, which ignore the program's sends and recvs: add --semantics "
+                    f"eager or rendezvous"] if flags else []
+        if semantics not in ("eager", "rendezvous"):       # a measured timeline
+            return []
+        if self.init_cost > 0 and not self.lazy_init:
+            return ["--init-cost changes nothing without --lazy-init: add --lazy-init"]
+        if semantics == "eager" and self.eager_threshold_bytes is not None:
+            return ["--eager-threshold changes nothing under eager semantics (every message "
+                    "is eager): it applies to --semantics rendezvous"]
+        return []
+
     def is_eager(self, nbytes: float) -> bool:
         """Whether a message of ``nbytes`` completes eagerly under these semantics."""
         if self.semantics == "eager":

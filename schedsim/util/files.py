@@ -18,6 +18,7 @@ import contextvars
 import glob
 import os
 import socket
+import stat
 import tempfile
 import zlib
 from contextlib import contextmanager
@@ -170,11 +171,20 @@ def check_output_path(path: str | Path) -> Path:
 
     if "\x00" in str(path):
         raise ScenarioError(f"{str(path)[:80]!r}: a file name with a NUL byte")
+    if str(path) == "-":
+        raise ScenarioError("-: this output cannot go to stdout; give a file name")
     path = Path(path)
-    parent = path.parent
     _check_not_input(path)
     if path.is_dir():
         raise ScenarioError(f"{path}: is a directory; give a file name")
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        # the rename below would replace a device, FIFO or socket (as root: /dev/null)
+        raise ScenarioError(f"{path}: not a regular file (a device, pipe or socket): "
+                            f"outputs are written whole and renamed into place; give a "
+                            f"file name")
+    if path.is_symlink():       # write through the link, as `>` does; keep the link
+        path = Path(os.path.realpath(path))
+    parent = path.parent
     if not parent.is_dir():
         raise ScenarioError(f"{path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):

@@ -27,7 +27,8 @@ def _raise(signum: int, frame: Any) -> None:
 
 @contextmanager
 def stop_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise :class:`Stopped` inside the block (main thread only: elsewhere
+    """SIGTERM/SIGHUP raise :class:`Stopped` inside the block, and a KeyboardInterrupt
+    (Ctrl-C) leaving it becomes one (exit 130) (main thread only: elsewhere
     Python cannot install handlers and the block runs unchanged). A signal the caller
     ignores (``SIG_IGN``, e.g. under ``nohup``) stays ignored; the previous handlers are
     restored at the end."""
@@ -40,6 +41,8 @@ def stop_signals() -> Iterator[None]:
             previous[s] = signal.signal(s, _raise)
     try:
         yield
+    except KeyboardInterrupt:   # Ctrl-C: the same clean-up and one line, exit 130
+        raise Stopped(signal.SIGINT) from None
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
