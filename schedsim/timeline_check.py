@@ -61,7 +61,14 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
         raise bad(f"per_rank must have one row of finite numbers per rank ({P})")
     tol = 1e-9 * max(1.0, tl.makespan)
     M = tl.microbatches or None          # 0: not recorded (old files); else mb < M
+    ran: set[tuple[str, int, int]] = set()      # each op runs once: (kind, stage, mb)
     for i, sp in enumerate(tl.spans):
+        for key in ([(p.kind, p.stage, p.mb) for p in sp.parts] if sp.parts
+                    else [(sp.kind, sp.stage, sp.mb)]):
+            if key in ran:
+                raise bad(f"spans[{i}] runs {key[0]} of stage {key[1]} mb {key[2]} a second "
+                          f"time: each op runs once in a timeline")
+            ran.add(key)
         if M is not None and (sp.mb >= M or any(p.mb >= M for p in sp.parts or ())):
             raise bad(f"spans[{i}] has mb {sp.mb}: the timeline has {M} microbatches")
         # a chunk is a rank's index of a stage it holds: below the stage count (the

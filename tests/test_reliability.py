@@ -263,6 +263,7 @@ def test_non_physical_numbers(tmp_path, table, want) -> None:
     # the fuzz campaign's hang: a chunk of 2**31 built a colour per chunk
     (lambda d: d["spans"][0].__setitem__("chunk", 2 ** 31), "chunk 2147483648"),
     (lambda d: d["spans"][0].__setitem__("mb", 2 ** 40), "the timeline has"),
+    (lambda d: d["spans"].append(dict(d["spans"][0])), "a second time"),
 ])
 def test_render_refuses_bad_timelines(tmp_path, tl_json, change, want) -> None:
     change(tl_json)

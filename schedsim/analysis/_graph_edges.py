@@ -202,16 +202,6 @@ def _messages(tl: Timeline, gi: GraphInput, semantics: str) -> list[Message]:
     return out
 
 
-def _eager(comm: CommModel, nbytes: np.ndarray) -> np.ndarray:
-    """Which messages complete eagerly (:meth:`CommModel.is_eager` on the bytes the
-    timeline recorded)."""
-    if comm.semantics != "rendezvous":
-        return np.ones(len(nbytes), dtype=bool)
-    if comm.eager_threshold_bytes is None:
-        return np.zeros(len(nbytes), dtype=bool)
-    return nbytes <= comm.eager_threshold_bytes
-
-
 def _message_blocks(gi: GraphInput, mc: _Columns, link: LinkModel,
                     eager: np.ndarray, measured: bool) -> list[tuple]:
     """Blocks 1 (transfer, deliver) and 2 (link FIFO): ``[(src, dst, weight, kind)]``.
@@ -363,7 +353,8 @@ def build_edges(tl: Timeline, gi: GraphInput, link: LinkModel, comm: CommModel) 
     sc = _Columns(span_of)
     msg_of = _messages(tl, gi, comm.semantics)
     mc = _Columns(msg_of)
-    eager = _eager(comm, mc["bytes"])
+    eager = comm.eager_messages(link, mc["bytes"], mc["src"].astype(np.int64),
+                                 mc["dst"].astype(np.int64))
     blocks = (_message_blocks(gi, mc, link, eager, tl.source == "measured")
               + _rank_blocks(tl, gi, sc, eager))
     src = np.concatenate([np.asarray(b[0], dtype=ID) for b in blocks])

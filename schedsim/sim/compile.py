@@ -276,7 +276,7 @@ def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
     """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
     of every message."""
-    nm, P, S = cp.num_messages, cp.ranks, cp.stages
+    P, S = cp.ranks, cp.stages
     ps = (cp.mcode // cp.microbatches) % S
     nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
     lk = cp.msrc * P + cp.mdst
@@ -292,12 +292,7 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cp.mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
     cp.mlink = lk.astype(I64)
-    if comm.semantics == "rendezvous":
-        t = comm.eager_threshold_bytes
-        eager = (nbytes <= t) if t is not None else np.zeros(nm, bool)
-    else:
-        eager = np.ones(nm, bool)
-    cp.meager = eager.astype(I64)
+    cp.meager = comm.eager_messages(link, nbytes, cp.msrc, cp.mdst).astype(I64)
     cp.num_links = P * P
 
 

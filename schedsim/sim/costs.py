@@ -295,7 +295,13 @@ def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
 
 
 class LinkOverride(BaseModel):
-    """Latency/bandwidth of one directed link src -> dst (unset fields: the default)."""
+    """Latency/bandwidth of one directed link src -> dst (unset fields: the default), and
+    its eager threshold: under ``rendezvous``, a message of at most
+    ``eager_threshold_bytes`` on this link completes eagerly (its send does not wait for
+    the recv), in place of ``[comm] eager_threshold_bytes``. Models a transport whose
+    receive-side buffer takes small messages (e.g. NCCL's intra-node P2P FIFO of
+    ``NCCL_BUFFSIZE``, 4 MiB by default) next to one that needs the receiver (a network
+    link): see ``docs/comm-semantics.md``, "Hangs on two nodes, not on one"."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -303,6 +309,7 @@ class LinkOverride(BaseModel):
     dst: int = Field(ge=0)
     latency: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     bandwidth: float | None = Field(default=None, gt=0)
+    eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class MessageTime(BaseModel):
@@ -436,11 +443,21 @@ class CommModel(BaseModel):
                     "is eager): it applies to --semantics rendezvous"]
         return []
 
-    def is_eager(self, nbytes: float) -> bool:
-        """Whether a message of ``nbytes`` completes eagerly under these semantics."""
-        if self.semantics == "eager":
-            return True
-        if self.semantics == "rendezvous":
-            t = self.eager_threshold_bytes
-            return t is not None and nbytes <= t
-        return True
+    def eager_messages(self, link: "LinkModel", nbytes: Any, src: Any, dst: Any) -> Any:
+        """Which messages complete eagerly: bool array over messages given their bytes,
+        source and destination ranks (int arrays, equal lengths). Everything under
+        ``data`` and ``eager``; under ``rendezvous`` a message of at most its link's
+        threshold (:attr:`LinkOverride.eager_threshold_bytes`, else
+        :attr:`eager_threshold_bytes`; none: no message). The one home of this rule."""
+        import numpy as np
+
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        if self.semantics != "rendezvous":
+            return np.ones(len(nbytes), dtype=bool)
+        t = self.eager_threshold_bytes
+        thr = np.full(len(nbytes), -np.inf if t is None else float(t))
+        src, dst = np.asarray(src), np.asarray(dst)
+        for o in link.links:
+            if o.eager_threshold_bytes is not None:
+                thr[(src == o.src) & (dst == o.dst)] = o.eager_threshold_bytes
+        return nbytes <= thr
