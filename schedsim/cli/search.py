@@ -261,10 +261,22 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
     for name, why in res.baselines.skipped.items():
         console.print(f"skipped {escape(name)}: {escape(why)}", highlight=False,
                       soft_wrap=True)
+    _print_order(res.schedule.ranks)
+
+
+#: ops per rank up to which the order is printed whole; past it, each rank's first and
+#: last ops (the full order is in the --out file)
+ORDER_OPS_SHOWN = 64
+
+
+def _print_order(ranks: list) -> None:
     console.print("order:", highlight=False)
-    for r, row in enumerate(res.schedule.ranks):
-        console.print(f"  rank {r}: " + " ".join(str(op) for op in row), highlight=False,
-                      soft_wrap=True)
+    for r, row in enumerate(ranks):
+        ops = [str(op) for op in row]
+        if len(ops) > ORDER_OPS_SHOWN:
+            half = ORDER_OPS_SHOWN // 4
+            ops = ops[:half] + [f"... ({len(ops) - 2 * half} more; all in --out)"] + ops[-half:]
+        console.print(f"  rank {r}: " + " ".join(ops), highlight=False, soft_wrap=True)
 
 
 def _spread(v: list[float]) -> str:
