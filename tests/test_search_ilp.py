@@ -89,3 +89,23 @@ def test_our_solver_proves_a_makespan_no_worse_than_their_ilp(c):
     assert res.makespan <= theirs + 1e-9
     ours = simulate(lower(pb.schedule(res.order)), costs, link, CommModel())
     assert ours.makespan == pytest.approx(res.makespan)
+
+
+def test_planners_past_the_deadline_are_skipped_not_run():
+    """A spent baseline budget skips the cost-aware planners (zb-1p, zb-2p), naming
+    why, and still runs the fixed-rule built-ins (the warm start)."""
+    pytest.importorskip("ortools")
+    from schedsim.search.baselines import run_baselines
+    from schedsim.search.problem import build_problem
+
+    costs, link = CostModel(F=1, B=1, W=1), LinkModel()
+    pb = build_problem(Placement(kind="loop", ranks=4, stages=4), 8, costs, link,
+                       MemoryModel(), 4.0)
+    base = run_baselines(pb, costs, link, CommModel(), "async", MemoryModel(), deadline=0.0)
+    ran = {row.name for row in base.rows}
+    assert {"gpipe", "1f1b", "zb-h1", "zb-h2"} <= ran and not ran & {"zb-1p", "zb-2p"}
+    assert set(base.skipped) == {"zb-1p", "zb-1p (mem-limit 4)", "zb-2p",
+                                 "zb-2p (mem-limit 4)"}
+    assert all("--time-limit" in why for why in base.skipped.values())
+    full = run_baselines(pb, costs, link, CommModel(), "async", MemoryModel())
+    assert {"zb-1p", "zb-2p"} <= {row.name for row in full.rows}

@@ -1,6 +1,7 @@
 """``search``: the best per-rank order for the user's costs, links, semantics and memory.
 
-Steps (all inside one wall-clock budget, ``time_limit``):
+Steps (inside one wall-clock budget, ``time_limit``, except for building the model, the
+fixed-rule built-ins and the final simulation: see ``docs/search.md``, "Time"):
 
 1. the built-in schedules of the placement, at the same costs, simulated under the chosen
    semantics and comm policy (:mod:`schedsim.search.baselines`): the comparison table and
@@ -37,6 +38,9 @@ from schedsim.timeline import Timeline
 
 #: share of the remaining time the solver gets when the refinement has something to add
 #: (semantics other than data, finite bandwidth or a launch cost)
+#: share of --time-limit after which no further built-in schedule is started (each one
+#: started runs to its end: the overrun is at most one built-in)
+BASELINE_SHARE = 0.5
 SOLVER_SHARE = 0.5
 #: ... and when the solver's model is the engine's (data semantics, no contention)
 SOLVER_SHARE_EXACT = 0.9
@@ -166,7 +170,8 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     limit = st.resolve_limit()
     pb = build_problem(pl, st.microbatches, st.costs, st.link, st.memory, limit, st.fused)
     note("baselines", {})
-    base = run_baselines(pb, st.costs, st.link, st.comm, st.policy, st.memory)
+    base = run_baselines(pb, st.costs, st.link, st.comm, st.policy, st.memory,
+                         deadline=t0 + BASELINE_SHARE * st.time_limit)
     t_base = time.perf_counter()
     hint_row = base.best_hint()
     if hint_row is not None:
