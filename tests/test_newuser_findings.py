@@ -230,3 +230,18 @@ def test_critical_path_of_a_simulated_timeline_says_why_no_program(tmp_path: Pat
     r = CliRunner().invoke(app, ["critical-path", "tl.json", "--program", "p.txt"])
     assert r.exit_code == 0, r.output
     assert "makespan 9 = 9 compute + 0 waiting" in r.output     # (m + p - 1)(F + BW)
+
+
+def test_a_deadlocked_chart_says_deadlock_not_makespan() -> None:
+    """`render` of a deadlocked run's JSON titled it 'makespan 3.4 slots, bubble ...'."""
+    from conftest import SCHEDULES
+
+    from schedsim.plot.style import default_title
+    from schedsim.scenario import load_scenario
+    from schedsim.sim.simulate import simulate
+
+    sc = load_scenario(SCHEDULES / "crossed-sends-two-nodes.toml")
+    tl = simulate(sc.build_program(), sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
+    title = default_title(tl)
+    assert "DEADLOCK (blocked ranks 0, 1); what ran before it" in title
+    assert "makespan" not in title and "bubble" not in title

@@ -201,10 +201,6 @@ def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
     opts = gantt_options(arrows, model, stalls)
     if detail:
         opts["detail"] = True
-    if tl.deadlock is not None:   # draw what ran before the program got stuck
-        blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
-        opts["title"] = (f"{tl.schedule}: DEADLOCK under {tl.semantics} "
-                         f"(blocked ranks {blocked}); what ran before it")
     save_figure(draw(tl, **opts), path)
 
 

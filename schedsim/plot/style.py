@@ -82,12 +82,16 @@ def unit_label(tl: Timeline, value: float) -> str:
 
 
 def default_title(tl: Timeline) -> str:
-    """Schedule, ranks, microbatches, semantics, makespan and bubble ratio."""
+    """Schedule, ranks, microbatches, semantics, makespan and bubble ratio; for a
+    deadlocked run, the blocked ranks instead of a makespan."""
     stream = "" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    return (f"{tl.schedule}: {tl.ranks} ranks, {tl.microbatches} microbatches, "
-            f"{how}{stream} — makespan {unit_label(tl, tl.makespan)}, bubble "
+    head = f"{tl.schedule}: {tl.ranks} ranks, {tl.microbatches} microbatches, {how}{stream}"
+    if tl.deadlock is not None:         # no makespan: what ran before the program hung
+        blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
+        return f"{head} — DEADLOCK (blocked ranks {blocked}); what ran before it"
+    return (f"{head} — makespan {unit_label(tl, tl.makespan)}, bubble "
             f"{tl.bubble_ratio():.1%}")
 
 
