@@ -11,14 +11,13 @@ error) from each.
 """
 from __future__ import annotations
 
+import numba  # noqa: E402,F401 - the [fast] extra (installed by [dev]); required here
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schedsim import CommModel, CostModel, LinkModel, Program, build_program, simulate
 from schedsim.errors import SchedsimError
 from schedsim.sim import fast
-
-import numba  # noqa: E402,F401 - the [fast] extra (installed by [dev]); required here
 
 FAMILIES = [("gpipe", {}), ("1f1b", {}), ("dualpipe", {}), ("dualpipev", {}),
             ("interleaved-1f1b", {"chunks": 2}), ("interleaved-1f1b", {"chunks": 3}),

@@ -19,9 +19,9 @@ from schedsim.analysis.graph import build_graph
 from schedsim.analysis.lint import lint
 from schedsim.analysis.stalls import attribute_stalls
 from schedsim.cli import app
+from schedsim.program.tokens import parse_program_text
 from schedsim.report.advice import format_deadlock
 from schedsim.scenario import program_from_rows
-from schedsim.program.tokens import parse_program_text
 
 runner = CliRunner()
 RING = """rank 0: 0F0 3RECV_F0 0SEND_F0 WAIT[3RECV_F0+0SEND_F0] 3F0 3SEND_F0 WAIT[3SEND_F0]

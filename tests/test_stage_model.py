@@ -4,8 +4,7 @@ and the derived costs flow into the simulation under the typed ones."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Op

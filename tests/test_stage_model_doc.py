@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 
 import pytest
+import tomllib
 from conftest import ROOT
 from typer.testing import CliRunner
 
