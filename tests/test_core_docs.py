@@ -3,11 +3,11 @@ the project root) and print the lines shown after them; a command marked ``# exi
 exits with N."""
 from __future__ import annotations
 
-import re
 import shlex
 
 import pytest
 from conftest import ROOT
+from doc_examples import examples, norm
 from typer.testing import CliRunner
 
 from schedsim.cli import app
@@ -16,25 +16,7 @@ DOCS = [ROOT / "docs" / "comm-semantics.md", ROOT / "docs" / "speed.md"]
 runner = CliRunner()
 
 
-def _blocks() -> list[tuple[list[str], list[str]]]:
-    parts = [p for doc in DOCS
-             for p in re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), flags=re.S)]
-    out = []
-    for i, (lang, body) in enumerate(parts):
-        cmds = [ln for ln in body.splitlines() if ln.startswith("schedsim ")]
-        if lang != "bash" or not cmds:
-            continue
-        shown = (parts[i + 1][1].splitlines() if i + 1 < len(parts)
-                 and parts[i + 1][0] == "text" else [])
-        out.append((cmds, shown))
-    return out
-
-
-BLOCKS = _blocks()
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+BLOCKS = examples(*DOCS)
 
 
 def test_the_page_has_commands():
@@ -55,4 +37,4 @@ def test_commands_print_what_the_doc_shows(cmds, shown, monkeypatch):
         assert r.exit_code == code, f"{cmd}: {r.output}"
         output += r.output
     for text in shown:
-        assert _norm(text).strip() in _norm(output), f"{text!r} not printed by {cmds}"
+        assert norm(text).strip() in norm(output), f"{text!r} not printed by {cmds}"

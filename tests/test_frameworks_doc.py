@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 from conftest import ROOT
+from doc_examples import examples
 from typer.testing import CliRunner
 
 from schedsim.cli import app
@@ -19,21 +20,7 @@ DOC = ROOT / "docs" / "frameworks.md"
 runner = CliRunner()
 
 
-def _blocks() -> list[tuple[list[str], list[str]]]:
-    """(commands of a bash block, lines of the text block right after it)."""
-    parts = re.findall(r"```(\w+)\n(.*?)```", DOC.read_text(), flags=re.S)
-    out = []
-    for i, (lang, body) in enumerate(parts):
-        if lang != "bash":
-            continue
-        cmds = [ln for ln in body.splitlines() if ln.startswith("schedsim ")]
-        shown = parts[i + 1][1].splitlines() if i + 1 < len(parts) and \
-            parts[i + 1][0] == "text" else []
-        out.append((cmds, shown))
-    return out
-
-
-BLOCKS = _blocks()
+BLOCKS = examples(DOC)
 
 
 @pytest.mark.parametrize("cmds,shown", BLOCKS, ids=[b[0][0][9:40] for b in BLOCKS])

@@ -2,11 +2,11 @@
 the lines shown after them."""
 from __future__ import annotations
 
-import re
 import shlex
 
 import pytest
 from conftest import ROOT
+from doc_examples import examples, norm
 from typer.testing import CliRunner
 
 pytest.importorskip("ortools")
@@ -17,24 +17,7 @@ DOC = ROOT / "docs" / "search.md"
 runner = CliRunner()
 
 
-def _blocks() -> list[tuple[list[str], list[str]]]:
-    parts = re.findall(r"```(\w*)\n(.*?)```", DOC.read_text(), flags=re.S)
-    out = []
-    for i, (lang, body) in enumerate(parts):
-        cmds = [ln for ln in body.splitlines() if ln.startswith("schedsim ")]
-        if lang != "bash" or not cmds:
-            continue
-        shown = (parts[i + 1][1].splitlines() if i + 1 < len(parts)
-                 and parts[i + 1][0] == "text" else [])
-        out.append((cmds, shown))
-    return out
-
-
-BLOCKS = _blocks()
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+BLOCKS = examples(DOC)
 
 
 def test_the_page_has_commands():
@@ -51,4 +34,4 @@ def test_commands_print_what_the_doc_shows(cmds, shown, tmp_path, monkeypatch):
         output += r.output
     for line in shown:
         for frag in line.split("..."):
-            assert _norm(frag).strip() in _norm(output), f"{frag!r} not printed by {cmds}"
+            assert norm(frag).strip() in norm(output), f"{frag!r} not printed by {cmds}"

@@ -10,6 +10,7 @@ import shlex
 import pytest
 import tomllib
 from conftest import ROOT
+from doc_examples import examples, norm
 from typer.testing import CliRunner
 
 from schedsim.cli import app
@@ -19,26 +20,7 @@ DOC = ROOT / "docs" / "stage-model.md"
 runner = CliRunner()
 #: multi-process commands: tests/test_collectives.py runs the same flags
 MULTIPROCESS = ("schedsim replay ", "schedsim check-collectives ")
-
-
-def _blocks() -> list[tuple[list[str], list[str]]]:
-    parts = re.findall(r"```(\w*)\n(.*?)```", DOC.read_text(), flags=re.S)
-    out = []
-    for i, (lang, body) in enumerate(parts):
-        if lang != "bash":
-            continue
-        cmds = [ln for ln in body.splitlines() if ln.startswith("schedsim ")]
-        shown = (parts[i + 1][1].splitlines() if i + 1 < len(parts)
-                 and parts[i + 1][0] == "text" else [])
-        out.append((cmds, shown))
-    return out
-
-
-BLOCKS = [b for b in _blocks() if not b[0][0].startswith(MULTIPROCESS)]
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+BLOCKS = [b for b in examples(DOC) if not b[0][0].startswith(MULTIPROCESS)]
 
 
 @pytest.mark.parametrize("cmds,shown", BLOCKS, ids=[b[0][0][9:50] for b in BLOCKS])
@@ -52,12 +34,12 @@ def test_commands_print_what_the_doc_shows(cmds, shown, tmp_path, monkeypatch):
         output += r.output
     for line in shown:
         for frag in line.split("..."):
-            assert _norm(frag).strip() in _norm(output), f"{frag!r} not printed by {cmds}"
+            assert norm(frag).strip() in norm(output), f"{frag!r} not printed by {cmds}"
 
 
 def test_the_multiprocess_commands_are_the_tested_ones():
     text = (ROOT / "tests" / "test_collectives.py").read_text()
-    slow = [c for b in _blocks() for c in b[0] if c.startswith(MULTIPROCESS)]
+    slow = [c for b in examples(DOC) for c in b[0] if c.startswith(MULTIPROCESS)]
     assert len(slow) == 3
     assert all(f in text for f in ('"check-collectives", "--tp"', '"--set", "tp=2"',
                                    'f"tp_comm={comm}"', '"--check-grads"'))
@@ -68,4 +50,4 @@ def test_the_model_table_in_the_doc_is_valid():
     m = StageModel.model_validate(tomllib.loads(toml)["model"])
     assert (m.layers, m.ep, m.topk, m.overlap, m.stage[0].layers) == (4, 16, 4, "fb", 3)
     assert "F = 7, between the compute-only 4 and the no-overlap 2+3+2+3 = 10" in \
-        _norm(DOC.read_text())
+        norm(DOC.read_text())
