@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 
 def write_trace(path, rank, events, base=None):
@@ -13,3 +15,35 @@ def write_trace(path, rank, events, base=None):
     if base is not None:
         data["baseTimeNanoseconds"] = base
     path.write_text(json.dumps(data))
+
+
+def marked_pids(marker: str, live_only: bool = False) -> list[int]:
+    """Processes other than this one whose environment carries ``marker`` (a test sets
+    it in the environment of what it starts); ``live_only`` leaves zombies out."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() not in (d / "environ").read_bytes():
+                continue
+            state = next(ln for ln in (d / "status").read_text().splitlines()
+                         if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if not (live_only and " Z" in state):
+            out.append(int(d.name))
+    return out
+
+
+def marked_rank_pids(marker: str, live_only: bool = False) -> list[int]:
+    """:func:`marked_pids` that are replay rank processes (``--spec`` on the command
+    line)."""
+    out = []
+    for pid in marked_pids(marker, live_only):
+        try:
+            if b"--spec" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out

@@ -16,41 +16,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from replay_helpers import marked_pids, marked_rank_pids
 
 torch = pytest.importorskip("torch")
 
 from schedsim.replay.launch import TMP_PREFIX, store_socket  # noqa: E402
 
 SMALL = ["--set", "hidden=8", "--set", "seq=2"]
-
-
-def _procs(marker: str) -> list[int]:
-    """Live (not zombie) processes whose environment carries ``marker``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if marker.encode() not in (d / "environ").read_bytes():
-                continue
-            state = next(ln for ln in (d / "status").read_text().splitlines()
-                         if ln.startswith("State:"))
-        except (OSError, StopIteration):
-            continue
-        if " Z" not in state:
-            out.append(int(d.name))
-    return out
-
-
-def _ranks(marker: str) -> list[int]:
-    out = []
-    for pid in _procs(marker):
-        try:
-            if b"--spec" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                out.append(pid)
-        except OSError:
-            pass
-    return out
 
 
 def _start(marker: str, tmp: Path, *args: str) -> subprocess.Popen:
@@ -62,9 +34,9 @@ def _start(marker: str, tmp: Path, *args: str) -> subprocess.Popen:
 
 def _wait_ranks(marker: str, n: int = 2, timeout: float = 60) -> list[int]:
     t0 = time.monotonic()
-    while len(_ranks(marker)) < n and time.monotonic() - t0 < timeout:
+    while len(marked_rank_pids(marker, live_only=True)) < n and time.monotonic() - t0 < timeout:
         time.sleep(0.1)
-    pids = _ranks(marker)
+    pids = marked_rank_pids(marker, live_only=True)
     assert len(pids) == n, pids
     return pids
 
@@ -86,14 +58,14 @@ def test_launcher_sigkill_takes_its_ranks_and_the_next_run_removes_its_folder(tm
         p.kill()
         p.wait(timeout=10)
         killed = time.monotonic()
-        while _ranks(marker) and time.monotonic() - killed < 10:
+        while marked_rank_pids(marker, live_only=True) and time.monotonic() - killed < 10:
             time.sleep(0.05)
         gone_after = time.monotonic() - killed
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert _ranks(marker) == [] and gone_after < 2.0, gone_after
+    assert marked_rank_pids(marker, live_only=True) == [] and gone_after < 2.0, gone_after
     assert folders[0].exists()             # SIGKILL: nothing could remove it then
     q = subprocess.run([sys.executable, "-m", "schedsim", "replay", "--schedule", "1f1b",
                         "--ranks", "1", "--microbatches", "1", *SMALL, "--timeout", "60"],
@@ -132,7 +104,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_it(tmp_path):
     assert err.strip().startswith("error: replay failed: rank 1 was killed by SIGKILL "
                                   "(signal 9; the out-of-memory killer or a 'kill -9')"), err
     assert len(err.strip().splitlines()) == 1
-    assert _procs(marker) == []
+    assert marked_pids(marker, live_only=True) == []
 
 
 def test_fault_at_a_batch_fires(tmp_path):

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
+from replay_helpers import marked_pids, marked_rank_pids
 
 pytest.importorskip("torch")
 
@@ -121,19 +121,6 @@ def test_estimated_clock_offsets_are_small():
     assert abs(tl["clock_offsets_ns"][1]) < 5e6       # < 5 ms (half the best round trip)
 
 
-def _survivors(marker: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (d / "environ").read_bytes():
-                pids.append(int(d.name))
-        except OSError:
-            pass
-    return pids
-
-
 def test_fault_raise_stops_all_ranks(tmp_path):
     """One rank raises mid-step: the command exits 1 well within the timeout, names the
     rank and the instruction, writes no output file, and leaves no process behind."""
@@ -152,7 +139,7 @@ def test_fault_raise_stops_all_ranks(tmp_path):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert elapsed < 45
     assert not out.exists()
-    assert _survivors(marker) == []
+    assert marked_pids(marker) == []
 
 
 def test_fault_hang_times_out_naming_the_rank(monkeypatch):
@@ -171,7 +158,7 @@ def test_fault_hang_times_out_naming_the_rank(monkeypatch):
     assert "timed out after 15 s: rank(s) 1 did not finish" in msg
     assert "rank 0 timed out at instr" in msg
     assert elapsed < 15.5
-    assert _survivors(marker) == []
+    assert marked_pids(marker) == []
 
 
 def test_spec_refuses_deadlocking_program(tmp_path):
@@ -334,18 +321,6 @@ def test_cli_calibrate_writes_cost_file(tmp_path):
     assert Timeline.read_json(tmp_path / "p0.json").makespan < tl.makespan
 
 
-def _rank_pids(marker: str) -> list[int]:
-    """Rank processes (``--spec``) carrying ``marker`` in their environment."""
-    out = []
-    for pid in _survivors(marker):
-        try:
-            if b"--spec" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                out.append(pid)
-        except OSError:
-            pass
-    return out
-
-
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_signal_stops_every_rank(tmp_path, sig, code):
     """SIGTERM / SIGHUP to `schedsim replay` (timeout, Slurm, kill, a closed terminal)
@@ -361,9 +336,9 @@ def test_signal_stops_every_rank(tmp_path, sig, code):
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         t0 = time.monotonic()
-        while len(_rank_pids(marker)) < 2 and time.monotonic() - t0 < 20:
+        while len(marked_rank_pids(marker)) < 2 and time.monotonic() - t0 < 20:
             time.sleep(0.1)
-        assert len(_rank_pids(marker)) == 2 and list(tmp.iterdir())
+        assert len(marked_rank_pids(marker)) == 2 and list(tmp.iterdir())
         time.sleep(3.0)                       # ranks past start-up, rank 1 hanging
         p.send_signal(sig)
         _, err = p.communicate(timeout=20)
@@ -374,7 +349,7 @@ def test_signal_stops_every_rank(tmp_path, sig, code):
     assert p.returncode == code, err
     assert err.strip() == (f"error: replay interrupted by {sig.name}: every rank was "
                            f"stopped and the run's temporary files removed")
-    assert _survivors(marker) == []
+    assert marked_pids(marker) == []
     assert list(tmp.iterdir()) == []
 
 
