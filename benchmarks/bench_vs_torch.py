@@ -58,9 +58,9 @@ def timed(fn: Callable, *args: Any) -> tuple[Any, float, float]:
     return out, time.process_time() - c, time.perf_counter() - w
 
 
-def torch_program(p: int, v: int, m: int, folder: Path) -> tuple[dict, Path, Callable]:
-    """torch's Interleaved1F1B on mock stages, lowered by ``_add_send_recv`` and dumped
-    as a compute+comms CSV: ``(actions per rank, csv path, stage_to_rank)``."""
+def _on_mock_stages(cls_name: str, p: int, v: int, m: int) -> Any:
+    """torch's schedule class ``cls_name`` built on ``v`` mock stages of a ``p``-rank,
+    ``p * v``-stage pipeline with ``m`` microbatches (its logging and warnings muted)."""
     import logging
     import warnings
     from unittest import mock
@@ -72,10 +72,20 @@ def torch_program(p: int, v: int, m: int, folder: Path) -> tuple[dict, Path, Cal
     stage.group_rank, stage.group_size, stage.submod = 0, p, None
     stage.num_stages = p * v
     logging.disable(logging.CRITICAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sch = S.ScheduleInterleaved1F1B([stage] * v, m)
-    logging.disable(logging.NOTSET)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return getattr(S, cls_name)([stage] * v, m)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def torch_program(p: int, v: int, m: int, folder: Path) -> tuple[dict, Path, Callable]:
+    """torch's Interleaved1F1B on mock stages, lowered by ``_add_send_recv`` and dumped
+    as a compute+comms CSV: ``(actions per rank, csv path, stage_to_rank)``."""
+    import torch.distributed.pipelining.schedules as S
+
+    sch = _on_mock_stages("ScheduleInterleaved1F1B", p, v, m)
     order = {r: [a for a in sch.pipeline_order[r] if a is not None]
              for r in sch.pipeline_order}
 
@@ -93,22 +103,7 @@ def torch_program(p: int, v: int, m: int, folder: Path) -> tuple[dict, Path, Cal
 
 def torch_runtime(p: int, v: int, m: int) -> Any:
     """A bare ``_PipelineScheduleRuntime`` on mock stages, to call ``_load_csv`` on."""
-    import logging
-    import warnings
-    from unittest import mock
-
-    import torch.distributed.pipelining.schedules as S
-    from torch.distributed.pipelining import PipelineStage
-
-    stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.group_rank, stage.group_size, stage.submod = 0, p, None
-    stage.num_stages = p * v
-    logging.disable(logging.CRITICAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rt = S._PipelineScheduleRuntime([stage] * v, m)
-    logging.disable(logging.NOTSET)
-    return rt
+    return _on_mock_stages("_PipelineScheduleRuntime", p, v, m)
 
 
 def med(xs: list[float]) -> float:
