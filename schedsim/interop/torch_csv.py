@@ -21,6 +21,7 @@ from schedsim.program.flat import (
     FlatSchedule,
     Opcode,
     OpKind,
+    RankRows,
     ranks_of,
 )
 from schedsim.program.routing import cross_stage_inputs
@@ -36,20 +37,15 @@ _KINDS: dict[str, tuple[bool, int] | None] = {
     "REDUCE_GRAD": None}
 
 
-@dataclass
-class Columns:
+@dataclass(eq=False)
+class Columns(RankRows):
     """A CSV's actions per rank, in order: ``is_comm``, ``kind`` (OpKind or CommKind
     code), ``stage``, ``mb``; rank r's are ``rptr[r]:rptr[r+1]``."""
 
-    rptr: np.ndarray
     is_comm: np.ndarray
     kind: np.ndarray
     stage: np.ndarray
     mb: np.ndarray
-
-    @property
-    def ranks(self) -> int:
-        return len(self.rptr) - 1
 
 
 _BOOKKEEPING = ("UNSHARD", "RESHARD", "REDUCE_GRAD")

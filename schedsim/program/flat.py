@@ -95,17 +95,11 @@ def _ptr(x: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 @dataclass(eq=False)
-class FlatSchedule:
-    """Compute order per rank as arrays (module docstring)."""
+class RankRows:
+    """Rows of ranks laid end to end in columns: rank r's are ``rptr[r]:rptr[r + 1]``
+    (``rptr``: int64, ranks + 1 entries)."""
 
     rptr: np.ndarray
-    kind: np.ndarray
-    stage: np.ndarray
-    mb: np.ndarray
-    fb_at: np.ndarray
-    fb_kind: np.ndarray
-    fb_stage: np.ndarray
-    fb_mb: np.ndarray
 
     @property
     def ranks(self) -> int:
@@ -113,6 +107,19 @@ class FlatSchedule:
 
     def __len__(self) -> int:
         return int(self.rptr[-1])
+
+
+@dataclass(eq=False)
+class FlatSchedule(RankRows):
+    """Compute order per rank as arrays (module docstring)."""
+
+    kind: np.ndarray
+    stage: np.ndarray
+    mb: np.ndarray
+    fb_at: np.ndarray
+    fb_kind: np.ndarray
+    fb_stage: np.ndarray
+    fb_mb: np.ndarray
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(op index, kind, stage, mb)`` of every atom, int64 arrays in op order: one
@@ -197,10 +204,9 @@ def _fb_map(x: FlatSchedule | FlatProgram) -> dict[int, tuple[int, int, int]]:
 
 
 @dataclass(eq=False)
-class FlatProgram:
+class FlatProgram(RankRows):
     """A program as arrays (module docstring)."""
 
-    rptr: np.ndarray
     code: np.ndarray
     kind: np.ndarray
     stage: np.ndarray
@@ -213,13 +219,6 @@ class FlatProgram:
     fb_kind: np.ndarray
     fb_stage: np.ndarray
     fb_mb: np.ndarray
-
-    @property
-    def ranks(self) -> int:
-        return len(self.rptr) - 1
-
-    def __len__(self) -> int:
-        return int(self.rptr[-1])
 
     def row_length(self, r: int) -> int:
         return int(self.rptr[r + 1] - self.rptr[r])
