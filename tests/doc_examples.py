@@ -5,6 +5,7 @@ their pages with it; tests/test_docs.py runs every command of every page."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 
@@ -27,3 +28,21 @@ def examples(*docs: Path) -> list[tuple[list[str], list[str]]]:
 def norm(text: str) -> str:
     """Whitespace runs collapsed to one space (tables and wrapping differ by width)."""
     return re.sub(r"\s+", " ", text)
+
+
+def check_prints(cmds: list[str], shown: list[str]) -> None:
+    """Run ``cmds`` in-process (from the current folder, 200 columns): each exits 0 and
+    together they print every shown line; ``...`` in a line stands for text left out, so
+    each of its pieces must be printed."""
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    output = ""
+    for cmd in cmds:
+        r = CliRunner().invoke(app, shlex.split(cmd)[1:], terminal_width=200)
+        assert r.exit_code == 0, f"{cmd}: {r.output}"
+        output += r.output
+    for line in shown:
+        for frag in line.split("..."):
+            assert norm(frag).strip() in norm(output), f"{frag!r} not printed by {cmds}"

@@ -5,19 +5,15 @@ and the `[model]` table in the page are the ones the code computes and accepts."
 from __future__ import annotations
 
 import re
-import shlex
 
 import pytest
 import tomllib
 from conftest import ROOT
-from doc_examples import examples, norm
-from typer.testing import CliRunner
+from doc_examples import check_prints, examples, norm
 
-from schedsim.cli import app
 from schedsim.sim.stage_model import StageModel
 
 DOC = ROOT / "docs" / "stage-model.md"
-runner = CliRunner()
 #: multi-process commands: tests/test_collectives.py runs the same flags
 MULTIPROCESS = ("schedsim replay ", "schedsim check-collectives ")
 BLOCKS = [b for b in examples(DOC) if not b[0][0].startswith(MULTIPROCESS)]
@@ -27,14 +23,7 @@ BLOCKS = [b for b in examples(DOC) if not b[0][0].startswith(MULTIPROCESS)]
 def test_commands_print_what_the_doc_shows(cmds, shown, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "schedules").symlink_to(ROOT / "schedules")
-    output = ""
-    for cmd in cmds:
-        r = runner.invoke(app, shlex.split(cmd)[1:], terminal_width=200)
-        assert r.exit_code == 0, f"{cmd}: {r.output}"
-        output += r.output
-    for line in shown:
-        for frag in line.split("..."):
-            assert norm(frag).strip() in norm(output), f"{frag!r} not printed by {cmds}"
+    check_prints(cmds, shown)
 
 
 def test_the_multiprocess_commands_are_the_tested_ones():
