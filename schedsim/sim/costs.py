@@ -455,9 +455,16 @@ class CommModel(BaseModel):
         if self.semantics != "rendezvous":
             return np.ones(len(nbytes), dtype=bool)
         t = self.eager_threshold_bytes
-        thr = np.full(len(nbytes), -np.inf if t is None else float(t))
-        src, dst = np.asarray(src), np.asarray(dst)
-        for o in link.links:
-            if o.eager_threshold_bytes is not None:
-                thr[(src == o.src) & (dst == o.dst)] = o.eager_threshold_bytes
+        default = -np.inf if t is None else float(t)
+        own = {(o.src, o.dst): o.eager_threshold_bytes for o in link.links
+               if o.eager_threshold_bytes is not None}
+        if not own or not len(nbytes):
+            return nbytes <= default
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        n = int(max(src.max(), dst.max(), *(max(k) for k in own))) + 1
+        keys = sorted((a * n + b, v) for (a, b), v in own.items())   # link id src * n + dst
+        ids = np.array([k for k, _ in keys], dtype=np.int64)
+        lid = src * n + dst
+        at = np.minimum(np.searchsorted(ids, lid), len(ids) - 1)
+        thr = np.where(ids[at] == lid, np.array([v for _, v in keys])[at], default)
         return nbytes <= thr
