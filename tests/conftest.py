@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-REFS = ROOT.parent / "shared" / "refs"
+#: the recorded references, copied from the project's shared/refs (sources in its README)
+REFS = ROOT / "tests" / "data" / "refs"
 SCHEDULES = ROOT / "schedules"
 
 #: DualPipe README figure costs (B is the zero-bubble input-gradient backward)

@@ -44,7 +44,7 @@ def one_f_one_b(ranks: int, microbatches: int) -> Schedule:
     backwards (cooldown).
 
     This is the order torch's ``Schedule1F1B._step_microbatches`` really issues (its
-    ``pipeline_order`` table is off by one on the last rank; see ../shared/refs/torch).
+    ``pipeline_order`` table is off by one on the last rank; see tests/data/refs/torch).
     Returns a compute-only Schedule (fused ``BW`` backwards).
     """
     m = microbatches

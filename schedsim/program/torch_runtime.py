@@ -10,7 +10,7 @@ schedule:
   batched with the first backward's recv; in steady state each backward's send is batched
   with the next forward's recv and each forward's send with the next backward's recv,
   every batch waited at once; cooldown backwards wait their recv and the previous send.
-  Reproduces ``../shared/refs/torch/Schedule1F1B_pp4_mb8.json`` token for token;
+  Reproduces ``tests/data/refs/torch/Schedule1F1B_pp4_mb8.json`` token for token;
 - a one-stage-per-rank schedule whose order is GPipe's runs
   ``ScheduleGPipe._step_microbatches``: every op posts and waits its recv, posts its send;
   forward sends are waited after the last forward, backward sends at the end;
