@@ -30,9 +30,7 @@ from schedsim.analysis.select import Target, select
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.timeline import Message, Timeline
-
-SEMANTICS = ("data", "eager", "rendezvous")
+from schedsim.timeline import SEMANTICS, Message, Timeline
 
 
 def simulate_free(program: Program, costs: CostModel, link: LinkModel, comm: CommModel,
