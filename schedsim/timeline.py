@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,13 +36,6 @@ from schedsim.util.lazy import LazyFields
 
 if TYPE_CHECKING:
     from schedsim.program.ir import Op, Placement
-
-#: the engine's comm semantics and comm streams (schedsim.sim.costs.CommModel): the one
-#: home of these names, read by the CLI's choices and the checks of a loaded timeline
-Semantics = Literal["data", "eager", "rendezvous"]
-CommStream = Literal["none", "per-peer", "per-rank"]
-SEMANTICS: tuple[str, ...] = get_args(Semantics)
-COMM_STREAMS: tuple[str, ...] = get_args(CommStream)
 
 #: the records of a Timeline JSON refuse keys they do not have (read_json names the key)
 _STRICT = ConfigDict(extra="forbid")

@@ -112,7 +112,7 @@ def _check_names(tl: Any, bad: Any) -> None:
     of theirs, a simulated timeline's ``semantics`` one of the engine's, a measured one's
     a backend name. Raises ``bad(...)`` naming the field, its value and the choices."""
     from schedsim.program.ir import PLACEMENTS
-    from schedsim.timeline import COMM_STREAMS, SEMANTICS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
     from schedsim.util.text import clip
 
     for name, ok in (("comm_stream", COMM_STREAMS), ("placement", PLACEMENTS)):

@@ -30,7 +30,8 @@ from schedsim.analysis.select import Target, select
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.timeline import SEMANTICS, Message, Timeline
+from schedsim.program.vocab import SEMANTICS
+from schedsim.timeline import Message, Timeline
 
 
 def simulate_free(program: Program, costs: CostModel, link: LinkModel, comm: CommModel,

@@ -404,7 +404,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 def _check_choices(**flags: str | None) -> None:
     """Refuse a flag value outside its choices, with a typo suggestion."""
     from schedsim.program.ir import PLACEMENTS
-    from schedsim.timeline import COMM_STREAMS, SEMANTICS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
     from schedsim.util.suggest import did_you_mean
 
     choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}

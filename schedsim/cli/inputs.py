@@ -21,7 +21,8 @@ import typer
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, LinkModel
-from schedsim.timeline import SEMANTICS, Timeline
+from schedsim.program.vocab import SEMANTICS
+from schedsim.timeline import Timeline
 
 #: the positional input of a command that takes a scenario or a timeline
 InputArg = Annotated[Optional[Path], typer.Argument(

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Op
-from schedsim.timeline import CommStream, Semantics
+from schedsim.program.vocab import CommStream, Semantics
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
