@@ -165,3 +165,33 @@ def test_integer_table_keys_and_whole_numbers_still_read(tmp_path):
                  '[costs]\nF = 1\nBW = 2\n[costs.stage.1]\nF = 2\n[link]\nlatency = 0\n')
     r = run("simulate", p, "-q")
     assert r.exit_code == 0, r.output
+
+
+# -- class 7: silent modelling defaults ------------------------------------------------
+def _model_scenario(tmp_path, tp: str, links: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(f'[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n[model]\nlayers = 2\n'
+                 f'tp = {tp}\nactivation_bytes = 1e6\n[model.links]\n{links}\n')
+    return p
+
+
+def test_a_tp_group_wider_than_a_node_needs_the_inter_link(tmp_path):
+    """tp = 8 ran 105.6 and tp = 9 30: the 9-GPU group fell on the unset inter-node link,
+    free. Now it is refused, naming the key to set; with it set, tp = 9 costs more than 8."""
+    intra = "intra = { bandwidth = 1e5 }"
+    r = run("simulate", _model_scenario(tmp_path, "9", intra), "-q")
+    assert r.exit_code == 2 and "set [model.links] inter" in r.stderr, r.output
+
+    def makespan(tp: str, links: str) -> float:
+        p = tmp_path / "tl.json"
+        assert run("simulate", _model_scenario(tmp_path, tp, links), "-q", "--json",
+                   p).exit_code == 0
+        return json.loads(p.read_text())["makespan"]
+
+    both = intra + "\ninter = { bandwidth = 2e4 }"
+    assert makespan("9", both) > makespan("8", both) > 0
+
+
+def test_absurd_group_sizes_are_bounded_by_the_work_limits(tmp_path):
+    r = run("simulate", _model_scenario(tmp_path, str(10 ** 30), ""), "-q")
+    assert r.exit_code == 2 and "above the limit of 4,096 ranks" in r.stderr, r.output
