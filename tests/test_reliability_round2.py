@@ -195,3 +195,36 @@ def test_a_tp_group_wider_than_a_node_needs_the_inter_link(tmp_path):
 def test_absurd_group_sizes_are_bounded_by_the_work_limits(tmp_path):
     r = run("simulate", _model_scenario(tmp_path, str(10 ** 30), ""), "-q")
     assert r.exit_code == 2 and "above the limit of 4,096 ranks" in r.stderr, r.output
+
+
+# -- class 5: terminal control sequences -----------------------------------------------
+#: ESC sequences a name may carry: OSC (window title), CSI (clear screen), a bare ESC and
+#: a C1 control
+CONTROL_NAMES = ["a\x1b]0;pwned\x07b", "\x1b[2Jcleared", "x\x1bcy", "z\x9bq"]
+
+
+@pytest.mark.parametrize("name", CONTROL_NAMES, ids=["osc", "csi", "esc", "c1"])
+@pytest.mark.parametrize("field", ["schedule", "unit"])
+@pytest.mark.parametrize("command", ["stalls", "memory", "align", "render"])
+def test_control_sequences_in_names_never_reach_the_terminal(tmp_path, timeline, name,
+                                                             field, command):
+    """A Timeline's texts are valid data with ESC sequences in them: every command prints
+    them as escapes (``\\x1b``), and matplotlib draws them without a glyph warning."""
+    import warnings
+
+    p = tmp_path / "esc.json"
+    p.write_text(json.dumps({**timeline, field: name}))
+    extra = ["-o", tmp_path / "esc.png"] if command == "render" else []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(command, p, *extra)
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x9b" not in r.output and "\x07" not in r.output
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+
+
+def test_a_file_name_with_control_characters_is_printed_escaped(tmp_path, timeline):
+    p = tmp_path / "we\x1b[2Jird.json"
+    p.write_text(json.dumps({**timeline, "semantics": "bogus"}))
+    r = run("stalls", p)
+    assert r.exit_code == 2 and "\\x1b" in r.stderr and "\x1b" not in r.stderr
