@@ -41,6 +41,9 @@ def main() -> None:
     no arguments still prints its help."""
     import sys
 
+    from schedsim.util.signals import stop_at_exit
+
+    stop_at_exit()      # outside a command's work a stop signal is one line, 128 + N
     usage, abort = _usage_error_types()
     try:
         code = app(standalone_mode=False)
