@@ -67,7 +67,15 @@ POLICIES: dict[str, CommPolicy] = {p.name: p for p in (
                                   "(default: true unless overlap_p2p_comm)",
                 "overlap_p2p_comm": "interleaved only: steady-state calls launched "
                                     "unbatched, waits deferred to the consumer "
-                                    "(default false)"}),
+                                    "(default false)",
+                "overlap_p2p_comm_warmup_flush": "with overlap_p2p_comm: warmup and "
+                                                 "cooldown overlapped too, receives "
+                                                 "prefetched an iteration ahead "
+                                                 "(default false)",
+                "deallocate_pipeline_outputs": "each overlapped forward send waited "
+                                               "right after its launch, before the "
+                                               "output is freed (default false; "
+                                               "Megatron-LM's training sets it true)"}),
 )}
 
 
