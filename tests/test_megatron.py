@@ -14,7 +14,7 @@ from schedsim.generators import build_program, generate
 from schedsim.program.ir import Batch, Comm, Compute, Placement, Post, Schedule, Wait
 from schedsim.program.lower import POLICIES, lower
 from schedsim.program.lowering import op_recvs
-from schedsim.program.megatron import _Rank
+from schedsim.program.megatron_comm import Communicator
 from schedsim.program.ops import launched
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.simulate import simulate
@@ -26,7 +26,7 @@ COSTS = CostModel(F=1, BW=2)
 def _call(rank: int, batch: bool, wait: bool = True) -> tuple[list[str], dict]:
     """One ``_communicate`` with all four tensors on a middle rank of a 4-stage pipe."""
     sched = generate("1f1b", 4, 4)
-    x = _Rank(sched, rank, batch)
+    x = Communicator(sched, rank, batch)
     handles = x.communicate(send_next=Comm("SEND_F", rank, 0), send_prev=Comm("SEND_B", rank, 0),
                             recv_prev=Comm("RECV_F", rank, 1), recv_next=Comm("RECV_B", rank, 1),
                             wait=wait)
@@ -41,7 +41,7 @@ def test_batched_call_op_order() -> None:
         s = str(rank)
         assert got == [s + "SEND_B0", s + "RECV_F1", s + "SEND_F0", s + "RECV_B1"]
         sched = generate("1f1b", 4, 4)
-        x = _Rank(sched, rank, True)
+        x = Communicator(sched, rank, True)
         x.communicate(send_next=Comm("SEND_F", rank, 0), recv_next=Comm("RECV_B", rank, 1))
         assert x.out == [Batch((Comm("SEND_F", rank, 0), Comm("RECV_B", rank, 1))),
                          Wait((Comm("SEND_F", rank, 0), Comm("RECV_B", rank, 1)))]
@@ -57,7 +57,7 @@ def test_unbatched_call_op_order_even_and_odd() -> None:
     assert _call(2, batch=False)[0] == ["2SEND_F0", "2RECV_F1", "2SEND_B0", "2RECV_B1"]
     assert _call(1, batch=False)[0] == ["1RECV_F1", "1SEND_F0", "1RECV_B1", "1SEND_B0"]
     sched = generate("1f1b", 4, 4)
-    x = _Rank(sched, 1, False)
+    x = Communicator(sched, 1, False)
     h = x.communicate(send_next=Comm("SEND_F", 1, 0), recv_prev=Comm("RECV_F", 1, 1),
                       wait=False)
     assert h == {"recv_prev": Comm("RECV_F", 1, 1), "send_next": Comm("SEND_F", 1, 0)}
@@ -295,7 +295,8 @@ def test_group_size_is_read_off_the_order() -> None:
     ("interleaved-1f1b", {"variant": "megatron"},
      {"overlap_p2p_comm": True, "batch_p2p_comm": True}, "Can not use both"),
     ("1f1b", {}, {"chunks": 2}, "takes no parameter 'chunks' (it takes: batch_p2p_comm, "
-     "overlap_p2p_comm, overlap_p2p_comm_warmup_flush, deallocate_pipeline_outputs)"),
+     "overlap_p2p_comm, overlap_p2p_comm_warmup_flush, deallocate_pipeline_outputs, "
+     "variable_seq_lengths)"),
     ("interleaved-1f1b", {"variant": "megatron"}, {"overlap_p2p_comm_warmup_flush": True},
      "needs overlap_p2p_comm=true"),
 ])
@@ -335,7 +336,7 @@ def test_cli_and_scenario_params() -> None:
     and a bad value are one clear line, exit 2."""
     assert "megatron" in POLICIES and set(POLICIES["megatron"].params) == {
         "batch_p2p_comm", "overlap_p2p_comm", "overlap_p2p_comm_warmup_flush",
-        "deallocate_pipeline_outputs"}
+        "deallocate_pipeline_outputs", "variable_seq_lengths"}
     base = ["generate", "1f1b", "-p", "3", "-m", "4", "--comm-policy", "megatron"]
     r = runner.invoke(app, base + ["--param", "batch_p2p_comm=false"])
     assert r.exit_code == 0 and r.stdout == ONE_F_ONE_B_UNBATCHED

@@ -75,7 +75,11 @@ POLICIES: dict[str, CommPolicy] = {p.name: p for p in (
                 "deallocate_pipeline_outputs": "each overlapped forward send waited "
                                                "right after its launch, before the "
                                                "output is freed (default false; "
-                                               "Megatron-LM's training sets it true)"}),
+                                               "Megatron-LM's training sets it true)",
+                "variable_seq_lengths": "each call preceded by its shape round "
+                                        "(_communicate_shapes: one batch of 3-int64 "
+                                        "shape messages, SEND_FS/RECV_FS/SEND_BS/"
+                                        "RECV_BS, waited at once; default false)"}),
 )}
 
 

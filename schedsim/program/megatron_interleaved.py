@@ -3,7 +3,7 @@
 
 Source: NVIDIA/Megatron-LM ``megatron/core/pipeline_parallel/schedules.py`` (branch
 ``core_r0.19.0``, the tree of the megatron-core 0.19.2 wheel; see
-:data:`schedsim.program.megatron.MEGATRON_COMMIT`): the warmup loop, the steady state's
+:data:`schedsim.program.megatron_comm.MEGATRON_COMMIT`): the warmup loop, the steady state's
 ``pp_pre_forward``/``pp_post_forward``/``pp_pre_backward``/``pp_post_backward`` under
 ``overlap_p2p_comm`` (one combined ``send_forward_backward_recv_forward_backward``
 without it), the cooldown loop, with Megatron's handle lists
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 
 from schedsim.program.ir import Comm, Op
-from schedsim.program.megatron import _Rank, megatron_schedule_table, megatron_warmup
+from schedsim.program.megatron_comm import Communicator, megatron_schedule_table, megatron_warmup
 
 
 class Interleaved:
@@ -30,7 +30,7 @@ class Interleaved:
     gradients).
     """
 
-    def __init__(self, x: _Rank, p: int, m: int, v: int, n: int, overlap: bool,
+    def __init__(self, x: Communicator, p: int, m: int, v: int, n: int, overlap: bool,
                  flush: bool = False, dealloc: bool = False) -> None:
         self.x, self.p, self.v, self.overlap = x, p, v, overlap
         self.flush, self.dealloc = flush, dealloc
