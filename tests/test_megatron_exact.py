@@ -104,3 +104,48 @@ def test_two_ranks_crossed_exactly_where_recorded() -> None:
         assert re.search(rf"recv is rank 1, instr \d+ \([^)]*\b{recv}\b", msg)
         crossed += 1
     assert (crossed, clean) == (48, 112)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_shape_round_costs_one_more_latency_per_hop(p: int) -> None:
+    """One microbatch through p ranks under rendezvous, F=1, BW=2, latency L=0.5: the
+    tensor alone crosses each of the 2(p-1) hops once, p(F+BW) + 2(p-1)L; with
+    variable_seq_lengths each hop is preceded by its blocking shape round (24 bytes, one
+    more L), p(F+BW) + 4(p-1)L -- batched or not."""
+    costs, link = CostModel(F=1, BW=2), LinkModel(latency=0.5)
+    comm = CommModel(semantics="rendezvous")
+    for batch in (True, False):
+        for var, hops in ((False, 2), (True, 4)):
+            prog = lower(generate("1f1b", p, 1), "megatron", batch_p2p_comm=batch,
+                         variable_seq_lengths=var)
+            tl = simulate(prog, costs, link, comm)
+            assert tl.makespan == p * 3 + hops * (p - 1) * 0.5
+            shapes = [m for m in tl.messages if m.kind in ("FS", "BS")]
+            assert len(shapes) == (2 * (p - 1) if var else 0)
+            assert all(m.bytes == 24 for m in shapes)
+
+
+def test_shape_tokens_round_trip_and_refusals(tmp_path: Path) -> None:
+    """Shape-message tokens parse back to the same program and Timeline JSON with FS/BS
+    messages loads; torch's CSV has no shape action: one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+    from schedsim.program.tokens import parse_program_text
+    from schedsim.timeline import Timeline
+
+    prog = lower(generate("1f1b", 3, 2), "megatron", variable_seq_lengths=True)
+    assert [[str(i) for i in row] for row in parse_program_text(prog.to_text())] == \
+        [[str(i) for i in row] for row in prog.ranks]
+    assert "1RECV_FS0" in prog.to_text() and "2SEND_BS1" in prog.to_text()
+    tl = simulate(prog, CostModel(F=1, BW=2), LinkModel(latency=0.5),
+                  CommModel(semantics="eager"))
+    out = tmp_path / "tl.json"
+    tl.write_json(out)
+    back = Timeline.read_json(out)
+    assert sorted({m.kind for m in back.messages}) == ["B", "BS", "F", "FS"]
+    r = CliRunner().invoke(app, ["generate", "1f1b", "-p", "2", "-m", "2", "--comm-policy",
+                                 "megatron", "--param", "variable_seq_lengths=true",
+                                 "--format", "torch-csv-comms"])
+    assert r.exit_code == 2 and "shape message" in r.stderr and "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -70,8 +70,9 @@ class OpKind(IntEnum):
 
 class CommKind(IntEnum):
     """P2P op kinds, in :data:`~schedsim.program.ops.COMM_KINDS` order: bit 0 is the
-    side (0 send, 1 recv), bits 1-2 the message kind (:data:`~schedsim.program.routing.MESSAGE_KINDS` code: 0
-    activation F, 1 gradient B, 2 and 3 their shape messages)."""
+    side (0 send, 1 recv), bits 1-2 the message kind (its code in
+    :data:`~schedsim.program.routing.MESSAGE_KINDS`: 0 activation F, 1 gradient B, 2 and 3
+    their shape messages)."""
 
     SEND_F = 0
     RECV_F = 1

@@ -6,8 +6,8 @@ Source: NVIDIA/Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``
 ``get_pp_rank_microbatches``) and ``megatron/core/pipeline_parallel/p2p_communication.py``
 (``P2PCommunicator._communicate``, ``_communicate_shapes``, ``_batched_p2p_ops``,
 ``_p2p_ops``), pinned at :data:`~schedsim.program.megatron_comm.MEGATRON_COMMIT` (the
-tree of the megatron-core 0.19.2 wheel). The programs equal, token for token, what those functions issue per rank
-(recorded by ``benchmarks/record_megatron.py``, checked by
+tree of the megatron-core 0.19.2 wheel). The programs equal, token for token, what those
+functions issue per rank (recorded by ``benchmarks/record_megatron.py``, checked by
 ``tests/test_megatron_exact.py``).
 
 Megatron moves activations and gradients with combined calls (``recv_forward``,
@@ -29,7 +29,12 @@ schedule's ``send_forward_recv_forward``, ``send_backward_recv_backward`` and
   consumes it (``pp_pre_forward``/``pp_pre_backward`` pop the oldest recv handle), each
   send when the next send in the same direction has been launched; the warmup and
   cooldown calls still wait at once, unless ``overlap_p2p_comm_warmup_flush``
-  (:mod:`schedsim.program.megatron_interleaved`).
+  (:mod:`schedsim.program.megatron_interleaved`);
+- ``variable_seq_lengths``: every call with something to move first runs
+  ``_communicate_shapes``: one ``batch_isend_irecv`` of the shape messages of the call's
+  tensors (``SEND_FS``/``RECV_FS`` for an activation, ``SEND_BS``/``RECV_BS`` for a
+  gradient; 3 int64) in ``_batched_p2p_ops`` order, whatever ``batch_p2p_comm``, and its
+  one work waited, before the tensors are launched.
 
 A call with nothing to move launches nothing (the first stage's ``recv_forward``, the last
 stage's ``send_forward``). The policy runs Megatron's own compute order -- the 1F1B order
@@ -39,7 +44,6 @@ schedule) -- and refuses any other order, naming the first op that differs. Send
 pending when the step ends are waited by the program's implicit end.
 """
 from __future__ import annotations
-
 
 from schedsim.errors import ScheduleError
 from schedsim.program.ir import Compute, Op, Program, Schedule
