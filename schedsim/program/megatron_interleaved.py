@@ -77,21 +77,22 @@ class Interleaved:
             recv = False
         return recv, nxt + 1 if forward else nxt - 1
 
-    def recv_prev(self, recv: bool, chunk: int) -> Comm | None:
+    def recv(self, recv: bool, chunk: int, forward: bool) -> Comm | None:
+        """The recv Megatron files under ``chunk`` (None when ``recv`` is false): the
+        input of that chunk's next forward (``forward``) or backward."""
         if not recv:
             return None
-        op = Op("F", chunk * self.p + self.x.r, self.fwd_mbs[chunk].popleft())
+        mbs = self.fwd_mbs if forward else self.bwd_mbs
+        op = Op("F" if forward else "BW", chunk * self.p + self.x.r, mbs[chunk].popleft())
         c = self.x.recv_for(op)
         assert c is not None, op
         return c
 
+    def recv_prev(self, recv: bool, chunk: int) -> Comm | None:
+        return self.recv(recv, chunk, True)
+
     def recv_next(self, recv: bool, chunk: int) -> Comm | None:
-        if not recv:
-            return None
-        op = Op("BW", chunk * self.p + self.x.r, self.bwd_mbs[chunk].popleft())
-        c = self.x.recv_for(op)
-        assert c is not None, op
-        return c
+        return self.recv(recv, chunk, False)
 
     def track_forward(self, handles: dict[str, Comm]) -> None:
         """After an overlapped ``send_forward_recv_forward``: wait the previous send,
@@ -139,17 +140,33 @@ class Interleaved:
             x.wait(self.send_prev_handle)
         assert not self.recv_prev_handles and not self.recv_next_handles
 
-    def warmup_step(self, k: int) -> None:
-        x, v = self.x, self.v
-        if self.flush and not (self.chunk(k, True) == 0 and self.first) and k != 0:
-            self.pop_wait(self.recv_prev_handles)
-        recv, nxt = self.recv_from_previous_stage(k, True)
+    def head(self, k: int, forward: bool) -> tuple[bool, int]:
+        """The start of warmup iteration k (``forward``) or cooldown iteration k: wait the
+        oldest pending recv (cooldown always; warmup under
+        ``overlap_p2p_comm_warmup_flush``) unless the op takes the model's input (or the
+        loss); whether iteration k receives for k+1, and for which chunk (none at the
+        last iteration); under the flush option a rank that is not the leading one
+        prefetches that recv now, unwaited."""
+        leading = self.first if forward else self.last
+        edge = 0 if forward else self.v - 1
+        handles = self.recv_prev_handles if forward else self.recv_next_handles
+        if ((self.flush or not forward) and k != 0
+                and not (self.chunk(k, forward) == edge and leading)):
+            self.pop_wait(handles)
+        recv, nxt = self.recv_from_previous_stage(k, forward)
         if k == self.total - 1:
             recv = False
-        if self.flush and not self.first:           # prefetch the recv of k+1
-            h = x.communicate(recv_prev=self.recv_prev(recv, nxt), wait=False)
+        if self.flush and not leading:              # prefetch the recv of k+1
+            name = "recv_prev" if forward else "recv_next"
+            c = (self.recv_prev if forward else self.recv_next)(recv, nxt)
+            h = self.x.communicate(**{name: c}, wait=False)
             if h:
-                self.recv_prev_handles.append(h["recv_prev"])
+                handles.append(h[name])
+        return recv, nxt
+
+    def warmup_step(self, k: int) -> None:
+        x, v = self.x, self.v
+        recv, nxt = self.head(k, True)
         f = self.f_op(k)
         x.compute(f)
         last_warmup = k == self.warmup - 1 and not self.all_warmup
@@ -207,15 +224,7 @@ class Interleaved:
 
     def cooldown_step(self, k: int) -> None:
         x = self.x
-        if not (self.chunk(k, False) == self.v - 1 and self.last) and k != 0:
-            self.pop_wait(self.recv_next_handles)
-        recv, nxt = self.recv_from_previous_stage(k, False)
-        if k == self.total - 1:
-            recv = False
-        if self.flush and not self.last:            # prefetch the recv of k+1
-            h = x.communicate(recv_next=self.recv_next(recv, nxt), wait=False)
-            if h:
-                self.recv_next_handles.append(h["recv_next"])
+        recv, nxt = self.head(k, False)
         b = self.b_op(k)
         x.compute(b)
         if self.flush:
