@@ -53,6 +53,15 @@ ROWS = {
                                      "megatron", {"batch_p2p_comm": False}),
     "same, `overlap_p2p_comm=true`": ("interleaved-1f1b", {"variant": "megatron"},
                                       "megatron", {"overlap_p2p_comm": True}),
+    "same, and `deallocate_pipeline_outputs=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"overlap_p2p_comm": True, "deallocate_pipeline_outputs": True}),
+    "same, and `overlap_p2p_comm_warmup_flush=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"overlap_p2p_comm": True, "overlap_p2p_comm_warmup_flush": True}),
+    "same as the batched row, `variable_seq_lengths=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"variable_seq_lengths": True}),
 }
 
 
