@@ -377,8 +377,8 @@ def main() -> None:
                           "the runs (flag combinations) that issue the same one",
                    runs=runs, programs=programs)
         path = out / f"{name}.json.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as z:
+            z.write(json.dumps(doc, separators=(",", ":")).encode())    # same bytes each run
         print(f"{path}: {len(runs)} runs")
 
 
