@@ -64,7 +64,8 @@ POLICIES: dict[str, CommPolicy] = {p.name: p for p in (
                "Megatron-LM p2p_communication._communicate calls of 1F1B and interleaved "
                "1F1B",
                {"batch_p2p_comm": "one batch_isend_irecv per call, waited at once "
-                                  "(default: true unless overlap_p2p_comm)",
+                                  "(false: one launch and one WAIT per op; default: true "
+                                  "unless overlap_p2p_comm)",
                 "overlap_p2p_comm": "interleaved only: steady-state calls launched "
                                     "unbatched, waits deferred to the consumer "
                                     "(default false)",
