@@ -302,6 +302,8 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
     "lazy communicator init: a first bare P2P blocks both ranks until both reach it.")]
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
+ConnectionsOpt = Annotated[Optional[int], typer.Option("--connections", help="CUDA_DEVICE_MAX_"
+    "CONNECTIONS (1..32, default 8): 1 = all streams' kernels start in launch order.")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
@@ -352,7 +354,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
+                   init_cost: float | None = None, connections: int | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -388,7 +390,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
+                 ("lazy_init", lazy_init), ("init_cost", init_cost), ("connections", connections)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -436,10 +438,10 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
-    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("message_bytes", BytesOpt),
-    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
-    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
-    ("placement", PlacementOpt),
+    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("connections", ConnectionsOpt),
+    ("message_bytes", BytesOpt), ("latency", LatencyOpt), ("bandwidth", BandwidthOpt),
+    ("comm_policy", PolicyOpt), ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt),
+    ("stages", StagesOpt), ("placement", PlacementOpt),
 ]
 #: the flags that only say which program to run (no costs, links or semantics)
 PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",
