@@ -145,3 +145,19 @@ def test_list_and_compare_show_them() -> None:
             "interleaved-1f1b": ("28.5", "2.5..5.5"), "interleaved-overlap": ("25.75", "3..6"),
             "dualpipev": ("24.5", "4.5")}
     assert {k: (v[2], v[6]) for k, v in rows.items()} == want
+
+
+def test_compare_model_overlap_takes_megatron() -> None:
+    """``compare --model-overlap none,megatron`` on the MoE scenario: 1F1B gains nothing
+    (no pairs), 1F1B-overlap gains (m-1)(F + BW - FB) = 7 x 2.852 = 19.97 ms of its 240.38
+    (8.3%); an unknown mode names the known ones."""
+    args = ["compare", "--scenario", "schedules/1f1b-overlap-moe.toml", "--ranks", "4",
+            "--microbatches", "8", "--schedules", "1f1b,1f1b-overlap"]
+    r = runner.invoke(app, [*args, "--model-overlap", "none,megatron"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.stdout.split())
+    assert "1f1b: makespan 240.4 (none) -> 240.4 (megatron): gain 0 (0.0%)" in out
+    assert "1f1b-overlap: makespan 240.4 (none) -> 220.4 (megatron): gain 19.97 (8.3%)" in out
+    r = runner.invoke(app, [*args, "--model-overlap", "none,combined"])
+    assert r.exit_code == 2 and "none, domino, fb, megatron" in r.stderr
