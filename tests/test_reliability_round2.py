@@ -122,3 +122,76 @@ def test_usage_errors_are_one_line(args, want):
     err = p.stderr.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert want in err and "--help" in err and "╭" not in err
+
+
+# -- class 8: loose types --------------------------------------------------------------
+#: (table, key, a value of the wrong type that lax parsing took): quoted numbers and
+#: booleans where a number goes, a quoted boolean where a boolean goes
+LOOSE = [
+    ("schedule", "ranks", '"2"'), ("schedule", "microbatches", "true"),
+    ("costs", "F", "true"), ("costs", "F", '"1"'), ("costs", "message_bytes", '"1e6"'),
+    ("link", "latency", '"0.5"'), ("link", "bandwidth", "true"),
+    ("comm", "launch_cost", '"0.1"'), ("comm", "lazy_init", '"true"'),
+    ("comm", "eager_threshold_bytes", "false"),
+    ("model", "layers", '"2"'), ("model", "tp", "true"), ("model", "activation_bytes", '"1"'),
+    ("model", "sequence_parallel", '"yes"'), ("model", "topk", "1.5"),
+    ("memory", "F", '"1"'), ("memory", "B", "true"),
+]
+
+
+@pytest.mark.parametrize("table,key,value", LOOSE, ids=[f"{t}.{k}={v}" for t, k, v in LOOSE])
+def test_loose_types_are_refused_with_the_type_expected(tmp_path, table, key, value):
+    """``F = true`` was 1, ``F = "1"`` and ``ranks = "2"`` numbers: each key of the scenario
+    is now read strictly, the message naming the key, the type expected and the value."""
+    body = {"schedule": 'name = "1f1b"\nranks = 2\nmicrobatches = 4\n', "costs": "",
+            "link": "", "comm": 'semantics = "rendezvous"\n', "model": "", "memory": ""}
+    body[table] = "\n".join(line for line in body[table].splitlines()
+                            if not line.startswith(f"{key} ")) + f"\n{key} = {value}\n"
+    text = "".join(f"[{t}]\n{b}\n" for t, b in body.items() if b.strip() or t == table)
+    p = tmp_path / "loose.toml"
+    p.write_text(text)
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 2, (text, r.output)
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and key in err, err
+    assert "should be a valid" in err or "Input should be" in err, err
+
+
+def test_integer_table_keys_and_whole_numbers_still_read(tmp_path):
+    """Strictness refuses the wrong type, not TOML's own forms: per-stage tables keyed by
+    number and whole numbers where a float goes."""
+    p = tmp_path / "ok.toml"
+    p.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                 '[costs]\nF = 1\nBW = 2\n[costs.stage.1]\nF = 2\n[link]\nlatency = 0\n')
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 0, r.output
+
+
+# -- class 7: silent modelling defaults ------------------------------------------------
+def _model_scenario(tmp_path, tp: str, links: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(f'[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n[model]\nlayers = 2\n'
+                 f'tp = {tp}\nactivation_bytes = 1e6\n[model.links]\n{links}\n')
+    return p
+
+
+def test_a_tp_group_wider_than_a_node_needs_the_inter_link(tmp_path):
+    """tp = 8 ran 105.6 and tp = 9 30: the 9-GPU group fell on the unset inter-node link,
+    free. Now it is refused, naming the key to set; with it set, tp = 9 costs more than 8."""
+    intra = "intra = { bandwidth = 1e5 }"
+    r = run("simulate", _model_scenario(tmp_path, "9", intra), "-q")
+    assert r.exit_code == 2 and "set [model.links] inter" in r.stderr, r.output
+
+    def makespan(tp: str, links: str) -> float:
+        p = tmp_path / "tl.json"
+        assert run("simulate", _model_scenario(tmp_path, tp, links), "-q", "--json",
+                   p).exit_code == 0
+        return json.loads(p.read_text())["makespan"]
+
+    both = intra + "\ninter = { bandwidth = 2e4 }"
+    assert makespan("9", both) > makespan("8", both) > 0
+
+
+def test_absurd_group_sizes_are_bounded_by_the_work_limits(tmp_path):
+    r = run("simulate", _model_scenario(tmp_path, str(10 ** 30), ""), "-q")
+    assert r.exit_code == 2 and "above the limit of 4,096 ranks" in r.stderr, r.output
