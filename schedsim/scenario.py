@@ -40,7 +40,6 @@ Example (``schedules/dualpipe-figure.toml``)::
     # launch_cost = 0.2        host time per launched batch of sends/recvs
     # lazy_init = true         NCCL's lazy 2-rank communicator init (docs/comm-semantics.md)
     # init_cost = 5            its cost, in the cost unit
-    # connections = 1          CUDA_DEVICE_MAX_CONNECTIONS: 1 = one in-order hardware queue
 
 Relative paths are resolved against the scenario file's folder. Every unknown key is an
 error that names it.
@@ -128,9 +127,8 @@ class Scenario(BaseModel):
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
         if self.model is not None:
-            self.costs = self.costs.with_derived(
-                StageCosts(self.model, connections=self.comm.connections),
-                self.model.message_bytes())
+            self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
+                                                 self.model.message_bytes())
         return self
 
     def stage_costs(self) -> StageCosts | None:
