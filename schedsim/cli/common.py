@@ -12,6 +12,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
+from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
@@ -314,8 +315,6 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
     "lazy communicator init: a first bare P2P blocks both ranks until both reach it.")]
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
-ConnectionsOpt = Annotated[Optional[int], typer.Option("--connections", help="CUDA_DEVICE_MAX_"
-    "CONNECTIONS (1..32, default 8): 1 = all streams' kernels start in launch order.")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
