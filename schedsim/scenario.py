@@ -127,7 +127,7 @@ class Scenario(BaseModel):
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
         if self.model is not None:
-            self.costs = self.costs.with_derived(StageCosts(self.model),
+            self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
         return self
 

@@ -19,9 +19,11 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
     warn,
     with_suggestion,
 )
+from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
+
 
 def _tidy_help() -> None:
     """typer's rich ``--help``, two fixes: flags that take no value show no ``<bool>``
@@ -325,7 +327,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
+                   init_cost: float | None = None, connections: int | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -361,7 +363,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
+                 ("lazy_init", lazy_init), ("init_cost", init_cost), ("connections", connections)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -409,10 +411,10 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
-    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("message_bytes", BytesOpt),
-    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
-    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
-    ("placement", PlacementOpt),
+    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("connections", ConnectionsOpt),
+    ("message_bytes", BytesOpt), ("latency", LatencyOpt), ("bandwidth", BandwidthOpt),
+    ("comm_policy", PolicyOpt), ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt),
+    ("stages", StagesOpt), ("placement", PlacementOpt),
 ]
 #: the flags that only say which program to run (no costs, links or semantics)
 PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",
