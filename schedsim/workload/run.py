@@ -1,0 +1,181 @@
+"""One call from a workload and a schedule to its numbers: :func:`simulate_workload`
+builds the schedule on ``pp`` ranks with the workload's microbatches, derives the models
+(:func:`schedsim.workload.derive.derive`), simulates, and reads step time, tokens/s per
+GPU, MFU and bytes per rank over time (:func:`memory_run`) from the run's arrays.
+
+Plain Python + numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schedsim.program.flat import COMPUTE_KINDS
+from schedsim.sim.compiled import Compiled
+from schedsim.sim.engine import RunState
+from schedsim.timeline import Timeline
+from schedsim.workload.derive import DerivedWorkload, derive
+from schedsim.workload.hardware import GiB
+from schedsim.workload.layout import Workload, WorkloadError
+
+
+@dataclass
+class RankMemory:
+    """Bytes of one pipeline rank: ``static`` (parameters, gradients, optimizer, FSDP
+    copies), ``recv`` (P2P receive buffers held for the step), ``peak_activations`` and
+    ``peak`` (the sum at the worst moment), ``peak_at`` (ms), ``curve``: ``(times,
+    activation bytes after each event)`` arrays."""
+
+    static: float
+    recv: float
+    peak_activations: float
+    peak: float
+    peak_at: float
+    curve: tuple[Any, Any] = field(repr=False, default=((), ()))
+
+
+def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
+    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs: F allocates its
+    stage's stored activations at its start; B allocates its working set at its start
+    and frees it, and all but the W-stash, at its end; W frees the stash at its end; BW
+    frees everything at its end; an FB does both parts. Frees before allocations at one
+    instant."""
+    fl = cp.flat
+    ran = np.flatnonzero(np.asarray(st.send) >= 0.0)
+    gi = np.asarray(cp.span_gi)[ran]
+    rank = fl.rank_of_instr()[gi].astype(np.int64)
+    start, end = np.asarray(st.sstart)[ran], np.asarray(st.send)[ran]
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    stored = np.array([b.stored for b in d.stage_bytes])
+    stash = np.array([b.stash_w for b in d.stage_bytes])
+    work = np.array([b.working for b in d.stage_bytes])
+    F, B, W, BW, FB = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW", "FB"))
+    fb = kind == FB
+    bkind, bstage = kind.copy(), stage.copy()
+    if fb.any():
+        at = np.searchsorted(fl.fb_at, gi[fb])
+        bkind[fb], bstage[fb] = fl.fb_kind[at], fl.fb_stage[at]
+        kind = np.where(fb, F, kind)
+    ev_t, ev_r, ev_d = [], [], []
+
+    def add(mask: Any, t: Any, dv: Any) -> None:
+        ev_t.append(t[mask]), ev_r.append(rank[mask]), ev_d.append(np.broadcast_to(dv, t.shape)[mask])
+
+    add(kind == F, start, stored[stage])
+    for k_arr, s_arr, sel in ((kind, stage, ~fb), (bkind, bstage, fb)):
+        isb = sel & (k_arr == B)
+        add(isb, start, work[s_arr])
+        add(isb, end, -(work[s_arr] + stored[s_arr] - stash[s_arr]))
+        isbw = sel & (k_arr == BW)
+        add(isbw, start, work[s_arr])
+        add(isbw, end, -(work[s_arr] + stored[s_arr]))
+        add(sel & (k_arr == W), end, -stash[s_arr])
+    t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
+    o = np.lexsort((dv >= 0, t, r))
+    t, r, dv = t[o], r[o], dv[o]
+    bounds = np.searchsorted(r, np.arange(cp.ranks + 1))
+    out = []
+    for q in range(cp.ranks):
+        tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
+        i = int(np.argmax(lv)) if len(lv) else -1
+        act = max(0.0, float(lv[i])) if i >= 0 else 0.0
+        s, rv = d.static[q].total, d.recv_bytes[q]
+        out.append(RankMemory(s, rv, act, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
+                              (tq, lv)))
+    return out
+
+
+@dataclass
+class WorkloadResult:
+    """The numbers of one simulated step (:func:`simulate_workload`): ``step_ms``
+    (makespan + step boundary), ``makespan_ms``, ``step_boundary_ms``,
+    ``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_step``, ``mfu``,
+    ``peak_flops`` (per-GPU FLOP/s MFU is measured against), ``peak_memory_bytes`` (per
+    pipeline rank), ``memory`` (:class:`RankMemory` per rank), ``hbm_bytes``, ``fits``,
+    ``bubble_ratio``, ``timeline``, ``derived``."""
+
+    step_ms: float
+    makespan_ms: float
+    step_boundary_ms: float
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_flops_per_step: float
+    mfu: float
+    peak_flops: float
+    peak_memory_bytes: list[float]
+    memory: list[RankMemory]
+    hbm_bytes: float
+    fits: bool
+    bubble_ratio: float
+    timeline: Timeline = field(repr=False)
+    derived: DerivedWorkload = field(repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        """The Timeline JSON's ``workload`` object (docs/formats.md)."""
+        return {"step_ms": self.step_ms, "makespan_ms": self.makespan_ms,
+                "step_boundary_ms": self.step_boundary_ms,
+                "tokens_per_step": self.tokens_per_step,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "model_flops_per_step": self.model_flops_per_step, "mfu": self.mfu,
+                "peak_flops": self.peak_flops,
+                "peak_memory_bytes": list(self.peak_memory_bytes),
+                "hbm_bytes": self.hbm_bytes, "fits": self.fits,
+                "gpu": self.derived.workload.gpu.name,
+                "model": self.derived.workload.model.name,
+                "gpus": self.derived.workload.gpus}
+
+    def line(self) -> str:
+        """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
+        peak = max(self.peak_memory_bytes)
+        fit = ("fits" if self.fits else
+               f"does NOT fit ({peak / GiB:.1f} > {self.hbm_bytes / GiB:.0f} GiB)")
+        return (f"step {self.step_ms:.1f} ms, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                f"MFU {self.mfu * 100:.1f}%, peak {peak / GiB:.1f} GiB of "
+                f"{self.hbm_bytes / GiB:.0f} ({fit})")
+
+
+def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> WorkloadResult:
+    """The :class:`WorkloadResult` of a finished run of ``d``'s models."""
+    w = d.workload
+    mem = memory_run(cp, st, d)
+    step = tl.makespan + d.step_boundary_ms
+    gpus = w.gpus
+    tps = d.tokens_per_step / (step / 1e3) / gpus if step > 0 else 0.0
+    mfu = d.model_flops_per_step / (step / 1e3 * gpus * d.peak_flops) if step > 0 else 0.0
+    peaks = [m.peak for m in mem]
+    return WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
+                          d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
+                          w.gpu.hbm_bytes, max(peaks) <= w.gpu.hbm_bytes,
+                          tl.bubble_ratio(), tl, d)
+
+
+def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str | None = None,
+                      semantics: str = "rendezvous", overlap: str = "none",
+                      **generator_params: Any) -> WorkloadResult:
+    """Simulate one step of ``workload`` under schedule ``schedule_name`` (any name of
+    ``schedsim list``) on ``pp`` ranks and the workload's microbatches; a generator that
+    takes ``chunks`` gets the workload's. Raises :class:`WorkloadError` for a broken
+    rule (also when the schedule's stages are not ``pp x chunks``),
+    :class:`~schedsim.errors.ScheduleError` for a schedule that cannot run these sizes."""
+    from schedsim.generators import build_program, get
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate_run
+
+    w = workload.check()
+    spec = get(schedule_name)
+    params = dict(generator_params)
+    if "chunks" in spec.accepted():
+        params.setdefault("chunks", w.chunks)
+    prog = build_program(schedule_name, w.pp, w.microbatches, comm_policy, **params)
+    d = derive(w, prog.placement, overlap)
+    tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))  # type: ignore[arg-type]
+    res = result_of(d, tl, cp, st)
+    tl.params["workload"] = res.summary()
+    return res
+
+
+__all__ = ["RankMemory", "WorkloadResult", "memory_run", "result_of", "simulate_workload",
+           "WorkloadError"]
