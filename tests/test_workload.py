@@ -286,3 +286,16 @@ def test_does_not_fit_is_a_result() -> None:
            layout=None)
     r = simulate_workload(w, "1f1b")
     assert not r.fits and "does NOT fit" in r.line()
+
+
+@pytest.mark.parametrize("name,chunks", [("interleaved-1f1b", 2), ("zb-1p", 1),
+                                         ("dualpipev", 2), ("dualpipe", 1)])
+def test_order_only_peak_equals_run_peak(name: str, chunks: int) -> None:
+    """peak_bytes (program order) equals the run's peaks (time order), for every rank."""
+    from schedsim.workload.run import peak_bytes, workload_program
+
+    w = _w(layout=None, model=load_model("llama3.1-8b"), chunks=chunks, tp=2, dp=2,
+           global_batch_size=32, recompute="selective")
+    r = simulate_workload(w, name)
+    prog = workload_program(w, name)
+    assert peak_bytes(derive(w, prog.placement), prog) == r.peak_memory_bytes

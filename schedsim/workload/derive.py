@@ -189,6 +189,17 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
     return out
 
 
+def placement_free_models(workload: Workload, overlap: str = "none"
+                          ) -> tuple[CostModel, LinkModel]:
+    """The costs (ms) and pipeline links of a (checked) workload, which depend on its
+    stages and ranks but not on which rank holds which stage: what a cost-aware planner
+    reads before the placement exists."""
+    w = workload.check()
+    sm = stage_model(w, stage_pieces(w), overlap)
+    return (CostModel(unit="ms").with_derived(StageCosts(sm), sm.message_bytes()),
+            _pipeline_link(w, w.pp))
+
+
 def derive(workload: Workload, placement: Placement, overlap: str = "none"
            ) -> DerivedWorkload:
     """The simulator's models of ``workload`` (checked here) on ``placement`` (its

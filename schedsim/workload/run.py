@@ -16,7 +16,7 @@ from schedsim.program.flat import COMPUTE_KINDS
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.engine import RunState
 from schedsim.timeline import Timeline
-from schedsim.workload.derive import DerivedWorkload, derive
+from schedsim.workload.derive import DerivedWorkload, derive, placement_free_models
 from schedsim.workload.hardware import GiB
 from schedsim.workload.layout import Workload, WorkloadError
 
@@ -36,33 +36,27 @@ class RankMemory:
     curve: tuple[Any, Any] = field(repr=False, default=((), ()))
 
 
-def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
-    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs: F allocates its
-    stage's stored activations at its start; B allocates its working set at its start
-    and frees it, and all but the W-stash, at its end; W frees the stash at its end; BW
-    frees everything at its end; an FB does both parts. Frees before allocations at one
-    instant."""
-    fl = cp.flat
-    ran = np.flatnonzero(np.asarray(st.send) >= 0.0)
-    gi = np.asarray(cp.span_gi)[ran]
-    rank = fl.rank_of_instr()[gi].astype(np.int64)
-    start, end = np.asarray(st.sstart)[ran], np.asarray(st.send)[ran]
-    kind = fl.kind[gi].astype(np.int64)
-    stage = fl.stage[gi].astype(np.int64)
+def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
+            bstage: Any, start: Any, end: Any) -> list[RankMemory]:
+    """Per rank, the activation level over the ops given as columns (``kind``/``stage``:
+    the op, or an FB's forward part; ``bkind``/``bstage``: an FB's backward part, else
+    equal to ``kind``/``stage``; ``start``/``end``: its times or any numbers in the
+    rank's op order): F allocates its stage's stored activations at its start; B
+    allocates its working set at its start and frees it, and all but the W-stash, at its
+    end; W frees the stash at its end; BW frees everything at its end; an FB does both
+    parts. Frees before allocations at one instant."""
     stored = np.array([b.stored for b in d.stage_bytes])
     stash = np.array([b.stash_w for b in d.stage_bytes])
     work = np.array([b.working for b in d.stage_bytes])
     F, B, W, BW, FB = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW", "FB"))
     fb = kind == FB
-    bkind, bstage = kind.copy(), stage.copy()
-    if fb.any():
-        at = np.searchsorted(fl.fb_at, gi[fb])
-        bkind[fb], bstage[fb] = fl.fb_kind[at], fl.fb_stage[at]
-        kind = np.where(fb, F, kind)
+    kind = np.where(fb, F, kind)
     ev_t, ev_r, ev_d = [], [], []
 
     def add(mask: Any, t: Any, dv: Any) -> None:
-        ev_t.append(t[mask]), ev_r.append(rank[mask]), ev_d.append(np.broadcast_to(dv, t.shape)[mask])
+        ev_t.append(t[mask])
+        ev_r.append(rank[mask])
+        ev_d.append(np.broadcast_to(dv, t.shape)[mask])
 
     add(kind == F, start, stored[stage])
     for k_arr, s_arr, sel in ((kind, stage, ~fb), (bkind, bstage, fb)):
@@ -76,9 +70,9 @@ def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemor
     t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
     o = np.lexsort((dv >= 0, t, r))
     t, r, dv = t[o], r[o], dv[o]
-    bounds = np.searchsorted(r, np.arange(cp.ranks + 1))
+    bounds = np.searchsorted(r, np.arange(ranks + 1))
     out = []
-    for q in range(cp.ranks):
+    for q in range(ranks):
         tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
         i = int(np.argmax(lv)) if len(lv) else -1
         act = max(0.0, float(lv[i])) if i >= 0 else 0.0
@@ -86,6 +80,47 @@ def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemor
         out.append(RankMemory(s, rv, act, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
                               (tq, lv)))
     return out
+
+
+def _fb_parts(fl: Any, gi: Any, kind: Any, stage: Any) -> tuple[Any, Any]:
+    """(backward kind, backward stage) of the instructions ``gi``: an FB's backward
+    part, else the op's own."""
+    bkind, bstage = kind.copy(), stage.copy()
+    fb = kind == COMPUTE_KINDS.index("FB")
+    if fb.any():
+        at = np.searchsorted(fl.fb_at, gi[fb])
+        bkind[fb], bstage[fb] = fl.fb_kind[at], fl.fb_stage[at]
+    return bkind, bstage
+
+
+def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
+    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs (:func:`_levels`; times
+    in ms)."""
+    fl = cp.flat
+    ran = np.flatnonzero(np.asarray(st.send) >= 0.0)
+    gi = np.asarray(cp.span_gi)[ran]
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    bkind, bstage = _fb_parts(fl, gi, kind, stage)
+    return _levels(d, cp.ranks, fl.rank_of_instr()[gi].astype(np.int64), kind, stage,
+                   bkind, bstage, np.asarray(st.sstart)[ran], np.asarray(st.send)[ran])
+
+
+def peak_bytes(d: DerivedWorkload, program: Any) -> list[float]:
+    """Per pipeline rank, the peak bytes :func:`memory_run` reports for any finished run
+    of ``program``, from its compute order alone (a rank's ops do not overlap, so the
+    events in time order are the events in program order): for pruning before a
+    simulation."""
+    from schedsim.program.flat import Opcode
+
+    fl = program.flat()
+    gi = np.flatnonzero(fl.code == Opcode.COMPUTE)
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    bkind, bstage = _fb_parts(fl, gi, kind, stage)
+    pos = gi.astype(np.float64) * 2
+    return [m.peak for m in _levels(d, fl.ranks, fl.rank_of_instr()[gi].astype(np.int64),
+                                    kind, stage, bkind, bstage, pos, pos + 1)]
 
 
 @dataclass
@@ -152,6 +187,30 @@ def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> W
                           tl.bubble_ratio(), tl, d)
 
 
+def workload_program(workload: Workload, schedule_name: str, comm_policy: str | None = None,
+                     overlap: str = "none", **generator_params: Any) -> Any:
+    """The program :func:`simulate_workload` runs: ``schedule_name`` on ``pp`` ranks and
+    the workload's microbatches, with the workload's ``chunks`` for a generator that
+    takes them and, for a cost-aware planner (zb-1p, zb-2p, zbv), the derived costs and
+    pipeline links (they depend on the stages, not on which rank holds them). Raises
+    what :func:`~schedsim.generators.build_program` raises."""
+    from schedsim.generators import build_program, get
+
+    w = workload
+    spec = get(schedule_name)
+    params = dict(generator_params)
+    takes = spec.accepted()
+    if "chunks" in takes:
+        params.setdefault("chunks", w.chunks)
+    if "costs" in takes or "link" in takes:
+        costs, link = placement_free_models(w, overlap)
+        if "costs" in takes:
+            params.setdefault("costs", costs)
+        if "link" in takes:
+            params.setdefault("link", link)
+    return build_program(schedule_name, w.pp, w.microbatches, comm_policy, **params)
+
+
 def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str | None = None,
                       semantics: str = "rendezvous", overlap: str = "none",
                       **generator_params: Any) -> WorkloadResult:
@@ -160,16 +219,12 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
     takes ``chunks`` gets the workload's. Raises :class:`WorkloadError` for a broken
     rule (also when the schedule's stages are not ``pp x chunks``),
     :class:`~schedsim.errors.ScheduleError` for a schedule that cannot run these sizes."""
-    from schedsim.generators import build_program, get
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate_run
 
     w = workload.check()
-    spec = get(schedule_name)
-    params = dict(generator_params)
-    if "chunks" in spec.accepted():
-        params.setdefault("chunks", w.chunks)
-    prog = build_program(schedule_name, w.pp, w.microbatches, comm_policy, **params)
+    prog = workload_program(w, schedule_name, comm_policy, overlap=overlap,
+                            **generator_params)
     d = derive(w, prog.placement, overlap)
     tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))  # type: ignore[arg-type]
     res = result_of(d, tl, cp, st)
@@ -177,5 +232,5 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
     return res
 
 
-__all__ = ["RankMemory", "WorkloadResult", "memory_run", "result_of", "simulate_workload",
-           "WorkloadError"]
+__all__ = ["RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+           "simulate_workload", "workload_program", "WorkloadError"]
