@@ -45,9 +45,25 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
     allocates its working set at its start and frees it, and all but the W-stash, at its
     end; W frees the stash at its end; BW frees everything at its end; an FB does both
     parts. Frees before allocations at one instant."""
-    stored = np.array([b.stored for b in d.stage_bytes])
-    stash = np.array([b.stash_w for b in d.stage_bytes])
-    work = np.array([b.working for b in d.stage_bytes])
+    sb = [[b.stored, b.stash_w, b.working] for b in d.stage_bytes]
+    base = [x.total + r for x, r in zip(d.static, d.recv_bytes)]
+    return [RankMemory(x.total, rv, m.peak_activations, m.peak, m.peak_at, m.curve)
+            for x, rv, m in zip(d.static, d.recv_bytes,
+                                byte_levels(sb, base, ranks, rank, kind, stage, bkind,
+                                            bstage, start, end))]
+
+
+def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, stage: Any,
+                bkind: Any, bstage: Any, start: Any, end: Any) -> list[RankMemory]:
+    """:func:`_levels` from plain numbers: ``stage_bytes`` rows ``[stored, stash_w,
+    working]`` per stage, ``base`` the bytes each rank holds all step (static +
+    receive buffers); the columns as :func:`_levels` takes them. The one home of the
+    event rules (also :func:`schedsim.analysis.memory.workload_memory`)."""
+    sbt = np.asarray(stage_bytes, dtype=np.float64).reshape(-1, 3)
+    stored, stash, work = sbt[:, 0], sbt[:, 1], sbt[:, 2]
+    rank, kind, stage = (np.asarray(x, dtype=np.int64) for x in (rank, kind, stage))
+    bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     F, B, W, BW, FB = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW", "FB"))
     fb = kind == FB
     kind = np.where(fb, F, kind)
@@ -76,8 +92,8 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
         tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
         i = int(np.argmax(lv)) if len(lv) else -1
         act = max(0.0, float(lv[i])) if i >= 0 else 0.0
-        s, rv = d.static[q].total, d.recv_bytes[q]
-        out.append(RankMemory(s, rv, act, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
+        b = float(base[q])
+        out.append(RankMemory(b, 0.0, act, b + act, float(tq[i]) if i >= 0 else 0.0,
                               (tq, lv)))
     return out
 
@@ -160,7 +176,11 @@ class WorkloadResult:
                 "hbm_bytes": self.hbm_bytes, "fits": self.fits,
                 "gpu": self.derived.workload.gpu.name,
                 "model": self.derived.workload.model.name,
-                "gpus": self.derived.workload.gpus}
+                "gpus": self.derived.workload.gpus,
+                "stage_bytes": [[b.stored, b.stash_w, b.working]
+                                for b in self.derived.stage_bytes],
+                "static_bytes": [m.static for m in self.memory],
+                "recv_bytes": [m.recv for m in self.memory]}
 
     def line(self) -> str:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
