@@ -124,6 +124,10 @@ def compare(
              "sets them)")
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    if base.workload is not None:          # a model on GPUs: step ms, tokens/s/GPU, GiB
+        from schedsim.cli.workload import compare_workload
+
+        return compare_workload(base, names, json_out)
     if model_overlap is not None:
         from schedsim.cli.collectives import compare_overlaps
 

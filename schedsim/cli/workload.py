@@ -208,3 +208,53 @@ def costs(
         if str(json_out) == "-":
             return
     _print_breakdown(b)
+
+
+def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None) -> None:
+    """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
+    (or ``names``) simulated on the workload, each with the stages per rank its
+    generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
+    one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
+    sizes or layers do not fit is skipped with the reason."""
+    from schedsim.errors import SchedsimError
+    from schedsim.generators import generated_stages, get, names as all_names
+    from schedsim.workload.layout import workload_from_dict
+    from schedsim.workload.run import simulate_workload
+
+    table = dict(sc.workload or {})
+    rows, skipped = [], {}
+    semantics = sc.comm.semantics
+    for n in names or all_names():
+        try:
+            gen = get(n)
+            data = dict(table)
+            pp = sc.workload_model().pp
+            if "chunks" not in table or "chunks" not in gen.accepted():
+                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
+            res = simulate_workload(workload_from_dict(data), n, semantics=semantics)
+        except SchedsimError as e:
+            skipped[n] = str(e)
+            continue
+        rows.append((n, res))
+    if json_out is not None:
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(
+            [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
+              "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
+    w = sc.workload_model()
+    t = Table(title=rich_escape(f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, "
+                                f"pp {w.pp}, dp {w.data_parallel}, {w.microbatches} "
+                                f"microbatches, {semantics} semantics"))
+    for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
+                "peak GiB", "fits"):
+        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for n, r in rows:
+        lo, hi = min(r.peak_memory_bytes) / GiB, max(r.peak_memory_bytes) / GiB
+        t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
+                  f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
+                  f"{r.bubble_ratio:.3f}", f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05
+                  else f"{hi:.1f}", "yes" if r.fits else "NO")
+    console.print(t)
+    for n, why in skipped.items():
+        console.print(f"skipped {n}: {rich_escape(why)}", highlight=False, soft_wrap=True)
