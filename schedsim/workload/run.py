@@ -253,5 +253,32 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
     return result_of(d, tl, cp, st)
 
 
-__all__ = ["RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
+                         **kw: Any) -> float:
+    """The ``efficiency`` at which :func:`simulate_workload` (``schedule_name``, ``kw``)
+    predicts ``step_ms`` (a measured step time, ms): bisection, the step time falling as
+    the efficiency grows (every roofline term scales with 1 / efficiency; overheads and
+    links do not), to a relative 1e-6. Raises :class:`~schedsim.errors.ScenarioError`
+    when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
+    from schedsim.errors import ScenarioError
+
+    def step(eff: float) -> float:
+        return simulate_workload(workload.model_copy(update={"efficiency": eff}),
+                                 schedule_name, **kw).step_ms
+
+    fastest = step(1.0)
+    if fastest > step_ms:
+        raise ScenarioError(f"a step of {step_ms:g} ms is faster than this workload runs at "
+                            f"efficiency 1 ({fastest:.1f} ms): check the measurement, the "
+                            f"GPU's peaks, the overhead and the links")
+    lo, hi = 1e-4, 1.0
+    if step(lo) < step_ms:
+        return lo
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if step(mid) <= step_ms else (mid, hi)
+    return hi
+
+
+__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
            "simulate_workload", "workload_program", "WorkloadError"]
