@@ -44,6 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedsim.program.flat import COMPUTE_KINDS
+from schedsim.workload.flops import padded_vocab
+from schedsim.workload.hardware import DTYPE_BYTES
+from schedsim.workload.layout import StageLayout, Workload
+from schedsim.workload.memory import stage_params
 
 _F, _B, _W, _BW = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW"))
 
@@ -126,3 +130,45 @@ def lifetime_events(rank: np.ndarray, stage: np.ndarray, kind: np.ndarray,
     np.add.at(total, stage[grad_in], kept_b)
     ev(end_t, srank, -total)
     return (np.concatenate(T), np.concatenate(R).astype(np.int64), np.concatenate(D))
+
+
+def stage_held(w: Workload, layouts: list[StageLayout], message_bytes: float
+               ) -> list[StageHeld] | None:
+    """Per stage, what it holds over spans of the step under ``w.framework``
+    (module docstring); None for ``megatron`` or without pipeline parallelism.
+    ``message_bytes``: one P2P activation (a stage's output, an input gradient).
+
+    With FSDP (``zero = 3``) each stage's weights on its rank (dense over ``dp``, routed
+    experts over ``tp x dp / ep``, as :func:`~schedsim.workload.memory.static_bytes`) are
+    gathered at ``params_dtype`` bytes, the decoder-layer GEMM weights at 1 byte under
+    ``fp8_param_gather`` with fp8 GEMMs (the layers' norms stay at ``params_dtype``);
+    unsharded gradients at ``grad_dtype`` bytes (FSDP2 accumulates in its reduce dtype),
+    reduce-scattered to their shard. The last stage's kept output is its logits over the
+    vocabulary shard, ``seq x micro_batch_size x vocab / tp x params bytes``."""
+    if w.framework != "torchtitan" or w.pp == 1:
+        return None
+    m, tp, pb = w.model, w.tp, float(DTYPE_BYTES[w.params_dtype])
+    gb = float(DTYPE_BYTES[w.grad_dtype])
+    dp, edp = w.data_parallel, max(1, w.tp * w.data_parallel // w.ep)
+    fp8 = w.fp8_param_gather and w.gemm_dtype == "fp8"
+    logits = float(w.seq * w.micro_batch_size) * padded_vocab(m, tp) / tp * pb
+    last = len(layouts) - 1
+    out = []
+    for st in layouts:
+        dense, expert = stage_params(m, st.first, st.layers, st.embedding, st.head, tp, w.ep)
+        gathered = grads = sharded = 0.0
+        if w.zero == 3:
+            dense_gemm = 0.0          # the layers' dense GEMM weights on this rank
+            for i in range(st.first, st.first + st.layers):
+                routed = m.experts * m.mlp_params(m.moe_ffn) if m.is_moe_layer(i) else 0
+                dense_gemm += (m.layer_params(i) - 2 * m.hidden_size - routed) / tp
+            dense_gemm = dense_gemm if fp8 else 0.0
+            gathered = (dense - dense_gemm) * pb + dense_gemm + expert * (1.0 if fp8 else pb)
+            grads = (dense + expert) * gb
+            sharded = (dense / dp + expert / edp) * gb
+        out.append(StageHeld(
+            gathered=gathered, grads=grads, sharded_grads=sharded,
+            output=message_bytes if st.stage < last else 0.0,
+            output_after_backward=logits if st.stage == last else 0.0,
+            input_grad=message_bytes if st.stage > 0 else 0.0))
+    return out

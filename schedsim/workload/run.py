@@ -19,6 +19,7 @@ from schedsim.timeline import Timeline
 from schedsim.workload.derive import DerivedWorkload, derive, placement_free_models
 from schedsim.workload.hardware import GiB
 from schedsim.workload.layout import Workload, WorkloadError
+from schedsim.workload.lifetimes import lifetime_events
 
 
 @dataclass
@@ -44,7 +45,9 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
     rank's op order): F allocates its stage's stored activations at its start; B
     allocates its working set at its start and frees it, and all but the W-stash, at its
     end; W frees the stash at its end; BW frees everything at its end; an FB does both
-    parts. Frees before allocations at one instant."""
+    parts. Frees before allocations at one instant. With ``d.stage_held`` the level also
+    carries the stage-held bytes (:func:`~schedsim.workload.lifetimes.lifetime_events`:
+    FSDP copies, torch pipelining's kept outputs and input gradients)."""
     stored = np.array([b.stored for b in d.stage_bytes])
     stash = np.array([b.stash_w for b in d.stage_bytes])
     work = np.array([b.working for b in d.stage_bytes])
@@ -67,6 +70,13 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
         add(isbw, start, work[s_arr])
         add(isbw, end, -(work[s_arr] + stored[s_arr]))
         add(sel & (k_arr == W), end, -stash[s_arr])
+    if d.stage_held is not None:        # FSDP copies and retention over spans of the step
+        both = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))
+        rk, sg, kd, a0, a1 = both
+        kd[len(kind):], sg[len(kind):] = bkind[fb], bstage[fb]
+        lt = lifetime_events(rk, sg, kd, a0, a1, d.stage_held,
+                             float(np.max(end)) if len(end) else 0.0)
+        ev_t.append(lt[0]), ev_r.append(lt[1]), ev_d.append(lt[2])
     t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
     o = np.lexsort((dv >= 0, t, r))
     t, r, dv = t[o], r[o], dv[o]
