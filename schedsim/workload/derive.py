@@ -193,22 +193,22 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
     return out
 
 
-def placement_free_models(workload: Workload, overlap: str = "none"
+def placement_free_models(workload: Workload, overlap: str | None = None
                           ) -> tuple[CostModel, LinkModel]:
     """The costs (ms) and pipeline links of a (checked) workload, which depend on its
     stages and ranks but not on which rank holds which stage: what a cost-aware planner
     reads before the placement exists."""
     w = workload.check()
-    sm = stage_model(w, stage_pieces(w), overlap)
+    sm = stage_model(w, stage_pieces(w), overlap or w.overlap)
     return (CostModel(unit="ms").with_derived(StageCosts(sm), sm.message_bytes()),
             _pipeline_link(w, w.pp))
 
 
-def derive(workload: Workload, placement: Placement, overlap: str = "none"
+def derive(workload: Workload, placement: Placement, overlap: str | None = None
            ) -> DerivedWorkload:
     """The simulator's models of ``workload`` (checked here) on ``placement`` (its
-    ``stages`` must be the workload's ``pp x chunks`` and its ranks ``pp``). Raises
-    :class:`WorkloadError`."""
+    ``stages`` must be the workload's ``pp x chunks`` and its ranks ``pp``); ``overlap``
+    (default: the workload's) as the stage model's. Raises :class:`WorkloadError`."""
     w = workload.check()
     if placement.ranks != w.pp or placement.stages != w.stages:
         raise WorkloadError("layers fill pp x chunks stages",
@@ -217,7 +217,7 @@ def derive(workload: Workload, placement: Placement, overlap: str = "none"
                             f"{w.stages}: set pp = {placement.ranks} and chunks = "
                             f"{placement.stages // placement.ranks}")
     pieces = stage_pieces(w)
-    sm = stage_model(w, pieces, overlap)
+    sm = stage_model(w, pieces, overlap or w.overlap)
     costs = CostModel(unit="ms").with_derived(StageCosts(sm), sm.message_bytes())
     stage_b = [_stage_bytes(w, p) for p in pieces]
     static = _rank_static(w, placement, pieces)

@@ -93,7 +93,9 @@ class Workload(BaseModel):
     Megatron-LM) or ``per-microbatch`` (torch.distributed.pipelining allocates one input
     buffer per microbatch per stage, and one gradient buffer per microbatch, for the whole
     step). ``overlap_grad_reduce``: the DP gradient reduce overlaps the backward (only
-    the optimizer step stays at the step boundary).
+    the optimizer step stays at the step boundary). ``overlap``: the stage model's
+    overlap of collectives with compute (``none``, ``domino``, ``fb``;
+    docs/stage-model.md).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
@@ -128,6 +130,7 @@ class Workload(BaseModel):
     overlap_grad_reduce: bool = False
     flash_attention: bool = True
     dropout: bool = False
+    overlap: Literal["none", "domino", "fb"] = "none"
 
     @field_validator("model", mode="before")
     @classmethod
@@ -185,7 +188,12 @@ class Workload(BaseModel):
     def check(self) -> "Workload":
         """Raise :class:`WorkloadError` for the first rule broken (:data:`RULES`);
         returns self."""
+        from schedsim.util.limits import check as check_limit
+
         m, tp, dp = self.model, self.tp, self.data_parallel
+        # every per-layer loop (FLOPs, pieces, bytes) is bounded before it runs
+        check_limit("instructions", 8 * m.num_hidden_layers,
+                    f"a model of {m.num_hidden_layers:,} layers")
 
         def need(ok: bool, rule: str, msg: str) -> None:
             if not ok:

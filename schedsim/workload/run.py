@@ -183,7 +183,8 @@ class WorkloadResult:
 
 
 def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> WorkloadResult:
-    """The :class:`WorkloadResult` of a finished run of ``d``'s models."""
+    """The :class:`WorkloadResult` of a finished run of ``d``'s models; sets the
+    timeline's ``workload`` object (:meth:`WorkloadResult.summary`)."""
     w = d.workload
     mem = memory_run(cp, st, d)
     step = tl.makespan + d.step_boundary_ms
@@ -191,14 +192,16 @@ def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> W
     tps = d.tokens_per_step / (step / 1e3) / gpus if step > 0 else 0.0
     mfu = d.model_flops_per_step / (step / 1e3 * gpus * d.peak_flops) if step > 0 else 0.0
     peaks = [m.peak for m in mem]
-    return WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
-                          d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
-                          w.gpu.hbm_bytes, max(peaks) <= w.gpu.hbm_bytes,
-                          tl.bubble_ratio(), tl, d)
+    res = WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
+                         d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
+                         w.gpu.hbm_bytes, max(peaks) <= w.gpu.hbm_bytes,
+                         tl.bubble_ratio(), tl, d)
+    tl.workload = res.summary()        # the Timeline JSON's optional workload object
+    return res
 
 
 def workload_program(workload: Workload, schedule_name: str, comm_policy: str | None = None,
-                     overlap: str = "none", **generator_params: Any) -> Any:
+                     overlap: str | None = None, **generator_params: Any) -> Any:
     """The program :func:`simulate_workload` runs: ``schedule_name`` on ``pp`` ranks and
     the workload's microbatches, with the workload's ``chunks`` for a generator that
     takes them and, for a cost-aware planner (zb-1p, zb-2p, zbv), the derived costs and
@@ -222,7 +225,7 @@ def workload_program(workload: Workload, schedule_name: str, comm_policy: str | 
 
 
 def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str | None = None,
-                      semantics: str = "rendezvous", overlap: str = "none",
+                      semantics: str = "rendezvous", overlap: str | None = None,
                       **generator_params: Any) -> WorkloadResult:
     """Simulate one step of ``workload`` under schedule ``schedule_name`` (any name of
     ``schedsim list``) on ``pp`` ranks and the workload's microbatches; a generator that
@@ -237,9 +240,7 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
                             **generator_params)
     d = derive(w, prog.placement, overlap)
     tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))  # type: ignore[arg-type]
-    res = result_of(d, tl, cp, st)
-    tl.params["workload"] = res.summary()
-    return res
+    return result_of(d, tl, cp, st)
 
 
 __all__ = ["RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
