@@ -160,6 +160,8 @@ def test_1f1b_peak_is_the_sum_of_its_parts_on_rank_1():
     work = res.derived.stage_bytes[1].working   # one layer's recompute during B
     expect = sharded + recv + gathered + grads + acts + kept + work
     assert res.memory[1].peak == pytest.approx(expect, rel=1e-6)
+    assert res.memory[1].held == pytest.approx(gathered + grads + kept, rel=1e-6)
+    assert res.memory[1].peak_activations == pytest.approx(acts + work, rel=1e-6)
     assert grads / GiB == pytest.approx(23.75, abs=0.01)
 
 
@@ -188,5 +190,5 @@ def test_peaks_against_the_published_reserved_bytes():
     for which, (_, gib) in PUBLISHED.items():
         peak = max(run(which)[1].peak_memory_bytes) / GiB
         assert peak < gib
-    assert max(run("1f1b")[1].peak_memory_bytes) / GiB == pytest.approx(57.7, abs=0.1)
-    assert max(run("interleaved")[1].peak_memory_bytes) / GiB == pytest.approx(52.9, abs=0.1)
+    assert max(run("1f1b")[1].peak_memory_bytes) / GiB == pytest.approx(57.7, abs=0.15)
+    assert max(run("interleaved")[1].peak_memory_bytes) / GiB == pytest.approx(52.9, abs=0.15)

@@ -27,7 +27,9 @@ class RankMemory:
     """Bytes of one pipeline rank: ``static`` (parameters, gradients, optimizer, FSDP
     copies), ``recv`` (P2P receive buffers held for the step), ``peak_activations`` and
     ``peak`` (the sum at the worst moment), ``peak_at`` (ms), ``curve``: ``(times,
-    activation bytes after each event)`` arrays."""
+    activation bytes after each event)`` arrays (held bytes included), ``held``: the
+    stage-held bytes at the peak (:mod:`schedsim.workload.lifetimes`; ``peak_activations``
+    excludes them)."""
 
     static: float
     recv: float
@@ -35,6 +37,7 @@ class RankMemory:
     peak: float
     peak_at: float
     curve: tuple[Any, Any] = field(repr=False, default=((), ()))
+    held: float = 0.0
 
 
 def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
@@ -77,18 +80,21 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
         lt = lifetime_events(rk, sg, kd, a0, a1, d.stage_held,
                              float(np.max(end)) if len(end) else 0.0)
         ev_t.append(lt[0]), ev_r.append(lt[1]), ev_d.append(lt[2])
+    n_act = sum(len(x) for x in ev_t[:-1]) if d.stage_held is not None else None
     t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
+    held = np.zeros_like(dv) if n_act is None else np.where(np.arange(len(dv)) >= n_act, dv, 0.0)
     o = np.lexsort((dv >= 0, t, r))
-    t, r, dv = t[o], r[o], dv[o]
+    t, r, dv, held = t[o], r[o], dv[o], held[o]
     bounds = np.searchsorted(r, np.arange(ranks + 1))
     out = []
     for q in range(ranks):
         tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
         i = int(np.argmax(lv)) if len(lv) else -1
         act = max(0.0, float(lv[i])) if i >= 0 else 0.0
+        hq = float(np.sum(held[bounds[q]:bounds[q] + i + 1])) if i >= 0 else 0.0
         s, rv = d.static[q].total, d.recv_bytes[q]
-        out.append(RankMemory(s, rv, act, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
-                              (tq, lv)))
+        out.append(RankMemory(s, rv, act - hq, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
+                              (tq, lv), hq))
     return out
 
 
