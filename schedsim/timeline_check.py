@@ -169,6 +169,10 @@ class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, s
     gpu: str = Field(max_length=MAX_NAME)
     model: str = Field(max_length=MAX_NAME)
     gpus: int = Field(ge=1)
+    stage_bytes: list[list[float]] = Field(default_factory=list)
+    static_bytes: list[float] = Field(default_factory=list)
+    recv_bytes: list[float] = Field(default_factory=list)
+    stage_held: list[list[float]] | None = None
 
 
 class _Extras(BaseModel):         # the extra fields analyses, figures and commands read
@@ -200,10 +204,15 @@ def _check_extras(tl: Any, bad: Any) -> None:
              + list(ex.missing_ranks or ()))
     if any(not 0 <= r < P for r in ranks):
         raise bad(f"posts, pieces or missing_ranks name a rank outside 0..{P - 1}")
-    if ex.workload is not None and (len(ex.workload.peak_memory_bytes) != P or any(
-            b < 0 for b in ex.workload.peak_memory_bytes) or tl.unit != "ms"):
-        raise bad(f"workload: peak_memory_bytes needs one number >= 0 per rank ({P}) and "
-                  f"the timeline's unit ms (got {clip(tl.unit, 20)})")
+    wl = ex.workload
+    if wl is not None and (
+            tl.unit != "ms" or any(len(v) != P or any(b < 0 for b in v) for v in (
+                wl.peak_memory_bytes, wl.static_bytes or [0] * P, wl.recv_bytes or [0] * P))
+            or (wl.stage_bytes and (len(wl.stage_bytes) != tl.stages or any(
+                len(row) != 3 or any(b < 0 for b in row) for row in wl.stage_bytes)))):
+        raise bad(f"workload: needs the unit ms (got {clip(tl.unit, 20)}), "
+                  f"peak_memory_bytes, static_bytes and recv_bytes of one number >= 0 per "
+                  f"rank ({P}) and stage_bytes of three per stage ({tl.stages})")
     if ex.program is not None:
         from schedsim.program.ir import Program
 

@@ -33,11 +33,11 @@ from schedsim.cli.common import (
     write_text_out,
 )
 from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
+from schedsim.cli.inputs import simulate_scenario
 from schedsim.cli.workload import (
     GpuOpt,
     ModelOpt,
     print_workload,
-    simulate_scenario,
     with_workload,
     workload_line,
 )

@@ -1,6 +1,7 @@
 """A scenario's ``[workload]`` on the command line: ``simulate``'s step line and bytes
-per rank (:func:`simulate_scenario`, :func:`print_workload`), the ``--model``/``--gpu``
-flags (:func:`with_workload`) and ``schedsim costs`` (the per-stage breakdown)."""
+per rank (:func:`print_workload`; the run: :func:`schedsim.cli.inputs.simulate_scenario`),
+``memory`` in GiB (:func:`print_memory_gib`), the ``--model``/``--gpu`` flags
+(:func:`with_workload`) and ``schedsim costs`` (the per-stage breakdown)."""
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
+from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.scenario import Scenario, parse_scenario
-from schedsim.timeline import Timeline
 from schedsim.util.text import rich_escape
 
 ModelOpt = Annotated[Optional[str], typer.Option(
@@ -43,21 +44,6 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     return parse_scenario(data, "command line", sc.base_dir)
 
 
-def simulate_scenario(prog: Program, sc: Scenario) -> tuple[Timeline, Any]:
-    """Simulate ``prog`` with the scenario's models; with a ``[workload]`` also its
-    :class:`~schedsim.workload.run.WorkloadResult` (None without one or on a deadlock),
-    whose summary the timeline carries as its ``workload`` object."""
-    from schedsim.sim.simulate import simulate_run
-
-    tl, cp, st = simulate_run(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
-    d = sc.derived_workload(prog.placement)
-    if d is None or tl.deadlock is not None:
-        return tl, None
-    from schedsim.workload.run import result_of
-
-    return tl, result_of(d, tl, cp, st)
-
-
 def print_workload(res: Any) -> None:
     """The step line and a table of bytes per pipeline rank (GiB)."""
     w = res.derived.workload
@@ -75,6 +61,43 @@ def print_workload(res: Any) -> None:
             m.peak_activations, m.peak)), f"{m.peak_at:.1f}", f"{(res.hbm_bytes - m.peak) / GiB:.2f}")
     console.print(t)
     console.print(workload_line(res), highlight=False)
+
+
+def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
+    """``schedsim memory`` of a workload's timeline (True; False when ``tl`` has no byte
+    model): per rank the static bytes, the peak activations, the peak and when, the
+    headroom against HBM (GiB); ``json_out`` gets the bytes and the curves (``[ms,
+    bytes of activations]`` points)."""
+    from schedsim.analysis.memory import workload_memory
+
+    mem = workload_memory(tl)
+    if mem is None:
+        return False
+    hbm = float(tl.workload["hbm_bytes"])
+    if json_out is not None:
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps({
+            "unit": "bytes", "hbm_bytes": hbm,
+            "ranks": [{"rank": r, "static": m.static, "peak_activations": m.peak_activations,
+                       "peak": m.peak, "peak_at_ms": m.peak_at,
+                       "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
+                      for r, m in enumerate(mem)]}, indent=1) + "\n")
+    t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
+                                f"{tl.workload['gpu']} (GiB)"))
+    for col in ("rank", "static", "activations", "peak", "at ms", "headroom"):
+        t.add_column(col, justify="right")
+    for r, m in enumerate(mem):
+        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.peak_activations / GiB:.2f}",
+                  f"{m.peak / GiB:.2f}", f"{m.peak_at:.1f}", f"{(hbm - m.peak) / GiB:.2f}")
+    console.print(t)
+    worst = max(m.peak for m in mem)
+    verdict = "fits" if worst <= hbm else "does NOT fit"
+    console.print(f"static: parameters, gradients, optimizer states, FSDP copies and P2P "
+                  f"receive buffers; activations per the recompute policy (Korthikanti "
+                  f"et al. 2022); peak {worst / GiB:.1f} of {hbm / GiB:.0f} GiB HBM: "
+                  f"{verdict}", highlight=False)
+    return True
 
 
 def workload_line(res: Any) -> str:
@@ -185,3 +208,53 @@ def costs(
         if str(json_out) == "-":
             return
     _print_breakdown(b)
+
+
+def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None) -> None:
+    """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
+    (or ``names``) simulated on the workload, each with the stages per rank its
+    generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
+    one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
+    sizes or layers do not fit is skipped with the reason."""
+    from schedsim.errors import SchedsimError
+    from schedsim.generators import generated_stages, get, names as all_names
+    from schedsim.workload.layout import workload_from_dict
+    from schedsim.workload.run import simulate_workload
+
+    table = dict(sc.workload or {})
+    rows, skipped = [], {}
+    semantics = sc.comm.semantics
+    for n in names or all_names():
+        try:
+            gen = get(n)
+            data = dict(table)
+            pp = sc.workload_model().pp
+            if "chunks" not in table or "chunks" not in gen.accepted():
+                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
+            res = simulate_workload(workload_from_dict(data), n, semantics=semantics)
+        except SchedsimError as e:
+            skipped[n] = str(e)
+            continue
+        rows.append((n, res))
+    if json_out is not None:
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(
+            [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
+              "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
+    w = sc.workload_model()
+    t = Table(title=rich_escape(f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, "
+                                f"pp {w.pp}, dp {w.data_parallel}, {w.microbatches} "
+                                f"microbatches, {semantics} semantics"))
+    for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
+                "peak GiB", "fits"):
+        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for n, r in rows:
+        lo, hi = min(r.peak_memory_bytes) / GiB, max(r.peak_memory_bytes) / GiB
+        t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
+                  f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
+                  f"{r.bubble_ratio:.3f}", f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05
+                  else f"{hi:.1f}", "yes" if r.fits else "NO")
+    console.print(t)
+    for n, why in skipped.items():
+        console.print(f"skipped {n}: {rich_escape(why)}", highlight=False, soft_wrap=True)

@@ -117,7 +117,7 @@ def _stage_bytes(w: Workload, p: StagePieces) -> StageBytes:
         if a.row not in rows:
             rows.append(a.row)
     if st.head:
-        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e)
+        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e, w.vocab_divisor)
         stored += hb
         stash += hb / 2
     return StageBytes(stored, min(stash, stored), working, tuple(rows))
@@ -151,7 +151,8 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
         dense = expert = biggest = 0.0
         for s in placement.stages_of(r):
             st = pieces[s].layout
-            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep)
+            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep,
+                                w.vocab_divisor)
             dense, expert = dense + d, expert + x
             if st.layers:
                 ld, lx = stage_params(m, st.first, 1, False, False, w.tp, w.ep)
@@ -176,7 +177,8 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
         n = 0.0
         for s in placement.stages_of(r):
             st = pieces[s].layout
-            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep)
+            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep,
+                                w.vocab_divisor)
             n += d + x
         comm = 0.0
         if dp > 1 and not w.overlap_grad_reduce:
@@ -232,6 +234,7 @@ def derive(workload: Workload, placement: Placement, overlap: str | None = None
         workload=w, placement=placement, pieces=pieces, stage_model=sm, costs=costs,
         link=_pipeline_link(w, placement.ranks), stage_bytes=stage_b, static=static,
         recv_bytes=recv, step_boundary=step_boundary_ms(w, static, placement, pieces),
-        model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp),
+        model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp,
+                                                  w.vocab_divisor),
         tokens_per_step=w.tokens_per_step,
         stage_held=stage_held(w, [p.layout for p in pieces], msg))

@@ -95,7 +95,9 @@ class Workload(BaseModel):
     step). ``overlap_grad_reduce``: the DP gradient reduce overlaps the backward (only
     the optimizer step stays at the step boundary). ``overlap``: the stage model's
     overlap of collectives with compute (``none``, ``domino``, ``fb``;
-    docs/stage-model.md).
+    docs/stage-model.md). ``vocab_divisor``: the vocabulary is padded to a multiple of
+    ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
+    padding, as torchtitan).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
@@ -131,6 +133,7 @@ class Workload(BaseModel):
     flash_attention: bool = True
     dropout: bool = False
     overlap: Literal["none", "domino", "fb"] = "none"
+    vocab_divisor: int = Field(default=128, ge=1)
 
     @field_validator("model", mode="before")
     @classmethod

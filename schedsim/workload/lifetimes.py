@@ -64,6 +64,17 @@ class StageHeld:
     input_grad: float = 0.0
 
 
+#: the order of a :class:`StageHeld` as a row of numbers (the Timeline JSON's
+#: ``workload.stage_held``)
+HELD_FIELDS = ("gathered", "grads", "sharded_grads", "output", "output_after_backward",
+               "input_grad")
+
+
+def held_row(h: StageHeld) -> list[float]:
+    """``h`` as a row in :data:`HELD_FIELDS` order."""
+    return [float(getattr(h, k)) for k in HELD_FIELDS]
+
+
 def lifetime_events(rank: np.ndarray, stage: np.ndarray, kind: np.ndarray,
                     start: np.ndarray, end: np.ndarray, held: list[StageHeld],
                     step_end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -83,8 +94,7 @@ def lifetime_events(rank: np.ndarray, stage: np.ndarray, kind: np.ndarray,
         raise ValueError(f"stage {int(stage.max())} has no StageHeld entry "
                          f"({len(held)} given)")
     S = len(held)
-    cols = {k: np.array([getattr(h, k) for h in held], dtype=float)
-            for k in StageHeld.__dataclass_fields__}
+    cols = {k: np.array([getattr(h, k) for h in held], dtype=float) for k in HELD_FIELDS}
     fwd = kind == _F
     bwd = (kind == _B) | (kind == _W) | (kind == _BW)
     wgrad = (kind == _W) | (kind == _BW)
@@ -151,11 +161,12 @@ def stage_held(w: Workload, layouts: list[StageLayout], message_bytes: float
     gb = float(DTYPE_BYTES[w.grad_dtype])
     dp, edp = w.data_parallel, max(1, w.tp * w.data_parallel // w.ep)
     fp8 = w.fp8_param_gather and w.gemm_dtype == "fp8"
-    logits = float(w.seq * w.micro_batch_size) * padded_vocab(m, tp) / tp * pb
+    logits = float(w.seq * w.micro_batch_size) * padded_vocab(m, tp, w.vocab_divisor) / tp * pb
     last = len(layouts) - 1
     out = []
     for st in layouts:
-        dense, expert = stage_params(m, st.first, st.layers, st.embedding, st.head, tp, w.ep)
+        dense, expert = stage_params(m, st.first, st.layers, st.embedding, st.head, tp, w.ep,
+                                     w.vocab_divisor)
         gathered = grads = sharded = 0.0
         if w.zero == 3:
             dense_gemm = 0.0          # the layers' dense GEMM weights on this rank

@@ -150,14 +150,14 @@ def layer_activations(m: ModelConfig, layer: int, seq: int, mbs: int, tp: int = 
 
 
 def head_activations(m: ModelConfig, seq: int, mbs: int, tp: int, sp: bool,
-                     e: float = 2.0) -> float:
+                     e: float = 2.0, divisor: int = 128) -> float:
     """Bytes the final norm, LM head and loss keep from F to B per microbatch: the norm's
     input, the head's input (gathered over TP), the vocab-parallel logits and the loss's
     fp32 softmax over the padded vocabulary shard. Not recomputed (Megatron and
     torchtitan checkpoint decoder layers only)."""
     T = float(seq * mbs)
     h = m.hidden_size
-    V = padded_vocab(m, tp)
+    V = padded_vocab(m, tp, divisor)
     return T * (h * e / (tp if sp else 1) + h * e + V / tp * (e + 4.0))
 
 
@@ -179,7 +179,7 @@ class StaticBytes:
 
 
 def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head: bool,
-                 tp: int, ep: int) -> tuple[float, float]:
+                 tp: int, ep: int, divisor: int = 128) -> tuple[float, float]:
     """``(dense, expert)`` weights a rank holds of a stage with decoder layers ``first``
     .. ``first + layers - 1`` (and the embedding / final norm + LM head): dense weights
     over ``tp``, routed experts over ``ep`` (expert tensor parallelism 1)."""
@@ -191,7 +191,7 @@ def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head:
             dense += (m.layer_params(i) - routed) / tp
         else:
             dense += m.layer_params(i) / tp
-    V = padded_vocab(m, tp)
+    V = padded_vocab(m, tp, divisor)
     if embedding:
         dense += V * m.hidden_size / tp
     if head:

@@ -19,7 +19,7 @@ from schedsim.timeline import Timeline
 from schedsim.workload.derive import DerivedWorkload, derive, placement_free_models
 from schedsim.workload.hardware import GiB
 from schedsim.workload.layout import Workload, WorkloadError
-from schedsim.workload.lifetimes import lifetime_events
+from schedsim.workload.lifetimes import HELD_FIELDS, StageHeld, held_row, lifetime_events
 
 
 @dataclass
@@ -51,9 +51,29 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
     parts. Frees before allocations at one instant. With ``d.stage_held`` the level also
     carries the stage-held bytes (:func:`~schedsim.workload.lifetimes.lifetime_events`:
     FSDP copies, torch pipelining's kept outputs and input gradients)."""
-    stored = np.array([b.stored for b in d.stage_bytes])
-    stash = np.array([b.stash_w for b in d.stage_bytes])
-    work = np.array([b.working for b in d.stage_bytes])
+    sb = [[b.stored, b.stash_w, b.working] for b in d.stage_bytes]
+    base = [x.total + r for x, r in zip(d.static, d.recv_bytes)]
+    held = None if d.stage_held is None else [held_row(h) for h in d.stage_held]
+    return [RankMemory(x.total, rv, m.peak_activations, m.peak, m.peak_at, m.curve, m.held)
+            for x, rv, m in zip(d.static, d.recv_bytes,
+                                byte_levels(sb, base, ranks, rank, kind, stage, bkind,
+                                            bstage, start, end, held))]
+
+
+def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, stage: Any,
+                bkind: Any, bstage: Any, start: Any, end: Any, held: Any = None
+                ) -> list[RankMemory]:
+    """:func:`_levels` from plain numbers: ``stage_bytes`` rows ``[stored, stash_w,
+    working]`` per stage, ``base`` the bytes each rank holds all step (static +
+    receive buffers), ``held`` None or rows of :data:`HELD_FIELDS` per stage (the
+    stage-held bytes, :func:`~schedsim.workload.lifetimes.lifetime_events`, freed at the
+    latest ``end``); the columns as :func:`_levels` takes them. The one home of the
+    event rules (also :func:`schedsim.analysis.memory.workload_memory`)."""
+    sbt = np.asarray(stage_bytes, dtype=np.float64).reshape(-1, 3)
+    stored, stash, work = sbt[:, 0], sbt[:, 1], sbt[:, 2]
+    rank, kind, stage = (np.asarray(x, dtype=np.int64) for x in (rank, kind, stage))
+    bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     F, B, W, BW, FB = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW", "FB"))
     fb = kind == FB
     kind = np.where(fb, F, kind)
@@ -73,27 +93,26 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
         add(isbw, start, work[s_arr])
         add(isbw, end, -(work[s_arr] + stored[s_arr]))
         add(sel & (k_arr == W), end, -stash[s_arr])
-    if d.stage_held is not None:        # FSDP copies and retention over spans of the step
-        both = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))
-        rk, sg, kd, a0, a1 = both
+    n_act = sum(len(x) for x in ev_t)
+    if held is not None:        # FSDP copies and retention over spans of the step
+        rk, sg, kd, a0, a1 = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))
         kd[len(kind):], sg[len(kind):] = bkind[fb], bstage[fb]
-        lt = lifetime_events(rk, sg, kd, a0, a1, d.stage_held,
-                             float(np.max(end)) if len(end) else 0.0)
+        hs = [StageHeld(*map(float, row)) for row in held]
+        lt = lifetime_events(rk, sg, kd, a0, a1, hs, float(np.max(end)) if len(end) else 0.0)
         ev_t.append(lt[0]), ev_r.append(lt[1]), ev_d.append(lt[2])
-    n_act = sum(len(x) for x in ev_t[:-1]) if d.stage_held is not None else None
     t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
-    held = np.zeros_like(dv) if n_act is None else np.where(np.arange(len(dv)) >= n_act, dv, 0.0)
+    hv = np.where(np.arange(len(dv)) >= n_act, dv, 0.0)
     o = np.lexsort((dv >= 0, t, r))
-    t, r, dv, held = t[o], r[o], dv[o], held[o]
+    t, r, dv, hv = t[o], r[o], dv[o], hv[o]
     bounds = np.searchsorted(r, np.arange(ranks + 1))
     out = []
     for q in range(ranks):
         tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
         i = int(np.argmax(lv)) if len(lv) else -1
         act = max(0.0, float(lv[i])) if i >= 0 else 0.0
-        hq = float(np.sum(held[bounds[q]:bounds[q] + i + 1])) if i >= 0 else 0.0
-        s, rv = d.static[q].total, d.recv_bytes[q]
-        out.append(RankMemory(s, rv, act - hq, s + rv + act, float(tq[i]) if i >= 0 else 0.0,
+        hq = float(np.sum(hv[bounds[q]:bounds[q] + i + 1])) if i >= 0 else 0.0
+        b = float(base[q])
+        out.append(RankMemory(b, 0.0, act - hq, b + act, float(tq[i]) if i >= 0 else 0.0,
                               (tq, lv), hq))
     return out
 
@@ -176,7 +195,13 @@ class WorkloadResult:
                 "hbm_bytes": self.hbm_bytes, "fits": self.fits,
                 "gpu": self.derived.workload.gpu.name,
                 "model": self.derived.workload.model.name,
-                "gpus": self.derived.workload.gpus}
+                "gpus": self.derived.workload.gpus,
+                "stage_bytes": [[b.stored, b.stash_w, b.working]
+                                for b in self.derived.stage_bytes],
+                "static_bytes": [m.static for m in self.memory],
+                "recv_bytes": [m.recv for m in self.memory],
+                **({"stage_held": [held_row(h) for h in self.derived.stage_held]}
+                   if self.derived.stage_held is not None else {})}
 
     def line(self) -> str:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
@@ -249,5 +274,32 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
     return result_of(d, tl, cp, st)
 
 
-__all__ = ["RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
+                         **kw: Any) -> float:
+    """The ``efficiency`` at which :func:`simulate_workload` (``schedule_name``, ``kw``)
+    predicts ``step_ms`` (a measured step time, ms): bisection, the step time falling as
+    the efficiency grows (every roofline term scales with 1 / efficiency; overheads and
+    links do not), to a relative 1e-6. Raises :class:`~schedsim.errors.ScenarioError`
+    when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
+    from schedsim.errors import ScenarioError
+
+    def step(eff: float) -> float:
+        return simulate_workload(workload.model_copy(update={"efficiency": eff}),
+                                 schedule_name, **kw).step_ms
+
+    fastest = step(1.0)
+    if fastest > step_ms:
+        raise ScenarioError(f"a step of {step_ms:g} ms is faster than this workload runs at "
+                            f"efficiency 1 ({fastest:.1f} ms): check the measurement, the "
+                            f"GPU's peaks, the overhead and the links")
+    lo, hi = 1e-4, 1.0
+    if step(lo) < step_ms:
+        return lo
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if step(mid) <= step_ms else (mid, hi)
+    return hi
+
+
+__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
            "simulate_workload", "workload_program", "WorkloadError"]
