@@ -189,3 +189,17 @@ def test_peaks_against_the_published_reserved_bytes():
         assert peak < gib
     assert max(run("1f1b")[1].peak_memory_bytes) / GiB == pytest.approx(57.7, abs=0.15)
     assert max(run("interleaved")[1].peak_memory_bytes) / GiB == pytest.approx(52.8, abs=0.15)
+
+
+def test_the_timeline_json_carries_the_held_bytes(tmp_path):
+    """A saved Timeline's workload object (stage_held included) gives the run's peaks
+    again, as the Gantt's memory panel reads them."""
+    from schedsim.analysis.memory import workload_memory
+    from schedsim.timeline import Timeline
+
+    _, res = run("interleaved")
+    path = tmp_path / "t.json"
+    res.timeline.write_json(path)
+    again = workload_memory(Timeline.read_json(path))
+    assert [m.peak for m in again] == pytest.approx(res.peak_memory_bytes, rel=1e-9)
+    assert [m.held for m in again] == pytest.approx([m.held for m in res.memory], rel=1e-9)
