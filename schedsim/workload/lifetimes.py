@@ -39,7 +39,7 @@ Units: bytes and the run's time unit. Plain Python + numpy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -66,8 +66,7 @@ class StageHeld:
 
 #: the order of a :class:`StageHeld` as a row of numbers (the Timeline JSON's
 #: ``workload.stage_held``)
-HELD_FIELDS = ("gathered", "grads", "sharded_grads", "output", "output_after_backward",
-               "input_grad")
+HELD_FIELDS = tuple(f.name for f in fields(StageHeld))
 
 
 def held_row(h: StageHeld) -> list[float]:
