@@ -267,7 +267,12 @@ class CostModel(BaseModel):
             return np.zeros(0)
         S = int(max(stage.max(), bstage.max(initial=-1) if len(bstage) else -1)) + 1
         names = ("F", "B", "W", "BW")
-        table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names])
+        d = self._derived
+        if not self.stage and not self.model_fields_set & set(names):
+            # nothing typed: the derived costs as they are (one lookup per kind, stage)
+            table = np.array([[d.kind_cost(k, s) for s in range(S)] for k in names])
+        else:
+            table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names])
         is_fb = kind == 4
         out = table[np.where(is_fb, 0, kind), stage].astype(np.float64)
         if is_fb.any():
@@ -275,8 +280,12 @@ class CostModel(BaseModel):
             key = (stage[i].astype(np.int64) * S + bstage[i]) * 4 + bkind[i]
             uniq, inv = np.unique(key, return_inverse=True)
             vals = np.empty(len(uniq))
+            plain = not self.stage and not self.model_fields_set & {*names, "FB"}
             for j, k in enumerate(uniq.tolist()):
                 sf, sb = divmod(k // 4, S)
+                if plain:
+                    vals[j] = d.fb_cost(sf, sb, names[k % 4])
+                    continue
                 op = Op.fb(Op("F", sf, 0), Op(names[k % 4], sb, 0))
                 vals[j] = self._fb(op)
             out[i] = vals[inv]

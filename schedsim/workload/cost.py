@@ -187,11 +187,16 @@ def stage_model(w: Workload, pieces: list[StagePieces] | None = None,
     pieces = pieces if pieces is not None else stage_pieces(w)
 
     def spec(p: StagePieces) -> tuple:
-        return (p.layout.layers, p.attention, p.mlp, p.embedding, p.head, p.dense_layers,
-                p.dense_mlp)
+        def b(x: BlockCosts | None) -> tuple | None:
+            return None if x is None else (x.F, x.B, x.W)
+        return (p.layout.layers, b(p.attention), b(p.mlp), b(p.embedding), b(p.head),
+                p.dense_layers, b(p.dense_mlp))
+
+    from collections import Counter
 
     specs = [spec(p) for p in pieces]
-    common = max(set(range(len(specs))), key=lambda i: (specs.count(specs[i]), -i))
+    counts = Counter(specs)
+    common = max(range(len(specs)), key=lambda i: (counts[specs[i]], -i))
     base = pieces[common]
     over = {}
     for i, p in enumerate(pieces):

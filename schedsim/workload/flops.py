@@ -160,7 +160,12 @@ def model_flops_per_step(model: ModelConfig, seq: int, global_batch_size: int,
     padded to ``vocab_divisor x tp``). Equal to the sum of the :func:`layer_pieces` and
     :func:`head_pieces` FLOPs over the step."""
     total = 0.0
+    kinds: dict[bool, tuple[int, int]] = {}     # MoE or not -> (a layer of it, count)
     for i in range(model.num_hidden_layers):
-        total += sum(p.total() for p in layer_pieces(model, i, seq, 1, 1).values())
+        k = model.is_moe_layer(i)
+        first, n = kinds.get(k, (i, 0))
+        kinds[k] = (first, n + 1)
+    for first, n in kinds.values():           # layers of one kind count the same
+        total += n * sum(p.total() for p in layer_pieces(model, first, seq, 1, 1).values())
     total += head_pieces(model, seq, 1, tp, divisor=vocab_divisor).total()
     return total * global_batch_size

@@ -184,13 +184,14 @@ def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head:
     .. ``first + layers - 1`` (and the embedding / final norm + LM head): dense weights
     over ``tp``, routed experts over ``ep`` (expert tensor parallelism 1)."""
     dense = expert = 0.0
+    per_kind: dict[bool, tuple[float, float]] = {}     # layers of a kind weigh the same
     for i in range(first, first + layers):
-        if m.is_moe_layer(i):
-            routed = m.experts * m.mlp_params(m.moe_ffn)
-            expert += routed / ep
-            dense += (m.layer_params(i) - routed) / tp
-        else:
-            dense += m.layer_params(i) / tp
+        moe = m.is_moe_layer(i)
+        if moe not in per_kind:
+            routed = m.experts * m.mlp_params(m.moe_ffn) if moe else 0
+            per_kind[moe] = ((m.layer_params(i) - routed) / tp, routed / ep)
+        d, x = per_kind[moe]
+        dense, expert = dense + d, expert + x
     V = padded_vocab(m, tp, divisor)
     if embedding:
         dense += V * m.hidden_size / tp
