@@ -228,3 +228,45 @@ def test_a_file_name_with_control_characters_is_printed_escaped(tmp_path, timeli
     p.write_text(json.dumps({**timeline, "semantics": "bogus"}))
     r = run("stalls", p)
     assert r.exit_code == 2 and "\\x1b" in r.stderr and "\x1b" not in r.stderr
+
+
+# -- class 4: outputs ------------------------------------------------------------------
+def _traces(tmp_path):
+    from test_trace_import import runtime_traces
+
+    return runtime_traces(tmp_path)
+
+
+def test_import_trace_json_and_program_out_on_one_path(tmp_path):
+    a, b = _traces(tmp_path)
+    x = tmp_path / "x"
+    r = run("import-trace", a, b, "--json", x, "--program-out", x)
+    assert r.exit_code == 2 and "both write" in r.stderr, r.output
+    assert not x.exists()
+
+
+def test_json_inside_the_out_dir_it_creates(tmp_path):
+    """``check-trace --json od/x.json --out-dir od`` said the folder did not exist though
+    --out-dir creates it; ``--json od/NAME-errors.json`` overwrote the out-dir's own
+    file. Now the first runs and the second is refused before any work."""
+    a, b = _traces(tmp_path)
+    od = tmp_path / "od"
+    r = run("check-trace", a, b, "--json", od / "x.json", "--out-dir", od, "--name", "pp")
+    assert r.exit_code == 0, r.output
+    assert (od / "x.json").exists() and (od / "pp-errors.json").exists()
+    od2 = tmp_path / "od2"
+    r = run("check-trace", a, b, "--json", od2 / "pp-errors.json", "--out-dir", od2,
+            "--name", "pp")
+    assert r.exit_code == 2 and "--json and --out-dir both write" in r.stderr, r.output
+    assert not od2.exists()
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/abs/name", "..", ".hidden"])
+def test_names_never_leave_the_out_dir(tmp_path, name):
+    a, b = _traces(tmp_path)
+    od = tmp_path / "deep" / "od"
+    before = set(tmp_path.rglob("*"))
+    r = run("check-trace", a, b, "--out-dir", od, "--name", name)
+    assert r.exit_code == 0, r.output
+    made = sorted(p for p in set(tmp_path.rglob("*")) - before if p.is_file())
+    assert len(made) == 6 and all(p.parent == od for p in made), made

@@ -45,6 +45,7 @@ from schedsim.workload.cost import (
 from schedsim.workload.flops import model_flops_per_step
 from schedsim.workload.hardware import DTYPE_BYTES, GiB
 from schedsim.workload.layout import Workload, WorkloadError
+from schedsim.workload.lifetimes import StageHeld, stage_held
 from schedsim.workload.memory import (
     StaticBytes,
     head_activations,
@@ -72,7 +73,9 @@ class DerivedWorkload:
     from ``stage_model``), ``link`` (P2P between pipeline ranks), ``stage_bytes`` (per
     stage), ``static`` (per pipeline rank), ``recv_bytes`` (P2P receive buffers held per
     rank for the step), ``step_boundary`` (ms per rank), ``model_flops_per_step``,
-    ``tokens_per_step``, ``pieces`` (the per-stage breakdown)."""
+    ``tokens_per_step``, ``pieces`` (the per-stage breakdown), ``stage_held`` (per stage,
+    the bytes held over spans of the step: :func:`schedsim.workload.lifetimes.stage_held`;
+    None under Megatron's rules)."""
 
     workload: Workload
     placement: Placement
@@ -86,6 +89,7 @@ class DerivedWorkload:
     step_boundary: list[float]
     model_flops_per_step: float
     tokens_per_step: int
+    stage_held: list[StageHeld] | None = None
 
     @property
     def step_boundary_ms(self) -> float:
@@ -157,7 +161,7 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
                                 zero=w.zero, params_dtype=w.params_dtype,
                                 grad_dtype=w.grad_dtype, master_dtype=w.master_dtype,
                                 optimizer=w.optimizer, fsdp_keep_gathered=keep,
-                                layer_params=biggest))
+                                layer_params=biggest, framework=w.framework))
     return out
 
 
@@ -232,4 +236,5 @@ def derive(workload: Workload, placement: Placement, overlap: str | None = None
         recv_bytes=recv, step_boundary=step_boundary_ms(w, static, placement, pieces),
         model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp,
                                                   w.vocab_divisor),
-        tokens_per_step=w.tokens_per_step)
+        tokens_per_step=w.tokens_per_step,
+        stage_held=stage_held(w, [p.layout for p in pieces], msg))

@@ -202,9 +202,14 @@ def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head:
 
 def static_bytes(dense: float, expert: float, *, dp: int, tp: int, ep: int, zero: int,
                  params_dtype: str, grad_dtype: str, master_dtype: str, optimizer: str,
-                 fsdp_keep_gathered: bool, layer_params: float = 0.0) -> StaticBytes:
+                 fsdp_keep_gathered: bool, layer_params: float = 0.0,
+                 framework: str = "megatron") -> StaticBytes:
     """Static bytes of a rank holding ``dense`` + ``expert`` weights (module docstring);
-    ``layer_params``: the largest layer's weights on the rank (FSDP's gathering unit)."""
+    ``layer_params``: the largest layer's weights on the rank (FSDP's gathering unit).
+    ``framework = "torchtitan"`` with FSDP (``zero = 3``): the sharded parameter is the
+    fp32 master (FSDP2 casts to ``params_dtype`` at the all-gather; no second shard), and
+    under ``fsdp_keep_gathered`` the gathered copies and all gradients are stage lifetimes
+    (:mod:`schedsim.workload.lifetimes`), not static."""
     pb, gb, mb = (DTYPE_BYTES[params_dtype], DTYPE_BYTES[grad_dtype],
                   DTYPE_BYTES[master_dtype])
     edp = max(1, tp * dp // ep)
@@ -223,4 +228,9 @@ def static_bytes(dense: float, expert: float, *, dp: int, tp: int, ep: int, zero
             unsharded = n * pb - params + n * pb     # gathered params + unsharded grads
         else:
             unsharded = 2 * layer_params * pb
+        if framework == "torchtitan":
+            if master_dtype != params_dtype:
+                params = 0.0
+            if fsdp_keep_gathered:
+                grads = unsharded = 0.0
     return StaticBytes(params, grads, opt, unsharded, shard(dense, expert, zero >= 1))
