@@ -39,6 +39,11 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
         raise ScenarioError(f"--{' and --'.join(changes)} change the scenario's [workload]: "
                             f"add a [workload] table (model, gpu, seq, global_batch_size, "
                             f"tp, pp, ...; docs/workload.md)")
+    from schedsim.workload.presets import MODELS
+
+    m = changes.get("model")
+    if m is not None and m.lower() not in MODELS:      # a config.json from the cwd
+        changes["model"] = str(Path(m).resolve())
     data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     data["workload"] = {**data["workload"], **changes}
     return parse_scenario(data, "command line", sc.base_dir)
