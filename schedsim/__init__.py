@@ -16,6 +16,7 @@ from schedsim.errors import (
                      SchedsimError,
                      ScheduleError,
 )
+from schedsim import plan
 from schedsim.generators import build_program, generate
 from schedsim.program.ir import (
                      Comm,
@@ -40,6 +41,6 @@ __all__ = [
     "ProgramError", "ScenarioError", "ScheduleError", "SchedsimError", "build_program",
     "generate", "Comm", "Commit", "Compute", "Op", "Placement", "Post", "Program",
     "Schedule", "Wait", "lower", "Scenario", "load_scenario", "Message", "Span", "Timeline",
-    "validate_schedule",
+    "validate_schedule", "plan",
 ]
 __version__ = "0.1.0"
