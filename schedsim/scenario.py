@@ -33,6 +33,9 @@ Example (``schedules/dualpipe-figure.toml``)::
     # FB (and message_bytes) from the layers and their TP/EP collectives; a kind typed
     # in [costs] still wins (docs/stage-model.md)
 
+    [workload]                 # optional: a model on GPUs (docs/workload.md): costs in ms,
+    # model = "llama3.1-70b", gpu = "h100-sxm", seq = 8192, tp = 8, pp = 4, ...: links, bytes
+
     [comm]                     # schedsim.sim.costs.CommModel
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
@@ -54,6 +57,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -102,7 +106,9 @@ class Scenario(BaseModel):
     memory: dict[str, Any] = Field(default_factory=dict)
     replay: dict[str, Any] = Field(default_factory=dict)
     model: StageModel | None = None
+    workload: dict[str, Any] | None = None
     base_dir: str = Field(default=".", exclude=True)
+    _workload: Any = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -125,11 +131,26 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _derive_costs(self) -> "Scenario":
-        """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
-        if self.model is not None:
+        """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
+        kinds ``[costs]`` leaves untyped come from it."""
+        if self.workload is not None:
+            from schedsim.workload.table import apply_workload
+
+            self._workload = apply_workload(self)
+        elif self.model is not None:
             self.costs = self.costs.with_derived(StageCosts(self.model),
                                                  self.model.message_bytes())
         return self
+
+    def workload_model(self) -> Any:
+        """The checked :class:`~schedsim.workload.layout.Workload` (None without one)."""
+        return self._workload
+
+    def derived_workload(self, placement: Placement) -> Any:
+        """:func:`schedsim.workload.table.derive_scenario` (None without a workload)."""
+        from schedsim.workload.table import derive_scenario
+
+        return None if self._workload is None else derive_scenario(self, placement)
 
     def stage_costs(self) -> StageCosts | None:
         """The derived costs of ``[model]`` (None without one)."""
@@ -252,14 +273,14 @@ class Scenario(BaseModel):
                                 "file or a schedule_file")
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
-        from schedsim.generators import build_program, get as get_generator
+        from schedsim.generators import build_program, generated_stages, get as get_generator
 
         params = s.generator_params()
         gen = get_generator(s.name)
         from schedsim.util.limits import check_program_size
 
         check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,
-                           stages=_generated_stages(gen, s.ranks, params))
+                           stages=generated_stages(gen, s.ranks, params))
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
         # scenario's cost and link models as the `costs` / `link` parameters
         takes = gen.accepted()
@@ -272,25 +293,6 @@ class Scenario(BaseModel):
 
 #: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)
 PIECES_PER_LAYER = 8
-
-
-def _generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
-    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
-    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
-    many per rank, else 1; ``dual``: 1), before anything is generated."""
-    import inspect
-
-    if gen.placement.startswith("v"):
-        return 2 * ranks
-    if "chunks" in gen.accepted():
-        chunks = params.get("chunks")
-        if chunks is None:
-            chunks = inspect.signature(gen.fn).parameters["chunks"].default
-        try:
-            return ranks * max(1, int(chunks))
-        except (TypeError, ValueError, OverflowError):
-            return ranks        # the generator names the bad value
-    return ranks
 
 
 def _no_policy_params(params: dict[str, Any], path: Path) -> None:

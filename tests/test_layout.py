@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.timeline", "schedsim.timeline_check"),
     ("schedsim.sim",),
     ("schedsim.generators",),
+    ("schedsim.workload",),
     ("schedsim.analysis",),
     ("schedsim.interop",),
     ("schedsim.scenario",),
