@@ -63,3 +63,13 @@ def test_grouped_bound_equals_the_per_op_bound_with_microbatch_overrides():
     tl = simulate(prog, costs)
     assert shape.lower_bound(costs) <= tl.makespan + 1e-9
     assert shape.lower_bound(costs) > shape.lower_bound(CostModel(F=1.0, B=2.0, W=1.0))
+
+
+@pytest.mark.parametrize("name", ["zb-1p", "zb-2p", "zbv"])
+def test_a_cost_aware_order_keeps_its_ops_per_rank(name):
+    # the bound of a cost-aware generator reads its unit-cost program: valid because the
+    # costs change the order of a rank's ops, not which ops it runs
+    unit = ProgramShape(build_program(name, 4, 12))
+    for costs in (CostModel(F=1.0, B=3.0, W=0.2), CostModel(F=2.5, B=0.5, W=2.0)):
+        planned = ProgramShape(build_program(name, 4, 12, costs=costs))
+        assert (planned.groups == unit.groups).all() and (planned.count == unit.count).all()

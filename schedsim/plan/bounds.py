@@ -54,32 +54,11 @@ def _compute_instructions(program: Program) -> np.ndarray:
     return np.flatnonzero(fl.code == Opcode.COMPUTE)
 
 
-class SequentialRun:
-    """A stand-in for a run of a program in which every rank executes its compute ops one
-    after another, op ``k`` of a rank from time ``2k`` to ``2k + 1`` (the attributes an
-    analysis of a run's compute spans reads: ``flat``, ``span_gi``, ``ranks``, ``sstart``,
-    ``send``). A memory walk over it (allocations at an op's start, frees at its end)
-    gives what it gives over any real run of the program whose ops all have positive
-    durations: ops of a rank never overlap, so only their order matters."""
-
-    def __init__(self, program: Program) -> None:
-        fl = program.flat()
-        self.flat = fl
-        self.ranks = program.placement.ranks
-        self.span_gi = _compute_instructions(program)
-        rank = fl.rank_of_instr()[self.span_gi].astype(np.int64)
-        first = np.searchsorted(rank, rank)          # ops are grouped by rank
-        k = np.arange(len(rank)) - first
-        self.sstart = 2.0 * k
-        self.send = 2.0 * k + 1.0
-
-
 class ProgramShape:
     """What the bounds need of a program, costs aside: its compute ops grouped by
     ``(rank, kind, stage, backward part's kind and stage)`` with their counts (the
     microbatch only matters to per-microbatch cost overrides, for which the ops are
-    kept), and its :class:`SequentialRun`. Build once per program, bound it under many
-    cost models; after :meth:`lower_bound`, ``shortest`` is the cheapest op's cost."""
+    kept). Build once per program, bound it under many cost models; after :meth:`lower_bound`, ``shortest`` is the cheapest op's cost."""
 
     def __init__(self, program: Program) -> None:
         self.ranks = program.placement.ranks
@@ -90,7 +69,6 @@ class ProgramShape:
             np.zeros((0, 5), np.int64)
         self.groups, self.count = np.unique(rows, axis=0, return_counts=True)
         self.placement = program.placement
-        self.sequential = SequentialRun(program)
 
     def lower_bound(self, costs: CostModel) -> float:
         """:func:`makespan_lower_bound` of the program with ``costs``."""

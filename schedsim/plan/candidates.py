@@ -14,7 +14,8 @@ breaks):
 3. the work limits (:mod:`schedsim.util.limits`), counted as ``work limit``.
 
 The generated program of each legal ``(schedule, pp, microbatches, chunks)`` is kept as
-a :class:`~schedsim.plan.bounds.ProgramShape` for the bounds.
+a :class:`~schedsim.plan.bounds.ProgramShape` for the bounds (a cost-aware generator's
+at unit costs: its ops per rank do not depend on the costs, only their order does).
 """
 from __future__ import annotations
 
@@ -89,24 +90,42 @@ PROGRAM_CACHE = 64
 _programs: dict[tuple, Any] = {}
 
 
-def workload_program(w: Any, schedule: str, comm_policy: str | None,
-                     params: dict[str, Any]) -> Any:
-    """The program :func:`schedsim.workload.simulate_workload` simulates for workload
-    ``w`` (its ``pp`` ranks, microbatches and chunks; generator and policy ``params``),
-    built once per process and key (the last :data:`PROGRAM_CACHE` kept). Raises what
-    :func:`~schedsim.generators.build_program` raises."""
-    from schedsim.generators import build_program, get
+def cost_aware(schedule: str) -> bool:
+    """Whether generator ``schedule`` plans with the costs or links (its order depends on
+    them)."""
+    from schedsim.generators import get
 
-    kw = {k: v for k, v in params.items()}
-    if "chunks" in get(schedule).accepted():
-        kw.setdefault("chunks", w.chunks)
-    key = (schedule, w.pp, w.microbatches, comm_policy, tuple(sorted(kw.items())))
+    takes = get(schedule).accepted()
+    return "costs" in takes or "link" in takes
+
+
+def program_of(w: Any, schedule: str, comm_policy: str | None, params: dict[str, Any],
+               *, unit_costs: bool = False) -> Any:
+    """:func:`schedsim.workload.run.workload_program` of workload ``w``, built once per
+    process and key (the last :data:`PROGRAM_CACHE` kept): a generator that does not
+    read the costs gives one program per ``(schedule, pp, microbatches, chunks)``, a
+    cost-aware one (zb-1p, zb-2p, zbv) one per workload. ``unit_costs``: a cost-aware
+    generator plans at unit costs instead (same ops per rank, another order: what the
+    makespan bound reads). Raises what the generator raises."""
+    from schedsim.sim.costs import CostModel, LinkModel
+    from schedsim.workload.run import workload_program
+
+    aware = cost_aware(schedule)
+    kw = dict(params)
+    key = (schedule, w.pp, w.microbatches, w.chunks, comm_policy,
+           tuple(sorted((k, repr(v)) for k, v in kw.items())),
+           "unit" if unit_costs or not aware else w.model_dump_json())
     prog = _programs.get(key)
     if prog is None:
+        if aware and unit_costs:
+            from schedsim.generators import get
+
+            takes = get(schedule).accepted()
+            kw.update({k: v for k, v in (("costs", CostModel()), ("link", LinkModel()))
+                       if k in takes})
         if len(_programs) >= PROGRAM_CACHE:
             _programs.pop(next(iter(_programs)))
-        prog = _programs[key] = build_program(schedule, w.pp, w.microbatches, comm_policy,
-                                              **kw)
+        prog = _programs[key] = workload_program(w, schedule, comm_policy, **kw)
     return prog
 
 
@@ -135,7 +154,6 @@ def enumerate_candidates(res: Resolved) -> Enumeration:
     order, and the rejections per rule. Raises :class:`ScenarioError` when the grid is
     larger than :data:`MAX_CANDIDATES`."""
     from schedsim.errors import ScenarioError
-    from schedsim.generators import get
     from schedsim.workload import WorkloadError
 
     out = Enumeration(grid=grid_size(res))
@@ -151,7 +169,7 @@ def enumerate_candidates(res: Resolved) -> Enumeration:
         mp = tp * pp * cp
         dp = sp.gpus // mp if sp.gpus % mp == 0 else 0
         for name in L["schedules"]:
-            cost_aware = "costs" in get(name).accepted()
+            aware = cost_aware(name)
             for chunks in schedule_chunks(name, L["chunks"]):
                 per_rank = _placement_chunks(name, chunks)
                 n = len(L["recompute"]) * len(L["zero"])
@@ -184,7 +202,7 @@ def enumerate_candidates(res: Resolved) -> Enumeration:
                                      micro_batch_size=mbs, schedule=name, chunks=chunks,
                                      recompute=rc, zero=zero)
                     wl = w.model_copy(update={"recompute": rc, "zero": zero})
-                    out.legal.append(Legal(cand, wl, shape, cost_aware))
+                    out.legal.append(Legal(cand, wl, shape, aware))
     return out
 
 
@@ -195,7 +213,8 @@ def _shape(shapes: dict, w: Any, name: str, chunks: int | None, sp: Any) -> Prog
     got = shapes.get(key)
     if got is None:
         try:
-            got = ProgramShape(workload_program(w, name, sp.comm_policy, sp.params))
+            got = ProgramShape(program_of(w, name, sp.comm_policy, sp.params,
+                                          unit_costs=True))
         except SchedsimError as e:
             got = e
         shapes[key] = got

@@ -92,41 +92,46 @@ def bounds_of(lg: Legal, res: Resolved) -> tuple[list[float], float]:
     """``(peak lower bound per rank in bytes, tokens/s/GPU upper bound)`` of a legal
     candidate, without simulating it.
 
-    Peak: :func:`schedsim.workload.run.memory_run` over the program's
-    :class:`~schedsim.plan.bounds.SequentialRun` — the peak every run of the program
-    reaches when its ops all take some time, since a rank's bytes depend on the order of
-    its ops only; with a zero-cost op, the safe floor of each rank's static bytes,
-    receive buffers and one microbatch of its largest stage. Throughput: the tokens of a
-    step over (the makespan's lower bound, :meth:`~schedsim.plan.bounds.ProgramShape.
-    lower_bound`, plus the step boundary), per GPU."""
-    from schedsim.workload.run import memory_run
+    Peak: :func:`schedsim.workload.run.peak_bytes` of its program — exactly the peak of
+    every run of it when each op takes some time (a rank's bytes depend on the order of
+    its ops only). For a cost-aware generator (its order depends on the costs, and the
+    bound reads the unit-cost order) or a zero-cost op: the safe floor of each rank's
+    static bytes, receive buffers and one microbatch of its largest stage. Throughput:
+    the tokens of a step over (the makespan's lower bound,
+    :meth:`~schedsim.plan.bounds.ProgramShape.lower_bound`, plus the step boundary), per
+    GPU."""
+    from schedsim.plan.candidates import program_of
+    from schedsim.workload.run import peak_bytes
 
     d = _derived(lg)
     shape = lg.shape
     lb_ms = shape.lower_bound(d.costs) + d.step_boundary_ms
     ub = d.tokens_per_step / (lb_ms / 1e3) / lg.workload.gpus if lb_ms > 0 else math.inf
-    if shape.shortest > 0:
-        peak = [m.peak for m in memory_run(shape.sequential, shape.sequential, d)]
+    if shape.shortest > 0 and not lg.cost_aware:
+        sp = res.space
+        peak = peak_bytes(d, program_of(lg.workload, lg.candidate.schedule, sp.comm_policy,
+                                        sp.params))
     else:
         pl = shape.placement
         peak = [d.static[r].total + d.recv_bytes[r]
                 + max((d.stage_bytes[s].stored for s in pl.stages_of(r)), default=0.0)
                 for r in range(pl.ranks)]
-    return peak, ub
+    return list(peak), ub
 
 
 def simulate_candidate(w: Any, schedule: str, comm_policy: str | None, semantics: str,
                        params: dict[str, Any]) -> Any:
-    """:func:`schedsim.workload.simulate_workload` of ``w`` with the program of
-    :func:`workload_program` (the same figures; the program reused)."""
+    """:func:`schedsim.workload.simulate_workload` of ``w`` (the same steps, the same
+    figures) with its program from :func:`~schedsim.plan.candidates.program_of` (reused
+    across candidates that share it)."""
+    from schedsim.plan.candidates import program_of
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate_run
     from schedsim.workload import derive
     from schedsim.workload.run import result_of
 
-    from schedsim.plan.candidates import workload_program
-
-    prog = workload_program(w, schedule, comm_policy, params)
+    w = w.check()
+    prog = program_of(w, schedule, comm_policy, params)
     d = derive(w, prog.placement)
     tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))
     return result_of(d, tl, cp, st)
