@@ -1,3 +1,4 @@
 from schedsim.cli import main
 
-main()
+if __name__ == "__main__":      # not again in a spawned worker process (Dask, ...)
+    main()

@@ -18,7 +18,7 @@ from schedsim.cli.common import (
     handle_errors,
     key_values,
 )
-from schedsim.errors import ScenarioError
+from schedsim.errors import ScenarioError, Stopped
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", help="Model: a preset (llama3.1-8b, llama3.1-70b, llama3.1-405b, "
@@ -141,11 +141,33 @@ def plan(
     ex = make_executor(executor, jobs, address)
     from schedsim.plan.driver import run_plan
 
-    with ex, _Bar(quiet) as bar:
-        res = run_plan(space, top=top, executor=ex, out=out, resume=resume,
-                       progress=bar.update)
+    try:
+        with ex, _Bar(quiet) as bar:
+            res = run_plan(space, top=top, executor=ex, out=out, resume=resume,
+                           progress=bar.update)
+    except (KeyboardInterrupt, Stopped) as e:
+        raise _stopped(e, out, space) from None
     _print(res, top, quiet, out)
     _figures(res, gantt, pareto, html, top)
+
+
+def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:
+    """The one line of a sweep stopped by Ctrl-C or a signal: what was kept."""
+    import signal
+
+    signum = getattr(e, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    if out is None:
+        return Stopped(signum, f"stopped by {name}: nothing kept (give --out FILE to keep "
+                               f"each finished candidate, --resume to continue)")
+    from schedsim.plan.rows import read_rows
+
+    try:
+        n = len(read_rows(out, space.identity()))
+    except ScenarioError:
+        n = 0
+    return Stopped(signum, f"stopped by {name}: {n} finished candidates kept in {out}; "
+                           f"run the same command with --resume to continue")
 
 
 def _check_outputs(out: Path | None, resume: bool, *figures: Path | None) -> None:

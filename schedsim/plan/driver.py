@@ -183,7 +183,7 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
             # sorted by ub: every later candidate is below the bar too
             n = len(todo) - i
             result.rejections.add("bound", f"{todo[i].key}: at most {todo[i].ub:.1f} "
-                                  f"tokens/s/GPU, below the {top}-th best ({bar:.1f})", n)
+                                  f"tokens/s/GPU, below the top {top}'s last ({bar:.1f})", n)
             settled += n
             break
         batch = []

@@ -57,18 +57,20 @@ def pareto_figure(rows: Sequence[PlanRow], *, mem_limit_gib: float | None = None
                        [r.tokens_per_s_per_gpu for r in over], s=22, facecolors="none",
                        edgecolors=colors[n], label=None if fit else f"{n} (does not fit)",
                        alpha=0.8, zorder=3)
+    fitting = [r for r in ok if r.fits]
+    best = min(fitting, key=PlanRow.rank_key) if fitting else None
     front = pareto_front(ok)
     if front:
         xs = [r.peak_max_gib for r in front]
         ys = [r.tokens_per_s_per_gpu for r in front]
         ax.step(xs, ys, where="post", color="0.3", lw=1.2, zorder=2, label="Pareto front")
-        for r in front[-6:]:
+        named = [r for r in front if r is not best][-6:]    # the best: in the legend
+        for j, r in enumerate(named):      # alternate below / above: no overlap
             ax.annotate(_short(r), (r.peak_max_gib, r.tokens_per_s_per_gpu),
-                        textcoords="offset points", xytext=(6, -10), fontsize=7,
-                        color="0.2")
-    best = [r for r in ok if r.fits]
-    if best:
-        b = min(best, key=PlanRow.rank_key)
+                        textcoords="offset points", xytext=(6, -11 if j % 2 else 5),
+                        fontsize=7, color="0.2")
+    if best is not None:
+        b = best
         ax.scatter([b.peak_max_gib], [b.tokens_per_s_per_gpu], marker="*", s=220,
                    color="gold", edgecolors="black", linewidths=0.8, zorder=4,
                    label=f"best: {_short(b)}")
