@@ -133,17 +133,16 @@ def test_ctrl_c_keeps_what_is_done(tmp_path):
     space = PlanSpace(**SMALL)
     seen = []
 
-    def stop(done, total):
+    def stop(done, total):          # Ctrl-C after the first candidates finished
         seen.append(done)
-        if len(seen) == 3:
-            raise KeyboardInterrupt
+        raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_plan(space, top=3, out=out, progress=stop)
     kept = read_rows(out, space.identity())
-    assert len(kept) == 3
+    assert len(kept) == seen[0] > 0
     again = run_plan(space, top=3, out=out, resume=True)
-    assert again.resumed == 3
+    assert again.resumed == seen[0]
     assert _ranking(again) == _ranking(run_plan(space, top=3))
 
 

@@ -101,7 +101,7 @@ def plan(
     resume: ResumeOpt = False,
     gantt: GanttOpt = None,
     pareto: ParetoOpt = None,
-    html: HtmlOpt = None,
+    html_out: HtmlOpt = None,
     executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     jobs: JobsOpt = None,
@@ -135,7 +135,7 @@ def plan(
         zero=parse_values(zero, "--zero", minimum=0), mem_limit_gib=mem_limit,
         comm_policy=comm_policy, semantics=semantics or "data",
         params=key_values(param, "--param"))
-    _check_outputs(out, resume, gantt, pareto, html)
+    _check_outputs(out, resume, gantt, pareto, html_out)
     from schedsim.plan.executors import make_executor
 
     ex = make_executor(executor, jobs, address)
@@ -148,7 +148,7 @@ def plan(
     except (KeyboardInterrupt, Stopped) as e:
         raise _stopped(e, out, space) from None
     _print(res, top, quiet, out)
-    _figures(res, gantt, pareto, html, top)
+    _figures(res, gantt, pareto, html_out, top)
 
 
 def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:

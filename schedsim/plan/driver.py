@@ -172,7 +172,7 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
            progress: Callable[[int, int], None] | None) -> None:
     """Simulate ``todo`` (sorted by upper bound) in waves of doubling size, pruning by the
     bound before each wave; rows in ``done`` (resumed) are taken, not simulated."""
-    from schedsim.plan.model import evaluate
+    from schedsim.plan.model import evaluate_batch
 
     sp, limit = result.space, result.resolved.mem_limit_bytes
     i, settled, wave = 0, 0, max(top, WAVE)
@@ -199,17 +199,30 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
             else:
                 fresh.append((b.legal.candidate, b.legal.workload, sp.comm_policy,
                               sp.semantics, dict(sp.params), limit))
-        for _, row in ex.map_unordered(evaluate, fresh):
-            result.rows.append(row)
-            result.simulated += 1
-            settled += 1
-            if stream is not None:
-                stream.write(row)
+        for _, rows in ex.map_unordered(evaluate_batch, _batches(fresh, ex.workers)):
+            for row in rows:
+                result.rows.append(row)
+                result.simulated += 1
+                settled += 1
+                if stream is not None:
+                    stream.write(row)
             if progress is not None:
                 progress(settled, len(todo))
         wave = min(WAVE_MAX, 2 * wave)
     if progress is not None:
         progress(len(todo), len(todo))
+
+
+#: most candidates one executor task simulates
+BATCH_MAX = 16
+
+
+def _batches(tasks: list[tuple], workers: int) -> list[list[tuple]]:
+    """``tasks`` cut into about two batches per worker (at most :data:`BATCH_MAX` each):
+    one executor task per batch pays its dispatch and result transfer once, and the
+    worker's program and cost caches serve the whole batch."""
+    n = max(1, min(BATCH_MAX, -(-len(tasks) // (2 * max(1, workers)))))
+    return [tasks[i:i + n] for i in range(0, len(tasks), n)]
 
 
 def _finish(result: PlanResult, smallest: tuple[float, str] | None) -> None:

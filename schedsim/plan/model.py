@@ -81,11 +81,34 @@ def resolve_space(space: PlanSpace) -> Resolved:
     return Resolved(space, model, gpu, seq, gbs, lists, limit, RESERVE_GIB)
 
 
-def _derived(lg: Legal) -> Any:
-    """The workload's models of candidate ``lg`` on its program's placement."""
+#: cost models kept per process, by their stage model (candidates that differ only in
+#: ZeRO, DP or the schedule have equal stage models: the same op costs)
+COSTS_CACHE = 256
+_costs: dict[str, Any] = {}
+
+
+def derived(w: Any, placement: Any) -> Any:
+    """:func:`schedsim.workload.derive` of ``w`` on ``placement``, its cost model shared
+    with earlier candidates of this process whose stage model is the same (so that each
+    op kind of each stage is priced once: the stage model's list scheduling is most of a
+    candidate's time)."""
     from schedsim.workload import derive
 
-    return derive(lg.workload, lg.shape.placement)
+    d = derive(w, placement)
+    key = d.stage_model.model_dump_json()
+    got = _costs.get(key)
+    if got is None:
+        if len(_costs) >= COSTS_CACHE:
+            _costs.pop(next(iter(_costs)))
+        _costs[key] = d.costs
+    else:
+        d.costs = got
+    return d
+
+
+def _derived(lg: Legal) -> Any:
+    """The workload's models of candidate ``lg`` on its program's placement."""
+    return derived(lg.workload, lg.shape.placement)
 
 
 def bounds_of(lg: Legal, res: Resolved) -> tuple[list[float], float]:
@@ -119,6 +142,9 @@ def bounds_of(lg: Legal, res: Resolved) -> tuple[list[float], float]:
     return list(peak), ub
 
 
+_warm = False
+
+
 def simulate_candidate(w: Any, schedule: str, comm_policy: str | None, semantics: str,
                        params: dict[str, Any]) -> Any:
     """:func:`schedsim.workload.simulate_workload` of ``w`` (the same steps, the same
@@ -127,12 +153,17 @@ def simulate_candidate(w: Any, schedule: str, comm_policy: str | None, semantics
     from schedsim.plan.candidates import program_of
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate_run
-    from schedsim.workload import derive
     from schedsim.workload.run import result_of
 
+    global _warm
+    if not _warm:            # many programs in one process: the compiled kernels once
+        from schedsim.sim.simulate import warm_up
+
+        warm_up()
+        _warm = True
     w = w.check()
     prog = program_of(w, schedule, comm_policy, params)
-    d = derive(w, prog.placement)
+    d = derived(w, prog.placement)
     tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))
     return result_of(d, tl, cp, st)
 
@@ -154,6 +185,11 @@ def evaluate(task: tuple) -> PlanRow:
                    fits=max(r.peak_memory_bytes) <= limit, step_ms=float(r.step_ms),
                    tokens_per_s_per_gpu=float(r.tokens_per_s_per_gpu), mfu=float(r.mfu),
                    bubble_ratio=float(r.bubble_ratio), peak_gib=peaks)
+
+
+def evaluate_batch(tasks: list[tuple]) -> list[PlanRow]:
+    """:func:`evaluate` of each task, in order (one executor task)."""
+    return [evaluate(t) for t in tasks]
 
 
 def best_timeline(res: Any) -> Any:
