@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from schedsim.cli import app
@@ -19,6 +18,7 @@ from schedsim.cli.common import (
     key_values,
 )
 from schedsim.errors import ScenarioError, Stopped
+from schedsim.util.text import rich_escape as escape
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", help="Model: a preset (llama3.1-8b, llama3.1-70b, llama3.1-405b, "
@@ -300,12 +300,14 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
 def _figures(res: Any, gantt: Path | None, pareto: Path | None, html: Path | None,
              top: int) -> None:
     """Write the Gantt chart of the best, the Pareto plot and the HTML report."""
+    from schedsim.util.text import mpl_escape
+
     if pareto is not None:
         from schedsim.plan.pareto import pareto_figure
         from schedsim.plot import save_figure
 
         save_figure(pareto_figure(res.rows, mem_limit_gib=res.resolved.mem_limit_bytes
-                                  / 2**30, title=_title(res)), pareto)
+                                  / 2**30, title=mpl_escape(_title(res))), pareto)
     if (gantt is None and html is None) or not res.ranking:
         return
     from schedsim.plan.model import best_timeline
@@ -314,7 +316,7 @@ def _figures(res: Any, gantt: Path | None, pareto: Path | None, html: Path | Non
     if gantt is not None:
         from schedsim.plot import gantt as gantt_figure, save_figure
 
-        save_figure(gantt_figure(tl, title=f"best: {res.ranking[0].key}"), gantt)
+        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].key}")), gantt)
     if html is not None:
         from schedsim.plan.report import plan_html
         from schedsim.util.files import atomic_write_text
