@@ -172,6 +172,7 @@ class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, s
     stage_bytes: list[list[float]] = Field(default_factory=list)
     static_bytes: list[float] = Field(default_factory=list)
     recv_bytes: list[float] = Field(default_factory=list)
+    stage_held: list[list[float]] | None = None
 
 
 class _Extras(BaseModel):         # the extra fields analyses, figures and commands read

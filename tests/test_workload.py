@@ -299,3 +299,25 @@ def test_order_only_peak_equals_run_peak(name: str, chunks: int) -> None:
     r = simulate_workload(w, name)
     prog = workload_program(w, name)
     assert peak_bytes(derive(w, prog.placement), prog) == r.peak_memory_bytes
+
+
+def test_calibrate_efficiency_recovers_it() -> None:
+    from schedsim.workload.run import calibrate_efficiency
+
+    w = _w(model=load_model("llama3.1-8b"), tp=2, dp=1, layout=None)
+    step = simulate_workload(w.model_copy(update={"efficiency": 0.37}), "1f1b").step_ms
+    assert calibrate_efficiency(w, "1f1b", step) == pytest.approx(0.37, rel=1e-5)
+    with pytest.raises(ScenarioError, match="faster than"):
+        calibrate_efficiency(w, "1f1b", step / 10)
+
+
+def test_fp8_speeds_decoder_gemms_not_the_head() -> None:
+    """gemm_dtype fp8 halves the decoder linears' compute-bound time (H100: 1979 vs
+    989 TFLOP/s), not the LM head's; vocab_divisor 1 leaves the vocabulary unpadded."""
+    from schedsim.workload.cost import stage_pieces
+
+    base = _w(layout=None, recompute="none", overhead_ms=0.0)
+    bf, f8 = stage_pieces(base), stage_pieces(base.model_copy(update={"gemm_dtype": "fp8"}))
+    assert f8[-1].head == bf[-1].head
+    assert f8[1].mlp.F == pytest.approx(bf[1].mlp.F / 2, rel=1e-3)
+    assert padded_vocab(base.model, 8, 1) == 128256 and padded_vocab(base.model, 8) == 129024

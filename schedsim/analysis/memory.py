@@ -193,7 +193,8 @@ def peak_activation_run(cp: Compiled, st: RunState, model: MemoryModel | None = 
 
 def workload_memory(tl: Timeline) -> list | None:
     """Bytes per rank over ``tl`` when it carries a ``workload`` object with its byte
-    model (``stage_bytes``, ``static_bytes``, ``recv_bytes``; :mod:`schedsim.workload`):
+    model (``stage_bytes``, ``static_bytes``, ``recv_bytes``, ``stage_held`` when the
+    workload has stage-held bytes; :mod:`schedsim.workload`):
     :class:`~schedsim.workload.run.RankMemory` per rank (curves in bytes of
     activations, ``peak`` with the static bytes), by the workload's event rules
     (:func:`schedsim.workload.run.byte_levels`); None otherwise."""
@@ -211,4 +212,4 @@ def workload_memory(tl: Timeline) -> list | None:
             col.append(v)
     base = [a + b for a, b in zip(wl["static_bytes"], wl.get("recv_bytes") or
                                   [0.0] * tl.ranks)]
-    return byte_levels(wl["stage_bytes"], base, tl.ranks, *cols)
+    return byte_levels(wl["stage_bytes"], base, tl.ranks, *cols, wl.get("stage_held"))

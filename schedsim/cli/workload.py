@@ -51,14 +51,14 @@ def print_workload(res: Any) -> None:
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
         f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
         f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
-    for col in ("rank", "params", "grads", "optimizer", "fsdp", "recv", "activations",
-                "peak", "at ms", "headroom"):
+    for col in ("rank", "params", "grads", "optimizer", "fsdp", "held", "recv",
+                "activations", "peak", "at ms", "headroom"):
         t.add_column(col, justify="right")
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         t.add_row(str(r), *(f"{x / GiB:.2f}" for x in (
-            sb.params, sb.grads, sb.optimizer, sb.unsharded, m.recv, m.peak_activations,
-            m.peak)), f"{m.peak_at:.1f}", f"{(res.hbm_bytes - m.peak) / GiB:.2f}")
+            sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
+            m.peak_activations, m.peak)), f"{m.peak_at:.1f}", f"{(res.hbm_bytes - m.peak) / GiB:.2f}")
     console.print(t)
     console.print(workload_line(res), highlight=False)
 

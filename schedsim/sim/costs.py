@@ -195,7 +195,9 @@ class CostModel(BaseModel):
         stage = np.asarray(stage)
         n = len(kind)
         if self._derived is not None and not self.overrides:
-            return self._derived_op_costs(kind, stage, np.asarray(bkind), np.asarray(bstage))
+            from schedsim.sim.cost_arrays import derived_op_costs
+
+            return derived_op_costs(self, kind, stage, np.asarray(bkind), np.asarray(bstage))
         if self._derived is not None:        # a stage model's costs: op by op
             fn = self.cost_fn()
             names = ("F", "B", "W", "BW", "FB")
@@ -255,32 +257,6 @@ class CostModel(BaseModel):
                     op = Op(k, int(stage[i]), int(mb[i]))
                 out[i] = self.cost(op)
         return np.asarray(out, dtype=np.float64)
-
-    def _derived_op_costs(self, kind: Any, stage: Any, bkind: Any, bstage: Any) -> Any:
-        """:meth:`op_costs` with derived costs and no per-(stage, mb) overrides: a cost
-        depends on (kind, stage) only, an FB's on its parts' (stage, kind) pairs, so each
-        distinct one is looked up once (:meth:`kind_cost`, :meth:`_fb`) and gathered."""
-        import numpy as np
-
-        n = len(kind)
-        if not n:
-            return np.zeros(0)
-        S = int(max(stage.max(), bstage.max(initial=-1) if len(bstage) else -1)) + 1
-        names = ("F", "B", "W", "BW")
-        table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names])
-        is_fb = kind == 4
-        out = table[np.where(is_fb, 0, kind), stage].astype(np.float64)
-        if is_fb.any():
-            i = np.flatnonzero(is_fb)
-            key = (stage[i].astype(np.int64) * S + bstage[i]) * 4 + bkind[i]
-            uniq, inv = np.unique(key, return_inverse=True)
-            vals = np.empty(len(uniq))
-            for j, k in enumerate(uniq.tolist()):
-                sf, sb = divmod(k // 4, S)
-                op = Op.fb(Op("F", sf, 0), Op(names[k % 4], sb, 0))
-                vals[j] = self._fb(op)
-            out[i] = vals[inv]
-        return out
 
     def bytes_of(self, producing_stage: int) -> float:
         """Bytes of a message produced by ``producing_stage`` (activation or gradient)."""

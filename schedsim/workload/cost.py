@@ -3,12 +3,15 @@ assembled into the stage model (:class:`schedsim.sim.stage_model.StageModel`) so
 the TP/EP collectives, the overlap modes and ``--detail`` work on derived costs as on
 typed ones.
 
-**A piece's time** (:func:`piece_ms`): ``max(flops / (peak x efficiency), bytes /
-(hbm_bandwidth x efficiency)) + overhead_ms``; the GEMMs at the peak of ``gemm_dtype``
+**A piece's time**: ``max(flops / (peak x efficiency), bytes / (hbm_bandwidth x
+efficiency)) + overhead_ms`` (0 for a piece with neither FLOPs nor bytes); the GEMMs at the peak of ``gemm_dtype``
 (fp8 included), flash attention's core at the peak of ``params_dtype`` (bf16 kernels
 also under Float8 training). Pieces per layer and phase (:mod:`schedsim.workload.flops`):
 ``attention`` (projections + core attention) and ``mlp`` / ``experts``; per stage, the
-``embedding`` on the first stage and the ``head`` (final norm, LM head, loss) on the last.
+``embedding`` on the first stage and the ``head`` (final norm, LM head, loss) on the last,
+whose GEMMs run at the ``params_dtype`` peak (Float8 training converts the decoder
+layers' linears only: torchtitan's ``float8.py`` filters out ``output``, Megatron-LM's
+output layer is a plain column-parallel linear).
 
 **Recompute** (where the policy puts it): ``full`` adds each layer's forward to its B
 (a forward before each backward, Megatron's ``--recompute-granularity full`` and
@@ -45,16 +48,6 @@ NVLINK_LATENCY_MS = 0.005
 NETWORK_LATENCY_MS = 0.015
 
 
-def piece_ms(flops: float, nbytes: float, peak: float, bandwidth: float, efficiency: float,
-             overhead_ms: float) -> float:
-    """Roofline time of one piece in ms: ``max(flops / (peak x eff), bytes / (bw x eff))
-    + overhead_ms`` (0 for a piece with neither FLOPs nor bytes). ``peak`` in FLOP/s,
-    ``bandwidth`` in B/s."""
-    if flops <= 0 and nbytes <= 0:
-        return 0.0
-    return max(flops / (peak * efficiency), nbytes / (bandwidth * efficiency)) * 1e3 + overhead_ms
-
-
 @dataclass(frozen=True)
 class StagePieces:
     """Per-rank costs of one stage (ms per microbatch) and what they came from:
@@ -82,16 +75,19 @@ class _Timer:
         self.e = float(DTYPE_BYTES[w.params_dtype])
         self.gb = float(DTYPE_BYTES[w.grad_dtype])
 
-    def block(self, p: PieceFlops, core_f: float = 0.0, tp: int = 1) -> BlockCosts:
+    def block(self, p: PieceFlops, core_f: float = 0.0, tp: int = 1,
+              gemm_peak: float | None = None) -> BlockCosts:
         """F, B, W ms of piece ``p`` on one of ``tp`` ranks; ``core_f``: the FLOPs of
-        its core attention forward (at the core's peak; its B costs 2x)."""
+        its core attention forward (at the core's peak; its B costs 2x); ``gemm_peak``:
+        its GEMMs' peak (default: ``gemm_dtype``'s)."""
         w = self.w
         ov, eff = w.overhead_ms, w.efficiency
+        peak = gemm_peak or self.gemm
 
         def t(gemm_flops: float, core: float, nbytes: float) -> float:
             if gemm_flops <= 0 and core <= 0 and nbytes <= 0:
                 return 0.0
-            c = gemm_flops / tp / (self.gemm * eff) + core / tp / (self.core * eff)
+            c = gemm_flops / tp / (peak * eff) + core / tp / (self.core * eff)
             return max(c, nbytes / (self.bw * eff)) * 1e3 + ov
 
         return BlockCosts(F=t(p.F - core_f, core_f, p.bytes_F),
@@ -157,10 +153,11 @@ def stage_pieces(w: Workload) -> list[StagePieces]:
             mlp, dense = _add(zero, dmlp, 1 / n), None
         emb = head = None
         if st.embedding:
-            emb = timer.block(embedding_pieces(m, seq, mbs, tp, timer.e, timer.gb), 0.0, tp)
-        if st.head:
-            hp = head_pieces(m, seq, mbs, tp, timer.e, timer.gb)
-            head = timer.block(hp, 0.0, tp)
+            emb = timer.block(embedding_pieces(m, seq, mbs, tp, timer.e, timer.gb), 0.0, tp,
+                              timer.core)
+        if st.head:       # the LM head stays at params_dtype (fp8 is for decoder linears)
+            hp = head_pieces(m, seq, mbs, tp, timer.e, timer.gb, w.vocab_divisor)
+            head = timer.block(hp, 0.0, tp, timer.core)
             fl = {"F": fl["F"] + hp.F / tp, "B": fl["B"] + hp.B / tp,
                   "W": fl["W"] + hp.W / tp, "recompute": fl["recompute"]}
         out.append(StagePieces(st, att, mlp, dense, n_dense, emb, head, fl))
@@ -190,11 +187,16 @@ def stage_model(w: Workload, pieces: list[StagePieces] | None = None,
     pieces = pieces if pieces is not None else stage_pieces(w)
 
     def spec(p: StagePieces) -> tuple:
-        return (p.layout.layers, p.attention, p.mlp, p.embedding, p.head, p.dense_layers,
-                p.dense_mlp)
+        def b(x: BlockCosts | None) -> tuple | None:
+            return None if x is None else (x.F, x.B, x.W)
+        return (p.layout.layers, b(p.attention), b(p.mlp), b(p.embedding), b(p.head),
+                p.dense_layers, b(p.dense_mlp))
+
+    from collections import Counter
 
     specs = [spec(p) for p in pieces]
-    common = max(set(range(len(specs))), key=lambda i: (specs.count(specs[i]), -i))
+    counts = Counter(specs)
+    common = max(range(len(specs)), key=lambda i: (counts[specs[i]], -i))
     base = pieces[common]
     over = {}
     for i, p in enumerate(pieces):

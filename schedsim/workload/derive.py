@@ -45,6 +45,7 @@ from schedsim.workload.cost import (
 from schedsim.workload.flops import model_flops_per_step
 from schedsim.workload.hardware import DTYPE_BYTES, GiB
 from schedsim.workload.layout import Workload, WorkloadError
+from schedsim.workload.lifetimes import StageHeld, stage_held
 from schedsim.workload.memory import (
     StaticBytes,
     head_activations,
@@ -72,7 +73,9 @@ class DerivedWorkload:
     from ``stage_model``), ``link`` (P2P between pipeline ranks), ``stage_bytes`` (per
     stage), ``static`` (per pipeline rank), ``recv_bytes`` (P2P receive buffers held per
     rank for the step), ``step_boundary`` (ms per rank), ``model_flops_per_step``,
-    ``tokens_per_step``, ``pieces`` (the per-stage breakdown)."""
+    ``tokens_per_step``, ``pieces`` (the per-stage breakdown), ``stage_held`` (per stage,
+    the bytes held over spans of the step: :func:`schedsim.workload.lifetimes.stage_held`;
+    None under Megatron's rules)."""
 
     workload: Workload
     placement: Placement
@@ -86,6 +89,7 @@ class DerivedWorkload:
     step_boundary: list[float]
     model_flops_per_step: float
     tokens_per_step: int
+    stage_held: list[StageHeld] | None = None
 
     @property
     def step_boundary_ms(self) -> float:
@@ -113,7 +117,7 @@ def _stage_bytes(w: Workload, p: StagePieces) -> StageBytes:
         if a.row not in rows:
             rows.append(a.row)
     if st.head:
-        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e)
+        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e, w.vocab_divisor)
         stored += hb
         stash += hb / 2
     return StageBytes(stored, min(stash, stored), working, tuple(rows))
@@ -147,7 +151,8 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
         dense = expert = biggest = 0.0
         for s in placement.stages_of(r):
             st = pieces[s].layout
-            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep)
+            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep,
+                                w.vocab_divisor)
             dense, expert = dense + d, expert + x
             if st.layers:
                 ld, lx = stage_params(m, st.first, 1, False, False, w.tp, w.ep)
@@ -156,7 +161,7 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
                                 zero=w.zero, params_dtype=w.params_dtype,
                                 grad_dtype=w.grad_dtype, master_dtype=w.master_dtype,
                                 optimizer=w.optimizer, fsdp_keep_gathered=keep,
-                                layer_params=biggest))
+                                layer_params=biggest, framework=w.framework))
     return out
 
 
@@ -172,7 +177,8 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
         n = 0.0
         for s in placement.stages_of(r):
             st = pieces[s].layout
-            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep)
+            d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep,
+                                w.vocab_divisor)
             n += d + x
         comm = 0.0
         if dp > 1 and not w.overlap_grad_reduce:
@@ -228,5 +234,7 @@ def derive(workload: Workload, placement: Placement, overlap: str | None = None
         workload=w, placement=placement, pieces=pieces, stage_model=sm, costs=costs,
         link=_pipeline_link(w, placement.ranks), stage_bytes=stage_b, static=static,
         recv_bytes=recv, step_boundary=step_boundary_ms(w, static, placement, pieces),
-        model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp),
-        tokens_per_step=w.tokens_per_step)
+        model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp,
+                                                  w.vocab_divisor),
+        tokens_per_step=w.tokens_per_step,
+        stage_held=stage_held(w, [p.layout for p in pieces], msg))

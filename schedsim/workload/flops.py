@@ -37,10 +37,10 @@ from schedsim.workload.model import ModelConfig
 VOCAB_DIVISOR = 128
 
 
-def padded_vocab(model: ModelConfig, tp: int) -> int:
+def padded_vocab(model: ModelConfig, tp: int, divisor: int = VOCAB_DIVISOR) -> int:
     """Megatron's padded vocabulary: ``vocab_size`` rounded up to a multiple of
-    ``128 x tp``."""
-    mult = VOCAB_DIVISOR * tp
+    ``divisor x tp`` (``divisor`` 1: no padding beyond a multiple of ``tp``)."""
+    mult = divisor * tp
     return -(-model.vocab_size // mult) * mult
 
 
@@ -132,12 +132,12 @@ def layer_pieces(m: ModelConfig, layer: int, seq: int, mbs: int, tp: int, e: flo
 
 
 def head_pieces(m: ModelConfig, seq: int, mbs: int, tp: int, e: float = 2.0,
-                grad_bytes: float = 4.0) -> PieceFlops:
+                grad_bytes: float = 4.0, divisor: int = VOCAB_DIVISOR) -> PieceFlops:
     """The LM head over the padded vocabulary (F = B = W = ``2 x tokens x h x V``) and
     the loss: the vocab-parallel cross entropy reads the logits and writes its fp32
     softmax in F, writes the logits' gradient in B (no FLOPs counted, bytes only)."""
     T = float(seq * mbs)
-    V = padded_vocab(m, tp)
+    V = padded_vocab(m, tp, divisor)
     g = _gemm(T, float(m.hidden_size * V), m.hidden_size, V, e, tp, grad_bytes)
     logits = T * V / tp
     return PieceFlops(g.F, g.B, g.W, g.bytes_F + logits * (e + 4.0),
@@ -154,13 +154,18 @@ def embedding_pieces(m: ModelConfig, seq: int, mbs: int, tp: int, e: float = 2.0
 
 
 def model_flops_per_step(model: ModelConfig, seq: int, global_batch_size: int,
-                         tp: int = 1) -> float:
+                         tp: int = 1, vocab_divisor: int = VOCAB_DIVISOR) -> float:
     """Megatron-LM's ``num_floating_point_operations`` for one step of
     ``global_batch_size`` samples of ``seq`` tokens (module docstring; the vocabulary
-    padded for ``tp``). Equal to the sum of the :func:`layer_pieces` and
+    padded to ``vocab_divisor x tp``). Equal to the sum of the :func:`layer_pieces` and
     :func:`head_pieces` FLOPs over the step."""
     total = 0.0
+    kinds: dict[bool, tuple[int, int]] = {}     # MoE or not -> (a layer of it, count)
     for i in range(model.num_hidden_layers):
-        total += sum(p.total() for p in layer_pieces(model, i, seq, 1, 1).values())
-    total += head_pieces(model, seq, 1, tp).total()
+        k = model.is_moe_layer(i)
+        first, n = kinds.get(k, (i, 0))
+        kinds[k] = (first, n + 1)
+    for first, n in kinds.values():           # layers of one kind count the same
+        total += n * sum(p.total() for p in layer_pieces(model, first, seq, 1, 1).values())
+    total += head_pieces(model, seq, 1, tp, divisor=vocab_divisor).total()
     return total * global_batch_size

@@ -21,7 +21,10 @@ decoder layers each stage holds:
   order (virtual stage ``v`` of rank ``r`` is stage ``v x pp + r``), as here. MTP layers
   (``m``) are not built;
 - a list of decoder-layer counts per stage (the embedding on the first stage, the head on
-  the last).
+  the last);
+- ``"torchtitan"``: torchtitan's automatic split for any stage count (:func:`torchtitan_split`,
+  ``torchtitan/parallelisms/pipelining_utils.py::generate_split_points`` @9dec370), so one
+  workload serves a 1-stage-per-rank and a looped schedule alike.
 
 Plain Python + pydantic.
 """
@@ -79,13 +82,22 @@ class Workload(BaseModel):
     ``efficiency``: achieved fraction of the roofline (compute peak and HBM bandwidth);
     ``comm_efficiency``: achieved fraction of the link bandwidths (collectives and P2P);
     ``overhead_ms``: fixed time per compute piece (kernel launches, dispatch).
+    ``framework``: whose memory rules (:mod:`schedsim.workload.lifetimes`):
+    ``megatron`` (gradients and FSDP copies held for the step) or ``torchtitan`` (FSDP2 +
+    torch.distributed.pipelining: the sharded parameter is the fp32 master, a stage's
+    gathered parameters and unsharded gradients live from its first forward / first
+    weight gradient to its last backward under PP, every stage keeps its outputs and input
+    gradients to the step end). ``fp8_param_gather``: FSDP all-gathers the fp8-GEMM decoder
+    weights in fp8 (torchao's float8 all-gather; 1 byte a weight gathered).
     ``recv_buffers``: ``transient`` (a P2P receive buffer lives until its op consumes it;
     Megatron-LM) or ``per-microbatch`` (torch.distributed.pipelining allocates one input
     buffer per microbatch per stage, and one gradient buffer per microbatch, for the whole
     step). ``overlap_grad_reduce``: the DP gradient reduce overlaps the backward (only
     the optimizer step stays at the step boundary). ``overlap``: the stage model's
     overlap of collectives with compute (``none``, ``domino``, ``fb``;
-    docs/stage-model.md).
+    docs/stage-model.md). ``vocab_divisor``: the vocabulary is padded to a multiple of
+    ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
+    padding, as torchtitan).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
@@ -115,10 +127,13 @@ class Workload(BaseModel):
     overhead_ms: float = Field(default=0.01, ge=0, allow_inf_nan=False)
     layout: str | list[int] | None = None
     recv_buffers: Literal["transient", "per-microbatch"] = "transient"
+    framework: Literal["megatron", "torchtitan"] = "megatron"
+    fp8_param_gather: bool = False
     overlap_grad_reduce: bool = False
     flash_attention: bool = True
     dropout: bool = False
     overlap: Literal["none", "domino", "fb"] = "none"
+    vocab_divisor: int = Field(default=128, ge=1)
 
     @field_validator("model", mode="before")
     @classmethod
@@ -246,6 +261,11 @@ def _stage_layout(layout: str | list[int] | None, layers: int, pp: int, chunks: 
                                 f"'Et*{layers // stages}|...|L') or other pp/chunks")
         per = [layers // stages] * stages
         return _from_counts(per, [0], [stages - 1])
+    if layout == "torchtitan":
+        if stages > layers:
+            raise WorkloadError(fill, f"{stages} stages for {layers} layers: torchtitan "
+                                f"needs at least one layer a stage; use fewer stages")
+        return _from_counts(torchtitan_split(layers, stages), [0], [stages - 1])
     if isinstance(layout, str):
         rows = parse_layout(layout)
         if len(rows) != stages:
@@ -268,6 +288,18 @@ def _stage_layout(layout: str | list[int] | None, layers: int, pp: int, chunks: 
         raise WorkloadError(fill, f"the layout places {sum(per)} decoder layers but the "
                             f"model has {layers}")
     return _from_counts(per, [0], [stages - 1])
+
+
+def torchtitan_split(layers: int, stages: int) -> list[int]:
+    """Decoder layers per stage as torchtitan splits them when no split points are given
+    (``pipelining_utils.py::generate_split_points`` @9dec370): ``base = layers // stages``,
+    the first stage gets ``base``, the next ``layers % stages`` stages ``base + 1``, the
+    rest ``base``, and the last whatever remains (126 layers: 8 stages ``[15, 16 x 6, 15]``,
+    16 stages ``[7, 8 x 14, 7]``). ``1 <= stages <= layers``."""
+    base, extra = divmod(layers, stages)
+    per = [base] + [base + 1] * min(extra, stages - 2) + [base] * max(0, stages - 2 - extra)
+    per = per[:stages - 1] if stages > 1 else []
+    return per + [layers - sum(per)]
 
 
 def _from_counts(per: list[int], emb: list[int], head: list[int]) -> list[StageLayout]:

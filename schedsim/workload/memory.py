@@ -150,14 +150,14 @@ def layer_activations(m: ModelConfig, layer: int, seq: int, mbs: int, tp: int = 
 
 
 def head_activations(m: ModelConfig, seq: int, mbs: int, tp: int, sp: bool,
-                     e: float = 2.0) -> float:
+                     e: float = 2.0, divisor: int = 128) -> float:
     """Bytes the final norm, LM head and loss keep from F to B per microbatch: the norm's
     input, the head's input (gathered over TP), the vocab-parallel logits and the loss's
     fp32 softmax over the padded vocabulary shard. Not recomputed (Megatron and
     torchtitan checkpoint decoder layers only)."""
     T = float(seq * mbs)
     h = m.hidden_size
-    V = padded_vocab(m, tp)
+    V = padded_vocab(m, tp, divisor)
     return T * (h * e / (tp if sp else 1) + h * e + V / tp * (e + 4.0))
 
 
@@ -179,19 +179,20 @@ class StaticBytes:
 
 
 def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head: bool,
-                 tp: int, ep: int) -> tuple[float, float]:
+                 tp: int, ep: int, divisor: int = 128) -> tuple[float, float]:
     """``(dense, expert)`` weights a rank holds of a stage with decoder layers ``first``
     .. ``first + layers - 1`` (and the embedding / final norm + LM head): dense weights
     over ``tp``, routed experts over ``ep`` (expert tensor parallelism 1)."""
     dense = expert = 0.0
+    per_kind: dict[bool, tuple[float, float]] = {}     # layers of a kind weigh the same
     for i in range(first, first + layers):
-        if m.is_moe_layer(i):
-            routed = m.experts * m.mlp_params(m.moe_ffn)
-            expert += routed / ep
-            dense += (m.layer_params(i) - routed) / tp
-        else:
-            dense += m.layer_params(i) / tp
-    V = padded_vocab(m, tp)
+        moe = m.is_moe_layer(i)
+        if moe not in per_kind:
+            routed = m.experts * m.mlp_params(m.moe_ffn) if moe else 0
+            per_kind[moe] = ((m.layer_params(i) - routed) / tp, routed / ep)
+        d, x = per_kind[moe]
+        dense, expert = dense + d, expert + x
+    V = padded_vocab(m, tp, divisor)
     if embedding:
         dense += V * m.hidden_size / tp
     if head:
@@ -201,9 +202,14 @@ def stage_params(m: ModelConfig, first: int, layers: int, embedding: bool, head:
 
 def static_bytes(dense: float, expert: float, *, dp: int, tp: int, ep: int, zero: int,
                  params_dtype: str, grad_dtype: str, master_dtype: str, optimizer: str,
-                 fsdp_keep_gathered: bool, layer_params: float = 0.0) -> StaticBytes:
+                 fsdp_keep_gathered: bool, layer_params: float = 0.0,
+                 framework: str = "megatron") -> StaticBytes:
     """Static bytes of a rank holding ``dense`` + ``expert`` weights (module docstring);
-    ``layer_params``: the largest layer's weights on the rank (FSDP's gathering unit)."""
+    ``layer_params``: the largest layer's weights on the rank (FSDP's gathering unit).
+    ``framework = "torchtitan"`` with FSDP (``zero = 3``): the sharded parameter is the
+    fp32 master (FSDP2 casts to ``params_dtype`` at the all-gather; no second shard), and
+    under ``fsdp_keep_gathered`` the gathered copies and all gradients are stage lifetimes
+    (:mod:`schedsim.workload.lifetimes`), not static."""
     pb, gb, mb = (DTYPE_BYTES[params_dtype], DTYPE_BYTES[grad_dtype],
                   DTYPE_BYTES[master_dtype])
     edp = max(1, tp * dp // ep)
@@ -222,4 +228,9 @@ def static_bytes(dense: float, expert: float, *, dp: int, tp: int, ep: int, zero
             unsharded = n * pb - params + n * pb     # gathered params + unsharded grads
         else:
             unsharded = 2 * layer_params * pb
+        if framework == "torchtitan":
+            if master_dtype != params_dtype:
+                params = 0.0
+            if fsdp_keep_gathered:
+                grads = unsharded = 0.0
     return StaticBytes(params, grads, opt, unsharded, shard(dense, expert, zero >= 1))

@@ -133,11 +133,7 @@ class ModelConfig(BaseModel):
     @property
     def experts(self) -> int:
         """Routed experts (0: a dense model)."""
-        for k in _EXPERT_KEYS:
-            v = getattr(self, k)
-            if v is not None:
-                return v
-        return 0
+        return self.num_local_experts or self.n_routed_experts or self.num_experts or 0
 
     @property
     def topk(self) -> int:

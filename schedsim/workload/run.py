@@ -19,6 +19,7 @@ from schedsim.timeline import Timeline
 from schedsim.workload.derive import DerivedWorkload, derive, placement_free_models
 from schedsim.workload.hardware import GiB
 from schedsim.workload.layout import Workload, WorkloadError
+from schedsim.workload.lifetimes import HELD_FIELDS, StageHeld, held_row, lifetime_events
 
 
 @dataclass
@@ -26,7 +27,9 @@ class RankMemory:
     """Bytes of one pipeline rank: ``static`` (parameters, gradients, optimizer, FSDP
     copies), ``recv`` (P2P receive buffers held for the step), ``peak_activations`` and
     ``peak`` (the sum at the worst moment), ``peak_at`` (ms), ``curve``: ``(times,
-    activation bytes after each event)`` arrays."""
+    activation bytes after each event)`` arrays (held bytes included), ``held``: the
+    stage-held bytes at the peak (:mod:`schedsim.workload.lifetimes`; ``peak_activations``
+    excludes them)."""
 
     static: float
     recv: float
@@ -34,6 +37,7 @@ class RankMemory:
     peak: float
     peak_at: float
     curve: tuple[Any, Any] = field(repr=False, default=((), ()))
+    held: float = 0.0
 
 
 def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
@@ -44,20 +48,26 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
     rank's op order): F allocates its stage's stored activations at its start; B
     allocates its working set at its start and frees it, and all but the W-stash, at its
     end; W frees the stash at its end; BW frees everything at its end; an FB does both
-    parts. Frees before allocations at one instant."""
+    parts. Frees before allocations at one instant. With ``d.stage_held`` the level also
+    carries the stage-held bytes (:func:`~schedsim.workload.lifetimes.lifetime_events`:
+    FSDP copies, torch pipelining's kept outputs and input gradients)."""
     sb = [[b.stored, b.stash_w, b.working] for b in d.stage_bytes]
     base = [x.total + r for x, r in zip(d.static, d.recv_bytes)]
-    return [RankMemory(x.total, rv, m.peak_activations, m.peak, m.peak_at, m.curve)
+    held = None if d.stage_held is None else [held_row(h) for h in d.stage_held]
+    return [RankMemory(x.total, rv, m.peak_activations, m.peak, m.peak_at, m.curve, m.held)
             for x, rv, m in zip(d.static, d.recv_bytes,
                                 byte_levels(sb, base, ranks, rank, kind, stage, bkind,
-                                            bstage, start, end))]
+                                            bstage, start, end, held))]
 
 
 def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, stage: Any,
-                bkind: Any, bstage: Any, start: Any, end: Any) -> list[RankMemory]:
+                bkind: Any, bstage: Any, start: Any, end: Any, held: Any = None
+                ) -> list[RankMemory]:
     """:func:`_levels` from plain numbers: ``stage_bytes`` rows ``[stored, stash_w,
     working]`` per stage, ``base`` the bytes each rank holds all step (static +
-    receive buffers); the columns as :func:`_levels` takes them. The one home of the
+    receive buffers), ``held`` None or rows of :data:`HELD_FIELDS` per stage (the
+    stage-held bytes, :func:`~schedsim.workload.lifetimes.lifetime_events`, freed at the
+    latest ``end``); the columns as :func:`_levels` takes them. The one home of the
     event rules (also :func:`schedsim.analysis.memory.workload_memory`)."""
     sbt = np.asarray(stage_bytes, dtype=np.float64).reshape(-1, 3)
     stored, stash, work = sbt[:, 0], sbt[:, 1], sbt[:, 2]
@@ -83,18 +93,27 @@ def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, s
         add(isbw, start, work[s_arr])
         add(isbw, end, -(work[s_arr] + stored[s_arr]))
         add(sel & (k_arr == W), end, -stash[s_arr])
+    n_act = sum(len(x) for x in ev_t)
+    if held is not None:        # FSDP copies and retention over spans of the step
+        rk, sg, kd, a0, a1 = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))
+        kd[len(kind):], sg[len(kind):] = bkind[fb], bstage[fb]
+        hs = [StageHeld(*map(float, row)) for row in held]
+        lt = lifetime_events(rk, sg, kd, a0, a1, hs, float(np.max(end)) if len(end) else 0.0)
+        ev_t.append(lt[0]), ev_r.append(lt[1]), ev_d.append(lt[2])
     t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
+    hv = np.where(np.arange(len(dv)) >= n_act, dv, 0.0)
     o = np.lexsort((dv >= 0, t, r))
-    t, r, dv = t[o], r[o], dv[o]
+    t, r, dv, hv = t[o], r[o], dv[o], hv[o]
     bounds = np.searchsorted(r, np.arange(ranks + 1))
     out = []
     for q in range(ranks):
         tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
         i = int(np.argmax(lv)) if len(lv) else -1
         act = max(0.0, float(lv[i])) if i >= 0 else 0.0
+        hq = float(np.sum(hv[bounds[q]:bounds[q] + i + 1])) if i >= 0 else 0.0
         b = float(base[q])
-        out.append(RankMemory(b, 0.0, act, b + act, float(tq[i]) if i >= 0 else 0.0,
-                              (tq, lv)))
+        out.append(RankMemory(b, 0.0, act - hq, b + act, float(tq[i]) if i >= 0 else 0.0,
+                              (tq, lv), hq))
     return out
 
 
@@ -180,7 +199,9 @@ class WorkloadResult:
                 "stage_bytes": [[b.stored, b.stash_w, b.working]
                                 for b in self.derived.stage_bytes],
                 "static_bytes": [m.static for m in self.memory],
-                "recv_bytes": [m.recv for m in self.memory]}
+                "recv_bytes": [m.recv for m in self.memory],
+                **({"stage_held": [held_row(h) for h in self.derived.stage_held]}
+                   if self.derived.stage_held is not None else {})}
 
     def line(self) -> str:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
@@ -253,5 +274,32 @@ def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str |
     return result_of(d, tl, cp, st)
 
 
-__all__ = ["RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
+                         **kw: Any) -> float:
+    """The ``efficiency`` at which :func:`simulate_workload` (``schedule_name``, ``kw``)
+    predicts ``step_ms`` (a measured step time, ms): bisection, the step time falling as
+    the efficiency grows (every roofline term scales with 1 / efficiency; overheads and
+    links do not), to a relative 1e-6. Raises :class:`~schedsim.errors.ScenarioError`
+    when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
+    from schedsim.errors import ScenarioError
+
+    def step(eff: float) -> float:
+        return simulate_workload(workload.model_copy(update={"efficiency": eff}),
+                                 schedule_name, **kw).step_ms
+
+    fastest = step(1.0)
+    if fastest > step_ms:
+        raise ScenarioError(f"a step of {step_ms:g} ms is faster than this workload runs at "
+                            f"efficiency 1 ({fastest:.1f} ms): check the measurement, the "
+                            f"GPU's peaks, the overhead and the links")
+    lo, hi = 1e-4, 1.0
+    if step(lo) < step_ms:
+        return lo
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if step(mid) <= step_ms else (mid, hi)
+    return hi
+
+
+__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
            "simulate_workload", "workload_program", "WorkloadError"]

@@ -50,7 +50,11 @@ def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
     if schedule.name and "chunks" in table:
         gen = get(schedule.name)
         if "chunks" in gen.accepted() and "chunks" not in params:
-            (schedule.model_extra or {})["chunks"] = w.chunks
+            extra = schedule.__pydantic_extra__
+            if extra is None:
+                extra = {}
+                object.__setattr__(schedule, "__pydantic_extra__", extra)
+            extra["chunks"] = w.chunks
     return w
 
 
