@@ -133,9 +133,10 @@ def test_ctrl_c_keeps_what_is_done(tmp_path):
     space = PlanSpace(**SMALL)
     seen = []
 
-    def stop(done, total):          # Ctrl-C after the first candidates finished
-        seen.append(done)
-        raise KeyboardInterrupt
+    def stop(done, total, phase):   # Ctrl-C after the first candidates finished
+        if phase == "simulating":
+            seen.append(done)
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_plan(space, top=3, out=out, progress=stop)
@@ -203,3 +204,32 @@ def test_api_returns_the_ranking():
     rows = schedsim.plan(**SMALL, top=2)
     assert [r.to_dict() for r in rows] == _ranking(run_plan(PlanSpace(**SMALL), top=2))
     assert json.dumps(rows[0].to_dict())
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--tp", "4,x"], "bad --tp value 'x': expected a whole number"),
+    (["--pp", "9..3"], "bad --pp range '9..3'"),
+    (["--recompute", "some"], "unknown --recompute 'some'"),
+    (["--schedules", "1f1c"], "unknown schedule '1f1c'"),
+    (["--resume"], "--resume needs --out"),
+    (["--out", "plan.txt"], "--out writes .jsonl (JSON lines) or .csv (CSV)"),
+    (["--address", "tcp://h:8786"], "--address is for --executor dask"),
+    (["--executor", "ray"], "unknown --executor 'ray'"),
+])
+def test_cli_bad_flags_fail_in_one_line(extra, message):
+    r = CliRunner().invoke(app, ["plan", "--model", "llama3.1-8b", "--gpus", "8", "--gpu",
+                                 "h100-sxm", *extra])
+    assert r.exit_code == 2
+    assert len(r.output.strip().splitlines()) == 1 and message in " ".join(r.output.split())
+
+
+def test_dask_missing_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)      # import fails
+    r = CliRunner().invoke(app, ["plan", "--model", "llama3.1-8b", "--gpus", "8", "--gpu",
+                                 "h100-sxm", "--executor", "dask"])
+    assert r.exit_code == 2
+    line = " ".join(r.output.split())
+    assert "--executor dask needs Dask distributed (the 'cluster' extra)" in line
+    assert "[cluster]" in line

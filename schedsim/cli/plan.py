@@ -206,17 +206,17 @@ class _Bar:
                 TimeRemainingColumn,
             )
 
-            self._p = Progress(TextColumn("plan: candidates"), BarColumn(),
+            self._p = Progress(TextColumn("plan: {task.description}"), BarColumn(),
                                MofNCompleteColumn(), TimeElapsedColumn(),
                                TextColumn("ETA"), TimeRemainingColumn(),
                                console=err_console, transient=True)
             self._p.start()
-            self._task = self._p.add_task("", total=None)
+            self._task = self._p.add_task("enumerating", total=None)
         return self
 
-    def update(self, done: int, total: int) -> None:
+    def update(self, done: int, total: int, phase: str = "simulating") -> None:
         if self._p is not None:
-            self._p.update(self._task, completed=done, total=total)
+            self._p.update(self._task, completed=done, total=total, description=phase)
 
     def __exit__(self, *exc: object) -> None:
         if self._p is not None:

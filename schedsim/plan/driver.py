@@ -97,7 +97,8 @@ def resolve(space: PlanSpace) -> Resolved:
     return resolve_space(space)
 
 
-def _bounded(res: Resolved, enum: Enumeration, rej: Rejections
+def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
+             progress: Callable[..., None] | None = None
              ) -> tuple[list[Bounded], tuple[float, str] | None]:
     """The legal candidates that may fit, sorted by upper bound (best first, then name);
     the memory rejections are added to ``rej``. Also the smallest peak bound met among
@@ -106,7 +107,9 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections
 
     keep: list[Bounded] = []
     smallest: tuple[float, str] | None = None
-    for lg in enum.legal:
+    for i, lg in enumerate(enum.legal):
+        if progress is not None and i % 16 == 0:
+            progress(i, len(enum.legal), "bounding")
         peak, ub = bounds_of(lg, res)
         b = Bounded(lg, peak, ub)
         top = max(peak)
@@ -123,14 +126,15 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections
 
 def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
              out: Path | None = None, resume: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> PlanResult:
+             progress: Callable[..., None] | None = None) -> PlanResult:
     """Plan ``space`` (module docstring) and return the :class:`PlanResult`.
 
     ``executor``: an :class:`~schedsim.plan.executors.Executor` (entered by the caller),
     None to simulate in this process. ``out``: stream each simulated row to this
     ``.jsonl``/``.csv`` file as it finishes; ``resume``: take the rows already in it
-    instead of simulating them again. ``progress(done, total)`` is called as candidates
-    are settled (simulated, resumed or pruned by the bound).
+    instead of simulating them again. ``progress(done, total, phase)`` is called while
+    the legal candidates are bounded (phase ``bounding``) and as they are settled
+    (``simulating``: simulated, resumed or pruned by the bound).
 
     Raises :class:`ScenarioError` when no candidate is legal (naming the rule that removed
     most), for a bad space, or a ``--resume`` file of another sweep.
@@ -145,7 +149,7 @@ def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
     result.rejections.merge(enum.rejections)
     if not enum.legal:
         raise ScenarioError(_nothing_legal(enum))
-    todo, smallest = _bounded(res, enum, result.rejections)
+    todo, smallest = _bounded(res, enum, result.rejections, progress)
     done = {r.key: r for r in read_rows(out, space.identity())} if out and resume else {}
     stream = RowStream(out, space.identity()).open(list(done.values())) if out else None
     try:
@@ -169,7 +173,7 @@ def _nothing_legal(enum: Enumeration) -> str:
 
 def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], top: int,
            ex: Any, stream: RowStream | None,
-           progress: Callable[[int, int], None] | None) -> None:
+           progress: Callable[..., None] | None) -> None:
     """Simulate ``todo`` (sorted by upper bound) in waves of doubling size, pruning by the
     bound before each wave; rows in ``done`` (resumed) are taken, not simulated."""
     from schedsim.plan.model import evaluate_batch
@@ -207,10 +211,10 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
                 if stream is not None:
                     stream.write(row)
             if progress is not None:
-                progress(settled, len(todo))
+                progress(settled, len(todo), "simulating")
         wave = min(WAVE_MAX, 2 * wave)
     if progress is not None:
-        progress(len(todo), len(todo))
+        progress(len(todo), len(todo), "simulating")
 
 
 #: most candidates one executor task simulates
