@@ -157,8 +157,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
 
 #: command parameters that name output files, with their flags (checked by handle_errors)
 OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
-                 "out": "--out", "program_out": "--program-out", "html_out": "--html",
-                 "pareto": "--pareto"}
+                 "out": "--out", "program_out": "--program-out", "html_out": "--html"}
 #: command parameters that name input files
 INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
                 "traces")

@@ -119,7 +119,8 @@ def plan(
     Examples:
       schedsim plan --model llama3.1-70b --gpus 64 --gpu h100-sxm --seq 8192 \\
         --global-batch-size 512 --tp 4,8 --pp 4..16 --schedules 1f1b,zbv --top 5
-      schedsim plan --model llama3.1-8b --gpus 16 --gpu h100-sxm --out plan.jsonl --resume
+      schedsim plan --model llama3.1-8b --gpus 16 --gpu h100-sxm \\
+        --out plan.jsonl --resume
     """
     from schedsim.plan import PlanSpace
     from schedsim.plan.space import parse_values
@@ -179,7 +180,10 @@ def _check_outputs(out: Path | None, resume: bool, *figures: Path | None) -> Non
         raise ScenarioError("--resume needs --out (the file of the sweep to continue)")
     if out is not None:
         check_out(out)
+    from schedsim.util.files import claim_output
+
     gantt, pareto, html = figures
+    claim_output(pareto, "--pareto")        # the shared flags are claimed by handle_errors
     check_outputs(html, figures=(gantt, pareto))
     if html is not None:
         from schedsim.report.html import require_bokeh
