@@ -19,6 +19,7 @@ at unit costs: its ops per rank do not depend on the costs, only their order doe
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -72,16 +73,23 @@ def schedule_chunks(name: str, requested: list[int]) -> list[int | None]:
     return list(requested) if "chunks" in get(name).accepted() else [None]
 
 
+@functools.lru_cache(maxsize=None)
 def _placement_chunks(name: str, chunks: int | None) -> int:
     """Stages per rank of schedule ``name`` asked for ``chunks`` (a V placement: 2; a
-    loop or dual one: 1, or ``chunks``), read from a small instance of it."""
+    loop or dual one: 1, or ``chunks``), read from a small instance of it (2 ranks, 8
+    microbatches; 4 x 16 if it refuses that; 1 if it refuses both: its own rules then
+    reject every size the plan asks for)."""
     if chunks is not None:
         return chunks
     from schedsim.generators import build_program
 
-    prog = build_program(name, 2, 8)
-    pl = prog.placement
-    return 1 if pl.kind == "dual" else pl.stages // pl.ranks
+    for p, m in ((2, 8), (4, 16)):
+        try:
+            pl = build_program(name, p, m).placement
+        except SchedsimError:
+            continue
+        return 1 if pl.kind == "dual" else pl.stages // pl.ranks
+    return 1
 
 
 #: programs kept per process (candidates that differ only in TP, recompute, ZeRO, ...

@@ -14,8 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +76,6 @@ def rank(rows: list[PlanRow]) -> list[PlanRow]:
 
 
 # -- the --out stream ------------------------------------------------------------------
-_CSV_LISTS = ("peak_gib",)
-_CSV_JSON = ("params",)
-
 
 def check_out(path: Path) -> None:
     """Refuse an ``--out`` whose suffix is not :data:`OUT_FORMATS` or that cannot be
@@ -224,17 +220,3 @@ def read_rows(path: Path, identity: dict[str, Any]) -> list[PlanRow]:
                                 f"--out")
         rows.append(row)
     return rows
-
-
-def remove_if_empty(path: Path) -> None:
-    """Remove ``path`` if it holds no row (a sweep stopped before any finished)."""
-    try:
-        if os.path.getsize(path) == 0 or (path.suffix.lower() == ".csv" and len(
-                path.read_text(encoding="utf-8").splitlines()) <= 1):
-            path.unlink()
-    except OSError:
-        pass
-
-
-__all__ = ["GIB", "OUT_FORMATS", "PlanRow", "RowStream", "check_out", "rank", "read_rows",
-           "remove_if_empty", "asdict"]
