@@ -321,3 +321,52 @@ def test_fp8_speeds_decoder_gemms_not_the_head() -> None:
     assert f8[-1].head == bf[-1].head
     assert f8[1].mlp.F == pytest.approx(bf[1].mlp.F / 2, rel=1e-3)
     assert padded_vocab(base.model, 8, 1) == 128256 and padded_vocab(base.model, 8) == 129024
+
+
+def test_v_placement_puts_embedding_and_head_on_rank_0() -> None:
+    """ZB-V: stages 0 (embedding) and 2P-1 (head) on rank 0, whose static bytes hold both
+    vocabulary matrices; the middle ranks hold neither."""
+    from schedsim.workload.memory import stage_params
+    from schedsim.workload.run import workload_program
+
+    w = _w(layout=None, model=load_model("llama3.1-8b"), tp=2, dp=1, chunks=2)
+    prog = workload_program(w, "zbv")
+    d = derive(w, prog.placement)
+    assert prog.placement.rank_of(0) == prog.placement.rank_of(7) == 0
+    assert d.pieces[0].layout.embedding and d.pieces[7].layout.head
+    m = w.model
+    per_rank = [sum(sum(stage_params(m, d.pieces[s].layout.first, d.pieces[s].layout.layers,
+                                     d.pieces[s].layout.embedding, d.pieces[s].layout.head,
+                                     2, 1)) for s in prog.placement.stages_of(r))
+                for r in range(4)]
+    vocab = 2 * 128256 * 4096 / 2 + 4096                # embedding + head + final norm
+    assert per_rank[0] - per_rank[1] == pytest.approx(vocab)
+    assert d.static[0].params == pytest.approx(per_rank[0] * 2)       # bf16
+
+
+def test_torch_receive_buffers_per_microbatch() -> None:
+    """recv_buffers = per-microbatch: every stage but the first holds one input buffer
+    per microbatch, every stage but the last one gradient buffer, for the whole step
+    (one message each: seq x mb x h x 2 / tp under sequence parallelism)."""
+    w = _w(layout=None, model=load_model("llama3.1-8b"), tp=2, dp=1,
+           recv_buffers="per-microbatch")
+    d = derive(w, Placement(kind="loop", ranks=4, stages=4))
+    msg = 4096 * 1 * 4096 * 2 / 2
+    assert d.recv_bytes == [32 * msg, 64 * msg, 64 * msg, 32 * msg]
+    r = simulate_workload(w, "1f1b")
+    assert r.memory[1].recv == 64 * msg and r.memory[1].static == d.static[1].total
+    assert r.memory[1].peak >= d.static[1].total + 64 * msg + r.memory[1].peak_activations
+
+
+def test_typed_kind_wins_over_derived(tmp_path) -> None:
+    from schedsim.program.ir import Op
+    from schedsim.scenario import parse_scenario
+
+    sc = parse_scenario({"schedule": {"name": "1f1b"}, "costs": {"F": 5.0},
+                         "workload": {"model": "llama3.1-8b", "gpu": "h100-sxm",
+                                      "seq": 4096, "global_batch_size": 16, "tp": 2,
+                                      "pp": 4}})
+    assert sc.costs.unit == "ms" and sc.schedule.ranks == 4 and sc.schedule.microbatches == 16
+    assert sc.costs.cost(Op("F", 2, 0)) == 5.0
+    derived = derive(sc.workload_model(), Placement(kind="loop", ranks=4, stages=4))
+    assert sc.costs.cost(Op("B", 2, 0)) == derived.costs.cost(Op("B", 2, 0)) > 0

@@ -144,3 +144,19 @@ def test_schedule_sizes_must_agree(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "microbatches = 7" in r.output
     r = run("simulate", write(tmp_path, SMALL), "-p", "8")
     assert r.exit_code == 2 and "ranks = 8" in r.output
+
+
+def test_model_config_json_beside_the_scenario(tmp_path: Path) -> None:
+    """A Hugging Face config.json path is read relative to the scenario's folder, its
+    bookkeeping keys ignored; the result equals the preset it copies."""
+    from schedsim.workload.presets import MODELS
+
+    cfg = {k: v for k, v in MODELS["llama3.1-8b"].items() if k not in ("name", "source")}
+    cfg.update(architectures=["LlamaForCausalLM"], torch_dtype="bfloat16", rope_theta=5e5,
+               rms_norm_eps=1e-5, max_position_embeddings=131072, bos_token_id=128000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "config.json").write_text(json.dumps(cfg))
+    p = write(tmp_path, SMALL.replace('model = "llama3.1-8b"', 'model = "sub/config.json"'))
+    a, b = run("simulate", p, "-q"), run("simulate", write(tmp_path, SMALL, "p.toml"), "-q")
+    assert a.exit_code == 0, a.output
+    assert a.output.splitlines()[1:] == b.output.splitlines()[1:]

@@ -117,7 +117,7 @@ def simulate(
     gpu: GpuOpt = None,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio (with
-    a [workload]: step ms, tokens/s/GPU, MFU and GiB per rank).
+    a \\[workload]: step ms, tokens/s/GPU, MFU and GiB per rank).
 
     Examples:
       schedsim simulate schedules/dualpipe-figure.toml --gantt dualpipe.png

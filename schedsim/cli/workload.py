@@ -20,10 +20,10 @@ from schedsim.scenario import Scenario, parse_scenario
 from schedsim.util.text import rich_escape
 
 ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", help="The [workload]'s model: a preset (llama3.1-8b, llama3.1-70b, "
+    "--model", help="The \\[workload]'s model: a preset (llama3.1-8b, llama3.1-70b, "
     "llama3.1-405b, deepseek-v3, qwen3-30b-a3b, mixtral-8x7b) or a config.json path.")]
 GpuOpt = Annotated[Optional[str], typer.Option(
-    "--gpu", help="The [workload]'s GPU preset (a100-80gb, h100-sxm, h800, h200, b200, "
+    "--gpu", help="The \\[workload]'s GPU preset (a100-80gb, h100-sxm, h800, h200, b200, "
     "mi300x).")]
 GiB = 2 ** 30
 
@@ -39,6 +39,11 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
         raise ScenarioError(f"--{' and --'.join(changes)} change the scenario's [workload]: "
                             f"add a [workload] table (model, gpu, seq, global_batch_size, "
                             f"tp, pp, ...; docs/workload.md)")
+    from schedsim.workload.presets import MODELS
+
+    m = changes.get("model")
+    if m is not None and m.lower() not in MODELS:      # a config.json from the cwd
+        changes["model"] = str(Path(m).resolve())
     data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     data["workload"] = {**data["workload"], **changes}
     return parse_scenario(data, "command line", sc.base_dir)
@@ -186,7 +191,7 @@ def costs(
     json_out: Annotated[Optional[Path], typer.Option(
         "--json", help="Write the breakdown as JSON ('-': stdout).")] = None,
 ) -> None:
-    """Print the derived costs of a scenario's [workload] per stage: layers, FLOPs, ms per
+    """Print the derived costs of a scenario's \\[workload] per stage: layers, FLOPs, ms per
     op kind and per piece, activation bytes; per rank the static bytes and the step
     boundary.
 

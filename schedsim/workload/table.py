@@ -59,7 +59,8 @@ def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
 
 
 def apply_workload(sc: Any) -> Workload:
-    """Fill the scenario ``sc`` from its ``[workload]``: the schedule's sizes
+    """Fill the scenario ``sc`` from its ``[workload]`` (a ``model`` path relative to the
+    scenario's folder): the schedule's sizes
     (:func:`resolve_workload`), the derived costs in ms under the kinds ``[costs]``
     types (their unit ms unless ``[costs] unit`` says otherwise) and, unless ``[link]``
     sets something, the pipeline links. Returns the workload. Raises
@@ -70,7 +71,13 @@ def apply_workload(sc: Any) -> Workload:
         raise ScenarioError("[workload] and [model] both give the stage model: keep "
                             "[workload] (it derives the stage model from the model config "
                             "and the GPU) or [model]")
-    w = resolve_workload(sc.workload or {}, sc.schedule)
+    from schedsim.workload.presets import MODELS
+
+    table = dict(sc.workload or {})
+    model = table.get("model")
+    if isinstance(model, str) and model.lower() not in MODELS:
+        table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
+    w = resolve_workload(table, sc.schedule)
     costs, link = placement_free_models(w)
     derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
     if "unit" not in sc.costs.model_fields_set:
