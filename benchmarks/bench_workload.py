@@ -13,22 +13,13 @@ microbatches. Usage: ``python benchmarks/bench_workload.py [--ranks 64]
 from __future__ import annotations
 
 import argparse
-import time
 
+from bench_stage_model import best        # best of N wall seconds (benchmarks/ on the path)
 from schedsim.generators import build_program
 from schedsim.sim.costs import CommModel, CostModel, KindCosts
 from schedsim.sim.simulate import simulate_run, warm_up
 from schedsim.workload import Workload, derive
 from schedsim.workload.run import result_of
-
-
-def best(fn, repeats: int) -> tuple[float, object]:
-    out, t = None, float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        t = min(t, time.perf_counter() - t0)
-    return t, out
 
 
 def workload(ranks: int, microbatches: int, chunks: int = 1) -> Workload:

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.workload",),
     ("schedsim.analysis",),
     ("schedsim.interop",),
-    ("schedsim.scenario",),
+    ("schedsim.scenario", "schedsim.scenario_keys"),
     ("schedsim.sweep",),
     ("schedsim.plot",),
     ("schedsim.report",),

@@ -84,24 +84,27 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
 
         atomic_write_text(json_out, json.dumps({
             "unit": "bytes", "hbm_bytes": hbm,
-            "ranks": [{"rank": r, "static": m.static, "peak_activations": m.peak_activations,
+            "ranks": [{"rank": r, "static": m.static, "held": m.held,
+                       "peak_activations": m.peak_activations,
                        "peak": m.peak, "peak_at_ms": m.peak_at,
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
     t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
                                 f"{tl.workload['gpu']} (GiB)"))
-    for col in ("rank", "static", "activations", "peak", "at ms", "headroom"):
+    for col in ("rank", "static", "held", "activations", "peak", "at ms", "headroom"):
         t.add_column(col, justify="right")
     for r, m in enumerate(mem):
-        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.peak_activations / GiB:.2f}",
+        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.held / GiB:.2f}",
+                  f"{m.peak_activations / GiB:.2f}",
                   f"{m.peak / GiB:.2f}", f"{m.peak_at:.1f}", f"{(hbm - m.peak) / GiB:.2f}")
     console.print(t)
     worst = max(m.peak for m in mem)
     verdict = "fits" if worst <= hbm else "does NOT fit"
     console.print(f"static: parameters, gradients, optimizer states, FSDP copies and P2P "
-                  f"receive buffers; activations per the recompute policy (Korthikanti "
-                  f"et al. 2022); peak {worst / GiB:.1f} of {hbm / GiB:.0f} GiB HBM: "
-                  f"{verdict}", highlight=False)
+                  f"receive buffers; held: what a stage keeps between its first and last "
+                  f"op (torchtitan's FSDP copies, retained outputs) at the peak; "
+                  f"activations per the recompute policy (Korthikanti et al. 2022); peak "
+                  f"{worst / GiB:.1f} of {hbm / GiB:.0f} GiB HBM: {verdict}", highlight=False)
     return True
 
 

@@ -195,14 +195,16 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
     return out
 
 
-def placement_free_models(workload: Workload, overlap: str | None = None
-                          ) -> tuple[CostModel, LinkModel]:
+def placement_free_models(workload: Workload, overlap: str | None = None,
+                          connections: int | None = None) -> tuple[CostModel, LinkModel]:
     """The costs (ms) and pipeline links of a (checked) workload, which depend on its
     stages and ranks but not on which rank holds which stage: what a cost-aware planner
-    reads before the placement exists."""
+    reads before the placement exists. ``connections``: the hardware queues the stage
+    model's collectives share (``[comm] connections``; default the CommModel's)."""
     w = workload.check()
     sm = stage_model(w, stage_pieces(w), overlap or w.overlap)
-    return (CostModel(unit="ms").with_derived(StageCosts(sm), sm.message_bytes()),
+    sc = StageCosts(sm) if connections is None else StageCosts(sm, connections)
+    return (CostModel(unit="ms").with_derived(sc, sm.message_bytes()),
             _pipeline_link(w, w.pp))
 
 

@@ -78,7 +78,7 @@ def apply_workload(sc: Any) -> Workload:
     if isinstance(model, str) and model.lower() not in MODELS:
         table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
     w = resolve_workload(table, sc.schedule)
-    costs, link = placement_free_models(w)
+    costs, link = placement_free_models(w, connections=sc.comm.connections)
     derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
     if "unit" not in sc.costs.model_fields_set:
         object.__setattr__(derived, "unit", "ms")      # derived, so left unset in a dump
