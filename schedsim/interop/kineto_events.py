@@ -122,7 +122,8 @@ def event_times(e: dict[str, Any], path: Any) -> tuple[float, float]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or not lo <= v <= hi:
             raise ScenarioError(f"{path}: event {e['name']!r} has {key} {v!r}: expected a "
-                                f"finite number of µs in {lo:g}..{hi:g}")
+                                f"finite number of µs{' >= 0' if key == 'dur' else ''} "
+                                f"(|ts| <= {MAX_TS_US:g}, dur <= 30 days)")
         out.append(float(v))
     return out[0], out[1]
 

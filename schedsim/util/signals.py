@@ -134,9 +134,14 @@ def _exit_now(signum: int, frame: Any) -> None:
 def stop_at_exit() -> None:
     """Install :func:`_exit_now` for the stop signals outside :func:`stop_signals` (the
     CLI's entry point calls it first: start-up, the time after a command, interpreter
-    exit). Main thread only; ignored signals stay ignored."""
+    exit), then unblock them (a signal a launcher held while the process started is
+    taken now). Main thread only; ignored signals stay ignored."""
     if threading.current_thread() is not threading.main_thread():
         return
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _exit_now)
+    if hasattr(signal, "pthread_sigmask"):
+        # a launcher may start us with the stop signals blocked (held until now): with
+        # the handler in place they are taken from here on, a held one at once
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
