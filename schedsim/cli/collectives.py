@@ -131,7 +131,7 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
 
 # -- check-collectives -------------------------------------------------------------------
 @app.command("check-collectives")
-@handle_errors
+@handle_errors(tables=True)
 def check_collectives(
     tp: Annotated[int, typer.Option("--tp", min=2, max=16, help="Tensor-parallel ranks "
                                     "(gloo processes).")] = 2,

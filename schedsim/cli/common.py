@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
-from rich.console import Console
 
+from schedsim.cli import helptext  # noqa: F401  (tidies typer's --help)
+from schedsim.cli.tables import Console
 from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
@@ -25,61 +26,6 @@ err_console = Console(stderr=True, emoji=False)
 MAX_MESSAGE = 900
 
 
-def _tidy_help() -> None:
-    """typer's rich ``--help``, two fixes: flags that take no value show no ``<bool>``
-    type, and example lines (indented, or starting with ``$``, ``schedsim`` or ``python``)
-    keep their own lines (write them under 78 characters, so that an 80-column terminal
-    shows each whole), while prose lines are reflowed to the terminal width. Leaves typer
-    alone when its internals are not the expected ones."""
-    try:
-        from rich.text import Text
-        from typer import core, rich_utils
-    except ImportError:  # pragma: no cover
-        return
-    opt = getattr(core, "TyperOption", None)
-    orig = getattr(opt, "display_type_rich", None)
-    if orig is not None and not getattr(orig, "_schedsim", False):
-        def display_type_rich(self: Any, ctx: Any) -> Any:
-            if getattr(self, "is_flag", False) and not getattr(self, "count", False):
-                return None
-            return orig(self, ctx)
-        display_type_rich._schedsim = True      # type: ignore[attr-defined]
-        opt.display_type_rich = display_type_rich
-    make = getattr(rich_utils, "_make_rich_text", None)
-    if make is None or not hasattr(rich_utils, "_get_help_text"):
-        return
-    style = getattr(rich_utils, "STYLE_HELPTEXT", "dim")
-
-    def is_example(line: str) -> bool:
-        return line.startswith((" ", "$ ", "schedsim ", "python "))
-
-    def get_help_text(*, obj: Any, markup_mode: Any) -> Any:
-        from rich.console import Group
-
-        text = inspect.cleandoc(obj.help or "").partition("\f")[0]
-        first, *rest = text.split("\n\n")
-        parts: list[Any] = [make(text=first.replace("\n", " ").strip(),
-                                 style=getattr(rich_utils, "STYLE_HELPTEXT_FIRST_LINE", ""),
-                                 markup_mode=markup_mode)]
-        for para in rest:
-            parts.append(Text(""))
-            prose: list[str] = []
-            for line in para.split("\n") + [""]:
-                if line and not is_example(line):
-                    prose.append(line.strip())
-                    continue
-                if prose:
-                    parts.append(make(text=" ".join(prose), style=style,
-                                      markup_mode=markup_mode))
-                    prose = []
-                if line:
-                    parts.append(Text(line.replace("\\[", "["), style=style))
-        return Group(*parts)
-
-    rich_utils._get_help_text = get_help_text
-
-
-_tidy_help()
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -150,6 +96,11 @@ OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
 INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
                 "traces")
 
+FormatOpt = Annotated[str, typer.Option(
+    "--format", metavar="table|csv|json", help="How tables are printed: table (for "
+    "people), csv or json (every table row, cells as printed, on stdout; the other lines "
+    "go to stderr).")]
+
 LimitOpt = Annotated[Optional[list[str]], typer.Option(
     "--max", metavar="KEY=N", show_default=False, help="Raise a work limit, KEY=N "
     "(repeatable): instructions (default 20000000), ranks (4096), procs (64, replay "
@@ -171,7 +122,8 @@ def _claim_paths(kwargs: dict[str, Any]) -> None:
             claim_output(kwargs[name], flag)
 
 
-def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callable:
+def handle_errors(fn: Callable | None = None, *, limits: bool = True,
+                  tables: bool = False) -> Callable:
     """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
     a one-line message and exit code (2 bad input, 3 deadlock, 128 + N when stopped by
     SIGTERM/SIGHUP after removing temporary files); and a decoding, recursion, overflow or
@@ -182,9 +134,11 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
     :mod:`schedsim.util.limits`), one :func:`~schedsim.util.files.io_session` (outputs
     named by :data:`OUTPUT_PARAMS` claimed at once, so ``--json x --trace x`` or an output
     that is an input fails before any work) and :func:`~schedsim.util.signals.stop_signals`.
+    With ``tables``, the ``--format table|csv|json`` option it adds; with or without,
+    an output given as ``-`` keeps stdout for that data (:mod:`schedsim.cli.tables`).
     """
     if fn is None:
-        return functools.partial(handle_errors, limits=limits)
+        return functools.partial(handle_errors, limits=limits, tables=tables)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -193,9 +147,14 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         from schedsim.util.limits import parse_limits, using
         from schedsim.util.signals import stop_signals
 
+        from schedsim.cli.tables import stdout_data
+
         items = kwargs.pop("max_limits", None) if limits else None
+        fmt = kwargs.pop("out_format", "table") if tables else "table"
+        dash = any(str(kwargs.get(n)) == "-" for n in OUTPUT_PARAMS)
         try:
-            with stop_signals(), io_session(), using(**parse_limits(items)):
+            with stop_signals(), io_session(), using(**parse_limits(items)), \
+                    stdout_data(fmt, dash):
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
         except SchedsimError as e:
@@ -212,15 +171,17 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
             fail(f"cannot use the input{'s' if len(inputs) > 1 else ''} "
                  f"{', '.join(inputs) or 'given'}: {decoding_reason(e)}", 2)
 
-    if limits:
+    extra = ([("out_format", "table", FormatOpt)] if tables else []) + \
+        ([("max_limits", None, LimitOpt)] if limits else [])
+    if extra:
         sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
         params = [p.replace(annotation=hints.get(n, p.annotation))
                   for n, p in sig.parameters.items()]
-        params.append(inspect.Parameter("max_limits", inspect.Parameter.KEYWORD_ONLY,
-                                        default=None, annotation=LimitOpt))
+        params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d,
+                                     annotation=a) for n, d, a in extra]
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {**hints, "max_limits": LimitOpt}
+        wrapper.__annotations__ = {**hints, **{n: a for n, _, a in extra}}
         del wrapper.__wrapped__
     return wrapper
 

@@ -77,7 +77,7 @@ def _memory_model(spec: object, model: str | None, fb_order: str | None) -> Memo
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 def compare(
     ranks: RanksOpt = None,
     microbatches: MbOpt = None,
@@ -257,7 +257,7 @@ def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenar
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 def diff(
     a: Annotated[str, typer.Argument(help="Schedule A: scenario .toml, schedule .json/.csv, "
                                           "program .txt or a schedule name.")],
@@ -308,7 +308,7 @@ def diff(
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(timelines=True)
 def memory(
     sc: Scenario,

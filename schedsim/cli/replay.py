@@ -115,7 +115,7 @@ def _print_grad_check(gc: dict[str, Any]) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS)
 def replay(
     sc: Scenario,
@@ -336,7 +336,7 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS, timelines=True)
 def calibrate(
     sc: Scenario,

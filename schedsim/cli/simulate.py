@@ -93,7 +93,7 @@ def print_summary(tl: Timeline) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def simulate(
     sc: Scenario,
@@ -226,7 +226,7 @@ SEMANTICS_SUMMARY = {
 
 
 @app.command("list")
-@handle_errors(limits=False)
+@handle_errors(limits=False, tables=True)
 def list_schedules() -> None:
     """List the schedules (placement, parameters, constraints, source), the comm
     policies with their --param keys, and the comm semantics."""
