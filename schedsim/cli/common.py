@@ -93,8 +93,8 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
 OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
                  "out": "--out"}
 #: command parameters that name input files
-INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
-                "traces")
+INPUT_PARAMS = ("scenario", "scenario_arg", "program", "schedule_file", "costs_file",
+                "timeline", "overlay", "traces")
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", metavar="table|csv|json", help="How tables are printed: table (for "

@@ -1,11 +1,15 @@
 """Options that several command modules declare alike (one home each): the Gantt chart
-flags of ``simulate`` and ``render``. The scenario flags live in
+flags of ``simulate``, ``render`` and ``compare``. The scenario flags live in
 :mod:`schedsim.cli.common`; an option one module alone uses is declared in that module."""
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
+
+GanttOpt = Annotated[Optional[Path], typer.Option(
+    "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")]
 
 ArrowsOpt = Annotated[bool, typer.Option(
     "--arrows", help="Gantt: draw an arrow per message (red: the receiver waited).")]

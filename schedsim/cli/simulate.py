@@ -32,7 +32,7 @@ from schedsim.cli.common import (
     warn_costs,
     write_text_out,
 )
-from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
+from schedsim.cli.options import ArrowsOpt, DetailOpt, GanttOpt, MemoryOpt, StallsOpt
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.simulate import simulate as run_simulation
@@ -44,8 +44,6 @@ CostsFileOpt = Annotated[Optional[Path], typer.Option(
     "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, e.g. "
     "from 'schedsim calibrate'); its tables replace the scenario's (and these flags), its "
     "launch_cost the scenario's.")]
-GanttOpt = Annotated[Optional[Path], typer.Option(
-    "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")]
 TimelineJsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the Timeline JSON (written even on deadlock).")]
 TraceOpt = Annotated[Optional[Path], typer.Option(

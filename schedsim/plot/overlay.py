@@ -213,11 +213,17 @@ def _name(tl: Timeline) -> str:
 
 def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
             width: float | None = None, dpi: float = DPI, label_mb: bool = True,
-            shared_time: bool = True, suptitle: str | None = None) -> Figure:
+            shared_time: bool = True, suptitle: str | None = None,
+            memory: Any = None) -> Figure:
     """Several Gantt charts stacked on one figure (one per timeline, same time scale when
     ``shared_time``), e.g. 1F1B vs ZB-H1 vs ZB-V vs DualPipeV; at most 2000 px wide (never
     wrapped). Each panel's title is :func:`default_title` unless ``titles`` are given.
-    Returns the Figure."""
+    ``memory``: True or a memory model (:func:`schedsim.plot.resolve_model`) for an
+    activation-memory panel under each chart, on the same time axis. Returns the
+    Figure."""
+    from schedsim.plot.memory import draw_memory, resolve_model
+    from schedsim.plot.style import time_axis
+
     tls = list(timelines)
     if not tls:
         raise ScenarioError("compare needs at least one timeline")
@@ -228,16 +234,24 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
     lay = plan(span_t, max(t.ranks for t in tls), durs, digits, dpi=dpi, wrap=False,
                width=width)
     heights = [t.ranks * min(lay.row_px, 26) / lay.dpi + 0.55 for t in tls]
-    fig = Figure(figsize=(lay.width, sum(heights) + 1.0), dpi=lay.dpi, layout="constrained")
-    axes = fig.subplots(len(tls), 1, height_ratios=heights, squeeze=False)[:, 0]
+    model = resolve_model(memory) if memory is not None and memory is not False else None
+    ratios = [h for h in heights for h in ((h, 1.3) if model is not None else (h,))]
+    fig = Figure(figsize=(lay.width, sum(ratios) + 1.0), dpi=lay.dpi, layout="constrained")
+    axes = fig.subplots(len(ratios), 1, height_ratios=ratios, squeeze=False)[:, 0]
     union: dict[str, Any] = {}
     info = GanttInfo()
     plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
-    for i, (ax, tl) in enumerate(zip(axes, tls)):
+    step = 2 if model is not None else 1
+    for i, (ax, tl) in enumerate(zip(axes[::step], tls)):
         xmax = span_t if shared_time else tl.makespan
         got = draw_gantt(ax, tl, px_size=(plot_w * xmax / span_t if not shared_time
                                           else plot_w, (heights[i] - 0.55) * lay.dpi),
-                         label_mb=label_mb, xmax=xmax, boxes=bxs[i])
+                         label_mb=label_mb, xmax=xmax, boxes=bxs[i],
+                         time_labels=model is None)
+        if model is not None:
+            axm = axes[2 * i + 1]
+            draw_memory(axm, tl, model, xmax=xmax, legend=True)
+            time_axis(axm, tl, (0.0, xmax), boxes_integral(bxs[i]), px=plot_w)
         info.merge(got)
         ax.set_title(wrap_title(titles[i] if titles else default_title(tl), lay.width, 9),
                      fontsize=9, loc="left")
