@@ -364,11 +364,11 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
 def _check_choices(**flags: str | None) -> None:
     """Refuse a flag value outside its choices, with a typo suggestion."""
+    from schedsim.program.ir import PLACEMENTS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
     from schedsim.util.suggest import did_you_mean
 
-    choices = {"semantics": ("data", "eager", "rendezvous"),
-               "comm_stream": ("none", "per-peer", "per-rank"),
-               "placement": ("loop", "v", "dual", "custom")}
+    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
     for name, value in flags.items():
         ok = choices[name]
         if value is not None and value.replace("_", "-") not in ok \
