@@ -137,16 +137,13 @@ def compare(
     For the schedules of DualPipe's README table the table's closed form is printed
     beside the simulated value. Activation: one microbatch's activations of 1/ranks of
     the model; parameters: 1/ranks of the model (DualPipe holds 2). The header says how
-    the costs were read: per rank (default: equal model work per rank, a V schedule's
-    ops at half cost) or per op (--per-op-costs; a note says when stages per rank
-    differ). --json: one record per schedule with per_rank_costs and cost_scale.
+    the costs were read: per rank (default: equal model work per rank) or per op
+    (--per-op-costs). --json: one record per schedule.
 
     --schedules takes parameters per schedule after a colon
-    (interleaved-1f1b:chunks=4,zbv,dualpipe; more after commas or colons:
-    interleaved-1f1b:chunks=4,variant=megatron); --chunks, --variant, --mem-limit and
-    generator --param keys apply to the schedules that take them, --comm-policy and its
-    --param keys to every schedule. --gantt draws one chart per schedule on one time
-    axis (--memory: with an activation-memory panel each).
+    (interleaved-1f1b:chunks=4,zbv); --chunks, --variant and generator --param keys
+    apply to the schedules that take them, --comm-policy and its keys to every one.
+    --gantt draws one chart per schedule on one time axis (--memory: memory panels).
 
     Examples:
       schedsim compare -p 8 -m 20 --cost F=1,B=1,W=1,BW=2,FB=3
@@ -156,20 +153,12 @@ def compare(
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
 
-    if scenario_arg is not None and scenario is not None:
-        fail("give the scenario once: as the argument or as --scenario, not both")
-    if memory and gantt is None:
-        fail("--memory draws a panel under each chart of --gantt: add --gantt FILE.png")
-    check_outputs(json_out, figures=(gantt,))
+    _check_flags(scenario_arg, scenario, memory, gantt, json_out)
     base = build_scenario(scenario_arg or scenario, cost=cost, semantics=semantics,
                           comm_stream=comm_stream, eager_threshold=eager_threshold,
                           launch_cost=launch_cost, lazy_init=lazy_init, init_cost=init_cost,
                           message_bytes=message_bytes, latency=latency, bandwidth=bandwidth)
-    ranks = base.schedule.ranks if ranks is None else ranks       # else the scenario's
-    microbatches = base.schedule.microbatches if microbatches is None else microbatches
-    if ranks is None or microbatches is None:
-        fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
-             "sets them)")
+    ranks, microbatches = _size(base, ranks, microbatches)
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [schedules] if schedules else None
     if model_overlap is not None:
@@ -190,15 +179,27 @@ def compare(
         if gantt is not None:
             ph.step(f"drawing {gantt}")
             _draw_compare(res, gantt, mm if memory else None)
-    if quiet:
-        write_json(json_out, lambda: compare_records(res, ranks, base.costs))
-        unit = res.unit + ("s" if res.unit == "slot" else "")
-        for r in res.rows:
-            console.print(f"{escape(r.schedule)}: makespan {fmt_t(r.makespan)} "
-                          f"{escape(unit)}, bubble ratio {r.bubble_ratio:.3f}",
-                          highlight=False, soft_wrap=True)
-        return
-    _print_compare(res, base.costs, mm, ranks, microbatches, json_out)
+    _print_compare(res, base.costs, mm, ranks, microbatches, json_out, quiet)
+
+
+def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
+                 gantt: Path | None, json_out: Path | None) -> None:
+    """Refuse contradicting flags and unwritable outputs of ``compare`` (exit 2)."""
+    if scenario_arg is not None and scenario is not None:
+        fail("give the scenario once: as the argument or as --scenario, not both")
+    if memory and gantt is None:
+        fail("--memory draws a panel under each chart of --gantt: add --gantt FILE.png")
+    check_outputs(json_out, figures=(gantt,))
+
+
+def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[int, int]:
+    """``(ranks, microbatches)`` of ``compare``: the flags, else the scenario's."""
+    ranks = base.schedule.ranks if ranks is None else ranks
+    microbatches = base.schedule.microbatches if microbatches is None else microbatches
+    if ranks is None or microbatches is None:
+        fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
+             "sets them)")
+    return ranks, microbatches
 
 
 def _shared_params(**given: Any) -> dict[str, dict]:
@@ -241,9 +242,17 @@ def compare_records(res: Any, ranks: int, costs: CostModel) -> list[dict]:
 
 
 def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
-                   microbatches: int, json_out: Path | None) -> None:
-    """Print the result of ``compare`` (header, table, notes, skipped schedules) and
-    write its --json records."""
+                   microbatches: int, json_out: Path | None, quiet: bool = False) -> None:
+    """Print the result of ``compare`` (header, table, notes, skipped schedules; with
+    ``quiet`` one line per schedule) and write its --json records."""
+    if quiet:
+        write_json(json_out, lambda: compare_records(res, ranks, costs))
+        unit = res.unit + ("s" if res.unit == "slot" else "")
+        for r in res.rows:
+            console.print(f"{escape(r.schedule)}: makespan {fmt_t(r.makespan)} "
+                          f"{escape(unit)}, bubble ratio {r.bubble_ratio:.3f}",
+                          highlight=False, soft_wrap=True)
+        return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
     model = costs._derived is not None       # its [model] layers are per stage
     note = None if per_rank_costs else per_op_note(

@@ -201,6 +201,9 @@ class JobSpec(BaseModel):
     deadline: float | None = None
     out_dir: str | None = None
     task: Literal["replay", "check-collectives"] = "replay"
+    #: check-collectives on the user's operators: ``{"g": spec, "f": spec}`` (``f``
+    #: optional), each ``MODULE:NAME`` or ``FILE.py:NAME``
+    functions: dict[str, str] | None = None
 
 
 #: what the pre-check tells the user about the comm semantics of the real backends
