@@ -22,3 +22,12 @@ DetailOpt = Annotated[bool, typer.Option(
     "--detail", help="Gantt: draw each op's compute and collective pieces (a scenario "
     "with a \\[model], or a timeline with pieces: 'simulate --json' with a \\[model], a "
     "TP replay).")]
+HighlightOpt = Annotated[Optional[list[str]], typer.Option(
+    "--highlight", metavar="KIND:SRC:DST:MB", help="Gantt: draw this message bold and "
+    "annotated, e.g. B:5:4:0 (the input gradient of mb 0 from rank 5 to 4; repeatable).")]
+WindowOpt = Annotated[Optional[str], typer.Option(
+    "--window", metavar="START:END", help="Gantt: only this time range (in the cost "
+    "unit), e.g. 10:30.")]
+ShowRanksOpt = Annotated[Optional[str], typer.Option(
+    "--show-ranks", metavar="LIST", help="Gantt: only these ranks, e.g. 0-3,60-63 (no "
+    "arrows).")]

@@ -32,7 +32,16 @@ from schedsim.cli.common import (
     warn_costs,
     write_text_out,
 )
-from schedsim.cli.options import ArrowsOpt, DetailOpt, GanttOpt, MemoryOpt, StallsOpt
+from schedsim.cli.options import (
+    ArrowsOpt,
+    DetailOpt,
+    GanttOpt,
+    HighlightOpt,
+    MemoryOpt,
+    ShowRanksOpt,
+    StallsOpt,
+    WindowOpt,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.sim.simulate import simulate as run_simulation
@@ -103,6 +112,9 @@ def simulate(
     memory: MemoryOpt = False,
     stalls: StallsOpt = False,
     detail: DetailOpt = False,
+    highlight: HighlightOpt = None,
+    window: WindowOpt = None,
+    show_ranks: ShowRanksOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
@@ -122,7 +134,11 @@ def simulate(
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail, detail)
+    from schedsim.cli.render import gantt_options
+
+    view = gantt_options(False, False, False, highlight, window, show_ranks)
+    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail
+                   or len(view) > 3, detail)
     with Phases(quiet) as ph:
         ph.step("building the program")
         prog = sc.build_program()
@@ -133,7 +149,8 @@ def simulate(
 
             ph.step("attaching the compute and collective pieces")
             attach_pieces(tl, sc.stage_costs())     # only these outputs show them
-        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail))
+        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail),
+                       view)
         if tl.deadlock is not None:
             ph.step("looking for a fix of the deadlock")
             warn_costs(sc, tl)
@@ -158,8 +175,8 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
 
         check_figure_path(gantt)
     elif drawing:
-        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
-                            "chart: add --gantt FILE.png")
+        raise ScenarioError("--arrows, --memory, --stalls, --detail, --highlight, --window "
+                            "and --show-ranks draw on the Gantt chart: add --gantt FILE.png")
     if detail and sc.model is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
@@ -172,16 +189,18 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
 
 def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
                    json_out: Path | None, trace: Path | None,
-                   draw_flags: tuple[bool, bool, bool, bool]) -> None:
+                   draw_flags: tuple[bool, bool, bool, bool], view: dict | None = None
+                   ) -> None:
     """Write the outputs of ``simulate`` all together, or none (a trace: only of a run
-    that completed). ``draw_flags``: arrows, memory, stalls, detail."""
+    that completed). ``draw_flags``: arrows, memory, stalls, detail; ``view``: the
+    highlight, window and ranks of :func:`~schedsim.cli.render.gantt_options`."""
     with output_group() as outs:
         if json_out:
             ph.step(f"writing {json_out}")
             tl.write_json(outs.path(json_out))
         if gantt:
             ph.step(f"drawing {gantt}")
-            _draw(sc, tl, outs.path(gantt), *draw_flags)
+            _draw(sc, tl, outs.path(gantt), *draw_flags, view=view)
         if trace and tl.deadlock is None:
             from schedsim.interop.perfetto import write_trace
 
@@ -190,13 +209,13 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
-          stalls: bool, detail: bool = False) -> None:
+          stalls: bool, detail: bool = False, view: dict | None = None) -> None:
     """The Gantt chart of ``tl`` (a deadlocked run: what ran before it) to ``path``."""
     from schedsim.cli.render import gantt_options
     from schedsim.plot import gantt as draw, resolve_model, save_figure
 
     model = resolve_model(sc.memory or True) if memory else None
-    opts = gantt_options(arrows, model, stalls)
+    opts = {**(view or {}), **gantt_options(arrows, model, stalls)}
     if detail:
         opts["detail"] = True
     save_figure(draw(tl, **opts), path)
