@@ -122,3 +122,151 @@ def test_usage_errors_are_one_line(args, want):
     err = p.stderr.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert want in err and "--help" in err and "╭" not in err
+
+
+# -- class 8: loose types --------------------------------------------------------------
+#: (table, key, a value of the wrong type that lax parsing took): quoted numbers and
+#: booleans where a number goes, a quoted boolean where a boolean goes
+LOOSE = [
+    ("schedule", "ranks", '"2"'), ("schedule", "microbatches", "true"),
+    ("costs", "F", "true"), ("costs", "F", '"1"'), ("costs", "message_bytes", '"1e6"'),
+    ("link", "latency", '"0.5"'), ("link", "bandwidth", "true"),
+    ("comm", "launch_cost", '"0.1"'), ("comm", "lazy_init", '"true"'),
+    ("comm", "eager_threshold_bytes", "false"),
+    ("model", "layers", '"2"'), ("model", "tp", "true"), ("model", "activation_bytes", '"1"'),
+    ("model", "sequence_parallel", '"yes"'), ("model", "topk", "1.5"),
+    ("memory", "F", '"1"'), ("memory", "B", "true"),
+]
+
+
+@pytest.mark.parametrize("table,key,value", LOOSE, ids=[f"{t}.{k}={v}" for t, k, v in LOOSE])
+def test_loose_types_are_refused_with_the_type_expected(tmp_path, table, key, value):
+    """``F = true`` was 1, ``F = "1"`` and ``ranks = "2"`` numbers: each key of the scenario
+    is now read strictly, the message naming the key, the type expected and the value."""
+    body = {"schedule": 'name = "1f1b"\nranks = 2\nmicrobatches = 4\n', "costs": "",
+            "link": "", "comm": 'semantics = "rendezvous"\n', "model": "", "memory": ""}
+    body[table] = "\n".join(line for line in body[table].splitlines()
+                            if not line.startswith(f"{key} ")) + f"\n{key} = {value}\n"
+    text = "".join(f"[{t}]\n{b}\n" for t, b in body.items() if b.strip() or t == table)
+    p = tmp_path / "loose.toml"
+    p.write_text(text)
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 2, (text, r.output)
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and key in err, err
+    assert "should be a valid" in err or "Input should be" in err, err
+
+
+def test_integer_table_keys_and_whole_numbers_still_read(tmp_path):
+    """Strictness refuses the wrong type, not TOML's own forms: per-stage tables keyed by
+    number and whole numbers where a float goes."""
+    p = tmp_path / "ok.toml"
+    p.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                 '[costs]\nF = 1\nBW = 2\n[costs.stage.1]\nF = 2\n[link]\nlatency = 0\n')
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 0, r.output
+
+
+# -- class 7: silent modelling defaults ------------------------------------------------
+def _model_scenario(tmp_path, tp: str, links: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(f'[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n[model]\nlayers = 2\n'
+                 f'tp = {tp}\nactivation_bytes = 1e6\n[model.links]\n{links}\n')
+    return p
+
+
+def test_a_tp_group_wider_than_a_node_needs_the_inter_link(tmp_path):
+    """tp = 8 ran 105.6 and tp = 9 30: the 9-GPU group fell on the unset inter-node link,
+    free. Now it is refused, naming the key to set; with it set, tp = 9 costs more than 8."""
+    intra = "intra = { bandwidth = 1e5 }"
+    r = run("simulate", _model_scenario(tmp_path, "9", intra), "-q")
+    assert r.exit_code == 2 and "set [model.links] inter" in r.stderr, r.output
+
+    def makespan(tp: str, links: str) -> float:
+        p = tmp_path / "tl.json"
+        assert run("simulate", _model_scenario(tmp_path, tp, links), "-q", "--json",
+                   p).exit_code == 0
+        return json.loads(p.read_text())["makespan"]
+
+    both = intra + "\ninter = { bandwidth = 2e4 }"
+    assert makespan("9", both) > makespan("8", both) > 0
+
+
+def test_absurd_group_sizes_are_bounded_by_the_work_limits(tmp_path):
+    r = run("simulate", _model_scenario(tmp_path, str(10 ** 30), ""), "-q")
+    assert r.exit_code == 2 and "above the limit of 4,096 ranks" in r.stderr, r.output
+
+
+# -- class 5: terminal control sequences -----------------------------------------------
+#: ESC sequences a name may carry: OSC (window title), CSI (clear screen), a bare ESC and
+#: a C1 control
+CONTROL_NAMES = ["a\x1b]0;pwned\x07b", "\x1b[2Jcleared", "x\x1bcy", "z\x9bq"]
+
+
+@pytest.mark.parametrize("name", CONTROL_NAMES, ids=["osc", "csi", "esc", "c1"])
+@pytest.mark.parametrize("field", ["schedule", "unit"])
+@pytest.mark.parametrize("command", ["stalls", "memory", "align", "render"])
+def test_control_sequences_in_names_never_reach_the_terminal(tmp_path, timeline, name,
+                                                             field, command):
+    """A Timeline's texts are valid data with ESC sequences in them: every command prints
+    them as escapes (``\\x1b``), and matplotlib draws them without a glyph warning."""
+    import warnings
+
+    p = tmp_path / "esc.json"
+    p.write_text(json.dumps({**timeline, field: name}))
+    extra = ["-o", tmp_path / "esc.png"] if command == "render" else []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(command, p, *extra)
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x9b" not in r.output and "\x07" not in r.output
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+
+
+def test_a_file_name_with_control_characters_is_printed_escaped(tmp_path, timeline):
+    p = tmp_path / "we\x1b[2Jird.json"
+    p.write_text(json.dumps({**timeline, "semantics": "bogus"}))
+    r = run("stalls", p)
+    assert r.exit_code == 2 and "\\x1b" in r.stderr and "\x1b" not in r.stderr
+
+
+# -- class 4: outputs ------------------------------------------------------------------
+def _traces(tmp_path):
+    from test_trace_import import runtime_traces
+
+    return runtime_traces(tmp_path)
+
+
+def test_import_trace_json_and_program_out_on_one_path(tmp_path):
+    a, b = _traces(tmp_path)
+    x = tmp_path / "x"
+    r = run("import-trace", a, b, "--json", x, "--program-out", x)
+    assert r.exit_code == 2 and "both write" in r.stderr, r.output
+    assert not x.exists()
+
+
+def test_json_inside_the_out_dir_it_creates(tmp_path):
+    """``check-trace --json od/x.json --out-dir od`` said the folder did not exist though
+    --out-dir creates it; ``--json od/NAME-errors.json`` overwrote the out-dir's own
+    file. Now the first runs and the second is refused before any work."""
+    a, b = _traces(tmp_path)
+    od = tmp_path / "od"
+    r = run("check-trace", a, b, "--json", od / "x.json", "--out-dir", od, "--name", "pp")
+    assert r.exit_code == 0, r.output
+    assert (od / "x.json").exists() and (od / "pp-errors.json").exists()
+    od2 = tmp_path / "od2"
+    r = run("check-trace", a, b, "--json", od2 / "pp-errors.json", "--out-dir", od2,
+            "--name", "pp")
+    assert r.exit_code == 2 and "--json and --out-dir both write" in r.stderr, r.output
+    assert not od2.exists()
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/abs/name", "..", ".hidden"])
+def test_names_never_leave_the_out_dir(tmp_path, name):
+    a, b = _traces(tmp_path)
+    od = tmp_path / "deep" / "od"
+    before = set(tmp_path.rglob("*"))
+    r = run("check-trace", a, b, "--out-dir", od, "--name", name)
+    assert r.exit_code == 0, r.output
+    made = sorted(p for p in set(tmp_path.rglob("*")) - before if p.is_file())
+    assert len(made) == 6 and all(p.parent == od for p in made), made

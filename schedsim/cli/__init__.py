@@ -49,7 +49,9 @@ def main() -> None:
             e.show()
             sys.exit(e.exit_code)
         sub = e.ctx.command_path if e.ctx is not None else "schedsim"
-        msg = " ".join(e.format_message().split())
+        from schedsim.util.text import terminal_safe
+
+        msg = terminal_safe(" ".join(e.format_message().split()))
         print(f"error: {msg} (see '{sub} --help')", file=sys.stderr)
         sys.exit(2)
     except abort:               # Ctrl-C at a prompt

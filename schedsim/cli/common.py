@@ -17,9 +17,21 @@ from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
 
+class _TerminalSafeConsole(Console):
+    """A rich console that writes every string it renders (printed text, table cells,
+    titles, status lines) terminal-safe (:func:`schedsim.util.text.terminal_safe`): names
+    that are valid data (a schedule ``name``, a ``title``, a file name) never reach the
+    terminal as control sequences."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        from schedsim.util.text import terminal_safe
+
+        return super().render_str(terminal_safe(text), **kwargs)
+
+
 # emoji=False: ``:x:`` in a schedule name or quoted input stays text (schedsim.util.text)
-console = Console(emoji=False)
-err_console = Console(stderr=True, emoji=False)
+console = _TerminalSafeConsole(emoji=False)
+err_console = _TerminalSafeConsole(stderr=True, emoji=False)
 
 
 #: characters of an error message printed at most (a message never copies bulk input)
@@ -91,7 +103,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
 
 #: command parameters that name output files, with their flags (checked by handle_errors)
 OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
-                 "out": "--out"}
+                 "out": "--out", "program_out": "--program-out", "html_out": "--html"}
 #: command parameters that name input files
 INPUT_PARAMS = ("scenario", "scenario_arg", "program", "schedule_file", "costs_file",
                 "timeline", "overlay", "traces")
