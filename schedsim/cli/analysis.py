@@ -340,8 +340,9 @@ def query(
         comm = sc.comm.model_copy(update={"semantics": sem})
         answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
     write_json(json_out, [a.to_dict() for a in answers])
+    data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     for a in answers:
-        for line in headline(a):
+        for line in headline(a, data_t):
             console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(_query_table(answers, causes, eff))
     for a in answers:

@@ -42,11 +42,19 @@ def report(errors: Any, measured: Any) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     late, total = send_waits_before_recv(measured)
     if total:
-        like = ("rendezvous" if late == total else "eager" if late == 0 else
-                "neither semantics throughout")
-        console.print(f"sends: {late} of {total} whose wait began before the matching recv "
-                      f"was posted completed only after it ({measured.semantics} behaved "
-                      f"like {like} here)", highlight=False, soft_wrap=True)
+        console.print(semantics_line(late, total, measured.semantics), highlight=False,
+                      soft_wrap=True)
+
+
+def semantics_line(late: int, total: int, backend: str) -> str:
+    """What the measured sends say about the backend: of the ``total`` sends whose wait
+    began before the matching recv was posted, ``late`` completed only after it (as
+    under rendezvous), the others before it (as under eager)."""
+    like = ("rendezvous" if late == total else "eager" if late == 0 else
+            f"neither semantics throughout: {late} send{'s' if late != 1 else ''} like "
+            f"rendezvous, {total - late} like eager")
+    return (f"sends: {late} of {total} whose wait began before the matching recv was "
+            f"posted completed only after it ({backend} behaved like {like} here)")
 
 
 def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:

@@ -69,10 +69,26 @@ def warn(message: str) -> None:
 def warn_costs(sc: Scenario, tl: Any) -> None:
     """A warning (stderr) for each cost of ``sc`` that is probably not what the user
     meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
-    from schedsim.report.advice import cost_warnings, run_kinds
+    from schedsim.report.advice import cost_warnings, policy_warnings, run_kinds
 
-    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
+    s = sc.schedule
+    for w in (cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics)
+              + policy_warnings(s.name or "", s.ranks, s.microbatches, s.comm_policy)
+              + lazy_init_warnings(sc, tl.semantics)):
         warn(w)
+
+
+def lazy_init_warnings(sc: Scenario, semantics: str) -> list[str]:
+    """``--lazy-init`` on a program without a bare P2P changes nothing: say so."""
+    if not sc.comm.lazy_init or semantics == "data":
+        return []
+    from schedsim.sim.compile import first_touch_order
+
+    if any(first_touch_order(sc.build_program())):
+        return []
+    return ["--lazy-init changes nothing here: every send and recv of this program is in a "
+            "BATCH (batch_isend_irecv), and lazy communicator init happens only at a bare "
+            "send/recv (NCCL creates a 2-rank communicator at the first one)"]
 
 
 _UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")

@@ -404,14 +404,29 @@ def diff(
         t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_t(o.start_a),
                   fmt_t(o.start_b), fmt_t(o.delta), "moved" if o.moved else "")
     console.print(t)
-    moved_f = [o for o in d.moved() if o.op.endswith(tuple("0123456789")) and "F" in o.op
-               and "BW" not in o.op and o.pos_b < o.pos_a]
-    console.print(f"{len(d.moved())} ops change position ({len(moved_f)} forwards run "
-                  f"earlier in B: " + ", ".join(f"{o.op}@r{o.rank}" for o in moved_f[:12])
-                  + (" ..." if len(moved_f) > 12 else "") + f"); {len(d.shifted())} ops "
-                  f"start at another time", highlight=False)
+    console.print(escape(moved_line(d)), highlight=False)
     console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
                   f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
+
+
+def moved_line(d: Any) -> str:
+    """The line under ``diff``'s table: how many ops change position (and which forwards
+    run earlier in B, the first 12) and how many start at another time."""
+    def n(k: int, what: str) -> str:
+        return f"{k} {what}{'' if k == 1 else 's'}"
+
+    moved = d.moved()
+    fwd = [o for o in moved if o.op.endswith(tuple("0123456789")) and "F" in o.op
+           and "BW" not in o.op and o.pos_b < o.pos_a]
+    shifted = len(d.shifted())
+    starts = f"{n(shifted, 'op')} start{'s' if shifted == 1 else ''} at another time"
+    if not moved:
+        return f"no op changes position; {starts}"
+    which = (f"{n(len(fwd), 'forward')} run{'s' if len(fwd) == 1 else ''} earlier in B: "
+             + ", ".join(f"{o.op}@r{o.rank}" for o in fwd[:12])
+             + (" ..." if len(fwd) > 12 else "")) if fwd else "no forward runs earlier in B"
+    verb = "changes" if len(moved) == 1 else "change"
+    return f"{n(len(moved), 'op')} {verb} position ({which}); {starts}"
 
 
 @app.command()
