@@ -27,6 +27,7 @@ from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.errors import SchedsimError
 from schedsim.scenario import _generated_stages, parse_scenario
+from schedsim.scenario_flags import parse_value
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 
@@ -140,20 +141,6 @@ class _Job:
     per_rank_costs: bool
     label: str = ""
     keep: bool = False
-
-
-def parse_value(text: str) -> Any:
-    """A parameter value written as text: ``true``/``false``, an int, a float, or the
-    text itself."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text.strip()
 
 
 def parse_schedules(text: str | Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -26,12 +26,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.generators",),
     ("schedsim.analysis",),
     ("schedsim.interop",),
-    ("schedsim.scenario",),
+    ("schedsim.scenario", "schedsim.scenario_flags"),
     ("schedsim.sweep",),
     ("schedsim.plot",),
     ("schedsim.report",),
     ("schedsim.search",),
     ("schedsim.replay",),
+    ("schedsim.api",),
     ("schedsim.cli", "schedsim.__main__", "schedsim.replay.__main__"),
 )
 #: the package's own ``__init__`` re-exports the public API from every layer

@@ -14,8 +14,8 @@ import typer
 from schedsim.cli import helptext  # noqa: F401  (tidies typer's --help)
 from schedsim.cli.tables import Console
 from schedsim.errors import SchedsimError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import parse_cost_string
+from schedsim.scenario import Scenario
+from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
 
 class _TerminalSafeConsole(Console):
     """A rich console that writes every string it renders (printed text, table cells,
@@ -310,102 +310,15 @@ PlacementOpt = Annotated[Optional[str], typer.Option(
     "--placement", help="loop | v | dual (with --program / --schedule-file).")]
 
 
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def key_values(items: list[str] | None, flag: str, hint: str = "") -> dict[str, Any]:
-    """``KEY=VALUE`` flag items as a dict: keys with ``-`` read as ``_``, values as bool,
-    int, float or text. Exits 2 naming ``flag`` (and ``hint``) on an item without ``=``."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        if "=" not in item:
-            fail(f"bad {flag} {item!r}: expected KEY=VALUE{hint}")
-        k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = _value(v.strip())
-    return out
-
-
-def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
-                   ranks: int | None = None, microbatches: int | None = None,
-                   chunks: int | None = None, variant: str | None = None,
-                   mem_limit: float | None = None, param: list[str] | None = None,
-                   cost: str | None = None, semantics: str | None = None,
-                   comm_stream: str | None = None, eager_threshold: float | None = None,
-                   launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
-                   message_bytes: float | None = None, latency: float | None = None,
-                   bandwidth: float | None = None, comm_policy: str | None = None,
-                   program: Path | None = None, schedule_file: Path | None = None,
-                   stages: int | None = None, placement: str | None = None) -> Scenario:
-    """A :class:`Scenario` from a TOML file (optional) with the CLI flags applied on top.
+def build_scenario(scenario: Path | None = None, **flags: Any) -> Scenario:
+    """A :class:`Scenario` from a TOML file (optional) with the CLI flags applied on top
+    (:func:`schedsim.scenario_flags.build_scenario`, the one home of that rule).
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
-    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
-    if scenario is not None:
-        sc = load_scenario(scenario)
-        # exclude_unset: what the file did not set stays unset, so that the cost warnings
-        # (schedsim.report.advice) know which costs the user gave
-        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
-        base = sc.base_dir
-    else:
-        data, base = {}, "."
-    sched = data.setdefault("schedule", {})
-    if program is not None or schedule_file is not None:
-        for k in ("name", "program", "schedule_file"):
-            sched.pop(k, None)
-    for k, v in (("name", schedule), ("ranks", ranks), ("microbatches", microbatches),
-                 ("chunks", chunks), ("variant", variant), ("mem_limit", mem_limit),
-                 ("comm_policy", comm_policy), ("stages", stages), ("placement", placement),
-                 ("program", str(program.resolve()) if program else None),
-                 ("schedule_file", str(schedule_file.resolve()) if schedule_file else None)):
-        if v is not None:
-            sched[k] = v
-    sched.update(key_values(param, "--param"))
-    if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
-            exclude_unset=True)
-    comm = data.setdefault("comm", {})
-    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
-        if v is not None:
-            comm[k] = v
-    if message_bytes is not None:
-        data.setdefault("costs", {})["message_bytes"] = message_bytes
-    link = data.setdefault("link", {})
-    if latency is not None:
-        link["latency"] = latency
-    if bandwidth is not None:
-        link["bandwidth"] = bandwidth
-    return parse_scenario(data, str(scenario) if scenario else "command line", base)
+    from schedsim.scenario_flags import build_scenario as build
 
-
-def _check_choices(**flags: str | None) -> None:
-    """Refuse a flag value outside its choices, with a typo suggestion."""
-    from schedsim.program.ir import PLACEMENTS
-    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
-    from schedsim.util.suggest import did_you_mean
-
-    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
-    for name, value in flags.items():
-        ok = choices[name]
-        if value is not None and value.replace("_", "-") not in ok \
-                and not (name == "semantics" and value == "all"):
-            from schedsim.errors import ScenarioError
-
-            raise ScenarioError(f"unknown --{name.replace('_', '-')} {value!r}"
-                                f"{did_you_mean(value, ok)}: expected one of "
-                                f"{', '.join(ok)}")
+    return build(scenario, **flags)
 
 
 def write_text_out(path: Path | None, text: str) -> None:
