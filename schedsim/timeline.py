@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Se
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from schedsim.timeline_view import NotebookViews
 from schedsim.util.lazy import LazyFields
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class Deadlock(BaseModel):
     cycle: list[CycleStep]
 
 
-class Timeline(LazyFields):
+class Timeline(NotebookViews, LazyFields):
     """Spans, messages and waits of one execution, with summary statistics.
 
     A simulated timeline builds its ``spans``, ``messages`` and ``waits`` lists on first
@@ -272,33 +273,6 @@ class Timeline(LazyFields):
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)
 
-    # -- notebooks: a short repr, an HTML summary and (with schedsim.plot) the Gantt chart
-    def __repr__(self) -> str:
-        how = (f"measured on {self.semantics}" if self.source == "measured"
-               else f"{self.semantics} semantics")
-        end = ("DEADLOCK" if self.deadlock is not None else
-               f"makespan {self.makespan:g} {self.unit}"
-               f"{'s' if self.unit == 'slot' and self.makespan != 1 else ''}, bubble "
-               f"{self.bubble_ratio():.3f}")
-        return (f"<Timeline {self.schedule}: {self.ranks} ranks x {self.microbatches} "
-                f"microbatches, {how}, {end}>")
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        """The summary and the per-rank table as HTML (text escaped)."""
-        from html import escape
-
-        rows = "".join(f"<tr><td>{r.rank}</td><td>{r.busy:g}</td><td>{r.idle:g}</td>"
-                       f"<td>{r.bubble_ratio:.3f}</td></tr>" for r in self.per_rank)
-        return (f"<p><b>{escape(repr(self)[1:-1])}</b></p><table><tr><th>rank</th>"
-                f"<th>busy</th><th>idle</th><th>bubble ratio</th></tr>{rows}</table>")
-
-    def _repr_png_(self) -> bytes | None:
-        """The Gantt chart as PNG bytes, once :mod:`schedsim.plot` (or
-        :mod:`schedsim.api`) is imported (it registers the drawing); else None."""
-        return None if PNG_VIEW[0] is None else PNG_VIEW[0](self)
-
     def write_json(self, path: str | Path) -> None:
         """Write the JSON atomically (no partial file on failure)."""
         from schedsim.util.files import atomic_write_text
@@ -328,11 +302,6 @@ class Timeline(LazyFields):
                                     f"{first_error(e)}{more}") from None
             check_timeline(tl, path)
             return tl
-
-
-#: the function drawing a Timeline as PNG bytes for notebooks (set by schedsim.plot, a
-#: layer above: the model does not import it)
-PNG_VIEW: list[Callable[["Timeline"], bytes] | None] = [None]
 
 
 def summarize_spans(ranks: int, rank: Sequence[int] | np.ndarray,

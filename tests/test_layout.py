@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.errors",),
     ("schedsim.util",),
     ("schedsim.program",),
-    ("schedsim.timeline", "schedsim.timeline_check"),
+    ("schedsim.timeline", "schedsim.timeline_check", "schedsim.timeline_view"),
     ("schedsim.sim",),
     ("schedsim.generators",),
     ("schedsim.analysis",),

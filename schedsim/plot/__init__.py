@@ -26,7 +26,8 @@ from schedsim.plot.overlay import (
     op_start_errors,
     overlay,
 )
-from schedsim.timeline import PNG_VIEW, Timeline
+from schedsim.timeline import Timeline
+from schedsim.timeline_view import PNG_VIEW
 from schedsim.plot.style import (
     KIND_COLORS,
     KIND_NAMES,
