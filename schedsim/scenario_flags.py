@@ -82,6 +82,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
         if v is not None:
             sched[k] = v
     sched.update(key_values(param, "--param"))
+    _no_foreign_keys(sched)
     if cost is not None:
         data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
             exclude_unset=True)
@@ -117,3 +118,14 @@ def _check_choices(**flags: str | None) -> None:
             raise ScenarioError(f"unknown --{name.replace('_', '-')} {value!r}"
                                 f"{did_you_mean(value, ok)}: expected one of "
                                 f"{', '.join(ok)}")
+
+
+def _no_foreign_keys(sched: dict[str, Any]) -> None:
+    """Refuse a [schedule] key (or --param) that is another tool's name for a schedsim
+    setting (``num_microbatches``), naming schedsim's."""
+    from schedsim.generators import foreign_key_hint
+
+    for k in sched:
+        hint = foreign_key_hint(k)
+        if hint is not None:
+            raise ScenarioError(f"[schedule] {hint}")

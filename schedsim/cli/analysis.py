@@ -31,7 +31,8 @@ from schedsim.util.files import atomic_write_text
 from schedsim.util.text import rich_escape
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
-    "--json", help="Write the records as JSON (atomically).")]
+    "--json", help="Write the records as JSON (atomically; - for stdout).",
+    rich_help_panel="Outputs")]
 #: rows ``align`` prints unless --limit / --all say otherwise
 ALIGN_LIMIT = 40
 

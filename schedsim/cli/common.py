@@ -124,6 +124,17 @@ OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
 INPUT_PARAMS = ("scenario", "scenario_arg", "program", "schedule_file", "costs_file",
                 "timeline", "overlay", "traces")
 
+def _version_flag(value: bool) -> None:
+    from schedsim.cli import _version
+
+    _version(value)
+
+
+VersionOpt = Annotated[bool, typer.Option(
+    "--version", callback=_version_flag, is_eager=True, help="Print the version and exit.")]
+TablesQuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Only the summary lines: no table, no progress.")]
+
 FormatOpt = Annotated[str, typer.Option(
     "--format", metavar="table|csv|json", help="How tables are printed: table (for "
     "people), csv or json (every table row, cells as printed, on stdout; the other lines "
@@ -162,8 +173,10 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
     :mod:`schedsim.util.limits`), one :func:`~schedsim.util.files.io_session` (outputs
     named by :data:`OUTPUT_PARAMS` claimed at once, so ``--json x --trace x`` or an output
     that is an input fails before any work) and :func:`~schedsim.util.signals.stop_signals`.
-    With ``tables``, the ``--format table|csv|json`` option it adds; with or without,
+    With ``tables``, the ``--format table|csv|json`` option it adds (and ``-q``: only the
+    summary lines, no table, unless the command has its own ``quiet``); with or without,
     an output given as ``-`` keeps stdout for that data (:mod:`schedsim.cli.tables`).
+    Every command gets ``--version``.
     """
     if fn is None:
         return functools.partial(handle_errors, limits=limits, tables=tables)
@@ -179,10 +192,12 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
 
         items = kwargs.pop("max_limits", None) if limits else None
         fmt = kwargs.pop("out_format", "table") if tables else "table"
+        kwargs.pop("show_version", None)
+        quiet_tables = kwargs.pop("quiet_tables", False)
         dash = any(str(kwargs.get(n)) == "-" for n in OUTPUT_PARAMS)
         try:
             with stop_signals(), io_session(), using(**parse_limits(items)), \
-                    stdout_data(fmt, dash):
+                    stdout_data(fmt, dash, quiet_tables):
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
         except SchedsimError as e:
@@ -199,10 +214,13 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
             fail(f"cannot use the input{'s' if len(inputs) > 1 else ''} "
                  f"{', '.join(inputs) or 'given'}: {decoding_reason(e)}", 2)
 
+    sig = inspect.signature(fn)
+    own_quiet = "quiet" in sig.parameters
     extra = ([("out_format", "table", FormatOpt)] if tables else []) + \
-        ([("max_limits", None, LimitOpt)] if limits else [])
+        ([("quiet_tables", False, TablesQuietOpt)] if tables and not own_quiet else []) + \
+        ([("max_limits", None, LimitOpt)] if limits else []) + \
+        [("show_version", False, VersionOpt)]
     if extra:
-        sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
         params = [p.replace(annotation=hints.get(n, p.annotation))
                   for n, p in sig.parameters.items()]
@@ -343,6 +361,21 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
     ("placement", PlacementOpt),
 ]
+#: the --help panel of each shared scenario flag (typer's rich_help_panel)
+_PANELS = {"Schedule": ("schedule", "ranks", "microbatches", "chunks", "variant",
+                        "mem_limit", "program", "schedule_file", "stages", "placement"),
+           "Costs and links": ("cost", "message_bytes", "latency", "bandwidth",
+                               "launch_cost"),
+           "Comm": ("semantics", "comm_stream", "eager_threshold", "lazy_init", "init_cost",
+                    "comm_policy", "param")}
+for _panel, _names in _PANELS.items():
+    for _n, _a in _SCENARIO_PARAMS:
+        if _n in _names:
+            _a.__metadata__[0].rich_help_panel = _panel
+for _a, _panel in ((FormatOpt, "Outputs"), (LimitOpt, "Run"), (VersionOpt, "Run"),
+                   (TablesQuietOpt, "Outputs")):
+    _a.__metadata__[0].rich_help_panel = _panel
+
 #: the flags that only say which program to run (no costs, links or semantics)
 PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",
                  "mem_limit", "param", "comm_policy", "program", "schedule_file", "stages",

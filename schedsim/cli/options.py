@@ -31,3 +31,7 @@ WindowOpt = Annotated[Optional[str], typer.Option(
 ShowRanksOpt = Annotated[Optional[str], typer.Option(
     "--show-ranks", metavar="LIST", help="Gantt: only these ranks, e.g. 0-3,60-63 (no "
     "arrows).")]
+
+for _a in (ArrowsOpt, MemoryOpt, StallsOpt, DetailOpt, HighlightOpt, WindowOpt, ShowRanksOpt):
+    _a.__metadata__[0].rich_help_panel = "Gantt chart"
+GanttOpt.__metadata__[0].rich_help_panel = "Outputs"

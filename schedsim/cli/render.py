@@ -77,7 +77,8 @@ def render(
     timeline: Annotated[Path, typer.Argument(
         help="Timeline JSON (from 'schedsim simulate --json' or a replay).")],
     out: Annotated[Path, typer.Option(
-        "--out", "-o", help="Figure file (.png, .svg or .pdf).")],
+        "--out", "-o", "--gantt", help="Figure file (.png, .svg or .pdf); --gantt as in "
+        "simulate.")],
     overlay: Annotated[Optional[Path], typer.Option(
         "--overlay", help="Second timeline JSON of the same ops: draw both, one half-row "
         "each, with per-op start error and makespan error in the title.")] = None,

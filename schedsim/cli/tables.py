@@ -25,9 +25,10 @@ class _Data:
     """What stdout carries in one command: ``fmt`` (csv/json: the tables printed, kept
     here until the end) and whether stdout is data at all (then the text goes to stderr)."""
 
-    def __init__(self, fmt: str, to_stdout: bool) -> None:
+    def __init__(self, fmt: str, to_stdout: bool, quiet: bool = False) -> None:
         self.fmt = fmt
         self.to_stdout = to_stdout or fmt != "table"
+        self.quiet = quiet and fmt == "table"
         self.tables: list[Any] = []
 
 
@@ -53,6 +54,8 @@ def capture_table(table: Any) -> bool:
     """Keep ``table`` (a rich Table) for the data output when ``--format`` is csv or json
     (True: kept, not printed)."""
     d = _data.get()
+    if d is not None and d.quiet:          # -q: the summary lines only
+        return True
     if d is None or d.fmt == "table":
         return False
     d.tables.append(table)
@@ -60,18 +63,19 @@ def capture_table(table: Any) -> bool:
 
 
 @contextmanager
-def stdout_data(fmt: str, to_stdout: bool) -> Iterator[None]:
+def stdout_data(fmt: str, to_stdout: bool, quiet: bool = False) -> Iterator[None]:
     """A command's run with ``--format fmt`` (one of :data:`FORMATS`) and ``to_stdout``
     (an output file is ``-``): on success, the tables it printed are written to stdout
     as CSV (a header row, then one row per table row; several tables are separated by an
     empty line) or JSON (a list of {column: cell}, cells as printed; several tables: an
-    object keyed by table title). Raises :class:`ScenarioError` for an unknown format."""
+    object keyed by table title); ``quiet`` (``-q``) prints no table. Raises
+    :class:`ScenarioError` for an unknown format."""
     if fmt not in FORMATS:
         from schedsim.util.suggest import did_you_mean
 
         raise ScenarioError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}: "
                             f"expected one of {', '.join(FORMATS)}")
-    d = _Data(fmt, to_stdout)
+    d = _Data(fmt, to_stdout, quiet)
     token = _data.set(d)
     try:
         yield
