@@ -88,7 +88,7 @@ def _memory_model(spec: object, model: str | None, fb_order: str | None) -> Memo
 
 CompareArg = Annotated[Optional[Path], typer.Argument(
     help="Scenario TOML file: its ranks, microbatches, costs, link, comm and \\[memory] "
-    "(its schedule is one of those compared only when --schedules names it).",
+    "(its \\[schedule] name is compared only when --schedules names it).",
     show_default=False, metavar="SCENARIO")]
 CompareMemoryOpt = Annotated[bool, typer.Option(
     "--memory", help="--gantt: an activation-memory panel under each schedule's chart "
