@@ -42,4 +42,4 @@ __all__ = [
     "Schedule", "Wait", "lower", "Scenario", "load_scenario", "Message", "Span", "Timeline",
     "validate_schedule",
 ]
-__version__ = "0.1.0"
+from schedsim.util.version import __version__  # noqa: E402

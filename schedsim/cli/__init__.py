@@ -24,7 +24,7 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     """``--version``: print the version and exit (an eager option of every command)."""
     if value:
-        from schedsim import __version__
+        from schedsim.util.version import __version__
 
         typer.echo(f"schedsim {__version__}")
         raise typer.Exit()
