@@ -127,7 +127,7 @@ class Scenario(BaseModel):
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
         if self.model is not None:
-            self.costs = self.costs.with_derived(StageCosts(self.model),
+            self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
         return self
 
@@ -302,67 +302,19 @@ def _no_policy_params(params: dict[str, Any], path: Path) -> None:
                             f"them, or add --comm-policy to re-lower its compute order")
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
-    """Field names allowed at the parent of ``loc`` in the Scenario model tree."""
-    import typing
-
-    model: object = Scenario
-    for part in loc[:-1]:
-        fields = getattr(model, "model_fields", None)
-        if fields is None or not isinstance(part, str) or part not in fields:
-            if isinstance(part, int) or fields is None:
-                continue
-            return []
-        ann = fields[part].annotation
-        for arg in (ann, *typing.get_args(ann)):
-            for sub in (arg, *typing.get_args(arg)):
-                if isinstance(sub, type) and hasattr(sub, "model_fields"):
-                    model = sub
-                    break
-    fields = getattr(model, "model_fields", {})
-    return [k for k in fields if k != "base_dir"]
-
-
-def _fmt_validation(e: ValidationError, source: str) -> str:
-    msgs = []
-    from schedsim.util.text import clip, shorten_quotes
-
-    for err in e.errors()[:3]:
-        loc = clip(".".join(str(x) for x in err["loc"]))
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(tuple(err["loc"]))
-            hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
-            msgs.append(f"unknown key '{loc}'{hint}")
-        else:
-            got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
-                   if err["type"].endswith(("_type", "_parsing")) else "")
-            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}{got}")
-    more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
-    return f"{source}: " + "; ".join(msgs) + more
-
-
-def _index_keys(data: Any) -> Any:
-    """``data`` with every table key that is a whole number (``[costs.stage.3]``: TOML
-    keys are strings) as an int, the per-stage tables' index; the rest as given."""
-    if isinstance(data, dict):
-        return {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k:
-                _index_keys(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_index_keys(v) for v in data]
-    return data
-
-
 def parse_scenario(data: dict[str, Any], source: str = "scenario",
                    base_dir: str = ".") -> Scenario:
     """Validate a scenario dict in pydantic's strict mode: a quoted number or a boolean
     where a number goes (``F = "1"``, ``F = true``, ``ranks = "2"``) is refused with the
     type expected and the one given, as the trace loader already did. Raises
     :class:`ScenarioError` naming the bad key."""
+    from schedsim.scenario_keys import format_validation, index_keys
+
     try:
-        sc = Scenario.model_validate({**_index_keys(data), "base_dir": base_dir},
+        sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
                                      strict=True)
     except ValidationError as e:
-        raise ScenarioError(_fmt_validation(e, source)) from None
+        raise ScenarioError(format_validation(e, source, Scenario)) from None
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
     return sc

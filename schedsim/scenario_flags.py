@@ -49,7 +49,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
+                   init_cost: float | None = None, connections: int | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -89,7 +89,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
+                 ("lazy_init", lazy_init), ("init_cost", init_cost),
+                 ("connections", connections)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.generators",),
     ("schedsim.analysis",),
     ("schedsim.interop",),
-    ("schedsim.scenario", "schedsim.scenario_flags"),
+    ("schedsim.scenario", "schedsim.scenario_flags", "schedsim.scenario_keys"),
     ("schedsim.sweep",),
     ("schedsim.plot",),
     ("schedsim.report",),

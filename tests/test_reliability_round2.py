@@ -270,3 +270,59 @@ def test_names_never_leave_the_out_dir(tmp_path, name):
     assert r.exit_code == 0, r.output
     made = sorted(p for p in set(tmp_path.rglob("*")) - before if p.is_file())
     assert len(made) == 6 and all(p.parent == od for p in made), made
+
+
+# -- class 6: signals at any moment ----------------------------------------------------
+def _signal_trial(folder: Path, signum: int, delay: float) -> tuple[int, str, list[str]]:
+    """Run a command that writes three outputs, send ``signum`` after ``delay`` seconds;
+    (exit code, stderr, the files left in ``folder``)."""
+    import subprocess
+    import sys
+
+    folder.mkdir()
+    args = [sys.executable, "-m", "schedsim", "simulate", "-s", "dualpipe", "-p", "8", "-m",
+            "32", "-q", "--json", folder / "a.json", "--gantt", folder / "b.png", "--trace",
+            folder / "c.json"]
+    p = subprocess.Popen([str(a) for a in args], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        p.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signum)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err, sorted(f.name for f in folder.iterdir())
+
+
+def test_signals_at_random_moments_leave_all_or_nothing(tmp_path):
+    """50 runs of a command writing three outputs, each sent SIGTERM or SIGINT at a
+    pseudo-random moment from 0.2 s (schedsim's first line runs well before; the
+    interpreter's own start-up is Python's) to past its end (delays spread over the measured
+    length of an undisturbed run): every run exits 0, 130 or 143 with at most one
+    ``error:`` line and no traceback or "Exception ignored", leaves all three outputs or
+    none, no temporary file, and says which it did."""
+    import random
+    import signal
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+    rc, err, files = _signal_trial(tmp_path / "undisturbed", signal.SIGTERM, 600)
+    length = time.monotonic() - t0
+    assert rc == 0 and files == ["a.json", "b.png", "c.json"], err
+    rng = random.Random(23)
+    trials = [(tmp_path / f"t{i}", (signal.SIGTERM, signal.SIGINT)[i % 2],
+               rng.uniform(0.2, 1.1 * length)) for i in range(50)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda t: _signal_trial(*t), trials))
+    codes = set()
+    for (folder, signum, delay), (rc, err, files) in zip(trials, results):
+        what = f"signal {signum} at {delay:.2f} s: rc {rc}, files {files}, stderr {err!r}"
+        codes.add(rc)
+        assert rc in (0, 128 + signum), what
+        assert "Traceback" not in err and "Exception ignored" not in err, what
+        assert files in ([], ["a.json", "b.png", "c.json"]), what
+        if rc:
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: stopped by "), what
+            assert ("no output written" in lines[0]) == (files == []), what
+    assert codes - {0}, "no trial was stopped: the delays missed the run"

@@ -84,10 +84,15 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
     if data.get("model") is None:
         raise ScenarioError("--model-overlap needs a scenario with a [model] table "
                             "(--scenario FILE)")
-    bad = [o for o in modes if o not in ("none", "domino", "fb")]
+    from typing import get_args
+
+    from schedsim.sim.stage_model import Overlap
+
+    known = get_args(Overlap)
+    bad = [o for o in modes if o not in known]
     if bad or len(modes) < 2:
-        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of none, "
-                            f"domino, fb, e.g. none,fb")
+        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of "
+                            f"{', '.join(known)}, e.g. none,fb")
     runs = []
     for mode in modes:
         sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},

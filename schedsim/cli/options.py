@@ -1,6 +1,7 @@
 """Options that several command modules declare alike (one home each): the Gantt chart
-flags of ``simulate``, ``render`` and ``compare``. The scenario flags live in
-:mod:`schedsim.cli.common`; an option one module alone uses is declared in that module."""
+flags of ``simulate``, ``render`` and ``compare``, and ``--connections``. The other
+scenario flags live in :mod:`schedsim.cli.common`; an option one module alone uses is
+declared in that module."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +23,9 @@ DetailOpt = Annotated[bool, typer.Option(
     "--detail", help="Gantt: draw each op's compute and collective pieces (a scenario "
     "with a \\[model], or a timeline with pieces: 'simulate --json' with a \\[model], a "
     "TP replay).")]
+ConnectionsOpt = Annotated[Optional[int], typer.Option(
+    "--connections", help="CUDA_DEVICE_MAX_CONNECTIONS of every rank (1..32, default 8): 1 "
+    "= one hardware queue, the kernels of all its streams start in launch order.")]
 HighlightOpt = Annotated[Optional[list[str]], typer.Option(
     "--highlight", metavar="KIND:SRC:DST:MB", help="Gantt: draw this message bold and "
     "annotated, e.g. B:5:4:0 (the input gradient of mb 0 from rank 5 to 4; repeatable).")]

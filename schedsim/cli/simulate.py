@@ -351,8 +351,31 @@ def generate(
         from schedsim.interop.torch_format import (
             program_to_torch_csv,
             schedule_to_torch_csv,
+            torch_actions_to_csv,
         )
 
+        actions = _torch_actions(sc) if fmt == "torch-csv-comms" else None
         text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
-                else program_to_torch_csv(prog))
+                else program_to_torch_csv(prog) if actions is None
+                else torch_actions_to_csv(actions))
     write_text_out(out, text)
+
+
+def _torch_actions(sc: Scenario) -> list | None:
+    """Under ``--comm-policy torch``: torch's own action list of the scenario's compute
+    order (:func:`~schedsim.program.torch_runtime.torch_actions`, ``OVERLAP_F_B`` pairs
+    kept), built from the order before lowering (the lowered program runs a pair as its
+    two parts unless ``overlap_f_b``); None for another policy or a schedule torch runs
+    as ``Schedule1F1B``/``ScheduleGPipe``."""
+    from schedsim.program.lower import get_policy
+    from schedsim.program.torch_runtime import torch_actions
+
+    s = sc.schedule
+    if s.comm_policy != "torch":
+        return None
+    names = get_policy("torch").params
+    params = s.generator_params()
+    bare = s.model_copy(update={"comm_policy": None})
+    bare = type(s)(**{k: v for k, v in bare.model_dump().items() if k not in names})
+    sched = sc.model_copy(update={"schedule": bare}).build_program().schedule()
+    return torch_actions(sched, **{k: params[k] for k in names if k in params})

@@ -175,7 +175,7 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
 
 #: generator modules, imported on first use (each registers its generators)
 _MODULES = ("basic", "dualpipe", "dualpipev", "zerobubble", "zerobubble_v", "torch_family",
-            "variants")
+            "variants", "overlapped")
 
 
 def _load_all() -> None:

@@ -77,6 +77,10 @@ def format_torch_action(x: Action) -> str:
 
     Raises :class:`ScheduleError` for an op kind torch cannot express."""
     if isinstance(x, Comm):
+        if x.kind.endswith("S"):
+            raise ScheduleError(f"comm op {x}: a shape message (Megatron's "
+                                f"variable_seq_lengths) has no torch action; write the "
+                                f"program without --param variable_seq_lengths=true")
         return f"{x.stage}{x.kind}{x.mb}"
     if x.kind == "FB":
         f, b = x.parts
@@ -147,6 +151,13 @@ def program_to_torch_csv(program: Program) -> str:
                 out.extend(format_torch_action(c) for c in launched(ins))
         rows.append(out)
     return _write_rows(rows)
+
+
+def torch_actions_to_csv(rows: list[list[Action]]) -> str:
+    """A compute+comms torch CSV of torch's own action rows
+    (:func:`schedsim.program.torch_runtime.torch_actions`): an ``FB`` op is written as
+    ``(a;b)OVERLAP_F_B``, as torch's ``_dump_csv`` writes it."""
+    return _write_rows([[format_torch_action(a) for a in row] for row in rows])
 
 
 def _read(path: str | Path) -> tuple[Path, str]:
