@@ -39,7 +39,7 @@ def _main(version: bool = typer.Option(
 
 #: command modules, imported in this order (each adds its commands to ``app``)
 COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",
-                   "check", "search", "report")
+                   "check", "search", "report", "workload", "plan")
 
 for _mod in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_mod}")

@@ -21,9 +21,11 @@ from schedsim.timeline import Timeline
 
 
 def model_summary(sc: Scenario) -> str:
-    """One line describing ``sc``'s stage model."""
-    m = sc.model
-    assert m is not None
+    """One line describing ``sc``'s stage model (typed in ``[model]`` or derived from
+    ``[workload]``)."""
+    sco = sc.stage_costs()
+    assert sco is not None
+    m = sco.model
     moe = f", MoE ep {m.ep} top-{m.topk}" if m.moe else ""
     per = "" if not m.stage else (" (stage " + ", ".join(
         f"{s}: {o.layers}" for s, o in sorted(m.stage.items()) if o.layers is not None)

@@ -32,6 +32,7 @@ from schedsim.cli.common import (
     warn_costs,
     write_text_out,
 )
+from schedsim.cli.inputs import simulate_scenario
 from schedsim.cli.options import (
     ArrowsOpt,
     DetailOpt,
@@ -42,9 +43,15 @@ from schedsim.cli.options import (
     StallsOpt,
     WindowOpt,
 )
+from schedsim.cli.workload import (
+    GpuOpt,
+    ModelOpt,
+    print_workload,
+    with_workload,
+    workload_line,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
-from schedsim.sim.simulate import simulate as run_simulation
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
 from schedsim.util.text import rich_escape
@@ -116,8 +123,11 @@ def simulate(
     window: WindowOpt = None,
     show_ranks: ShowRanksOpt = None,
     quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
 ) -> None:
-    """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
+    """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio (with
+    a \\[workload]: step ms, tokens/s/GPU, MFU and GiB per rank).
 
     Examples:
       schedsim simulate schedules/dualpipe-figure.toml --gantt dualpipe.png
@@ -130,6 +140,7 @@ def simulate(
     3 deadlock (the wait-for cycle is printed with a fix when one is found; --json is
     still written).
     """
+    sc = with_workload(sc, model=model, gpu=gpu)
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
@@ -143,8 +154,8 @@ def simulate(
         ph.step("building the program")
         prog = sc.build_program()
         ph.step(f"simulating {prog.num_instructions():,} instructions")
-        tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
-        if sc.model is not None and (json_out or trace or detail):
+        tl, wres = simulate_scenario(prog, sc)
+        if sc.stage_costs() is not None and (json_out or trace or detail):
             from schedsim.sim.pieces import attach_pieces
 
             ph.step("attaching the compute and collective pieces")
@@ -158,12 +169,16 @@ def simulate(
     warn_costs(sc, tl)
     if quiet:
         console.print(result_line(tl), highlight=False)
+        if wres is not None:
+            console.print(workload_line(wres), highlight=False)
         return
     print_summary(tl)
-    if sc.model is not None:
+    if sc.stage_costs() is not None:
         from schedsim.cli.collectives import print_stage_costs
 
         print_stage_costs(sc, prog.placement.stages, tl)
+    if wres is not None:
+        print_workload(wres)
 
 
 def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
@@ -177,7 +192,7 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
     elif drawing:
         raise ScenarioError("--arrows, --memory, --stalls, --detail, --highlight, --window "
                             "and --show-ranks draw on the Gantt chart: add --gantt FILE.png")
-    if detail and sc.model is None:
+    if detail and sc.stage_costs() is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
     if trace is not None and trace.suffix.lower() != ".json":

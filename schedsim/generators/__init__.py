@@ -189,3 +189,22 @@ def names() -> list[str]:
     """Registered generator names, in registration order."""
     _load_all()
     return list(GENERATORS)
+
+
+def generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
+    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
+    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
+    many per rank, else 1; ``dual``: 1), before anything is generated."""
+    import inspect
+
+    if gen.placement.startswith("v"):
+        return 2 * ranks
+    if "chunks" in gen.accepted():
+        chunks = params.get("chunks")
+        if chunks is None:
+            chunks = inspect.signature(gen.fn).parameters["chunks"].default
+        try:
+            return ranks * max(1, int(chunks))
+        except (TypeError, ValueError, OverflowError):
+            return ranks        # the generator names the bad value
+    return ranks

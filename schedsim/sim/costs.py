@@ -194,6 +194,10 @@ class CostModel(BaseModel):
         kind = np.asarray(kind)
         stage = np.asarray(stage)
         n = len(kind)
+        if self._derived is not None and not self.overrides:
+            from schedsim.sim.cost_arrays import derived_op_costs
+
+            return derived_op_costs(self, kind, stage, np.asarray(bkind), np.asarray(bstage))
         if self._derived is not None:        # a stage model's costs: op by op
             fn = self.cost_fn()
             names = ("F", "B", "W", "BW", "FB")

@@ -91,7 +91,17 @@ class BlockCosts(BaseModel):
 
 
 class StageOverride(BaseModel):
-    """``[model.stage.N]``: stage N's layers and block costs (unset: the model's)."""
+    """``[model.stage.N]``: stage N's layers and block costs (unset: the model's).
+
+    ``embedding`` / ``head``: the costs of the stage's input embedding (its F first, its
+    W last; an embedding has no input gradient, so its B is usually 0) and of its final
+    norm, LM head and loss (F last, B and W first), with their tensor-parallel
+    collectives (Megatron's ``VocabParallelEmbedding`` reduces its output; the LM head is
+    a column-parallel layer: an all-gather of its input under sequence parallelism, the
+    input gradient's all-reduce or reduce-scatter in B); in Megatron's combined FB order
+    they belong to the attention block. ``dense_layers``: with ``moe``, how many of the
+    stage's layers (its first ones, as DeepSeek-V3's ``first_k_dense_replace`` puts them)
+    have a dense MLP costing ``dense_mlp`` with the TP collectives of a dense layer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -99,6 +109,10 @@ class StageOverride(BaseModel):
     attention: BlockCosts | None = None
     mlp: BlockCosts | None = None
     comm_slowdown: float | None = Field(default=None, ge=1, allow_inf_nan=False)
+    embedding: BlockCosts | None = None
+    head: BlockCosts | None = None
+    dense_layers: int | None = Field(default=None, ge=0)
+    dense_mlp: BlockCosts | None = None
 
 
 class StageModel(BaseModel):
@@ -195,6 +209,16 @@ class _Stage:
         self.mlp = o.mlp if o is not None and o.mlp is not None else m.mlp
         self.slowdown = (o.comm_slowdown if o is not None and o.comm_slowdown is not None
                          else m.comm_slowdown)
+        self.embedding = o.embedding if o is not None else None
+        self.head = o.head if o is not None else None
+        dense = (o.dense_layers or 0) if o is not None and m.moe else 0
+        self.dense = min(dense, self.layers)
+        self.dense_mlp = (o.dense_mlp if o is not None and o.dense_mlp is not None
+                          else self.mlp)
+
+    def moe_at(self, m: StageModel, layer: int) -> bool:
+        """Whether the stage's layer ``layer`` has an expert MLP."""
+        return m.moe and layer >= self.dense
 
 
 class _Builder:
@@ -238,22 +262,30 @@ def _forward(m: StageModel, st: _Stage, frac: float, half: int | None,
     receives each piece's block (attention, dispatch, mlp, combine)."""
     b = _Builder(m, frac, half)
     sp = m.sequence_parallel
+    if st.embedding is not None:
+        b.at("attention").compute("embedding", st.embedding.F, "F", -1)
+        b.coll("embedding reduce-scatter" if sp else "embedding all-reduce",
+               "reduce-scatter" if sp else "all-reduce", "tp", "F", -1)
     for ly in range(st.layers):
         if sp:
             b.at("attention").coll("qkv all-gather", "all-gather", "tp", "F", ly)
         b.at("attention").compute("attention", st.attn.F, "F", ly)
         b.coll("proj reduce-scatter" if sp else "proj all-reduce",
                "reduce-scatter" if sp else "all-reduce", "tp", "F", ly)
-        if m.moe:
+        if st.moe_at(m, ly):
             b.at("dispatch").coll("dispatch all-to-all", "all-to-all", "ep", "F", ly)
             b.at("mlp").compute("experts", st.mlp.F, "F", ly)
             b.at("combine").coll("combine all-to-all", "all-to-all", "ep", "F", ly)
         else:
             if sp:
                 b.at("mlp").coll("fc1 all-gather", "all-gather", "tp", "F", ly)
-            b.at("mlp").compute("mlp", st.mlp.F, "F", ly)
+            b.at("mlp").compute("mlp", st.dense_mlp.F if m.moe else st.mlp.F, "F", ly)
             b.coll("fc2 reduce-scatter" if sp else "fc2 all-reduce",
                    "reduce-scatter" if sp else "all-reduce", "tp", "F", ly)
+    if st.head is not None:
+        if sp:
+            b.at("attention").coll("head all-gather", "all-gather", "tp", "F", st.layers)
+        b.at("attention").compute("head", st.head.F, "F", st.layers)
     if blocks is not None:
         blocks += b.blocks
     return chained(b.out)
@@ -267,25 +299,34 @@ def _backward(m: StageModel, st: _Stage, frac: float, half: int | None,
     b = _Builder(m, frac, half)
     sp = m.sequence_parallel
     wdeps: list[tuple[str, float, int, int]] = []     # (name, cost, layer, B piece)
+    if st.head is not None:
+        i = b.at("attention").compute("head", st.head.B, "B", st.layers)
+        b.coll("head dgrad reduce-scatter" if sp else "head dgrad all-reduce",
+               "reduce-scatter" if sp else "all-reduce", "tp", "B", st.layers)
+        wdeps.append(("head", st.head.W, st.layers, i))
     for ly in reversed(range(st.layers)):
-        if m.moe:
+        if st.moe_at(m, ly):
             b.at("combine").coll("combine all-to-all", "all-to-all", "ep", "B", ly)
             i = b.at("mlp").compute("experts", st.mlp.B, "B", ly)
             b.at("dispatch").coll("dispatch all-to-all", "all-to-all", "ep", "B", ly)
             wdeps.append(("experts", st.mlp.W, ly, i))
         else:
+            mlp = st.dense_mlp if m.moe else st.mlp
             if sp:
                 b.at("mlp").coll("fc2 grad all-gather", "all-gather", "tp", "B", ly)
-            i = b.at("mlp").compute("mlp", st.mlp.B, "B", ly)
+            i = b.at("mlp").compute("mlp", mlp.B, "B", ly)
             b.coll("fc1 dgrad reduce-scatter" if sp else "fc1 dgrad all-reduce",
                    "reduce-scatter" if sp else "all-reduce", "tp", "B", ly)
-            wdeps.append(("mlp", st.mlp.W, ly, i))
+            wdeps.append(("mlp", mlp.W, ly, i))
         if sp:
             b.at("attention").coll("proj grad all-gather", "all-gather", "tp", "B", ly)
         i = b.at("attention").compute("attention", st.attn.B, "B", ly)
         b.coll("qkv dgrad reduce-scatter" if sp else "qkv dgrad all-reduce",
                "reduce-scatter" if sp else "all-reduce", "tp", "B", ly)
         wdeps.append(("attention", st.attn.W, ly, i))
+    if st.embedding is not None:
+        i = b.at("attention").compute("embedding", st.embedding.B, "B", -1)
+        wdeps.append(("embedding", st.embedding.W, -1, i))
     pieces = chained(b.out)
     if with_w:
         pieces += [Piece(name, COMPUTE, cost * frac, (dep,), part="W", layer=ly, half=half)
@@ -301,10 +342,18 @@ def _backward(m: StageModel, st: _Stage, frac: float, half: int | None,
 def _weight(m: StageModel, st: _Stage, frac: float, half: int | None) -> list[Piece]:
     """W of one half: the weight-gradient pieces, last layer first (no collective)."""
     out = []
+    if st.head is not None:
+        out.append(Piece("head", COMPUTE, st.head.W * frac, part="W", layer=st.layers,
+                         half=half))
     for ly in reversed(range(st.layers)):
-        out.append(Piece("experts" if m.moe else "mlp", COMPUTE, st.mlp.W * frac, part="W",
+        moe = st.moe_at(m, ly)
+        mlp = st.mlp if moe or not m.moe else st.dense_mlp
+        out.append(Piece("experts" if moe else "mlp", COMPUTE, mlp.W * frac, part="W",
                          layer=ly, half=half))
         out.append(Piece("attention", COMPUTE, st.attn.W * frac, part="W", layer=ly,
+                         half=half))
+    if st.embedding is not None:
+        out.append(Piece("embedding", COMPUTE, st.embedding.W * frac, part="W", layer=-1,
                          half=half))
     return chained(out)
 
