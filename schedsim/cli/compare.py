@@ -161,18 +161,8 @@ def compare(
     ranks, microbatches = _size(base, ranks, microbatches)
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [schedules] if schedules else None
-    if base.workload is not None:          # a model on GPUs: step ms, tokens/s/GPU, GiB
-        from schedsim.cli.workload import compare_workload
-
-        return compare_workload(base, [n.strip() for n in schedules.split(",") if n.strip()]
-                                if schedules else None, json_out)
-    if model_overlap is not None:
-        from schedsim.cli.collectives import compare_overlaps
-
-        data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
-                               exclude_unset=True)
-        return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
-                                json_out)
+    if base.workload is not None or model_overlap is not None:
+        return _compare_other(base, names, model_overlap, ranks, microbatches, mm, json_out)
     shared = _shared_params(chunks=chunks, variant=variant, comm_policy=comm_policy,
                             **key_values(param, "--param"))
     with Phases(quiet) as ph:
@@ -185,6 +175,23 @@ def compare(
             ph.step(f"drawing {gantt}")
             _draw_compare(res, gantt, mm if memory else None)
     _print_compare(res, base.costs, mm, ranks, microbatches, json_out, quiet)
+
+
+def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,
+                   ranks: int, microbatches: int, mm: MemoryModel,
+                   json_out: Path | None) -> None:
+    """``compare`` of a workload (a model on GPUs: step ms, tokens/s/GPU, GiB) or per
+    ``--model-overlap`` mode."""
+    if base.workload is not None:
+        from schedsim.cli.workload import compare_workload
+
+        plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
+        return compare_workload(base, plain, json_out)
+    from schedsim.cli.collectives import compare_overlaps
+
+    data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                           exclude_unset=True)
+    return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm, json_out)
 
 
 def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
