@@ -36,7 +36,7 @@ _EXPORTS = {
 _PACKAGES = ("plan",)
 
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
-__version__ = "0.1.0"
+from schedsim.util.version import __version__  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

@@ -20,14 +20,15 @@ plans with the costs it runs at), optionally in worker processes.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_run
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.errors import SchedsimError
 from schedsim.generators import generated_stages
 from schedsim.scenario import parse_scenario
+from schedsim.scenario_flags import parse_value
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 
@@ -89,9 +90,13 @@ class CompareRow:
     stages: int
     formula: dict | None = None
     cost_scale: float = 1.0
+    #: the run itself (only when :func:`compare` was asked to keep it; not in to_dict)
+    timeline: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(replace(self, timeline=None))
+        del d["timeline"]
+        return d
 
 
 @dataclass
@@ -135,6 +140,47 @@ class _Job:
     memory: MemoryModel
     params: dict
     per_rank_costs: bool
+    label: str = ""
+    keep: bool = False
+
+
+def parse_schedules(text: str | Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(label, name, params)`` per schedule of a ``--schedules`` list: comma-separated
+    names, each optionally followed by ``:KEY=VALUE`` generator or comm-policy parameters
+    (``interleaved-1f1b:chunks=4,zbv,dualpipe``; more parameters of one schedule follow
+    after commas, ``interleaved-1f1b:chunks=4,variant=megatron``, or colons). The label
+    is the name with its parameters as written. Raises :class:`ScenarioError` for an
+    empty name, a parameter without ``=``, or two schedules with one label."""
+    from schedsim.errors import ScenarioError
+
+    items = (text if isinstance(text, str) else ",".join(text)).split(",")
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for raw in (i.strip() for i in items):
+        if not raw:
+            continue
+        name, _, rest = raw.partition(":")
+        if "=" in name and out:          # KEY=VALUE after a comma: the previous one's
+            name, rest = "", raw
+        elif "=" in name:
+            raise ScenarioError(f"bad --schedules item {raw!r}: a parameter needs a "
+                                f"schedule before it, e.g. interleaved-1f1b:chunks=4")
+        params = {}
+        for kv in (x for x in rest.split(":") if x.strip()):
+            if "=" not in kv:
+                raise ScenarioError(f"bad --schedules parameter {kv!r} of {raw!r}: expected "
+                                    f"KEY=VALUE, e.g. interleaved-1f1b:chunks=4")
+            k, v = kv.split("=", 1)
+            params[k.strip().replace("-", "_")] = parse_value(v)
+        if not name:
+            label, prev, ps = out.pop()
+            out.append((f"{label},{raw}", prev, {**ps, **params}))
+        else:
+            out.append((raw, name.strip(), params))
+    labels = [lb for lb, _, _ in out]
+    dup = next((lb for lb in labels if labels.count(lb) > 1), None)
+    if dup is not None:
+        raise ScenarioError(f"--schedules names {dup!r} twice: give each schedule once")
+    return out
 
 
 def _program(job: _Job, costs: CostModel):
@@ -169,10 +215,13 @@ def run_job(job: _Job) -> CompareRow | str:
         return f"deadlocks under {job.comm.semantics}: {tl.deadlock.message}"
     bm = bubble_metrics(tl)
     peak = peak_activation_run(cp, st, job.memory)     # from the arrays: no span objects
-    return CompareRow(job.name, tl.makespan, bm["idle"], bm["bubble_ratio"],
+    if job.keep:
+        tl.schedule = job.label or job.name
+    return CompareRow(job.label or job.name, tl.makespan, bm["idle"], bm["bubble_ratio"],
                       bm["span_bubble_rate"], peak,
                       param_memory(prog.placement), prog.placement.stages,
-                      _formula(job.name, job.ranks, costs), k)
+                      _formula(job.name, job.ranks, costs), k,
+                      tl if job.keep else None)
 
 
 def _formula(name: str, ranks: int, costs: CostModel) -> dict | None:
@@ -196,15 +245,19 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
             link: LinkModel | None = None, comm: CommModel | None = None,
             schedules: list[str] | None = None, memory: MemoryModel | None = None,
             params: dict[str, dict] | None = None, *, per_rank_costs: bool = True,
-            jobs: int = 1) -> Comparison:
+            jobs: int = 1, keep_timelines: bool = False) -> Comparison:
     """Simulate each schedule (default: every registered one) and collect its numbers.
 
     ``per_rank_costs``: the costs are one rank's share of the model (module docstring);
     False: every op costs the given cost (always so for costs a stage model derives,
     which fix each stage's layers; ``Comparison.per_rank_costs`` says which applied). A
     schedule whose generator rejects (ranks, microbatches) or whose program deadlocks
-    under ``comm`` is skipped with the reason in ``skipped``. ``params`` gives extra
-    generator parameters per schedule name. ``jobs``: worker processes (1: in this
+    under ``comm`` is skipped with the reason in ``skipped``. ``schedules`` entries may
+    carry parameters, ``"interleaved-1f1b:chunks=4"`` (:func:`parse_schedules`; the row
+    is labelled so); ``params`` gives extra generator or comm-policy parameters per
+    schedule name, for every entry of that name (its own parameters win).
+    ``keep_timelines``: each row keeps its run (``CompareRow.timeline``, its schedule
+    named by the label). ``jobs``: worker processes (1: in this
     process; 0: as many as CPUs when the sweep is large, :data:`PARALLEL_WORK`). Rows
     come in the order of ``schedules`` either way. Raises :class:`ScenarioError` for a
     name that is not registered (only when ``schedules`` is given).
@@ -217,16 +270,18 @@ def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
     memory = memory or MemoryModel()
     # a stage model's costs (a scenario's [model]) give each stage its layers: per op
     per_rank_costs = per_rank_costs and getattr(costs, "_derived", None) is None
-    todo = schedules if schedules is not None else names()
-    for n in todo:
+    todo = parse_schedules(schedules) if schedules is not None else \
+        [(n, n, {}) for n in names()]
+    for _, n, _ in todo:
         get(n)    # unknown names fail loudly
     work = [_Job(n, ranks, microbatches, costs, link, comm, memory,
-                 (params or {}).get(n, {}), per_rank_costs) for n in todo]
+                 {**(params or {}).get(n, {}), **ps}, per_rank_costs, label, keep_timelines)
+            for label, n, ps in todo]
     out = Comparison(ranks, microbatches, comm.semantics, costs.unit,
                      per_rank_costs=per_rank_costs)
     for job, res in zip(work, _run(work, jobs, ranks * microbatches * len(work))):
         if isinstance(res, str):
-            out.skipped[job.name] = res
+            out.skipped[job.label] = res
         else:
             out.rows.append(res)
     return out

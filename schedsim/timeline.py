@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Se
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from schedsim.timeline_view import NotebookViews
 from schedsim.util.lazy import LazyFields
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class Deadlock(BaseModel):
     cycle: list[CycleStep]
 
 
-class Timeline(LazyFields):
+class Timeline(NotebookViews, LazyFields):
     """Spans, messages and waits of one execution, with summary statistics.
 
     A simulated timeline builds its ``spans``, ``messages`` and ``waits`` lists on first

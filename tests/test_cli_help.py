@@ -21,7 +21,7 @@ WIDTH = 78
 
 def example_lines(help_text: str) -> list[str]:
     """The lines of a command's help that schedsim's help renderer keeps as they are
-    (schedsim.cli.common._tidy_help): indented, or starting with ``$``/``schedsim``/
+    (schedsim.cli.helptext._tidy_help): indented, or starting with ``$``/``schedsim``/
     ``python``."""
     text = inspect.cleandoc(help_text or "").partition("\f")[0]
     return [ln for ln in text.splitlines()

@@ -115,7 +115,7 @@ def test_bad_tp_replay_settings_are_one_line():
 @pytest.mark.parametrize("tp", [2, 4])
 def test_check_collectives(tp, tmp_path):
     """The scale of each variant against the replicated and the summed loss, within
-    1e-9 (the lab note's x.grad = tp is the summed loss's gradient), and the saved-tensor
+    1e-9 (an all-reduce-both-ways x.grad = tp is the summed loss's gradient), and the saved-tensor
     hazard: silent, with a large error, while a tracked in-place change raises."""
     out = tmp_path / "c.json"
     r = runner.invoke(app, ["check-collectives", "--tp", str(tp), "--json", str(out),

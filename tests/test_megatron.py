@@ -320,9 +320,10 @@ def test_two_ranks_interleaved_runs_and_states_the_same_peer_exchange() -> None:
 
     s = generate("interleaved-1f1b", 2, 4, variant="megatron")
     rdv = CommModel(semantics="rendezvous")
-    with pytest.raises(ProgramError, match=r"5th send on link 0->1 is rank 0, instr 14 "
-                       r"\(BATCH\[2SEND_B0\+0SEND_F2\+2RECV_B1\]\) but the 5th recv is "
-                       r"rank 1, instr 14 \(BATCH\[3SEND_B1\+1RECV_F2\+1RECV_B0\]\)"):
+    with pytest.raises(ProgramError, match=r"5th send on link 0->1 is 2SEND_B0 \(rank 0, "
+                       r"instr 14, in BATCH\[2SEND_B0\+0SEND_F2\+2RECV_B1\]\) but the 5th "
+                       r"recv is 1RECV_F2 \(rank 1, instr 14, in "
+                       r"BATCH\[3SEND_B1\+1RECV_F2\+1RECV_B0\]\)"):
         simulate(lower(s, "megatron"), COSTS, LinkModel(), rdv)
     for opts, slow in (({"batch_p2p_comm": False}, 32.5), ({"overlap_p2p_comm": True}, 30)):
         prog = lower(s, "megatron", **opts)

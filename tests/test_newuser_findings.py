@@ -47,13 +47,16 @@ def test_output_through_a_symlink_writes_the_target_and_keeps_the_link(
     assert json.loads(target.read_text())["makespan"] == 9.0     # (m+p-1)(F+BW) = 3 x 3
 
 
-def test_output_dash_is_refused_not_a_file_named_dash(tmp_path: Path,
-                                                      monkeypatch) -> None:
-    """`schedsim simulate ... --json -` wrote a file named '-' in the current folder."""
+def test_output_dash_is_stdout_not_a_file_named_dash(tmp_path: Path,
+                                                     monkeypatch) -> None:
+    """`schedsim simulate ... --json -` wrote a file named '-' in the current folder; then
+    it was refused; now (issue 27) it is stdout: the Timeline JSON alone on stdout, the
+    summary on stderr, and no file."""
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, [*SMALL, "--json", "-"])
-    assert r.exit_code == 2, r.output
-    assert "stdout" in r.output
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["makespan"] == 9.0
+    assert "makespan 9" in r.stderr
     assert list(tmp_path.iterdir()) == []
 
 

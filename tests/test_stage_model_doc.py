@@ -29,9 +29,11 @@ def test_commands_print_what_the_doc_shows(cmds, shown, tmp_path, monkeypatch):
 def test_the_multiprocess_commands_are_the_tested_ones():
     text = (ROOT / "tests" / "test_collectives.py").read_text()
     slow = [c for b in examples(DOC) for c in b[0] if c.startswith(MULTIPROCESS)]
-    assert len(slow) == 3
+    assert len(slow) == 5
     assert all(f in text for f in ('"check-collectives", "--tp"', '"--set", "tp=2"',
                                    'f"tp_comm={comm}"', '"--check-grads"'))
+    user = (ROOT / "tests" / "test_user_collectives.py").read_text()
+    assert '"check-collectives", "--function"' in user and "f=CopyToModelParallel" in user
 
 
 def test_the_model_table_in_the_doc_is_valid():

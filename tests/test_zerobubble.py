@@ -69,7 +69,7 @@ def _order_strings(sched) -> list[str]:
                      for o in row) for row in sched.ranks]
 
 
-@pytest.mark.skipif(not REF_FILES, reason="../shared/refs/zb not found")
+@pytest.mark.skipif(not REF_FILES, reason="tests/data/refs/zb not found")
 @pytest.mark.parametrize("path", REF_FILES, ids=lambda p: p.stem)
 def test_against_reference(path: Path) -> None:
     """Order equal to theirs, op by op; then under data semantics with the same costs

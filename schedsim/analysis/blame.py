@@ -189,11 +189,14 @@ def culprit(idx: object, msg: Message | None, is_send: bool, cause: str) -> Culp
     return NOBODY
 
 
-def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float
-              ) -> tuple[str, Culprit]:
-    """A bare post blocked in a lazy communicator init until ``end``: the sentence and
-    the peer's instruction that completed the rendezvous (its first bare post to this
-    rank: the peer's op to this rank with the lowest index posted at or after ``end``)."""
+def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float,
+              start: float | None = None) -> tuple[str, Culprit]:
+    """A bare post blocked in a lazy communicator init from ``start`` until ``end``: the
+    sentence and the peer's instruction that completed the rendezvous (its first bare
+    post to this rank: the peer's op to this rank with the lowest index posted at or
+    after ``end``). The sentence says whether the peer arrived late (its own init wait
+    began after ``start``) or the wait was the communicator's creation alone (the init
+    cost: both ranks were there)."""
     peer = -1
     for m in tl.messages:
         for is_send in (True, False):
@@ -211,10 +214,19 @@ def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float
         return (f"{token} (instr {index}) is rank {rank}'s first bare P2P with rank {peer}: "
                 f"under lazy communicator init it waited for rank {peer} to reach its own "
                 f"until {fmt_t(end)}", (peer, -1, ""))
-    return (f"{token} (instr {index}) is rank {rank}'s first bare P2P with rank {peer}: "
-            f"under lazy communicator init both ranks create their communicator together, "
-            f"and rank {peer} reached its own first bare P2P with rank {rank}, "
-            f"{best.token} (instr {best.index}), only at {fmt_t(end)}",
+    head = (f"{token} (instr {index}) is rank {rank}'s first bare P2P with rank {peer}: "
+            f"under lazy communicator init both ranks create their communicator together")
+    there = next((w.start for w in tl.waits if w.rank == peer and w.index == best.index
+                  and w.kind == "INIT"), best.posted)
+    both = max(there, start) if start is not None else there
+    cost = end - both
+    tail = f", then creating it took {fmt_t(cost)}" if cost > EPS else ""
+    if start is not None and there <= start + EPS:
+        return (f"{head}; rank {peer} was already at {best.token} (instr {best.index}) "
+                f"since {fmt_t(there)}, so the wait is the creation itself: "
+                f"{fmt_t(cost)} (the init cost)", (peer, best.index, best.token))
+    return (f"{head}, and rank {peer} reached its own first bare P2P with rank {rank}, "
+            f"{best.token} (instr {best.index}), only at {fmt_t(there)}{tail}",
             (peer, best.index, best.token))
 
 

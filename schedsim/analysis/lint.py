@@ -289,6 +289,7 @@ class _PostAt(NamedTuple):
     is_send: bool
     peer: int
     comm: Comm
+    batch: bool = False     # launched in a BATCH of several posts (else a bare post)
 
 
 def crossed_orders(program: Program) -> list[Finding]:
@@ -300,12 +301,14 @@ def crossed_orders(program: Program) -> list[Finding]:
     for r, row in enumerate(program.ranks):
         lst: list[_PostAt] = []
         for i, ins in enumerate(row):
-            for c in launched(ins):
+            cs = launched(ins)
+            for c in cs:
                 key = c.message_key()
                 if not (0 <= key[1] < S and 0 <= consumer_stage(key) < S):
                     continue
                 src, dst = route(key, rank_of)
-                lst.append(_PostAt(len(lst), i, key, c.is_send, dst if c.is_send else src, c))
+                lst.append(_PostAt(len(lst), i, key, c.is_send, dst if c.is_send else src, c,
+                                   len(cs) > 1))
         posts.append(lst)
         waited.append(_waited_at(row))
     out = []
@@ -364,8 +367,11 @@ def _crossed(a: int, b: int, ex: _PostAt, ey: _PostAt, fx: _PostAt, fy: _PostAt,
                        f"{where}, and each side waits for its first op before posting the "
                        f"second: {what}", 0.0, pattern)
     if split:
+        word = "batches" if all(e.batch for e in (ex, ey, fx, fy)) else "launches"
         return Finding("crossed-order", "stream-risk", a, ex.i,
-                       f"{where}, each side in two batches: on a shared comm stream under "
-                       f"rendezvous each side's second batch queues behind a first batch "
-                       f"the other side has not matched yet", 0.0, pattern)
+                       f"{where}, each side in two {word}: on a comm stream shared by both "
+                       f"(rank {a}'s to rank {b} and rank {b}'s to rank {a} per peer, or "
+                       f"each rank's one stream) under rendezvous each side's second "
+                       f"{word[:-2]} queues behind a "
+                       f"first one the other side has not matched yet", 0.0, pattern)
     return None

@@ -40,11 +40,26 @@ def _held_by(a: Answer) -> str:
     return f", held by {' + '.join(toks)} on {_wait_text(bw)}" if toks else ""
 
 
-def headline(a: Answer) -> list[str]:
+def _moved(a: Answer, data_start: float | None) -> str:
+    """`` (1 later than under data semantics, 11)``: how the effect moved against data
+    semantics (what the papers' figures draw); empty under data or when it did not."""
+    if data_start is None or a.semantics == "data" or a.effect_start is None:
+        return ""
+    d = a.effect_start - data_start
+    if abs(d) <= EPS:
+        return ""
+    return (f" ({fmt_t(abs(d))} {'later' if d > 0 else 'earlier'} than under data "
+            f"semantics, {fmt_t(data_start)})")
+
+
+def headline(a: Answer, data_start: float | None = None) -> list[str]:
     """One or two lines: the answer for the causes as given, and, when another member
-    binds the same wait, the delay with both freed."""
+    binds the same wait, the delay with both freed. ``data_start``: the effect's time
+    under data semantics; when the effect moved against it, the line says by how much
+    and, if the cause does not delay it, that the cause is not why it moved."""
     sem, causes = a.semantics, " + ".join(a.causes)
     many = len(a.causes) > 1
+    moved = _moved(a, data_start)
     if a.deadlock:
         return [f"{sem}: the program deadlocks, so nothing is delayed by a finite time: "
                 f"{a.deadlock}"]
@@ -56,17 +71,19 @@ def headline(a: Answer) -> list[str]:
     t0 = fmt_t(a.effect_start)
     if a.delays:
         verb = "together delay" if many else "delays"
-        return [f"{sem}: {causes} {verb} {a.effect} by {fmt_t(a.delay)}: it {when} at {t0}, "
-                f"at {fmt_t(a.counterfactual_start)} with the cause free; "
+        return [f"{sem}: {causes} {verb} {a.effect} by {fmt_t(a.delay)}: it {when} at "
+                f"{t0}{moved}, at {fmt_t(a.counterfactual_start)} with the cause free; "
                 f"{_makespan(a.makespan_delta, a.makespan, a.counterfactual_makespan)}."]
     if not a.co_causes:
         verb = "do not delay" if many else "does not delay"
-        return [f"{sem}: {causes} {verb} {a.effect}: it {when} at {t0} either way"
-                f"{_held_by(a)}; {_makespan(a.makespan_delta, a.makespan)}."]
+        alone = (f"; the cause{'s' if many else ''} alone {'are' if many else 'is'} not why "
+                 f"it moved" if moved else "")
+        return [f"{sem}: {causes} {verb} {a.effect}: it {when} at {t0} either way{moved}"
+                f"{_held_by(a)}{alone}; {_makespan(a.makespan_delta, a.makespan)}."]
     co = " + ".join(a.co_causes)
     verb = "binds" if len(a.co_causes) == 1 else "bind"
     first = (f"{sem}: {causes} alone {'do' if many else 'does'} not delay {a.effect}, "
-             f"which {when} at {t0} either way: {co} {verb} the same "
+             f"which {when} at {t0} either way{moved}: {co} {verb} the same "
              f"{_wait_text(a.binding_wait)} too.")
     both = "both" if len(a.causes) + len(a.co_causes) == 2 else "all"
     if a.joint_delay is not None and a.joint_delay > EPS:

@@ -209,7 +209,7 @@ def explain_wait(idx: TimelineIndex, w: WaitRecord, next_span: Span | None
     :func:`schedsim.analysis.blame.culprit`)."""
     if w.kind == "INIT":
         tok = w.comms[0] if w.comms else "?"
-        txt, who = init_wait(idx.tl, w.rank, w.index, tok, w.end)
+        txt, who = init_wait(idx.tl, w.rank, w.index, tok, w.end, w.start)
         return "comm-init", txt, list(w.comms), who
     members = _members(idx, w)
     if not members:

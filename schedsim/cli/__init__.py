@@ -17,7 +17,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    """``--version``: print the version and exit (an eager option of every command)."""
+    if value:
+        from schedsim.util.version import __version__
+
+        typer.echo(f"schedsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True,
+        help="Print the version and exit.")) -> None:
+    """Pipeline-parallel schedule simulator: generate, simulate, explain, draw and replay
+    PP schedules."""
 
 #: command modules, imported in this order (each adds its commands to ``app``)
 COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
+from schedsim.cli.tables import data_format
 from schedsim.cli.common import (
     console,
     fail,
@@ -30,7 +31,8 @@ from schedsim.util.files import atomic_write_text
 from schedsim.util.text import rich_escape
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
-    "--json", help="Write the records as JSON (atomically).")]
+    "--json", help="Write the records as JSON (atomically; - for stdout).",
+    rich_help_panel="Outputs")]
 #: rows ``align`` prints unless --limit / --all say otherwise
 ALIGN_LIMIT = 40
 
@@ -67,13 +69,14 @@ def _title(tl) -> str:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(timelines=True)
 def stalls(
     sc: Scenario,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank.")] = None,
     limit: Annotated[int, typer.Option(
-        "--limit", min=1, help="Print at most this many rows (the longest stalls).")
+        "--limit", min=1, help="Print at most this many rows (the longest stalls; --format csv/json "
+        "print every row).")
     ] = ALIGN_LIMIT,
     show_all: Annotated[bool, typer.Option(
         "--all", help="Print every stall (no --limit).")] = False,
@@ -106,7 +109,7 @@ def stalls(
         console.print(escape(stalls_headline(st, tl)), highlight=False, soft_wrap=True)
     shown = [s for s in st if rank is None or s.rank == rank]
     n = len(shown)
-    if not show_all and n > limit:
+    if not (show_all or data_format()) and n > limit:
         keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
         shown = [s for s in shown if id(s) in keep]
     t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
@@ -125,7 +128,7 @@ def stalls(
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(timelines=True)
 def align(
     sc: Scenario,
@@ -139,7 +142,7 @@ def align(
         "ready.")] = 0.0,
     limit: Annotated[int, typer.Option(
         "--limit", min=1, help="Print at most this many rows (the first in data-ready "
-        "order).")] = ALIGN_LIMIT,
+        "order; --format csv/json print every row).")] = ALIGN_LIMIT,
     show_all: Annotated[bool, typer.Option(
         "--all", help="Print every row (no --limit).")] = False,
     json_out: JsonOpt = None,
@@ -167,7 +170,7 @@ def align(
         rows = [r for r in rows if rank in (r.src, r.dst)]
     if flagged:
         rows = [r for r in rows if r.flags]
-    shown = rows if show_all else rows[:limit]
+    shown = rows if show_all or data_format() else rows[:limit]
     slotted = is_slotted(tl)
     t = Table(title=f"send/recv alignment of {_title(tl)}")
     for col in ALIGN_COLUMNS:
@@ -185,7 +188,7 @@ def align(
 
 
 @app.command("critical-path")
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(timelines=True)
 def critical_path_cmd(
     sc: Scenario,
@@ -282,7 +285,7 @@ _SELECTOR_HELP = ("Selector: terms 'rank=N mb=N stage=N chunk=N index=N' and a k
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def query(
     sc: Scenario,
@@ -338,8 +341,9 @@ def query(
         comm = sc.comm.model_copy(update={"semantics": sem})
         answers.append(answer(prog, eff, causes, sc.costs, sc.link, comm))
     write_json(json_out, [a.to_dict() for a in answers])
+    data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     for a in answers:
-        for line in headline(a):
+        for line in headline(a, data_t):
             console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(_query_table(answers, causes, eff))
     for a in answers:
@@ -372,7 +376,7 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def lint(
     sc: Scenario,

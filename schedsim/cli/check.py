@@ -42,11 +42,19 @@ def report(errors: Any, measured: Any) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     late, total = send_waits_before_recv(measured)
     if total:
-        like = ("rendezvous" if late == total else "eager" if late == 0 else
-                "neither semantics throughout")
-        console.print(f"sends: {late} of {total} whose wait began before the matching recv "
-                      f"was posted completed only after it ({measured.semantics} behaved "
-                      f"like {like} here)", highlight=False, soft_wrap=True)
+        console.print(semantics_line(late, total, measured.semantics), highlight=False,
+                      soft_wrap=True)
+
+
+def semantics_line(late: int, total: int, backend: str) -> str:
+    """What the measured sends say about the backend: of the ``total`` sends whose wait
+    began before the matching recv was posted, ``late`` completed only after it (as
+    under rendezvous), the others before it (as under eager)."""
+    like = ("rendezvous" if late == total else "eager" if late == 0 else
+            f"neither semantics throughout: {late} send{'s' if late != 1 else ''} like "
+            f"rendezvous, {total - late} like eager")
+    return (f"sends: {late} of {total} whose wait began before the matching recv was "
+            f"posted completed only after it ({backend} behaved like {like} here)")
 
 
 def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:
@@ -107,16 +115,7 @@ def check_trace(
     if prog is None:
         raise ScenarioError("check-trace needs the traces of every rank (missing: rank(s) "
                             + ", ".join(map(str, getattr(tl, "missing_ranks", []))) + ")")
-    model = None
-    if costs_file is not None:
-        from schedsim.scenario import apply_costs_file, parse_scenario
-
-        sc = apply_costs_file(parse_scenario({"schedule": {"name": "gpipe", "ranks": 1,
-                                                            "microbatches": 1}}), costs_file)
-        from schedsim.sim.costs import CommModel
-
-        model = (sc.costs, sc.link, CommModel(semantics=semantics,
-                                              launch_cost=sc.comm.launch_cost))
+    model = None if costs_file is None else _cost_model(costs_file, semantics)
     p2p = getattr(tl, "p2p", {})
     console.print(f"{name}: {tl.ranks} ranks, {tl.stages} stages, {tl.microbatches} "
                   f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "
@@ -131,6 +130,16 @@ def check_trace(
             write_errors(json_out, errors, outs)
         if out_dir is not None:
             _write_all(files, tl, prog, errors, outs)
+
+
+def _cost_model(costs_file: Path, semantics: str) -> tuple[Any, Any, Any]:
+    """``(costs, link, comm)`` of a cost file, for the cost-model error."""
+    from schedsim.scenario import apply_costs_file, parse_scenario
+    from schedsim.sim.costs import CommModel
+
+    sc = apply_costs_file(parse_scenario({"schedule": {"name": "gpipe", "ranks": 1,
+                                                        "microbatches": 1}}), costs_file)
+    return sc.costs, sc.link, CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
 
 
 def _out_dir_files(out_dir: Path | None, name: str, json_out: Path | None) -> list[Path]:

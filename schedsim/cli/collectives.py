@@ -138,7 +138,7 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
 
 # -- check-collectives -------------------------------------------------------------------
 @app.command("check-collectives")
-@handle_errors
+@handle_errors(tables=True)
 def check_collectives(
     tp: Annotated[int, typer.Option("--tp", min=2, max=16, help="Tensor-parallel ranks "
                                     "(gloo processes).")] = 2,
@@ -146,18 +146,33 @@ def check_collectives(
         "--json", help="Write {tp, variants: [...], findings: [...]} here.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for the whole run, "
                                            "process start included.")] = 120.0,
+    function: Annotated[Optional[str], typer.Option(
+        "--function", metavar="MODULE:NAME|FILE.py:NAME", help="Check your own reduction "
+        "(an autograd Function or a callable of one tensor; the group is the default "
+        "process group) as the g after a row-parallel linear, instead of the built-in "
+        "variants.")] = None,
+    input_function: Annotated[Optional[str], typer.Option(
+        "--input-function", metavar="MODULE:NAME|FILE.py:NAME", help="With --function: "
+        "your f before the column-parallel linear (default: Megatron's f, identity "
+        "forward and all-reduce backward).")] = None,
 ) -> None:
     """Run tiny column- and row-parallel layers on --tp gloo processes (float64) under
     each way of writing the tensor-parallel all-reduce; fit every gradient against the
     single-process gradient of the replicated loss and of the loss summed over ranks.
 
-    A scale of 1.0 for the replicated loss is what Megatron's f/g give; the lab note's
-    'x.grad = 4 on 4 ranks' is the gradient of the summed loss (4x the replicated one).
-    Also reports the saved-tensor hazard: a raw in-place all-reduce on a tensor autograd
-    saved gives a wrong gradient without an error.
+    A scale of 1.0 for the replicated loss is what Megatron's f/g give; an 'x.grad = 4 on
+    4 ranks' (an AllReduce that all-reduces in forward and backward) is the gradient of
+    the summed loss (4x the replicated one). Also reports the saved-tensor hazard: a raw
+    in-place all-reduce on a tensor autograd saved gives a wrong gradient without an
+    error.
 
-    Example:
+    --function checks your own operator: the gradient scale of every parameter and of
+    the input, and the bug class (missing backward all-reduce, all-reduce twice,
+    in-place on a saved tensor) with the facts behind it.
+
+    Examples:
       schedsim check-collectives --tp 4 --json collectives.json
+      schedsim check-collectives --function mypkg.tp:AllReduce --tp 4
 
     Exit codes: 0 ok, 1 a rank failed or timed out, 2 bad input.
     """
@@ -169,6 +184,8 @@ def check_collectives(
         check_output_path(json_out)
     if not timeout > 0:
         fail("--timeout must be > 0 seconds")
+    if function is not None or input_function is not None:
+        return _check_function(function, input_function, tp, timeout, json_out)
     from schedsim.replay.collectives_check import run_check
 
     res = run_check(tp, timeout)
@@ -200,3 +217,36 @@ def print_check(res: dict[str, Any]) -> None:
     for f in res.get("findings", []):
         console.print(f"finding [bold]{escape(f['name'])}[/]: {escape(f['note'])}",
                       highlight=False, soft_wrap=True)
+
+
+def _check_function(function: str | None, input_function: str | None, tp: int,
+                    timeout: float, json_out: Path | None) -> None:
+    """``check-collectives --function``: measure, print the scales and the verdict."""
+    from schedsim.replay.collective_api import check_collective
+
+    if function is None:
+        fail("--input-function checks an f with your g: add --function MODULE:NAME")
+    res = check_collective(function, tp, f=input_function, timeout=timeout)
+    console.print(f"g = {escape(function)}, f = "
+                  f"{escape(input_function or 'Megatron f (default)')}", highlight=False,
+                  soft_wrap=True)
+    t = Table(title=f"gradient scale vs the single-process reference, tp = {tp}")
+    for col in ("tensor", "replicated loss", "summed loss"):
+        t.add_column(col, justify="left" if col == "tensor" else "right")
+
+    def sc(x: float | None) -> str:
+        return "not a multiple" if x is None else str(round(x, 12))
+
+    for name, row in res.tensors.items():
+        t.add_row(name, sc(row["replicated"]), sc(row["summed"]))
+    console.print(t)
+    scale = "" if res.scale is None else f" (scale {res.scale:g})"
+    console.print(f"verdict: [bold]{escape(res.verdict)}[/]{scale}", highlight=False)
+    for line in res.why:
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+    for line in res.hazards:
+        console.print(f"hazard: {escape(line)}", highlight=False, soft_wrap=True)
+    if json_out is not None:
+        from schedsim.cli.analysis import write_json
+
+        write_json(json_out, res.to_dict())

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from schedsim.cli import helptext  # noqa: F401  (tidies typer's --help)
 from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-exported)
     MAX_MESSAGE,
     console,
@@ -21,74 +22,35 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
 )
 from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import parse_cost_string
+from schedsim.scenario import Scenario
+from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
 
 
-def _tidy_help() -> None:
-    """typer's rich ``--help``, two fixes: flags that take no value show no ``<bool>``
-    type, and example lines (indented, or starting with ``$``, ``schedsim`` or ``python``)
-    keep their own lines (write them under 78 characters, so that an 80-column terminal
-    shows each whole), while prose lines are reflowed to the terminal width. Leaves typer
-    alone when its internals are not the expected ones."""
-    try:
-        from rich.text import Text
-        from typer import core, rich_utils
-    except ImportError:  # pragma: no cover
-        return
-    opt = getattr(core, "TyperOption", None)
-    orig = getattr(opt, "display_type_rich", None)
-    if orig is not None and not getattr(orig, "_schedsim", False):
-        def display_type_rich(self: Any, ctx: Any) -> Any:
-            if getattr(self, "is_flag", False) and not getattr(self, "count", False):
-                return None
-            return orig(self, ctx)
-        display_type_rich._schedsim = True      # type: ignore[attr-defined]
-        opt.display_type_rich = display_type_rich
-    make = getattr(rich_utils, "_make_rich_text", None)
-    if make is None or not hasattr(rich_utils, "_get_help_text"):
-        return
-    style = getattr(rich_utils, "STYLE_HELPTEXT", "dim")
-
-    def is_example(line: str) -> bool:
-        return line.startswith((" ", "$ ", "schedsim ", "python "))
-
-    def get_help_text(*, obj: Any, markup_mode: Any) -> Any:
-        from rich.console import Group
-
-        text = inspect.cleandoc(obj.help or "").partition("\f")[0]
-        first, *rest = text.split("\n\n")
-        parts: list[Any] = [make(text=first.replace("\n", " ").strip(),
-                                 style=getattr(rich_utils, "STYLE_HELPTEXT_FIRST_LINE", ""),
-                                 markup_mode=markup_mode)]
-        for para in rest:
-            parts.append(Text(""))
-            prose: list[str] = []
-            for line in para.split("\n") + [""]:
-                if line and not is_example(line):
-                    prose.append(line.strip())
-                    continue
-                if prose:
-                    parts.append(make(text=" ".join(prose), style=style,
-                                      markup_mode=markup_mode))
-                    prose = []
-                if line:
-                    parts.append(Text(line.replace("\\[", "["), style=style))
-        return Group(*parts)
-
-    rich_utils._get_help_text = get_help_text
-
-
-_tidy_help()
 
 
 def warn_costs(sc: Scenario, tl: Any) -> None:
     """A warning (stderr) for each cost of ``sc`` that is probably not what the user
     meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
-    from schedsim.report.advice import cost_warnings, run_kinds
+    from schedsim.report.advice import cost_warnings, policy_warnings, run_kinds
 
-    for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
+    s = sc.schedule
+    for w in (cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics)
+              + policy_warnings(s.name or "", s.ranks, s.microbatches, s.comm_policy)
+              + lazy_init_warnings(sc, tl.semantics)):
         warn(w)
+
+
+def lazy_init_warnings(sc: Scenario, semantics: str) -> list[str]:
+    """``--lazy-init`` on a program without a bare P2P changes nothing: say so."""
+    if not sc.comm.lazy_init or semantics == "data":
+        return []
+    from schedsim.sim.compile import first_touch_order
+
+    if any(first_touch_order(sc.build_program())):
+        return []
+    return ["--lazy-init changes nothing here: every send and recv of this program is in a "
+            "BATCH (batch_isend_irecv), and lazy communicator init happens only at a bare "
+            "send/recv (NCCL creates a 2-rank communicator at the first one)"]
 
 
 def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
@@ -105,8 +67,24 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
 OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
                  "out": "--out", "program_out": "--program-out", "html_out": "--html"}
 #: command parameters that name input files
-INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
-                "traces")
+INPUT_PARAMS = ("scenario", "scenario_arg", "program", "schedule_file", "costs_file",
+                "timeline", "overlay", "traces")
+
+def _version_flag(value: bool) -> None:
+    from schedsim.cli import _version
+
+    _version(value)
+
+
+VersionOpt = Annotated[bool, typer.Option(
+    "--version", callback=_version_flag, is_eager=True, help="Print the version and exit.")]
+TablesQuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Only the summary lines: no table, no progress.")]
+
+FormatOpt = Annotated[str, typer.Option(
+    "--format", metavar="table|csv|json", help="How tables are printed: table (for "
+    "people), csv or json (every table row, cells as printed, on stdout; the other lines "
+    "go to stderr).")]
 
 LimitOpt = Annotated[Optional[list[str]], typer.Option(
     "--max", metavar="KEY=N", show_default=False, help="Raise a work limit, KEY=N "
@@ -143,7 +121,8 @@ def _stopped() -> bool:
     return True     # not reached: fail exits
 
 
-def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callable:
+def handle_errors(fn: Callable | None = None, *, limits: bool = True,
+                  tables: bool = False) -> Callable:
     """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
     a one-line message and exit code (2 bad input, 3 deadlock, 128 + N when stopped by
     SIGTERM/SIGHUP after removing temporary files); and a decoding, recursion, overflow or
@@ -154,9 +133,13 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
     :mod:`schedsim.util.limits`), one :func:`~schedsim.util.files.io_session` (outputs
     named by :data:`OUTPUT_PARAMS` claimed at once, so ``--json x --trace x`` or an output
     that is an input fails before any work) and :func:`~schedsim.util.signals.stop_signals`.
+    With ``tables``, the ``--format table|csv|json`` option it adds (and ``-q``: only the
+    summary lines, no table, unless the command has its own ``quiet``); with or without,
+    an output given as ``-`` keeps stdout for that data (:mod:`schedsim.cli.tables`).
+    Every command gets ``--version``.
     """
     if fn is None:
-        return functools.partial(handle_errors, limits=limits)
+        return functools.partial(handle_errors, limits=limits, tables=tables)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -165,9 +148,16 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         from schedsim.util.limits import parse_limits, using
         from schedsim.util.signals import stop_signals
 
+        from schedsim.cli.tables import stdout_data
+
         items = kwargs.pop("max_limits", None) if limits else None
+        fmt = kwargs.pop("out_format", "table") if tables else "table"
+        kwargs.pop("show_version", None)
+        quiet_tables = kwargs.pop("quiet_tables", False)
+        dash = any(str(kwargs.get(n)) == "-" for n in OUTPUT_PARAMS)
         try:
-            with stop_signals(), io_session(), using(**parse_limits(items)):
+            with stop_signals(), io_session(), using(**parse_limits(items)), \
+                    stdout_data(fmt, dash, quiet_tables):
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
         except SchedsimError as e:
@@ -187,15 +177,21 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         except Exception:
             _stopped()          # a stop signal inside a library callback, wrapped by it
             raise
-    if limits:
-        sig = inspect.signature(fn)
+
+    sig = inspect.signature(fn)
+    own_quiet = "quiet" in sig.parameters
+    extra = ([("out_format", "table", FormatOpt)] if tables else []) + \
+        ([("quiet_tables", False, TablesQuietOpt)] if tables and not own_quiet else []) + \
+        ([("max_limits", None, LimitOpt)] if limits else []) + \
+        [("show_version", False, VersionOpt)]
+    if extra:
         hints = typing.get_type_hints(fn, include_extras=True)
         params = [p.replace(annotation=hints.get(n, p.annotation))
                   for n, p in sig.parameters.items()]
-        params.append(inspect.Parameter("max_limits", inspect.Parameter.KEYWORD_ONLY,
-                                        default=None, annotation=LimitOpt))
+        params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d,
+                                     annotation=a) for n, d, a in extra]
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {**hints, "max_limits": LimitOpt}
+        wrapper.__annotations__ = {**hints, **{n: a for n, _, a in extra}}
         del wrapper.__wrapped__
     return wrapper
 
@@ -296,102 +292,15 @@ PlacementOpt = Annotated[Optional[str], typer.Option(
     "--placement", help="loop | v | dual (with --program / --schedule-file).")]
 
 
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def key_values(items: list[str] | None, flag: str, hint: str = "") -> dict[str, Any]:
-    """``KEY=VALUE`` flag items as a dict: keys with ``-`` read as ``_``, values as bool,
-    int, float or text. Exits 2 naming ``flag`` (and ``hint``) on an item without ``=``."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        if "=" not in item:
-            fail(f"bad {flag} {item!r}: expected KEY=VALUE{hint}")
-        k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = _value(v.strip())
-    return out
-
-
-def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
-                   ranks: int | None = None, microbatches: int | None = None,
-                   chunks: int | None = None, variant: str | None = None,
-                   mem_limit: float | None = None, param: list[str] | None = None,
-                   cost: str | None = None, semantics: str | None = None,
-                   comm_stream: str | None = None, eager_threshold: float | None = None,
-                   launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None, connections: int | None = None,
-                   message_bytes: float | None = None, latency: float | None = None,
-                   bandwidth: float | None = None, comm_policy: str | None = None,
-                   program: Path | None = None, schedule_file: Path | None = None,
-                   stages: int | None = None, placement: str | None = None) -> Scenario:
-    """A :class:`Scenario` from a TOML file (optional) with the CLI flags applied on top.
+def build_scenario(scenario: Path | None = None, **flags: Any) -> Scenario:
+    """A :class:`Scenario` from a TOML file (optional) with the CLI flags applied on top
+    (:func:`schedsim.scenario_flags.build_scenario`, the one home of that rule).
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
-    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
-    if scenario is not None:
-        sc = load_scenario(scenario)
-        # exclude_unset: what the file did not set stays unset, so that the cost warnings
-        # (schedsim.report.advice) know which costs the user gave
-        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
-        base = sc.base_dir
-    else:
-        data, base = {}, "."
-    sched = data.setdefault("schedule", {})
-    if program is not None or schedule_file is not None:
-        for k in ("name", "program", "schedule_file"):
-            sched.pop(k, None)
-    for k, v in (("name", schedule), ("ranks", ranks), ("microbatches", microbatches),
-                 ("chunks", chunks), ("variant", variant), ("mem_limit", mem_limit),
-                 ("comm_policy", comm_policy), ("stages", stages), ("placement", placement),
-                 ("program", str(program.resolve()) if program else None),
-                 ("schedule_file", str(schedule_file.resolve()) if schedule_file else None)):
-        if v is not None:
-            sched[k] = v
-    sched.update(key_values(param, "--param"))
-    if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
-            exclude_unset=True)
-    comm = data.setdefault("comm", {})
-    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost), ("connections", connections)):
-        if v is not None:
-            comm[k] = v
-    if message_bytes is not None:
-        data.setdefault("costs", {})["message_bytes"] = message_bytes
-    link = data.setdefault("link", {})
-    if latency is not None:
-        link["latency"] = latency
-    if bandwidth is not None:
-        link["bandwidth"] = bandwidth
-    return parse_scenario(data, str(scenario) if scenario else "command line", base)
+    from schedsim.scenario_flags import build_scenario as build
 
-
-def _check_choices(**flags: str | None) -> None:
-    """Refuse a flag value outside its choices, with a typo suggestion."""
-    from schedsim.program.ir import PLACEMENTS
-    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
-    from schedsim.util.suggest import did_you_mean
-
-    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
-    for name, value in flags.items():
-        ok = choices[name]
-        if value is not None and value.replace("_", "-") not in ok \
-                and not (name == "semantics" and value == "all"):
-            from schedsim.errors import ScenarioError
-
-            raise ScenarioError(f"unknown --{name.replace('_', '-')} {value!r}"
-                                f"{did_you_mean(value, ok)}: expected one of "
-                                f"{', '.join(ok)}")
+    return build(scenario, **flags)
 
 
 def write_text_out(path: Path | None, text: str) -> None:
@@ -416,6 +325,21 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("comm_policy", PolicyOpt), ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt),
     ("stages", StagesOpt), ("placement", PlacementOpt),
 ]
+#: the --help panel of each shared scenario flag (typer's rich_help_panel)
+_PANELS = {"Schedule": ("schedule", "ranks", "microbatches", "chunks", "variant",
+                        "mem_limit", "program", "schedule_file", "stages", "placement"),
+           "Costs and links": ("cost", "message_bytes", "latency", "bandwidth",
+                               "launch_cost"),
+           "Comm": ("semantics", "comm_stream", "eager_threshold", "lazy_init", "init_cost",
+                    "comm_policy", "param")}
+for _panel, _names in _PANELS.items():
+    for _n, _a in _SCENARIO_PARAMS:
+        if _n in _names:
+            _a.__metadata__[0].rich_help_panel = _panel
+for _a, _panel in ((FormatOpt, "Outputs"), (LimitOpt, "Run"), (VersionOpt, "Run"),
+                   (TablesQuietOpt, "Outputs")):
+    _a.__metadata__[0].rich_help_panel = _panel
+
 #: the flags that only say which program to run (no costs, links or semantics)
 PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",
                  "mem_limit", "param", "comm_policy", "program", "schedule_file", "stages",

@@ -15,20 +15,30 @@ from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
     BandwidthOpt,
     BytesOpt,
+    ChunksOpt,
     CostOpt,
+    InitCostOpt,
     LatencyOpt,
+    LaunchCostOpt,
+    LazyInitOpt,
     MbOpt,
+    ParamOpt,
     Phases,
+    PolicyOpt,
     RanksOpt,
     SemanticsOpt,
     StreamOpt,
     ThresholdOpt,
+    VariantOpt,
     console,
     fail,
     fail_deadlock,
     handle_errors,
+    key_values,
     scenario_command,
 )
+from schedsim.cli.options import GanttOpt
+from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
@@ -42,7 +52,8 @@ FbOrderOpt = Annotated[Optional[str], typer.Option(
     "free-then-alloc.")]
 
 SchedulesOpt = Annotated[Optional[str], typer.Option(
-    "--schedules", help="Comma-separated schedule names (default: every registered "
+    "--schedules", help="Comma-separated schedule names, each with optional :KEY=VALUE "
+    "parameters, e.g. interleaved-1f1b:chunks=4,zbv,dualpipe (default: every registered "
     "schedule that accepts the size).")]
 PerRankCostsOpt = Annotated[bool, typer.Option(
     "--per-rank-costs/--per-op-costs", help="Per rank (default): the costs are one rank's "
@@ -54,8 +65,7 @@ JobsOpt = Annotated[int, typer.Option(
     "--jobs", "-j", min=0, help="Worker processes (0: one per CPU when the sweep is large; "
     "1: none).")]
 CompareScenarioOpt = Annotated[Optional[Path], typer.Option(
-    "--scenario", help="Take costs, link, comm and \\[memory] from this scenario file (its "
-    "\\[schedule] is ignored).")]
+    "--scenario", help="The scenario file, as the argument (kept for old command lines).")]
 ModelOverlapOpt = Annotated[Optional[str], typer.Option(
     "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
     "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
@@ -76,16 +86,36 @@ def _memory_model(spec: object, model: str | None, fb_order: str | None) -> Memo
     return mm.model_copy(update=upd)
 
 
+CompareArg = Annotated[Optional[Path], typer.Argument(
+    help="Scenario TOML file: its ranks, microbatches, costs, link, comm and \\[memory] "
+    "(its \\[schedule] name is compared only when --schedules names it).",
+    show_default=False, metavar="SCENARIO")]
+CompareMemoryOpt = Annotated[bool, typer.Option(
+    "--memory", help="--gantt: an activation-memory panel under each schedule's chart "
+    "(the memory model of --memory-model).")]
+CompareQuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="One line per schedule (makespan, bubble ratio); no table, no "
+    "progress.")]
+
+
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 def compare(
+    scenario_arg: CompareArg = None,
     ranks: RanksOpt = None,
     microbatches: MbOpt = None,
     cost: CostOpt = None,
     schedules: SchedulesOpt = None,
+    chunks: ChunksOpt = None,
+    variant: VariantOpt = None,
+    param: ParamOpt = None,
+    comm_policy: PolicyOpt = None,
     semantics: SemanticsOpt = None,
     comm_stream: StreamOpt = None,
     eager_threshold: ThresholdOpt = None,
+    launch_cost: LaunchCostOpt = None,
+    lazy_init: LazyInitOpt = None,
+    init_cost: InitCostOpt = None,
     message_bytes: BytesOpt = None,
     latency: LatencyOpt = None,
     bandwidth: BandwidthOpt = None,
@@ -96,6 +126,9 @@ def compare(
     scenario: CompareScenarioOpt = None,
     model_overlap: ModelOverlapOpt = None,
     json_out: JsonOpt = None,
+    gantt: GanttOpt = None,
+    memory: CompareMemoryOpt = False,
+    quiet: CompareQuietOpt = False,
 ) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
     peak activation and parameter memory side by side.
@@ -104,57 +137,139 @@ def compare(
     For the schedules of DualPipe's README table the table's closed form is printed
     beside the simulated value. Activation: one microbatch's activations of 1/ranks of
     the model; parameters: 1/ranks of the model (DualPipe holds 2). The header says how
-    the costs were read: per rank (default: equal model work per rank, a V schedule's
-    ops at half cost) or per op (--per-op-costs; a note says when stages per rank
-    differ). --json: one record per schedule with per_rank_costs and cost_scale.
+    the costs were read: per rank (default: equal model work per rank) or per op
+    (--per-op-costs). --json: one record per schedule.
 
-    Example:
+    --schedules takes parameters per schedule after a colon
+    (interleaved-1f1b:chunks=4,zbv); --chunks, --variant and generator --param keys
+    apply to the schedules that take them, --comm-policy and its keys to every one.
+    --gantt draws one chart per schedule on one time axis (--memory: memory panels).
+
+    Examples:
       schedsim compare -p 8 -m 20 --cost F=1,B=1,W=1,BW=2,FB=3
+      schedsim compare schedules/dualpipe-figure.toml \\
+        --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare as run_compare
 
-    base = build_scenario(scenario, cost=cost, semantics=semantics, comm_stream=comm_stream,
-                          eager_threshold=eager_threshold, message_bytes=message_bytes,
-                          latency=latency, bandwidth=bandwidth)
-    ranks = base.schedule.ranks if ranks is None else ranks       # else the scenario's
+    _check_flags(scenario_arg, scenario, memory, gantt, json_out)
+    base = build_scenario(scenario_arg or scenario, cost=cost, semantics=semantics,
+                          comm_stream=comm_stream, eager_threshold=eager_threshold,
+                          launch_cost=launch_cost, lazy_init=lazy_init, init_cost=init_cost,
+                          message_bytes=message_bytes, latency=latency, bandwidth=bandwidth)
+    ranks, microbatches = _size(base, ranks, microbatches)
+    mm = _memory_model(base.memory or None, memory_model, fb_order)
+    names = [schedules] if schedules else None
+    if base.workload is not None or model_overlap is not None:
+        return _compare_other(base, names, model_overlap, ranks, microbatches, mm, json_out)
+    shared = _shared_params(chunks=chunks, variant=variant, comm_policy=comm_policy,
+                            **key_values(param, "--param"))
+    with Phases(quiet) as ph:
+        ph.step(f"simulating {'the' if names else 'every'} schedule(s) at {ranks} ranks "
+                f"x {microbatches} microbatches")
+        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
+                          shared, per_rank_costs=per_rank_costs, jobs=jobs,
+                          keep_timelines=gantt is not None)
+        if gantt is not None:
+            ph.step(f"drawing {gantt}")
+            _draw_compare(res, gantt, mm if memory else None)
+    _print_compare(res, base.costs, mm, ranks, microbatches, json_out, quiet)
+
+
+def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,
+                   ranks: int, microbatches: int, mm: MemoryModel,
+                   json_out: Path | None) -> None:
+    """``compare`` of a workload (a model on GPUs: step ms, tokens/s/GPU, GiB) or per
+    ``--model-overlap`` mode."""
+    if base.workload is not None:
+        from schedsim.cli.workload import compare_workload
+
+        plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
+        return compare_workload(base, plain, json_out)
+    from schedsim.cli.collectives import compare_overlaps
+
+    data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                           exclude_unset=True)
+    return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm, json_out)
+
+
+def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
+                 gantt: Path | None, json_out: Path | None) -> None:
+    """Refuse contradicting flags and unwritable outputs of ``compare`` (exit 2)."""
+    if scenario_arg is not None and scenario is not None:
+        fail("give the scenario once: as the argument or as --scenario, not both")
+    if memory and gantt is None:
+        fail("--memory draws a panel under each chart of --gantt: add --gantt FILE.png")
+    check_outputs(json_out, figures=(gantt,))
+
+
+def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[int, int]:
+    """``(ranks, microbatches)`` of ``compare``: the flags, else the scenario's."""
+    ranks = base.schedule.ranks if ranks is None else ranks
     microbatches = base.schedule.microbatches if microbatches is None else microbatches
     if ranks is None or microbatches is None:
         fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
              "sets them)")
-    mm = _memory_model(base.memory or None, memory_model, fb_order)
-    names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
-    if base.workload is not None:          # a model on GPUs: step ms, tokens/s/GPU, GiB
-        from schedsim.cli.workload import compare_workload
+    return ranks, microbatches
 
-        return compare_workload(base, names, json_out)
-    if model_overlap is not None:
-        from schedsim.cli.collectives import compare_overlaps
 
-        data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
-                               exclude_unset=True)
-        return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm,
-                                json_out)
-    with Phases() as ph:
-        ph.step(f"simulating {len(names) if names else 'every'} schedule(s) at {ranks} ranks "
-                f"x {microbatches} microbatches")
-        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
-                          per_rank_costs=per_rank_costs, jobs=jobs)
-    _print_compare(res, base.costs, mm, ranks, microbatches, json_out)
+def _shared_params(**given: Any) -> dict[str, dict]:
+    """Per schedule name, the parameters of the flags given for every schedule: a
+    generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
+    schedules whose generator takes them, the others (--comm-policy and its keys) to
+    every schedule."""
+    from schedsim.generators import GENERATORS
+
+    given = {k: v for k, v in given.items() if v is not None}
+    gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
+    return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
+            for n, g in GENERATORS.items()}
+
+
+def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
+    """One Gantt chart per schedule of ``res`` (rows that kept their run) stacked on one
+    time axis, to ``path``; ``memory``: with an activation-memory panel each."""
+    from schedsim.plot import compare as draw, save_figure
+
+    tls = [r.timeline for r in res.rows if r.timeline is not None]
+    if not tls:
+        raise ScenarioError(f"--gantt {path}: no schedule ran (all were skipped), nothing "
+                            f"to draw")
+    titles = [f"{r.schedule}: makespan {fmt_t(r.makespan)}, bubble {r.bubble_ratio:.3f}"
+              for r in res.rows if r.timeline is not None]
+    sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
+           f"semantics, one time axis")
+    save_figure(draw(tls, titles=titles, suptitle=sup, memory=memory), path)
+
+
+def compare_records(res: Any, ranks: int, costs: CostModel) -> list[dict]:
+    """The --json records of ``compare``: one per schedule that ran."""
+    per_rank_costs = res.per_rank_costs
+    note = None if per_rank_costs else per_op_note(
+        [(r.schedule, r.stages) for r in res.rows], ranks, costs._derived is not None)
+    return [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
+             "stages_per_rank": r.stages / ranks, "per_rank_costs": per_rank_costs,
+             "note": note, "table_formula": r.formula} for r in res.rows]
 
 
 def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
-                   microbatches: int, json_out: Path | None) -> None:
-    """Print the result of ``compare`` (header, table, notes, skipped schedules) and
-    write its --json records."""
+                   microbatches: int, json_out: Path | None, quiet: bool = False) -> None:
+    """Print the result of ``compare`` (header, table, notes, skipped schedules; with
+    ``quiet`` one line per schedule) and write its --json records."""
+    if quiet:
+        write_json(json_out, lambda: compare_records(res, ranks, costs))
+        unit = res.unit + ("s" if res.unit == "slot" else "")
+        for r in res.rows:
+            console.print(f"{escape(r.schedule)}: makespan {fmt_t(r.makespan)} "
+                          f"{escape(unit)}, bubble ratio {r.bubble_ratio:.3f}",
+                          highlight=False, soft_wrap=True)
+        return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
     model = costs._derived is not None       # its [model] layers are per stage
     note = None if per_rank_costs else per_op_note(
         [(r.schedule, r.stages) for r in res.rows], ranks, model)
-    write_json(json_out, [{**{k: v for k, v in r.to_dict().items() if k != "formula"},
-                           "stages_per_rank": r.stages / ranks,
-                           "per_rank_costs": per_rank_costs, "note": note,
-                           "table_formula": r.formula} for r in res.rows])
+    write_json(json_out, lambda: compare_records(res, ranks, costs))
     console.print(f"costs {_cost_text(costs)} {_reading(per_rank_costs, model)}",
                   highlight=False, soft_wrap=True)
     console.print(f"{ranks} ranks x {microbatches} microbatches, {res.semantics} semantics; "
@@ -261,7 +376,7 @@ def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenar
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 def diff(
     a: Annotated[str, typer.Argument(help="Schedule A: scenario .toml, schedule .json/.csv, "
                                           "program .txt or a schedule name.")],
@@ -301,18 +416,33 @@ def diff(
         t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_t(o.start_a),
                   fmt_t(o.start_b), fmt_t(o.delta), "moved" if o.moved else "")
     console.print(t)
-    moved_f = [o for o in d.moved() if o.op.endswith(tuple("0123456789")) and "F" in o.op
-               and "BW" not in o.op and o.pos_b < o.pos_a]
-    console.print(f"{len(d.moved())} ops change position ({len(moved_f)} forwards run "
-                  f"earlier in B: " + ", ".join(f"{o.op}@r{o.rank}" for o in moved_f[:12])
-                  + (" ..." if len(moved_f) > 12 else "") + f"); {len(d.shifted())} ops "
-                  f"start at another time", highlight=False)
+    console.print(escape(moved_line(d)), highlight=False)
     console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
                   f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
 
 
+def moved_line(d: Any) -> str:
+    """The line under ``diff``'s table: how many ops change position (and which forwards
+    run earlier in B, the first 12) and how many start at another time."""
+    def n(k: int, what: str) -> str:
+        return f"{k} {what}{'' if k == 1 else 's'}"
+
+    moved = d.moved()
+    fwd = [o for o in moved if o.op.endswith(tuple("0123456789")) and "F" in o.op
+           and "BW" not in o.op and o.pos_b < o.pos_a]
+    shifted = len(d.shifted())
+    starts = f"{n(shifted, 'op')} start{'s' if shifted == 1 else ''} at another time"
+    if not moved:
+        return f"no op changes position; {starts}"
+    which = (f"{n(len(fwd), 'forward')} run{'s' if len(fwd) == 1 else ''} earlier in B: "
+             + ", ".join(f"{o.op}@r{o.rank}" for o in fwd[:12])
+             + (" ..." if len(fwd) > 12 else "")) if fwd else "no forward runs earlier in B"
+    verb = "changes" if len(moved) == 1 else "change"
+    return f"{n(len(moved), 'op')} {verb} position ({which}); {starts}"
+
+
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(timelines=True)
 def memory(
     sc: Scenario,

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import typer
-from rich.console import Console
+from schedsim.cli.tables import Console
 
 
 class _TerminalSafeConsole(Console):

@@ -8,7 +8,15 @@ import typer
 
 from schedsim.cli import app
 from schedsim.cli.common import Phases, handle_errors
-from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
+from schedsim.cli.options import (
+    ArrowsOpt,
+    DetailOpt,
+    HighlightOpt,
+    MemoryOpt,
+    ShowRanksOpt,
+    StallsOpt,
+    WindowOpt,
+)
 from schedsim.errors import ScenarioError
 from schedsim.timeline import Timeline
 
@@ -22,9 +30,45 @@ def check_figure_path(path: Path) -> None:
                             ".svg or .pdf)")
 
 
-def gantt_options(arrows: bool, memory: bool | object, stalls: bool) -> dict:
-    """Keyword arguments of :func:`schedsim.plot.gantt` for the CLI flags."""
-    return {"arrows": arrows, "memory": memory or None, "stalls": True if stalls else None}
+def gantt_options(arrows: bool, memory: bool | object, stalls: bool,
+                  highlight: list[str] | None = None, window: str | None = None,
+                  show_ranks: str | None = None) -> dict:
+    """Keyword arguments of :func:`schedsim.plot.gantt` for the CLI flags (``--highlight
+    KIND:SRC:DST:MB``, ``--window START:END``, ``--show-ranks 0-3,60-63``). Raises
+    :class:`ScenarioError` for a malformed value."""
+    opts: dict = {"arrows": arrows, "memory": memory or None,
+                  "stalls": True if stalls else None}
+    hl = []
+    for h in highlight or []:
+        parts = h.split(":")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts[1:]):
+            raise ScenarioError(f"bad --highlight {h!r}: expected KIND:SRC:DST:MB, e.g. "
+                                f"B:5:4:0")
+        hl.append((parts[0].strip().upper(), *(int(p) for p in parts[1:])))
+    if hl:
+        opts["highlight"] = hl
+    if window is not None:
+        try:
+            a, b = (float(x) for x in window.split(":"))
+        except ValueError:
+            raise ScenarioError(f"bad --window {window!r}: expected START:END, e.g. "
+                                f"10:30") from None
+        opts["window"] = (a, b)
+    if show_ranks is not None:
+        opts["ranks"] = parse_ranks(show_ranks)
+    return opts
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``0-3,60-63`` as ``[0, 1, 2, 3, 60, 61, 62, 63]``. Raises :class:`ScenarioError`."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ScenarioError(f"bad --show-ranks {text!r}: expected ranks and ranges, "
+                                f"e.g. 0-3,60-63")
+        out += list(range(int(lo), int(hi if sep else lo) + 1))
+    return out
 
 
 @app.command()
@@ -33,7 +77,8 @@ def render(
     timeline: Annotated[Path, typer.Argument(
         help="Timeline JSON (from 'schedsim simulate --json' or a replay).")],
     out: Annotated[Path, typer.Option(
-        "--out", "-o", help="Figure file (.png, .svg or .pdf).")],
+        "--out", "-o", "--gantt", help="Figure file (.png, .svg or .pdf); --gantt as in "
+        "simulate.")],
     overlay: Annotated[Optional[Path], typer.Option(
         "--overlay", help="Second timeline JSON of the same ops: draw both, one half-row "
         "each, with per-op start error and makespan error in the title.")] = None,
@@ -52,6 +97,9 @@ def render(
         "('5%'); default: any move, or 5% when a timeline is measured.")] = None,
     detail: DetailOpt = False,
     title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
+    highlight: HighlightOpt = None,
+    window: WindowOpt = None,
+    show_ranks: ShowRanksOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
 ) -> None:
     """Draw a Timeline JSON as a Gantt chart, or overlay two timelines of the same ops.
@@ -60,6 +108,7 @@ def render(
       schedsim render dualpipe.json --out dualpipe.png --arrows --memory
       schedsim render data.json --overlay rendezvous.json --out overlay.png
       schedsim render pred.json --overlay meas.json --threshold 5% --out o.png
+      schedsim render dualpipe.json --out part.png --window 10:30 --show-ranks 0-3
     """
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
@@ -70,9 +119,10 @@ def render(
         ph.step(f"reading {timeline}")
         tl = Timeline.read_json(timeline)
         if overlay is not None:
-            if arrows or memory or stalls or detail:
-                raise ScenarioError("--arrows, --memory, --stalls and --detail draw a single "
-                                    "timeline; drop them or --overlay")
+            if arrows or memory or stalls or detail or highlight or window or show_ranks:
+                raise ScenarioError("--arrows, --memory, --stalls, --detail, --highlight, "
+                                    "--window and --show-ranks draw a single timeline; "
+                                    "drop them or --overlay")
             other = Timeline.read_json(overlay)
             pair = None
             if names is not None:
@@ -88,7 +138,7 @@ def render(
             from schedsim.plot import resolve_model
 
             model = resolve_model(memory_model) if memory else None
-            opts = gantt_options(arrows, model, stalls)
+            opts = gantt_options(arrows, model, stalls, highlight, window, show_ranks)
             if detail:
                 if not getattr(tl, "pieces", None):
                     raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "

@@ -90,6 +90,8 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
 
 
 def _check_nproc(spec: Any, nproc: int | None) -> int:
+    """The processes of the run (one per rank and TP rank); refuses a --nproc that
+    differs and, under nccl, a machine with fewer CUDA GPUs (exit 2, no rank started)."""
     ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
     p = ranks * tp          # one process per rank and TP rank
     if nproc is not None and nproc != p:
@@ -97,6 +99,10 @@ def _check_nproc(spec: Any, nproc: int | None) -> int:
                 f"{ranks} ranks x tp {tp} = {p} processes")
         raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
                             f"--nproc {p}")
+    if spec.config.backend == "nccl":
+        from schedsim.replay.config import require_gpus
+
+        require_gpus(p)
     return p
 
 
@@ -115,7 +121,7 @@ def _print_grad_check(gc: dict[str, Any]) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS)
 def replay(
     sc: Scenario,
@@ -336,7 +342,7 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS, timelines=True)
 def calibrate(
     sc: Scenario,

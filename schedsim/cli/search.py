@@ -89,7 +89,7 @@ def _check_out(out: Path | None) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 def search(
     scenario: ScenarioArg = None,
     ranks: RanksOpt = None,

@@ -32,8 +32,17 @@ from schedsim.cli.common import (
     warn_costs,
     write_text_out,
 )
-from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
 from schedsim.cli.inputs import simulate_scenario
+from schedsim.cli.options import (
+    ArrowsOpt,
+    DetailOpt,
+    GanttOpt,
+    HighlightOpt,
+    MemoryOpt,
+    ShowRanksOpt,
+    StallsOpt,
+    WindowOpt,
+)
 from schedsim.cli.workload import (
     GpuOpt,
     ModelOpt,
@@ -51,8 +60,6 @@ CostsFileOpt = Annotated[Optional[Path], typer.Option(
     "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, e.g. "
     "from 'schedsim calibrate'); its tables replace the scenario's (and these flags), its "
     "launch_cost the scenario's.")]
-GanttOpt = Annotated[Optional[Path], typer.Option(
-    "--gantt", help="Write a Gantt chart (.png, .svg or .pdf).")]
 TimelineJsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the Timeline JSON (written even on deadlock).")]
 TraceOpt = Annotated[Optional[Path], typer.Option(
@@ -100,7 +107,7 @@ def print_summary(tl: Timeline) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def simulate(
     sc: Scenario,
@@ -112,6 +119,9 @@ def simulate(
     memory: MemoryOpt = False,
     stalls: StallsOpt = False,
     detail: DetailOpt = False,
+    highlight: HighlightOpt = None,
+    window: WindowOpt = None,
+    show_ranks: ShowRanksOpt = None,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
     gpu: GpuOpt = None,
@@ -135,7 +145,11 @@ def simulate(
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail, detail)
+    from schedsim.cli.render import gantt_options
+
+    view = gantt_options(False, False, False, highlight, window, show_ranks)
+    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail
+                   or len(view) > 3, detail)
     with Phases(quiet) as ph:
         ph.step("building the program")
         prog = sc.build_program()
@@ -146,7 +160,8 @@ def simulate(
 
             ph.step("attaching the compute and collective pieces")
             attach_pieces(tl, sc.stage_costs())     # only these outputs show them
-        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail))
+        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail),
+                       view)
         if tl.deadlock is not None:
             ph.step("looking for a fix of the deadlock")
             warn_costs(sc, tl)
@@ -175,8 +190,8 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
 
         check_figure_path(gantt)
     elif drawing:
-        raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
-                            "chart: add --gantt FILE.png")
+        raise ScenarioError("--arrows, --memory, --stalls, --detail, --highlight, --window "
+                            "and --show-ranks draw on the Gantt chart: add --gantt FILE.png")
     if detail and sc.stage_costs() is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
@@ -189,16 +204,18 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
 
 def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
                    json_out: Path | None, trace: Path | None,
-                   draw_flags: tuple[bool, bool, bool, bool]) -> None:
+                   draw_flags: tuple[bool, bool, bool, bool], view: dict | None = None
+                   ) -> None:
     """Write the outputs of ``simulate`` all together, or none (a trace: only of a run
-    that completed). ``draw_flags``: arrows, memory, stalls, detail."""
+    that completed). ``draw_flags``: arrows, memory, stalls, detail; ``view``: the
+    highlight, window and ranks of :func:`~schedsim.cli.render.gantt_options`."""
     with output_group() as outs:
         if json_out:
             ph.step(f"writing {json_out}")
             tl.write_json(outs.path(json_out))
         if gantt:
             ph.step(f"drawing {gantt}")
-            _draw(sc, tl, outs.path(gantt), *draw_flags)
+            _draw(sc, tl, outs.path(gantt), *draw_flags, view=view)
         if trace and tl.deadlock is None:
             from schedsim.interop.perfetto import write_trace
 
@@ -207,13 +224,13 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
-          stalls: bool, detail: bool = False) -> None:
+          stalls: bool, detail: bool = False, view: dict | None = None) -> None:
     """The Gantt chart of ``tl`` (a deadlocked run: what ran before it) to ``path``."""
     from schedsim.cli.render import gantt_options
     from schedsim.plot import gantt as draw, resolve_model, save_figure
 
     model = resolve_model(sc.memory or True) if memory else None
-    opts = gantt_options(arrows, model, stalls)
+    opts = {**(view or {}), **gantt_options(arrows, model, stalls)}
     if detail:
         opts["detail"] = True
     save_figure(draw(tl, **opts), path)
@@ -241,7 +258,7 @@ SEMANTICS_SUMMARY = {
 
 
 @app.command("list")
-@handle_errors(limits=False)
+@handle_errors(limits=False, tables=True)
 def list_schedules() -> None:
     """List the schedules (placement, parameters, constraints, source), the comm
     policies with their --param keys, and the comm semantics."""

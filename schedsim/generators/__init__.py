@@ -48,11 +48,49 @@ def register(name: str, *, summary: str, constraints: str, placement: str, sourc
     return deco
 
 
+#: schedule names other tools use, with schedsim's (Megatron-LM's schedules.py function
+#: and argument names, torch's Schedule classes, DeepSpeed's)
+FOREIGN_NAMES = {
+    "megatron-interleaved": "interleaved-1f1b --variant megatron",
+    "interleaved": "interleaved-1f1b", "interleaved1f1b": "interleaved-1f1b",
+    "megatron": "1f1b", "pipedream-flush": "1f1b", "one-f-one-b": "1f1b",
+    "schedule1f1b": "1f1b", "schedulegpipe": "gpipe", "scheduleinterleaved1f1b":
+    "interleaved-1f1b --variant torch", "scheduleloopedbfs": "looped-bfs",
+    "scheduleinterleavedzerobubble": "interleaved-zb", "schedulezbvzerobubble": "zbv",
+    "scheduledualpipev": "dualpipev", "zero-bubble": "zb-h1", "zb": "zb-h1", "zbh1": "zb-h1",
+    "zbh2": "zb-h2", "dualpipe-v": "dualpipev",
+}
+#: parameter names other tools use (Megatron-LM's arguments), with schedsim's flag
+FOREIGN_KEYS = {
+    "pipeline_model_parallel_size": "ranks (--ranks/-p)",
+    "pipeline_parallel_size": "ranks (--ranks/-p)", "pp": "ranks (--ranks/-p)",
+    "pp_size": "ranks (--ranks/-p)", "num_stages": "ranks (--ranks/-p; stages per rank: "
+    "--chunks)", "num_microbatches": "microbatches (--microbatches/-m)",
+    "n_microbatches": "microbatches (--microbatches/-m)",
+    "virtual_pipeline_model_parallel_size": "chunks (--chunks)",
+    "num_layers_per_virtual_pipeline_stage": "chunks (--chunks: stages per rank)",
+    "microbatch_group_size_per_vp_stage": "group_size (--param group_size=N)",
+}
+
+
+def foreign_key_hint(key: str) -> str | None:
+    """``"'num_microbatches' is another tool's name: schedsim's is microbatches (...)"``
+    for a parameter name other tools use, else None."""
+    ours = FOREIGN_KEYS.get(key.lower().replace("-", "_"))
+    return None if ours is None else (f"{key!r} is Megatron-LM's / torch's name: schedsim "
+                                      f"calls it {ours}")
+
+
 def get(name: str) -> GeneratorSpec:
-    """The generator called ``name``. Raises :class:`ScheduleError` naming the choices."""
+    """The generator called ``name``. Raises :class:`ScheduleError` naming the choices (and
+    schedsim's name for a name another tool uses, :data:`FOREIGN_NAMES`)."""
     _load_all()
     spec = GENERATORS.get(name)
     if spec is None:
+        ours = FOREIGN_NAMES.get(name.lower().replace("_", "-"))
+        if ours is not None:
+            raise ScheduleError(f"unknown schedule {name!r}: that is another tool's name; "
+                                f"schedsim's is -s {ours} (see 'schedsim list')")
         raise ScheduleError(f"unknown schedule {name!r}: expected one of "
                             f"{', '.join(sorted(GENERATORS))} (see 'schedsim list')")
     return spec
@@ -69,8 +107,9 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     accepted = spec.accepted()
     for k in params:
         if k not in accepted:
-            raise ScheduleError(f"schedule {name!r} takes no parameter {k!r} (it takes: "
-                                f"{', '.join(accepted) or 'none'})")
+            hint = foreign_key_hint(k)
+            raise ScheduleError(hint or f"schedule {name!r} takes no parameter {k!r} (it "
+                                f"takes: {', '.join(accepted) or 'none'})")
     if ranks < 1 or microbatches < 1:
         raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
                             f"{microbatches})")

@@ -272,7 +272,10 @@ def _messages(runs: dict[int, RankRun], pl: Placement, ms: Any) -> list[Message]
 
 
 def _ordinal(k: int) -> str:
-    return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
+    """The ordinal of 0-based position ``k`` (``0`` -> ``1st``)."""
+    from schedsim.util.text import ordinal
+
+    return ordinal(k + 1)
 
 
 def check_link_order(runs: dict[int, RankRun], pl: Placement) -> None:
@@ -312,6 +315,14 @@ def _notes(ev: dict[int, RankEvents], runs: dict[int, RankRun], missing: list[in
     elif calls and not any(c.done is not None for e in ev.values() for c in e.calls):
         notes.append("no gloo:/nccl: work ranges: completion times are the ends of the "
                      "waits that covered each message")
+    works, kernels = (sum(e.unmatched[i] for e in ev.values()) for i in (0, 1))
+    if works or kernels:
+        what = " and ".join(x for x in (
+            f"{works} gloo:/nccl: work range{'s' if works != 1 else ''}" if works else "",
+            f"{kernels} NCCL P2P kernel{'s' if kernels != 1 else ''}" if kernels else "")
+            if x)
+        notes.append(f"{what} inside no c10d::send/recv_ call: left out (a collective's, "
+                     f"or a call the trace did not record)")
     loose = sum(x.loose for x in runs.values())
     unbound = sum(x.unbound for x in runs.values())
     if loose or unbound:

@@ -101,6 +101,9 @@ class RankEvents(NamedTuple):
     calls: list[Call]
     other: list[str]
     ops: list[tuple[float, float, bool]] = []
+    #: ``gloo:*``/``nccl:*`` work ranges and NCCL P2P kernels inside no c10d P2P call
+    #: (left out: a collective's, or a call the trace did not record)
+    unmatched: tuple[int, int] = (0, 0)
 
 
 #: the largest |ts| (µs; Kineto's are since the epoch, about 1.8e15 today) and dur (µs: 30
@@ -202,14 +205,16 @@ def _shape_info(args: dict[str, Any]) -> tuple[int | None, int | None]:
 
 def _calls(raw: list[tuple[float, float, dict]], works: list[tuple[float, float, bool, dict]],
            kernels: dict[Any, tuple[float, float]], launches: list[tuple[float, Any]]
-           ) -> list[Call]:
+           ) -> tuple[list[Call], tuple[int, int]]:
     """Join each c10d call with its work range (the first unused one of the same
-    direction that starts inside the call) and its kernel (by launch correlation)."""
+    direction that starts inside the call) and its kernel (by launch correlation).
+    Also returns how many work ranges and kernels no call took."""
     works = sorted(works, key=lambda w: w[0])
     used = [False] * len(works)
     starts = [w[0] for w in works]
     lstarts = [t for t, _ in launches]
     out = []
+    took: set[Any] = set()
     for t0, t1, e in sorted(raw, key=lambda x: x[0]):
         send = e["name"] in _SEND_CALLS
         done = itemsize = None
@@ -227,13 +232,15 @@ def _calls(raw: list[tuple[float, float, dict]], works: list[tuple[float, float,
         for k in range(bisect_right(lstarts, t0), len(launches)):
             if launches[k][0] > t1:
                 break
+            if launches[k][1] in kernels:
+                took.add(launches[k][1])
             kernel = kernels.get(launches[k][1]) or kernel
         peer, elems = _shape_info(e.get("args") or {})
         nbytes = float(elems * itemsize) if elems is not None and itemsize else None
         if kernel is not None:
             done = kernel[1] if done is None else max(done, kernel[1])
         out.append(Call(t0, t1, send, done, peer, nbytes, kernel))
-    return out
+    return out, (used.count(False), len(set(kernels) - took))
 
 
 def classify_rank(events: list[dict[str, Any]], rank: int, path: Any,
@@ -283,7 +290,8 @@ def classify_rank(events: list[dict[str, Any]], rank: int, path: Any,
     ranges.sort(key=lambda x: (x.t0, -x.t1))
     launches.sort(key=lambda x: x[0])
     ops.sort()
-    return RankEvents(ranges, _calls(raw, works, kernels, launches), other, ops)
+    calls, unmatched = _calls(raw, works, kernels, launches)
+    return RankEvents(ranges, calls, other, ops, unmatched)
 
 
 def select_step(events: list[dict[str, Any]], step: int | None, path: Any

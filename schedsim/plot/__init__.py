@@ -26,6 +26,8 @@ from schedsim.plot.overlay import (
     op_start_errors,
     overlay,
 )
+from schedsim.timeline import Timeline
+from schedsim.timeline_view import PNG_VIEW
 from schedsim.plot.style import (
     KIND_COLORS,
     KIND_NAMES,
@@ -33,6 +35,19 @@ from schedsim.plot.style import (
     default_title,
     shade,
 )
+
+
+
+def _png(tl: "Timeline") -> bytes:
+    """The Gantt chart of ``tl`` as PNG bytes (a notebook's view of a Timeline)."""
+    import io
+
+    buf = io.BytesIO()
+    gantt(tl).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+PNG_VIEW[0] = _png
 
 __all__ = [
     "gantt", "compare", "overlay", "memory_plot", "save_figure", "draw_gantt",

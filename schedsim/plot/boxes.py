@@ -144,6 +144,29 @@ def draw_boxes(ax: Axes, bx: Boxes, n: int, colors: np.ndarray, *, lo: float = P
     return pc
 
 
+def draw_chunk_hatches(ax: Axes, bx: Boxes, n: int, nchunks: int, *, lo: float = PAD,
+                       hi: float = 1 - PAD) -> int:
+    """Hatch the boxes of every chunk after the first, one collection per chunk (gid
+    ``chunk-<c>``), when the figure has 3 or more chunks
+    (:func:`~schedsim.plot.style.chunk_hatch`); returns how many boxes were hatched."""
+    from schedsim.plot.style import CHUNK_HATCH_COLOR, chunk_hatch
+
+    done = 0
+    y0, h = box_geometry(bx, n, lo, hi)
+    for c in range(1, nchunks):
+        hatch = chunk_hatch(c, nchunks)
+        sel = np.flatnonzero(bx.chunk == c)
+        if not hatch or not len(sel):
+            continue
+        pc = PolyCollection(rect_verts(bx.x0[sel], bx.x1[sel], y0[sel], h[sel]),
+                            closed=True, facecolors="none", edgecolors=[CHUNK_HATCH_COLOR],
+                            linewidths=0.0, hatch=hatch, zorder=3.2)
+        pc.set_gid(f"chunk-{c}")
+        ax.add_collection(pc, autolim=False)
+        done += len(sel)
+    return done
+
+
 def draw_fb_outlines(ax: Axes, bx: Boxes, n: int, *, lo: float = PAD, hi: float = 1 - PAD,
                      linewidth: float = 0.8) -> int:
     """One dark outline around each FB span (both halves); returns how many."""
@@ -182,4 +205,32 @@ def draw_labels(ax: Axes, bx: Boxes, n: int, colors: np.ndarray, *, px_per_unit:
     for i in idx:
         ax.text(mid[i], y0[i] + h[i] / 2, str(int(bx.mb[i])), ha="center", va="center",
                 fontsize=fontsize, color=text_color(colors[i]), zorder=4)
+    return int(idx.size) + _fb_labels(ax, bx, n, colors, ok, px_per_unit, row_px, window,
+                                      lo, hi, fontsize, max_labels - int(idx.size))
+
+
+def _fb_labels(ax: Axes, bx: Boxes, n: int, colors: np.ndarray, done: np.ndarray,
+               px_per_unit: float, row_px: float, window: tuple[float, float], lo: float,
+               hi: float, fontsize: float, room: int) -> int:
+    """An FB span too low for a number in each half (an overlay's half-row) gets one
+    label ``F/B`` (the forward's and the backward's microbatch) across the whole box,
+    where that fits; returns how many."""
+    dpi = ax.figure.dpi
+    first = np.flatnonzero((bx.nparts == 2) & (bx.part == 0) & ~done)
+    first = first[first + 1 < len(bx)]
+    first = first[(bx.span[first + 1] == bx.span[first]) & ~done[first + 1]]
+    if not len(first) or room <= 0:
+        return 0
+    digits = len(str(int(bx.mb.max())))
+    mid = (bx.x0[first] + bx.x1[first]) / 2
+    fits = (((bx.x1[first] - bx.x0[first]) * px_per_unit >= label_px(2 * digits + 1, dpi,
+                                                                      fontsize))
+            & ((hi - lo) * row_px >= 0.95 * fontsize * dpi / 72)
+            & (mid >= window[0]) & (mid < window[1]))
+    idx = first[fits][:room]
+    y = (n - 1 - bx.rank[idx]) + (lo + hi) / 2
+    for i, yy in zip(idx, y):
+        ax.text((bx.x0[i] + bx.x1[i]) / 2, yy, f"{int(bx.mb[i])}/{int(bx.mb[i + 1])}",
+                ha="center", va="center", fontsize=fontsize, color=text_color(colors[i]),
+                zorder=4, gid="fb-label")
     return int(idx.size)

@@ -6,7 +6,7 @@ Every band draws its boxes as one ``PolyCollection`` (gid ``"ops"``, :mod:`.boxe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -31,6 +31,7 @@ from schedsim.plot.boxes import (
     Boxes,
     box_colors,
     draw_boxes,
+    draw_chunk_hatches,
     draw_fb_outlines,
     draw_labels,
     in_window,
@@ -44,8 +45,9 @@ from schedsim.plot.style import (
     IDLE_COLOR,
     KIND_COLORS,
     KIND_NAMES,
+    chunk_handles,
     default_title,
-    shade,
+    per_kind_chunks,
     stall_style,
     time_axis,
 )
@@ -70,8 +72,12 @@ class GanttInfo:
     arrows: dict[str, int] = field(default_factory=dict)
     labels: int = 0
     notes: list[str] = field(default_factory=list)
+    stuck: int = 0
+    nchunks: int = 1
 
     def merge(self, other: "GanttInfo") -> None:
+        self.stuck = max(self.stuck, other.stuck)
+        self.nchunks = max(self.nchunks, other.nchunks)
         self.kinds |= other.kinds
         self.chunks |= other.chunks
         self.has_fb |= other.has_fb
@@ -96,12 +102,62 @@ def _nchunks(bx: Boxes) -> int:
     return int(bx.chunk.max()) + 1 if len(bx) else 1
 
 
+@dataclass(frozen=True)
+class _Stall:
+    rank: int
+    start: float
+    end: float
+    cause: str
+
+
+def _rows_of(bx: Boxes, stalls: Sequence[Any], ranks: Sequence[int]
+             ) -> tuple[Boxes, list[Any]]:
+    """The boxes and stalls of ``ranks`` only, each moved to its row (``ranks[i]`` is
+    drawn in row ``i``)."""
+    row = {r: i for i, r in enumerate(ranks)}
+    lookup = np.full(int(bx.rank.max(initial=0)) + 1, -1, np.int64)
+    for r, i in row.items():
+        if r < lookup.size:
+            lookup[r] = i
+    sel = bx.select(lookup[bx.rank] >= 0) if len(bx) else bx
+    sel = replace(sel, rank=lookup[sel.rank])
+    return sel, [_Stall(row[st.rank], st.start, st.end, st.cause) for st in stalls
+                 if st.rank in row]
+
+
+def _draw_stuck(ax: Axes, tl: Timeline, ranks: Sequence[int], n: int,
+                window: tuple[float, float], fontsize: float) -> int:
+    """Where each blocked rank of a deadlocked ``tl`` is stuck: a red bar at the time it
+    blocked and the instruction it waits at (gids ``deadlock``, ``deadlock-label``);
+    returns how many ranks were marked."""
+    row = {r: i for i, r in enumerate(ranks)}
+    done = 0
+    t0, t1 = window
+    for b in (tl.deadlock.blocked if tl.deadlock is not None else []):
+        if b.rank not in row or not t0 <= b.since <= t1:
+            continue
+        y = n - 1 - row[b.rank]
+        ax.plot([b.since, b.since], [y + PAD, y + 1 - PAD], color=ARROW_WAITED, lw=2.4,
+                solid_capstyle="butt", zorder=6, gid="deadlock")
+        right = b.since > t0 + 0.6 * (t1 - t0)
+        ax.text(b.since, y + 0.5, f"{' ' if not right else ''}stuck at {b.instruction} "
+                f"(instr {b.index}){' ' if right else ''}", ha="right" if right else "left",
+                va="center", fontsize=fontsize, color=ARROW_WAITED, zorder=6,
+                clip_on=True, gid="deadlock-label",
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                      "alpha": 0.85})
+        done += 1
+    return done
+
+
 def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
                label_mb: bool = True, arrows: bool = False,
                highlight: Iterable[tuple[str, int, int, int]] = (),
                stalls: Sequence[Any] = (), xmax: float | None = None,
                time_labels: bool = True, window: tuple[float, float] | None = None,
-               boxes: Boxes | None = None, arrow_data: Arrows | None = None) -> GanttInfo:
+               boxes: Boxes | None = None, arrow_data: Arrows | None = None,
+               ranks: Sequence[int] | None = None, nchunks: int | None = None
+               ) -> GanttInfo:
     """Draw ``tl`` as a Gantt chart on ``ax`` (rank 0 on top), over the time ``window``
     (default ``(0, xmax or makespan)``).
 
@@ -109,21 +165,30 @@ def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
     arrows are). ``highlight``: messages ``(kind, src, dst, mb)`` drawn bold and
     annotated. ``stalls``: objects with ``rank, start, end, cause`` hatched by cause.
     ``boxes``/``arrow_data``: precomputed :func:`span_boxes` / :func:`message_arrows`
-    (several bands share them). Returns what was drawn (:class:`GanttInfo`).
+    (several bands share them). ``ranks``: draw only these ranks, in this order (no
+    arrows then). ``nchunks``: shade and hatch chunks as for this many (several charts
+    of one figure alike). A deadlocked run marks where each blocked rank is stuck.
+    Returns what was drawn (:class:`GanttInfo`).
     """
     info = GanttInfo()
-    n = tl.ranks
+    shown = list(ranks) if ranks is not None else list(range(tl.ranks))
+    n = len(shown)
     bx_all = boxes if boxes is not None else span_boxes(tl)
+    if ranks is not None:
+        bx_all, stalls = _rows_of(bx_all, stalls, shown)
+        arrows, highlight = False, ()
     end = max(xmax if xmax is not None else tl.makespan, 1e-9)
     t0, t1 = window if window is not None else (0.0, end)
     integral = boxes_integral(bx_all)
-    nch = _nchunks(bx_all)
+    nch = max(nchunks or 1, _nchunks(bx_all))
+    info.nchunks = nch
     px_x = px_size[0] / max(t1 - t0, 1e-9)
     px_row = px_size[1] / max(n, 1)
     bx = bx_all.select(in_window(bx_all, t0, t1))
     colors = box_colors(bx, nch)
     thin_edges = len(bx) and float(np.min(bx.x1 - bx.x0, initial=np.inf)) * px_x < 4
     draw_boxes(ax, bx, n, colors, linewidths=0.0 if thin_edges else 0.5)
+    draw_chunk_hatches(ax, bx, n, nch)
     info.has_fb = draw_fb_outlines(ax, bx, n, linewidth=0.4 if thin_edges else 0.8) > 0
     info.kinds = {KINDS[k] for k in np.unique(bx_all.kind) if k < len(KINDS)}
     info.chunks = {int(c) for c in np.unique(bx_all.chunk)}
@@ -147,7 +212,9 @@ def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
     step = max(1, int(np.ceil(11.0 / max(px_row, 1e-9))))     # a label every >= 11 px
     fs = max(5.5, min(9.0, px_row * 0.45 * 72 / ax.figure.dpi))
     ax.set_yticks([n - 1 - r + 0.5 for r in range(0, n, step)],
-                  [f"rank {r}" for r in range(0, n, step)], fontsize=fs)
+                  [f"rank {shown[r]}" for r in range(0, n, step)], fontsize=fs)
+    if tl.deadlock is not None:
+        info.stuck = _draw_stuck(ax, tl, shown, n, (t0, t1), fs)
     ax.tick_params(axis="y", length=0)
     time_axis(ax, tl, (t0, t1), integral, labels=time_labels, px=px_size[0])
     ax.set_facecolor(IDLE_COLOR)
@@ -178,20 +245,24 @@ def _draw_stalls(ax: Axes, stalls: Sequence[Any], n: int, window: tuple[float, f
 
 def legend_handles(info: GanttInfo, tl: Timeline) -> list[Any]:
     """Legend entries for what :func:`draw_gantt` drew."""
-    handles: list[Any] = [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k])
-                          for k in ("F", "B", "W", "BW") if k in info.kinds]
+    nch = max(max(info.chunks, default=0) + 1, info.nchunks)
+    handles: list[Any] = [] if len(info.chunks) > 1 and per_kind_chunks(nch) else \
+        [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k])
+         for k in ("F", "B", "W", "BW") if k in info.kinds]
     if info.has_fb:
         handles.append(Patch(facecolor="white", edgecolor="#222222",
                              label="FB: F (top) + backward (bottom)"))
     if len(info.chunks) > 1:
         word = "direction" if tl.placement == "dual" else "chunk"
-        nch = max(info.chunks) + 1
-        for c in sorted(info.chunks):
-            handles.append(Patch(facecolor=shade("#666666", c, nch), label=f"{word} {c}"))
+        handles += chunk_handles([k for k in KINDS if k in info.kinds], sorted(info.chunks),
+                                 nch, word)
     for cause in info.stall_causes:
         hatch, color = stall_style(cause)
         handles.append(Patch(facecolor=IDLE_COLOR, edgecolor=color, hatch=hatch,
                              linewidth=0, label=f"stall: {cause}"))
+    if info.stuck:
+        handles.append(Line2D([], [], color=ARROW_WAITED, lw=2.4,
+                              label="deadlock: where the rank is stuck"))
     if info.arrows.get("waited"):
         handles.append(Line2D([], [], color=ARROW_WAITED, lw=1.5,
                               label="message: receiver waited"))
@@ -238,20 +309,62 @@ def add_legend(fig: Figure, handles: list[Any], width: float, notes: Sequence[st
 
 
 def _layout(tl: Timeline, bx: Boxes, dpi: float, memory: bool, width: float | None,
-            wrap: bool) -> Layout:
+            wrap: bool, window: tuple[float, float], n: int) -> Layout:
+    """The layout of the time ``window`` of ``tl`` on ``n`` rows (band edges in the
+    timeline's time)."""
     from schedsim.plot.memory import memory_px
 
     digits = len(str(int(bx.mb.max()))) if len(bx) else 1
-    return plan(max(tl.makespan, 1e-9), tl.ranks, bx.x1 - bx.x0, digits, dpi=dpi,
-                extra_px=AXIS_PX + (memory_px(tl.ranks) if memory else 0.0),
-                integral=boxes_integral(bx), wrap=wrap, width=width)
+    t0, t1 = window
+    lay = plan(max(t1 - t0, 1e-9), n, bx.x1 - bx.x0, digits, dpi=dpi,
+               extra_px=AXIS_PX + (memory_px(n) if memory else 0.0),
+               integral=boxes_integral(bx), wrap=wrap, width=width)
+    return replace(lay, edges=tuple(t0 + e for e in lay.edges)) if t0 else lay
+
+
+def _title(tl: Timeline, title: str | None, window: tuple[float, float] | None,
+           ranks: Sequence[int] | None, bands: int) -> str:
+    """The chart's title: ``title`` or :func:`default_title`, with the time window, the
+    ranks shown and the bands it wrapped into."""
+    head = title if title is not None else default_title(tl)
+    if window is not None:
+        head += f" — time {window[0]:g} to {window[1]:g}"
+    if ranks is not None:
+        head += f" — ranks {', '.join(map(str, ranks))}"
+    return head + (f" (wrapped into {bands} bands)" if bands > 1 else "")
+
+
+def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
+                  highlight: list) -> tuple[tuple[float, float], list[int] | None]:
+    """Check ``gantt``'s ``window`` and ``ranks`` (ScenarioError naming what is wrong)."""
+    from schedsim.errors import ScenarioError
+
+    t0, t1 = (0.0, max(tl.makespan, 1e-9)) if window is None else map(float, window)
+    if not 0 <= t0 < t1:
+        raise ScenarioError(f"time window {t0:g}:{t1:g}: give 0 <= start < end")
+    if t0 >= tl.makespan and tl.makespan > 0:
+        raise ScenarioError(f"time window {t0:g}:{t1:g} starts after the run's end "
+                            f"({tl.makespan:g} {tl.unit})")
+    shown = None
+    if ranks is not None:
+        shown = [int(r) for r in ranks]
+        bad = [r for r in shown if not 0 <= r < tl.ranks]
+        if bad or not shown or len(set(shown)) != len(shown):
+            raise ScenarioError(f"ranks {shown}: give distinct ranks from 0 to "
+                                f"{tl.ranks - 1}")
+        if arrows or highlight:
+            raise ScenarioError("a subset of ranks is drawn without message arrows and "
+                                "op pieces: drop the arrows/highlight/detail or the rank "
+                                "subset")
+    return (t0, t1), shown
 
 
 def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
           dpi: float = DPI, label_mb: bool = True, arrows: bool = False,
           highlight: Iterable[tuple[str, int, int, int]] = (), stalls: Any = None,
           memory: Any = None, legend: bool = True, wrap: bool = True,
-          detail: bool = False) -> Figure:
+          detail: bool = False, window: tuple[float, float] | None = None,
+          ranks: Sequence[int] | None = None) -> Figure:
     """Gantt chart of a timeline; returns the Figure (nothing shown or saved).
 
     - rows per rank (rank 0 on top); a colour per kind (:data:`KIND_COLORS`), later
@@ -270,6 +383,8 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
       name) to add an activation-memory panel under each band (:mod:`.memory`);
     - ``detail``: draw each op's compute and collective pieces (a timeline with
       ``pieces``, see :mod:`schedsim.plot.detail`) in every band;
+    - ``window``: only the time range ``(start, end)``; ``ranks``: only these ranks, in
+      this order (no arrows); a deadlocked run: a red bar where each rank is stuck;
     - title: schedule, ranks, microbatches, semantics, makespan and bubble ratio.
 
     Size (:mod:`.layout`): at most 2000 px wide at ``dpi`` 150; a timeline too long for
@@ -280,8 +395,11 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
 
     bx = span_boxes(tl)
     highlight = list(highlight)
-    lay = _layout(tl, bx, dpi, bool(memory), width, wrap and not highlight)
-    n = tl.ranks
+    win_t, shown = _window_ranks(tl, window, ranks, arrows or detail, highlight)
+    sub = bx if shown is None else _rows_of(bx, (), shown)[0]
+    n = tl.ranks if shown is None else len(shown)
+    lay = _layout(tl, sub.select(in_window(sub, *win_t)), dpi, bool(memory), width,
+                  wrap and not highlight, win_t, n)
     mem_h = (lay.band_height * lay.dpi - n * lay.row_px - AXIS_PX) / lay.dpi if memory else 0
     gh = n * lay.row_px / lay.dpi
     top = 0.55 + (0.3 * len(highlight))
@@ -302,7 +420,7 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
         info.merge(draw_gantt(ax, tl, px_size=(plot_w, gh * lay.dpi), label_mb=label_mb,
                               arrows=arrows, highlight=highlight if b == 0 else (),
                               stalls=st, window=win, boxes=bx, arrow_data=ar,
-                              time_labels=not memory))
+                              time_labels=not memory, ranks=shown))
         if detail:
             from schedsim.plot.detail import draw_detail
 
@@ -311,11 +429,10 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
             ax.set_ylim(0, n)
         if memory:
             axm = axes[2 * b + 1]
-            draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves)
+            draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves,
+                        ranks=shown)
             time_axis(axm, tl, win, boxes_integral(bx), px=plot_w)
-    head = title if title is not None else default_title(tl)
-    if lay.bands > 1:
-        head += f" (wrapped into {lay.bands} bands)"
+    head = _title(tl, title, win_t if window is not None else None, shown, lay.bands)
     axes[0].set_title(wrap_title(head, lay.width - 0.4), fontsize=10,
                       pad=6 + 19 * len(set(highlight)))
     if legend:

@@ -20,6 +20,7 @@ from schedsim.plot.boxes import (
     KINDS,
     box_colors,
     draw_boxes,
+    draw_chunk_hatches,
     draw_labels,
     in_window,
     span_boxes,
@@ -36,9 +37,10 @@ from schedsim.plot.style import (
     IDLE_COLOR,
     KIND_COLORS,
     KIND_NAMES,
+    chunk_handles,
     default_title,
     fmt_time,
-    shade,
+    per_kind_chunks,
     time_axis,
 )
 from schedsim.timeline import Timeline
@@ -146,6 +148,7 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
                                            np.asarray([to_rgba("white")])),
                        linewidths=np.where(bad, 1.3, 0.3),
                        gid="ops" if tl is b else "ops-upper")
+            draw_chunk_hatches(ax, sel, n, nch, lo=lo, hi=hi)
             if label_mb:
                 draw_labels(ax, sel, n, cols, px_per_unit=plot_w / (win[1] - win[0]),
                             row_px=row, window=win, lo=lo, hi=hi)
@@ -159,13 +162,12 @@ def overlay(a: Timeline, b: Timeline, *, names: Sequence[str] | None = None,
     axes[0].set_title(wrap_title(head + "\n" + error_summary(a, b, errors, eps, (na, nb)),
                                  lay.width - 0.4), fontsize=10)
     kinds = {KINDS[k] for bx in (ba, bb) for k in np.unique(bx.kind) if k < len(KINDS)}
-    handles: list[Any] = [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k])
-                          for k in KINDS if k in kinds]
+    handles: list[Any] = [] if nch > 1 and per_kind_chunks(nch) else \
+        [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k]) for k in KINDS if k in kinds]
     chunks = sorted({int(c) for bx in (ba, bb) for c in np.unique(bx.chunk)})
     if nch > 1:
         word = "direction" if a.placement == "dual" else "chunk"
-        handles += [Patch(facecolor=shade("#666666", c, nch), label=f"{word} {c}")
-                    for c in chunks]
+        handles += chunk_handles([k for k in KINDS if k in kinds], chunks, nch, word)
     handles += [Patch(facecolor="#cccccc", label=f"upper half-row: {na}"),
                 Patch(facecolor="#888888", label=f"lower half-row: {nb}"),
                 Patch(facecolor="white", edgecolor=MOVED, linewidth=1.3,
@@ -213,11 +215,17 @@ def _name(tl: Timeline) -> str:
 
 def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
             width: float | None = None, dpi: float = DPI, label_mb: bool = True,
-            shared_time: bool = True, suptitle: str | None = None) -> Figure:
+            shared_time: bool = True, suptitle: str | None = None,
+            memory: Any = None) -> Figure:
     """Several Gantt charts stacked on one figure (one per timeline, same time scale when
     ``shared_time``), e.g. 1F1B vs ZB-H1 vs ZB-V vs DualPipeV; at most 2000 px wide (never
     wrapped). Each panel's title is :func:`default_title` unless ``titles`` are given.
-    Returns the Figure."""
+    ``memory``: True or a memory model (:func:`schedsim.plot.resolve_model`) for an
+    activation-memory panel under each chart, on the same time axis. Returns the
+    Figure."""
+    from schedsim.plot.memory import draw_memory, resolve_model
+    from schedsim.plot.style import time_axis
+
     tls = list(timelines)
     if not tls:
         raise ScenarioError("compare needs at least one timeline")
@@ -228,25 +236,37 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
     lay = plan(span_t, max(t.ranks for t in tls), durs, digits, dpi=dpi, wrap=False,
                width=width)
     heights = [t.ranks * min(lay.row_px, 26) / lay.dpi + 0.55 for t in tls]
-    fig = Figure(figsize=(lay.width, sum(heights) + 1.0), dpi=lay.dpi, layout="constrained")
-    axes = fig.subplots(len(tls), 1, height_ratios=heights, squeeze=False)[:, 0]
+    model = resolve_model(memory) if memory is not None and memory is not False else None
+    ratios = [h for h in heights for h in ((h, 1.3) if model is not None else (h,))]
+    fig = Figure(figsize=(lay.width, sum(ratios) + 1.0), dpi=lay.dpi, layout="constrained")
+    axes = fig.subplots(len(ratios), 1, height_ratios=ratios, squeeze=False)[:, 0]
     union: dict[str, Any] = {}
     info = GanttInfo()
     plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
-    for i, (ax, tl) in enumerate(zip(axes, tls)):
+    step = 2 if model is not None else 1
+    nch = max(int(bx.chunk.max(initial=0)) + 1 for bx in bxs)    # one shading for all
+    for i, (ax, tl) in enumerate(zip(axes[::step], tls)):
         xmax = span_t if shared_time else tl.makespan
         got = draw_gantt(ax, tl, px_size=(plot_w * xmax / span_t if not shared_time
                                           else plot_w, (heights[i] - 0.55) * lay.dpi),
-                         label_mb=label_mb, xmax=xmax, boxes=bxs[i])
+                         label_mb=label_mb, xmax=xmax, boxes=bxs[i],
+                         time_labels=model is None, nchunks=nch)
+        if model is not None:
+            axm = axes[2 * i + 1]
+            draw_memory(axm, tl, model, xmax=xmax, legend=True)
+            time_axis(axm, tl, (0.0, xmax), boxes_integral(bxs[i]), px=plot_w)
         info.merge(got)
         ax.set_title(wrap_title(titles[i] if titles else default_title(tl), lay.width, 9),
                      fontsize=9, loc="left")
         for h in legend_handles(got, tl):
+            if nch > 2:     # one entry per kind and chunk: a direction is a chunk here
+                h.set_label(h.get_label().replace("direction", "chunk"))
             union.setdefault(h.get_label(), h)
     if suptitle:
         fig.suptitle(wrap_title(suptitle, lay.width, 11), fontsize=11)
-    order = ["F (", "B (", "W (", "BW (", "FB", "chunk", "direction", "stall", "message",
-             "idle"]
+    order = [("F (", "F chunk", "F direction"), ("B (", "B chunk", "B direction"),
+             ("W (", "W chunk", "W direction"), ("BW (", "BW chunk", "BW direction"),
+             ("FB",), ("chunk",), ("direction",), ("stall",), ("message",), ("idle",)]
     ordered = sorted(union.values(), key=lambda h: next(
         (i for i, o in enumerate(order) if h.get_label().startswith(o)), len(order)))
     add_legend(fig, ordered, lay.width, info.notes)

@@ -49,14 +49,56 @@ def stall_style(cause: str) -> tuple[str, str]:
 def shade(color: str, chunk: int, chunks: int = 2) -> tuple[float, float, float]:
     """Colour for a chunk/direction: chunk 0 as is, later chunks progressively lighter.
 
-    ``chunks`` is the number of chunks in the figure; the lightening step shrinks as it
-    grows so that the last chunk stays distinguishable from the idle background.
+    ``chunks`` is the number of chunks in the figure. Two chunks: one step of 0.24 in
+    lightness. Three or more: steps within 0.22 of the base lightness (at most 0.76), so
+    every chunk keeps its kind's hue (light F and light BW stay blue and purple); the
+    chunks are told apart by their hatching too (:func:`chunk_hatch`).
     """
     r, g, b = to_rgb(color)
     h, l_, s = colorsys.rgb_to_hls(r, g, b)
-    step = 0.24 if chunks <= 2 else 0.42 / (chunks - 1)
-    l_ = min(0.85, l_ + step * chunk)
+    if chunks <= 2:
+        l_ = min(0.85, l_ + 0.24 * chunk)
+    else:
+        l_ = min(0.76, l_ + 0.22 * min(chunk, chunks - 1) / (chunks - 1))
     return colorsys.hls_to_rgb(h, l_, s)
+
+
+#: hatch per chunk in a figure with 3 or more chunks (chunk 0 plain)
+CHUNK_HATCHES = ("", "////", "....", "xxxx", "\\\\\\\\", "++++", "oooo", "----")
+#: colour of the chunk hatching (dark, translucent: reads on every kind's shades)
+CHUNK_HATCH_COLOR = (0.0, 0.0, 0.0, 0.38)
+
+
+def chunk_hatch(chunk: int, chunks: int) -> str:
+    """The hatch of ``chunk`` in a figure of ``chunks`` chunks: none below 3 chunks
+    (lightness alone tells two apart), else :data:`CHUNK_HATCHES` (cycled)."""
+    if chunks < 3 or chunk <= 0:
+        return ""
+    return CHUNK_HATCHES[1 + (chunk - 1) % (len(CHUNK_HATCHES) - 1)]
+
+
+def chunk_handles(kinds: Sequence[str], chunks: Sequence[int], nchunks: int,
+                  word: str = "chunk") -> list:
+    """Legend entries for the chunks (``word``: chunk or direction) of a figure: below 3
+    chunks one grey shade per chunk; from 3 on one entry per kind and chunk, in the
+    kind's shade with the chunk's hatch (these replace the kinds' own entries:
+    :func:`per_kind_chunks`)."""
+    from matplotlib.patches import Patch
+
+    if not per_kind_chunks(nchunks):
+        return [Patch(facecolor=shade("#666666", c, nchunks), label=f"{word} {c}")
+                for c in chunks]
+    return [Patch(facecolor=shade(KIND_COLORS[k], c, nchunks), hatch=chunk_hatch(c, nchunks),
+                  edgecolor=CHUNK_HATCH_COLOR, linewidth=0,
+                  label=f"{KIND_NAMES[k]}, {word} {c}" if c == min(chunks) else
+                  f"{k} {word} {c}")
+            for k in kinds if k in KIND_COLORS for c in chunks]
+
+
+def per_kind_chunks(nchunks: int) -> bool:
+    """Whether a legend of ``nchunks`` chunks has one entry per kind and chunk (3 or
+    more) instead of one per kind and one grey shade per chunk."""
+    return nchunks >= 3
 
 
 def text_color(rgb: Sequence[float]) -> str:

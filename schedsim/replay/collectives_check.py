@@ -10,7 +10,7 @@ and full weights (seeded) and its shards, so ``loss`` is *replicated*: each rank
 the same number. Variants (:data:`VARIANTS`) write f and g differently; each rank's
 gradients of ``W1_r``, ``b1_r``, ``W2_r`` (gathered into full tensors) and of ``x`` are
 fitted against the single-process gradients of (a) the replicated loss and (b) the loss
-summed over ranks (``tp x loss``, what the lab note's ``x.grad = 4`` on 4 ranks is): the
+summed over ranks (``tp x loss``: what an ``x.grad = 4`` on 4 ranks measures): the
 least-squares scale ``s = <g, r> / <r, r>`` per tensor; a variant has a scale when every
 tensor has the same one and ``|g - s r| <= 1e-9 |r|`` (else null: not a multiple).
 
@@ -50,9 +50,9 @@ VARIANTS: list[tuple[str, str]] = [
     ("raw-forward-allreduce", "Domino: g is a raw in-place dist.all_reduce outside autograd "
                               "(autograd sees the identity, which is g's backward); f "
                               "all-reduces the input grad async with a deferred wait"),
-    ("allreduce-both-ways", "an autograd Function all-reducing in forward and backward (the "
-                            "lab note): every rank's gradient is the sum of tp identical "
-                            "ones"),
+    ("allreduce-both-ways", "an autograd Function all-reducing in forward and backward (a "
+                            "common hand-written AllReduce): every rank's gradient is the "
+                            "sum of tp identical ones"),
     ("torch-nn-functional", "torch.distributed.nn.functional.all_reduce: its backward "
                             "all-reduces the gradient too"),
     ("no-f", "g right but f forgotten: weights fine, the input gradient is one rank's "
@@ -64,7 +64,7 @@ TOL = 1e-9
 
 
 class _AllReduceBothWays(torch.autograd.Function):
-    """All-reduce in forward and in backward (the lab note's operator)."""
+    """All-reduce in forward and in backward (a common hand-written AllReduce)."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, group: Any):  # type: ignore[override]
@@ -247,9 +247,11 @@ def summarize(n: int, gathered: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return {"tp": n, "variants": variants, "findings": [finding]}
 
 
-def check_rank(spec: JobSpec) -> dict[str, Any] | None:
+def check_rank(spec: JobSpec, measure: Any = None, fold: Any = None
+               ) -> dict[str, Any] | None:
     """One process of the check (``spec.config.tp`` of them, gloo, float64): run every
-    variant and the hazard, gather on rank 0, which writes ``result.json`` to
+    variant and the hazard (or ``measure(data, tp)``), gather on rank 0, which folds
+    them (:func:`summarize`, or ``fold(world, gathered)``), writes ``result.json`` to
     ``spec.out_dir`` and returns the result (None on other ranks)."""
     cfg = spec.config
     torch.set_num_threads(cfg.threads)
@@ -259,10 +261,13 @@ def check_rank(spec: JobSpec) -> dict[str, Any] | None:
     try:
         tp = TPContext(None, world, rank, "megatron-fg", time.perf_counter_ns)
         d = _data(world)
-        mine = ([_run_variant(name, d, tp) for name, _ in VARIANTS], _hazard(d, tp))
+        if measure is None:
+            mine: Any = ([_run_variant(name, d, tp) for name, _ in VARIANTS], _hazard(d, tp))
+        else:
+            mine = measure(d, tp)
         got: list[Any] = [None] * world if rank == 0 else []
         dist.gather_object(mine, got if rank == 0 else None, dst=0)
-        res = summarize(world, got) if rank == 0 else None
+        res = (summarize if fold is None else fold)(world, got) if rank == 0 else None
         if res is not None and spec.out_dir:
             import json
 
@@ -273,15 +278,18 @@ def check_rank(spec: JobSpec) -> dict[str, Any] | None:
         dist.destroy_process_group()
 
 
-def run_check(tp: int, timeout: float = 120.0) -> dict[str, Any]:
+def run_check(tp: int, timeout: float = 120.0,
+              functions: dict[str, str] | None = None) -> dict[str, Any]:
     """Launch the check on ``tp`` local gloo processes (:func:`schedsim.replay.launch`)
     and return rank 0's result: ``{"tp", "variants": [{"name", "scale_replicated_loss",
     "scale_summed_loss", "correct_for", "note"}], "findings": [...]}``. Raises
-    :class:`~schedsim.replay.config.ReplayError` when a process fails or times out."""
+    :class:`~schedsim.replay.config.ReplayError` when a process fails or times out.
+    ``functions``: check the user's operators instead of the built-in variants
+    (:mod:`schedsim.replay.user_collective`; the result is its ``summarize``)."""
     from schedsim.replay.config import ReplayConfig
     from schedsim.replay.launch import launch
 
-    spec = JobSpec(program={}, task="check-collectives",
+    spec = JobSpec(program={}, task="check-collectives", functions=functions,
                    config=ReplayConfig(tp=tp, hidden=tp, ffn_mult=1, heads=1,
                                        dtype="float64", timeout=timeout))
     return launch(spec, tp, timeout)

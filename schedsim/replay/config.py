@@ -55,6 +55,26 @@ def require_torch() -> None:
                             + install_hint("replay", "torch"))
 
 
+def require_gpus(n: int, python: str | None = None) -> None:
+    """Raise :class:`ScenarioError` unless this machine has ``n`` CUDA GPUs (nccl: one per
+    rank), before any rank starts. Asked in a child process (``torch.cuda.device_count()``;
+    the launcher itself does not import torch)."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([python or sys.executable, "-c", "import torch; "
+                              "print(torch.cuda.device_count())"], capture_output=True,
+                             text=True, timeout=120)
+        have = int(out.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        have = 0
+    if have < n:
+        raise ScenarioError(f"--backend nccl runs one rank per CUDA GPU: {n} needed, this "
+                            f"machine has {have} (torch.cuda.device_count()); use --backend "
+                            f"gloo")
+
+
 class ReplayConfig(BaseModel):
     """The workload and run settings of a replay (see the module docstring)."""
 
@@ -201,6 +221,9 @@ class JobSpec(BaseModel):
     deadline: float | None = None
     out_dir: str | None = None
     task: Literal["replay", "check-collectives"] = "replay"
+    #: check-collectives on the user's operators: ``{"g": spec, "f": spec}`` (``f``
+    #: optional), each ``MODULE:NAME`` or ``FILE.py:NAME``
+    functions: dict[str, str] | None = None
 
 
 #: what the pre-check tells the user about the comm semantics of the real backends

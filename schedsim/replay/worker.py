@@ -328,7 +328,14 @@ def main_worker(spec_path: str) -> int:
 
             start_watchdog(spec.deadline or time.time() + spec.config.timeout,
                            os.environ.get("RANK", "?"))
-            check_rank(spec)
+            if spec.functions:      # the user's operators
+                from schedsim.replay import user_collective as user
+
+                fns = spec.functions
+                check_rank(spec, lambda d, tp: user.run_rank(fns, d, tp),
+                           lambda n, got: user.summarize(n, got, fns))
+            else:
+                check_rank(spec)
         else:
             run_rank(spec)
         return 0

@@ -53,6 +53,23 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def policy_warnings(schedule: str, ranks: int | None, microbatches: int | None,
+                    policy: str | None) -> list[str]:
+    """One-line warnings for a comm policy imitating a framework that would refuse the
+    run: torch's ``Schedule1F1B`` raises for fewer microbatches than stages (torch 2.13,
+    ``torch/distributed/pipelining/schedules.py``: "Number of microbatches (m) must be
+    greater than or equal to the number of stages (p)"), so ``1f1b`` with m < p under
+    ``--comm-policy torch`` is what torch's generic runtime would run, not what
+    ``Schedule1F1B`` runs."""
+    if policy != "torch" or schedule != "1f1b" or ranks is None or microbatches is None \
+            or microbatches >= ranks:
+        return []
+    return [f"torch's Schedule1F1B refuses {microbatches} microbatches on {ranks} stages "
+            f"(\"Number of microbatches ({microbatches}) must be greater than or equal to "
+            f"the number of stages ({ranks})\"); this program posts and waits as torch's "
+            f"_PipelineScheduleRuntime would run the same order"]
+
+
 def cost_warnings(kinds: Iterable[str], costs: CostModel, schedule: str) -> list[str]:
     """One-line warnings for costs that are probably not what the user meant.
 
@@ -121,13 +138,22 @@ _POLICY_WHY = {
 
 
 def _candidates(sc: Scenario) -> list[tuple[str, str, Scenario, Callable[[], Any]]]:
-    """``(flags, why, scenario, build)`` to try, most likely fix first: another comm
-    policy (``torch`` first; for a hand-written program with its own comm instructions,
-    its compute order re-lowered), then an eager threshold under rendezvous."""
+    """``(flags, why, scenario, build)`` to try, most likely fix first: each boolean
+    parameter of the comm policy the user set, flipped; another comm policy (``torch``
+    first; for a hand-written program with its own comm instructions, its compute order
+    re-lowered); then an eager threshold under rendezvous."""
     from schedsim.program.lower import POLICIES, lower
 
     out: list[tuple[str, str, Scenario, Callable[[], Any]]] = []
     current = sc.schedule.comm_policy
+    for k, v in sc.schedule.generator_params().items():    # the user's own switches
+        pol = POLICIES.get(current or "")
+        if isinstance(v, bool) and pol is not None and k in pol.params:
+            s2 = sc.model_copy(update={"schedule": sc.schedule.model_copy(
+                update={k: not v})})
+            out.append((f"--param {k}={str(not v).lower()}",
+                        f"the {current} policy without {k}={str(v).lower()} "
+                        f"({pol.params[k]})", s2, s2.build_program))
     order = ["torch"] + sorted(p for p in POLICIES if p != "torch")
     own_comms = bool(sc.schedule.program)
     for pol in order:

@@ -97,7 +97,15 @@ def _stall_before(tl: Timeline, stalls: Sequence[Any]) -> list[str]:
     return out
 
 
-def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[str, Any]]:
+def _size(width: int | None, height: int) -> dict[str, Any]:
+    """A figure's size: ``width`` CSS pixels, or (None) the window's width."""
+    if width is None:
+        return {"sizing_mode": "stretch_width", "height": height + 110}
+    return {"frame_width": width - LEGEND_PX, "frame_height": height}
+
+
+def _gantt(tl: Timeline, stalls: Sequence[Any], width: int | None
+           ) -> tuple[Any, dict[str, Any]]:
     """The Gantt figure and the renderers the toggles switch."""
     from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Range1d
     from bokeh.plotting import figure
@@ -116,7 +124,7 @@ def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[s
         stall=[before[i] for i in bx.span]))
     many = len(bx) > MANY_BOXES
     row_px = max(14, min(34, 900 // max(n, 1)))
-    fig = figure(frame_width=width - LEGEND_PX, frame_height=n * row_px,
+    fig = figure(**_size(width, n * row_px),
                  x_range=Range1d(0, max(tl.makespan,
                  1e-9), bounds="auto"), y_range=Range1d(0, n),
                  tools="xpan,xwheel_zoom,box_zoom,reset,save", active_scroll="xwheel_zoom",
@@ -130,8 +138,8 @@ def _gantt(tl: Timeline, stalls: Sequence[Any], width: int) -> tuple[Any, dict[s
         ("rank", "@rank"), ("op", "@op (@part)"), ("microbatch", "@mb"), ("stage", "@stage"),
         ("start", "@start"), ("end", "@end"), ("stall before it", "@stall")]))
     if not many:
-        _mb_labels(fig, bx, y0, h, (width - LEGEND_PX) / max(tl.makespan, 1e-9), row_px,
-                   nch)
+        _mb_labels(fig, bx, y0, h, ((width or LABEL_WIDTH) - LEGEND_PX)
+                   / max(tl.makespan, 1e-9), row_px, nch)
     step = max(1, n // 32)
     fig.yaxis.ticker = FixedTicker(ticks=[n - 1 - r + 0.5 for r in range(0, n, step)])
     fig.yaxis.major_label_overrides = {n - 1 - r + 0.5: f"rank {r}" for r in range(0, n, step)}
@@ -203,7 +211,7 @@ def _message_layer(fig: Any, tl: Timeline) -> tuple[list[Any], int]:
     return [arrow], max(0, len(ar.x0) - MAX_ARROWS)
 
 
-def _memory(tl: Timeline, model: Any, x_range: Any, width: int) -> Any:
+def _memory(tl: Timeline, model: Any, x_range: Any, width: int | None) -> Any:
     from bokeh.plotting import figure
 
     from schedsim.plot.memory import in_gib
@@ -211,7 +219,7 @@ def _memory(tl: Timeline, model: Any, x_range: Any, width: int) -> Any:
     curves = memory_curves_of(tl, model)
     peaks = [float(v.max()) for _, v in curves]
     gib = in_gib(tl)
-    fig = figure(frame_width=width - LEGEND_PX, frame_height=200, x_range=x_range,
+    fig = figure(**_size(width, 200), x_range=x_range,
                  tools="xpan,xwheel_zoom,reset", active_scroll="xwheel_zoom",
                  title="memory per rank (GiB)" if gib else "activation memory per rank",
                  x_axis_label=f"time ({tl.unit})",
@@ -290,8 +298,9 @@ def _ranks_html(tl: Timeline) -> str:
             f"{rows}</table>")
 
 
-def _stalls_table(stalls: Sequence[Any], width: int) -> Any:
-    from bokeh.models import ColumnDataSource, DataTable, TableColumn
+def _stalls_table(stalls: Sequence[Any], width: int | None) -> Any:
+    """The stalls as a sortable table; the detail cell wraps (its row is 3 lines high)."""
+    from bokeh.models import ColumnDataSource, DataTable, InlineStyleSheet, TableColumn
 
     st = [s for s in stalls if s.end > s.start]
     src = ColumnDataSource(dict(rank=[s.rank for s in st], start=[s.start for s in st],
@@ -302,9 +311,11 @@ def _stalls_table(stalls: Sequence[Any], width: int) -> Any:
             TableColumn(field="end", title="end", width=60),
             TableColumn(field="length", title="length", width=60),
             TableColumn(field="cause", title="cause", width=100),
-            TableColumn(field="detail", title="detail", width=width - 340)]
-    return DataTable(source=src, columns=cols, width=width, height=320, index_position=None,
-                     sortable=True, reorderable=False)
+            TableColumn(field="detail", title="detail", width=(width or LABEL_WIDTH) - 340)]
+    size = {"sizing_mode": "stretch_width"} if width is None else {"width": width}
+    return DataTable(source=src, columns=cols, height=420, index_position=None,
+                     sortable=True, reorderable=False, row_height=64,
+                     stylesheets=[InlineStyleSheet(css=WRAP_CELLS)], **size)
 
 
 def _legend_html(tl: Timeline) -> str:
@@ -325,8 +336,15 @@ def _legend_html(tl: Timeline) -> str:
     return f"{STYLE}<p class='note'>{''.join(sw)}</p>"
 
 
+#: CSS pixels assumed for deciding where microbatch numbers fit when the page takes the
+#: window's width
+LABEL_WIDTH = 1300
+#: table cells whose text wraps within their row (the text stays bokeh's escaped string)
+WRAP_CELLS = ".slick-cell { white-space: normal; line-height: 1.25; overflow: hidden; }"
+
+
 def build_layout(tl: Timeline, *, stalls: Sequence[Any] = (), memory_model: Any = None,
-                 warnings: Sequence[str] = (), width: int = 1300) -> Any:
+                 warnings: Sequence[str] = (), width: int | None = None) -> Any:
     """The report as a bokeh layout (what :func:`report_html` writes); see there."""
     require_bokeh()
     from bokeh.layouts import column, row
@@ -339,7 +357,8 @@ def build_layout(tl: Timeline, *, stalls: Sequence[Any] = (), memory_model: Any 
     if toggles.get("arrows_left_out"):
         notes.append(f"message arrows: the first {MAX_ARROWS} of "
                      f"{MAX_ARROWS + toggles['arrows_left_out']} messages are carried")
-    items: list[Any] = [Div(text=_summary_html(tl, warnings, notes), width=width)]
+    wide = {"sizing_mode": "stretch_width"} if width is None else {"width": width}
+    items: list[Any] = [Div(text=_summary_html(tl, warnings, notes), **wide)]
     buttons = []
     for key, label in (("arrows", "message arrows"), ("stalls", "stall hatching")):
         rs = toggles.get(key)
@@ -351,26 +370,27 @@ def build_layout(tl: Timeline, *, stalls: Sequence[Any] = (), memory_model: Any 
         buttons.append(t)
     if buttons:
         items.append(row(*buttons))
-    items.append(Div(text=_legend_html(tl), width=width))
+    items.append(Div(text=_legend_html(tl), **wide))
     items.append(gantt)
     if tl.spans:
         items.append(_memory(tl, resolve_model(memory_model), gantt.x_range, width))
-    items.append(Div(text=_ranks_html(tl), width=width))
+    items.append(Div(text=_ranks_html(tl), **wide))
     if stalls:
         items.append(Div(text=STYLE + "<h2>stalls</h2><p class='note'>every idle interval of every "
-                              "rank with its cause (click a header to sort)</p>", width=width))
+                              "rank with its cause (click a header to sort)</p>", **wide))
         items.append(_stalls_table(stalls, width))
-    return column(*items)
+    return column(*items, **wide)
 
 
 def report_html(tl: Timeline, *, stalls: Sequence[Any] = (), memory_model: Any = None,
                 warnings: Sequence[str] = (), title: str | None = None,
-                width: int = 1300) -> str:
+                width: int | None = None) -> str:
     """The report page of ``tl`` as one self-contained HTML string (bokeh resources
     inline; no http(s) resource is loaded when it is viewed). ``stalls``: from
     :func:`schedsim.analysis.stalls.attribute_stalls`; ``memory_model``: as for
     :func:`schedsim.plot.memory.resolve_model`; ``warnings``: one line each, shown under
-    the summary; ``width`` in CSS pixels. Raises :class:`ScenarioError` when bokeh is
+    the summary; ``width`` in CSS pixels (default: the window's width, the stall details
+    wrapping in their cells). Raises :class:`ScenarioError` when bokeh is
     missing."""
     layout = build_layout(tl, stalls=stalls, memory_model=memory_model, warnings=warnings,
                           width=width)

@@ -36,7 +36,10 @@ _STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
 
 
 def _ordinal(k: int) -> str:
-    return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
+    """The ordinal of 0-based position ``k`` (``0`` -> ``1st``)."""
+    from schedsim.util.text import ordinal
+
+    return ordinal(k + 1)
 
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
@@ -274,9 +277,17 @@ def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
     src, dst = int(cp.msrc[a]), int(cp.mdst[a])
     si, ri = int(hi[a, 0]), int(hi[b, 1])
     raise ProgramError(
-        f"the {_ordinal(k)} send on link {src}->{dst} is {where(fl, src, si)} but the "
-        f"{_ordinal(k)} recv is {where(fl, dst, ri)}: P2P ops match in posting order per "
-        f"link, so both must name the same message")
+        f"the {_ordinal(k)} send on link {src}->{dst} is {cp.handle_token(2 * a)} "
+        f"({_at(fl, src, si)}) but the {_ordinal(k)} recv is {cp.handle_token(2 * b + 1)} "
+        f"({_at(fl, dst, ri)}): P2P ops match in posting order per link, so both must "
+        f"name the same message")
+
+
+def _at(fl: FlatProgram, r: int, i: int) -> str:
+    """``rank 0, instr 14`` and, when that instruction is a BATCH of several posts, the
+    batch (its whole token would hide which member collided)."""
+    tok = fl.token(int(fl.rptr[r]) + i)
+    return f"rank {r}, instr {i}" + (f", in {tok}" if tok.startswith("BATCH[") else "")
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:

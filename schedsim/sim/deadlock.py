@@ -22,20 +22,22 @@ def _instr_token(cp: Compiled, r: int, idx: int) -> str:
 
 
 def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
-         ) -> tuple[list[tuple[int, int]], str]:
-    """Trace handle ``h`` to the ranks it waits on: ``(hops, clause)``. ``hops`` lists
+         ) -> tuple[list[tuple[int, int]], list[tuple[str, int | None]]]:
+    """Trace handle ``h`` to the ranks it waits on: ``(hops, pieces)``. ``hops`` lists
     ``(rank, handle)`` in order: a rank whose comm stream holds a queued op, ..., and last
-    the rank that must post (or run) something; ``clause`` explains the chain, starting
-    with ``h``'s own token."""
+    the rank that must post (or run) something; ``pieces`` are the clause explaining the
+    chain (joined: it starts with ``h``'s own token), each with the index of the hop it
+    reaches (None: none yet), so an edge's sentence can stop at its hop (:func:`_upto`)."""
     m = h >> 1
     tok = cp.handle_token(h)
     if cp.data_mode:
         q, i = int(cp.msrc[m]), int(cp.hindex[2 * m])
-        return [(q, 2 * m)], (f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
-                              f"rank {q}, which has not run")
+        return [(q, 2 * m)], [(f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
+                               f"rank {q}, which has not run", 0)]
     owner = cp.owner(h)
     if st.hpost[h] < 0:
-        return [(owner, h)], f"{tok}, which rank {owner} posts only at instr {cp.hindex[h]}"
+        return [(owner, h)], [(f"{tok}, which rank {owner} posts only at instr "
+                               f"{cp.hindex[h]}", 0)]
     if st.hact[h] < 0:   # posted, but queued on the owner's comm stream
         u = int(cp.hunit[h])
         head = int(st.stream_busy[cp.unit_stream[u]])
@@ -43,16 +45,29 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
             for h2 in cp.unit_handles[head]:
                 if st.hdone[h2] < 0 and h2 not in seen:
                     seen.add(h2)
-                    hops, txt = _why(cp, st, h2, seen)
-                    return [(owner, h)] + hops, (f"{tok}, queued on rank {owner}'s comm "
-                                                 f"stream behind {txt}")
-        return [(owner, h)], f"{tok}, queued on rank {owner}'s comm stream"
+                    hops, pieces = _why(cp, st, h2, seen)
+                    return [(owner, h)] + hops, [
+                        (f"{tok}, queued on rank {owner}'s comm stream behind ", 0)] + [
+                        (t, None if k is None else k + 1) for t, k in pieces]
+        return [(owner, h)], [(f"{tok}, queued on rank {owner}'s comm stream", 0)]
     partner = h ^ 1
     if partner in seen:
-        return [(owner, h)], f"{tok}, which waits for {cp.handle_token(partner)}"
+        return [(owner, h)], [(f"{tok}, which waits for {cp.handle_token(partner)}", 0)]
     seen.add(partner)
-    hops, txt = _why(cp, st, partner, seen)
-    return hops, f"{tok}, which needs its partner {txt}"
+    hops, pieces = _why(cp, st, partner, seen)
+    return hops, [(f"{tok}, which needs its partner ", None)] + pieces
+
+
+def _upto(pieces: list[tuple[str, int | None]], hop: int) -> str:
+    """The clause of ``pieces`` up to hop ``hop`` (a queued op named by the token it
+    waits behind); the whole clause when no piece reaches it."""
+    for j, (text, k) in enumerate(pieces):
+        if k == hop:
+            out = "".join(t for t, _ in pieces[:j + 1])
+            if out.endswith(" behind ") and j + 1 < len(pieces):
+                out += pieces[j + 1][0].split(",")[0]
+            return out.removesuffix(" behind ")
+    return "".join(t for t, _ in pieces)
 
 
 def _init_wait(cp: Compiled, r: int, g: int) -> tuple[int, str, str]:
@@ -94,14 +109,14 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
             for h in cp.step_handles(g):
                 if st.hdone[h] >= 0:
                     continue
-                hops, txt = _why(cp, st, h, {h})
-                waiting.append(txt)
+                hops, pieces = _why(cp, st, h, {h})
+                waiting.append("".join(t for t, _ in pieces))
                 prev, prev_h = r, h
-                for q, hq in hops:
+                for k, (q, hq) in enumerate(hops):
                     if q != prev:
-                        if prev == r:     # the blocked rank's own wait
+                        if prev == r:     # the blocked rank's own wait, up to rank q
                             edges.setdefault(prev, []).append(
-                                (q, cp.handle_token(hq), txt, True))
+                                (q, cp.handle_token(hq), _upto(pieces, k), True))
                         else:             # a rank whose comm stream holds the awaited op
                             edges.setdefault(prev, []).append(
                                 (q, cp.handle_token(hq),

@@ -131,18 +131,18 @@ def claim_output(path: str | Path | None, label: str) -> None:
     from schedsim.errors import ScenarioError
 
     sess = _session.get()
-    if sess is None or path is None or str(path) == "-":
+    if sess is None or path is None:
         return
-    for k in _keys(path):
+    for k in (["<stdout>"] if str(path) == "-" else _keys(path)):
         other = sess.outputs.get(k)
         if other is not None and other[0] != label:
-            raise ScenarioError(f"{other[0]} and {label} both write {path}: give each "
-                                f"output its own file")
+            raise ScenarioError(f"{other[0]} and {label} both write {other[1]}: give "
+                                f"each output its own file")
         if k in sess.inputs:
             raise ScenarioError(f"{label} {path} is an input of this command: writing it "
                                 f"would destroy the input; give another file name")
-    for k in _keys(path):
-        sess.outputs[k] = (label, str(path))
+    for k in (["<stdout>"] if str(path) == "-" else _keys(path)):
+        sess.outputs[k] = (label, "stdout" if str(path) == "-" else str(path))
 
 
 def note_input(path: str | Path) -> None:
@@ -182,8 +182,8 @@ def check_output_path(path: str | Path) -> Path:
 
     if "\x00" in str(path):
         raise ScenarioError(f"{str(path)[:80]!r}: a file name with a NUL byte")
-    if str(path) == "-":
-        raise ScenarioError("-: this output cannot go to stdout; give a file name")
+    if str(path) == "-":        # stdout: written whole at the end (atomic_path, OutputGroup)
+        return Path("-")
     path = Path(path)
     _check_not_input(path)
     if path.is_dir():
@@ -233,10 +233,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield Path(tmp)
         with deferred_signals():        # renamed whole, and recorded, or not at all
             try:
-                os.replace(tmp, path)
+                _commit(tmp, path)
             except OSError as e:
                 raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
-            if TMP_MARK not in path.name:     # a writer's own temp file is no output
+            if TMP_MARK not in path.name and str(path) != "-":   # no output: a temp, stdout
                 note_written(str(path))
     finally:
         with deferred_signals():
@@ -280,8 +280,9 @@ class OutputGroup:
             for tmp, final in self._files:
                 if tmp.exists():
                     os.chmod(tmp, 0o666 & ~_umask())
-                    os.replace(tmp, final)
-                    note_written(str(final))
+                    _commit(str(tmp), final)
+                    if str(final) != "-":
+                        note_written(str(final))
             self._files = []
 
     def discard(self) -> None:
@@ -294,6 +295,26 @@ class OutputGroup:
             self._files = []
 
 
+def _commit(tmp: str, final: Path) -> None:
+    """Rename the written ``tmp`` to ``final``; ``final`` ``-`` is stdout: ``tmp``'s bytes
+    are copied there (and ``tmp`` removed)."""
+    if str(final) != "-":
+        os.replace(tmp, final)
+        return
+    import shutil
+    import sys
+
+    sys.stdout.flush()
+    out = getattr(sys.stdout, "buffer", None)
+    with open(tmp, "rb") as f:
+        if out is None:
+            sys.stdout.write(f.read().decode("utf-8", "replace"))
+        else:
+            shutil.copyfileobj(f, out)
+            out.flush()
+    os.unlink(tmp)
+
+
 def _temp_beside(path: Path) -> str:
     """Create an empty temporary file next to ``path`` (named as the module docstring
     says, ending in ``path``'s suffix, the usual file mode rather than mkstemp's 0600);
@@ -301,9 +322,10 @@ def _temp_beside(path: Path) -> str:
     folder refuses it."""
     from schedsim.errors import ScenarioError
 
-    try:
+    try:        # stdout ('-'): a temporary file of the temp folder
         fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{temp_tag()}-",
-                                   suffix=TMP_MARK + path.suffix, dir=path.parent)
+                                   suffix=TMP_MARK + path.suffix,
+                                   dir=None if str(path) == "-" else path.parent)
     except OSError as e:
         raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
     os.close(fd)

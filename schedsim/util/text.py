@@ -53,6 +53,12 @@ def shorten_quotes(message: str, limit: int = EXCERPT_CHARS) -> str:
     return _QUOTED.sub(cut, message)
 
 
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ... ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def looks_like_program_text(token: str) -> bool:
     """Whether ``token`` is made only of the characters program tokens use (digits, upper
     case, ``_ ( ) [ ] ; +``). Error messages quote a bad token only then: a path given as

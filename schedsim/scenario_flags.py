@@ -1,0 +1,132 @@
+"""A :class:`~schedsim.scenario.Scenario` from a TOML file and the values the command
+line's scenario flags set (``--schedule``, ``--cost``, ``--semantics``, ...), one home for
+the CLI (:mod:`schedsim.cli.common`) and the Python API (:func:`schedsim.api.scenario`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from schedsim.errors import ScenarioError
+from schedsim.scenario import Scenario, load_scenario, parse_scenario
+from schedsim.sim.costs import parse_cost_string
+
+
+def parse_value(text: str) -> Any:
+    """A parameter value written as text: ``true``/``false``, an int, a float, or the
+    text itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def key_values(items: Sequence[str] | dict[str, Any] | None, flag: str,
+               hint: str = "") -> dict[str, Any]:
+    """``KEY=VALUE`` items (or a dict) as a dict: keys with ``-`` read as ``_``, values as
+    bool, int, float or text. Raises :class:`ScenarioError` naming ``flag`` (and
+    ``hint``) for an item without ``=``."""
+    if isinstance(items, dict):
+        return {k.replace("-", "_"): v for k, v in items.items()}
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ScenarioError(f"bad {flag} {item!r}: expected KEY=VALUE{hint}")
+        k, v = item.split("=", 1)
+        out[k.strip().replace("-", "_")] = parse_value(v.strip())
+    return out
+
+
+def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
+                   ranks: int | None = None, microbatches: int | None = None,
+                   chunks: int | None = None, variant: str | None = None,
+                   mem_limit: float | None = None,
+                   param: Sequence[str] | dict[str, Any] | None = None,
+                   cost: str | None = None, semantics: str | None = None,
+                   comm_stream: str | None = None, eager_threshold: float | None = None,
+                   launch_cost: float | None = None, lazy_init: bool | None = None,
+                   init_cost: float | None = None, connections: int | None = None,
+                   message_bytes: float | None = None, latency: float | None = None,
+                   bandwidth: float | None = None, comm_policy: str | None = None,
+                   program: Path | None = None, schedule_file: Path | None = None,
+                   stages: int | None = None, placement: str | None = None) -> Scenario:
+    """A :class:`Scenario` from a TOML file (optional) with the CLI flags' values applied
+    on top (``param``: KEY=VALUE items or a dict). ``program``/``schedule_file`` replace
+    the file's schedule source.
+
+    Raises :class:`~schedsim.errors.ScenarioError` for bad values.
+    """
+    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
+    if scenario is not None:
+        sc = load_scenario(scenario)
+        # exclude_unset: what the file did not set stays unset, so that the cost warnings
+        # (schedsim.report.advice) know which costs the user gave
+        data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
+        base = sc.base_dir
+    else:
+        data, base = {}, "."
+    sched = data.setdefault("schedule", {})
+    if program is not None or schedule_file is not None:
+        for k in ("name", "program", "schedule_file"):
+            sched.pop(k, None)
+    for k, v in (("name", schedule), ("ranks", ranks), ("microbatches", microbatches),
+                 ("chunks", chunks), ("variant", variant), ("mem_limit", mem_limit),
+                 ("comm_policy", comm_policy), ("stages", stages), ("placement", placement),
+                 ("program", str(Path(program).resolve()) if program else None),
+                 ("schedule_file",
+                  str(Path(schedule_file).resolve()) if schedule_file else None)):
+        if v is not None:
+            sched[k] = v
+    sched.update(key_values(param, "--param"))
+    _no_foreign_keys(sched)
+    if cost is not None:
+        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+            exclude_unset=True)
+    comm = data.setdefault("comm", {})
+    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
+                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
+                 ("lazy_init", lazy_init), ("init_cost", init_cost),
+                 ("connections", connections)):
+        if v is not None:
+            comm[k] = v
+    if message_bytes is not None:
+        data.setdefault("costs", {})["message_bytes"] = message_bytes
+    link = data.setdefault("link", {})
+    if latency is not None:
+        link["latency"] = latency
+    if bandwidth is not None:
+        link["bandwidth"] = bandwidth
+    return parse_scenario(data, str(scenario) if scenario else "command line", base)
+
+
+def _check_choices(**flags: str | None) -> None:
+    """Refuse a flag value outside its choices, with a typo suggestion."""
+    from schedsim.program.ir import PLACEMENTS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
+    from schedsim.util.suggest import did_you_mean
+
+    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
+    for name, value in flags.items():
+        ok = choices[name]
+        if value is not None and value.replace("_", "-") not in ok \
+                and not (name == "semantics" and value == "all"):
+            from schedsim.errors import ScenarioError
+
+            raise ScenarioError(f"unknown --{name.replace('_', '-')} {value!r}"
+                                f"{did_you_mean(value, ok)}: expected one of "
+                                f"{', '.join(ok)}")
+
+
+def _no_foreign_keys(sched: dict[str, Any]) -> None:
+    """Refuse a [schedule] key (or --param) that is another tool's name for a schedsim
+    setting (``num_microbatches``), naming schedsim's."""
+    from schedsim.generators import foreign_key_hint
+
+    for k in sched:
+        hint = foreign_key_hint(k)
+        if hint is not None:
+            raise ScenarioError(f"[schedule] {hint}")

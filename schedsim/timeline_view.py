@@ -1,0 +1,39 @@
+"""How a :class:`~schedsim.timeline.Timeline` shows in a notebook: a short ``repr``, an
+HTML summary and, once :mod:`schedsim.plot` is imported (it sets :data:`PNG_VIEW`; the
+model does not import the layer above it), its Gantt chart."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+#: the function drawing a Timeline as PNG bytes (set by :mod:`schedsim.plot`)
+PNG_VIEW: list[Callable[[Any], bytes] | None] = [None]
+
+
+class NotebookViews:
+    """The notebook views of a Timeline (a mixin of :class:`~schedsim.timeline.Timeline`)."""
+
+    def __repr__(self: Any) -> str:
+        how = (f"measured on {self.semantics}" if self.source == "measured"
+               else f"{self.semantics} semantics")
+        end = ("DEADLOCK" if self.deadlock is not None else
+               f"makespan {self.makespan:g} {self.unit}"
+               f"{'s' if self.unit == 'slot' and self.makespan != 1 else ''}, bubble "
+               f"{self.bubble_ratio():.3f}")
+        return (f"<Timeline {self.schedule}: {self.ranks} ranks x {self.microbatches} "
+                f"microbatches, {how}, {end}>")
+
+    __str__ = __repr__
+
+    def _repr_html_(self: Any) -> str:
+        """The summary and the per-rank table as HTML (text escaped)."""
+        from html import escape
+
+        rows = "".join(f"<tr><td>{r.rank}</td><td>{r.busy:g}</td><td>{r.idle:g}</td>"
+                       f"<td>{r.bubble_ratio:.3f}</td></tr>" for r in self.per_rank)
+        return (f"<p><b>{escape(repr(self)[1:-1])}</b></p><table><tr><th>rank</th>"
+                f"<th>busy</th><th>idle</th><th>bubble ratio</th></tr>{rows}</table>")
+
+    def _repr_png_(self: Any) -> bytes | None:
+        """The Gantt chart as PNG bytes, once :mod:`schedsim.plot` (or
+        :mod:`schedsim.api`) is imported (it registers the drawing); else None."""
+        return None if PNG_VIEW[0] is None else PNG_VIEW[0](self)

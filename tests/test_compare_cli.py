@@ -1,0 +1,87 @@
+"""``schedsim compare`` with a scenario argument, per-schedule parameters, the comm flags,
+``--gantt`` (one chart per schedule on one time axis) and ``-q`` (issue 27)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.errors import ScenarioError
+from schedsim.sweep import compare, parse_schedules
+
+FIG = "schedules/dualpipe-figure.toml"
+SPEC = "interleaved-1f1b:chunks=4,zbv,dualpipe"
+
+
+def test_parse_schedules() -> None:
+    assert parse_schedules(SPEC) == [("interleaved-1f1b:chunks=4", "interleaved-1f1b",
+                                      {"chunks": 4}), ("zbv", "zbv", {}),
+                                     ("dualpipe", "dualpipe", {})]
+    assert parse_schedules("interleaved-1f1b:chunks=2,variant=megatron,1f1b") == [
+        ("interleaved-1f1b:chunks=2,variant=megatron", "interleaved-1f1b",
+         {"chunks": 2, "variant": "megatron"}), ("1f1b", "1f1b", {})]
+    assert parse_schedules(["1f1b:comm_policy=megatron:batch_p2p_comm=false"]) == [
+        ("1f1b:comm_policy=megatron:batch_p2p_comm=false", "1f1b",
+         {"comm_policy": "megatron", "batch_p2p_comm": False})]
+    for bad in ("chunks=4,1f1b", "interleaved-1f1b:chunks", "1f1b,1f1b"):
+        with pytest.raises(ScenarioError):
+            parse_schedules(bad)
+
+
+def test_one_schedule_twice_with_different_chunks() -> None:
+    """Interleaved 1F1B at v chunks per rank, costs per rank: each rank computes
+    m (F + BW) and the bubble is (p - 1)(F + BW) / v (Narayanan et al. 2021, sec. 2.2)."""
+    res = compare(4, 8, schedules=["interleaved-1f1b:chunks=2", "interleaved-1f1b:chunks=4"])
+    assert [(r.schedule, r.stages, r.makespan) for r in res.rows] == [
+        ("interleaved-1f1b:chunks=2", 8, 8 * 3 + 3 * 3 / 2),
+        ("interleaved-1f1b:chunks=4", 16, 8 * 3 + 3 * 3 / 4)]
+
+
+def test_compare_scenario_with_parameters_and_gantt(tmp_path) -> None:
+    js, png = tmp_path / "c.json", tmp_path / "cmp.png"
+    r = CliRunner().invoke(app, ["compare", FIG, "--schedules", SPEC, "--gantt", str(png),
+                                 "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    recs = {d["schedule"]: d for d in json.loads(js.read_text())}
+    assert list(recs) == SPEC.split(",")
+    # the figure's costs F=1, BW=2 (per rank), 8 ranks x 20 microbatches
+    assert recs["interleaved-1f1b:chunks=4"]["makespan"] == 20 * 3 + 7 * 3 / 4
+    assert recs["dualpipe"]["makespan"] == 66          # the DualPipe README figure
+    assert [recs[k]["stages"] for k in recs] == [32, 16, 8]
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_figure_has_one_band_per_schedule_on_one_axis() -> None:
+    from schedsim.plot import compare as draw
+
+    res = compare(8, 20, schedules=SPEC, keep_timelines=True)
+    tls = [r.timeline for r in res.rows]
+    assert [t.schedule for t in tls] == SPEC.split(",")
+    fig = draw(tls, memory=True)
+    axes = fig.get_axes()
+    assert len(axes) == 6                 # a chart and a memory panel per schedule
+    span = max(t.makespan for t in tls)
+    assert {ax.get_xlim() for ax in axes} == {(0.0, span)}
+
+
+def test_global_flags_go_to_the_schedules_that_take_them() -> None:
+    r = CliRunner().invoke(app, ["compare", "-p", "4", "-m", "8", "--cost", "F=1,BW=2",
+                                 "--schedules", "1f1b,interleaved-1f1b", "--chunks", "2",
+                                 "--comm-policy", "torch", "--semantics", "rendezvous",
+                                 "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["1f1b: makespan 33 slots, bubble ratio 0.273",
+                                     "interleaved-1f1b: makespan 28.5 slots, bubble "
+                                     "ratio 0.158"]
+
+
+@pytest.mark.parametrize("args,says", [
+    ([FIG, "--scenario", FIG], "give the scenario once"),
+    ([FIG, "--memory"], "add --gantt"),
+    ([FIG, "--gantt", "x.gif"], "unsupported figure format"),
+])
+def test_compare_refuses(args: list[str], says: str) -> None:
+    r = CliRunner().invoke(app, ["compare", *args])
+    assert r.exit_code == 2 and says in r.stderr, r.output

@@ -1,0 +1,103 @@
+"""Output through a pipe (issue 27): full rows when stdout is not a terminal, ``--format
+table|csv|json`` on the commands that print tables, ``-`` as stdout for an output."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+
+T10 = "schedules/dualpipe-issue-t10-t12.toml"
+ALIGN = ["align", T10, "--semantics", "rendezvous", "--rank", "5"]
+QUERY = ["query", T10, "--semantics", "all", "--effect", "rank=5 W mb=0",
+         "--cause", "rank=5 SEND_B mb=0"]
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def _run(args: list[str]) -> object:
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_align_through_a_real_pipe_prints_whole_rows() -> None:
+    """`schedsim align ... | cat`: every row on one line (its message and its consumer
+    together), no cut cell."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-m", "schedsim", *ALIGN, "--all"],
+                         stdout=subprocess.PIPE, text=True, env=env, check=True,
+                         timeout=120).stdout
+    rows = json.loads(_run([*ALIGN, "--format", "json"]).stdout)
+    assert len(rows) == 80 and "…" not in out
+    lines = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert len(lines) == len(rows)
+    for ln, row in zip(lines, rows):
+        cells = [c.strip() for c in ln.strip("│").split("│")]
+        assert cells == list(row.values())
+
+
+@pytest.mark.parametrize("args", [ALIGN, QUERY], ids=["align", "query"])
+def test_piped_table_has_no_broken_word(args: list[str]) -> None:
+    out = _run(args).stdout
+    assert "…" not in out
+    rows = json.loads(_run([*args, "--format", "json"]).stdout)
+    table = [[c.strip() for c in ln.strip("│").split("│")]
+             for ln in out.splitlines() if ln.startswith("│")]
+    assert table == [list(r.values()) for r in rows][:len(table)]
+    assert len(table) == min(len(rows), 40)     # the table's --limit
+
+
+@pytest.mark.parametrize("args", [ALIGN, QUERY], ids=["align", "query"])
+def test_csv_parses_into_the_json_rows(args: list[str]) -> None:
+    rc = _run([*args, "--format", "csv"])
+    rj = _run([*args, "--format", "json"])
+    header, *rows = list(csv.reader(io.StringIO(rc.stdout)))
+    recs = json.loads(rj.stdout)
+    assert [dict(zip(header, r)) for r in rows] == recs
+    assert len(recs) == (80 if args is ALIGN else 3)       # csv/json: every row, no --limit
+    assert "messages flagged" in rc.stderr or "freeing both" in rc.stderr  # text: stderr
+
+
+def test_query_json_rows_are_the_answers() -> None:
+    recs = json.loads(_run([*QUERY, "--format", "json"]).stdout)
+    assert [(r["semantics"], r["effect at"], r["delay"]) for r in recs] == [
+        ("data", "11", "0"), ("eager", "12", "0"), ("rendezvous", "12", "0")]
+
+
+def test_several_tables_are_keyed_by_title() -> None:
+    r = _run(["critical-path", "-s", "1f1b", "-p", "2", "-m", "2", "--cost", "F=1,BW=2",
+              "--slack", "--format", "json"])
+    recs = json.loads(r.stdout)
+    slack = recs["slack per op"]
+    assert len(slack) == 8 and {s["op"] for s in slack} >= {"0F0", "1BW1"}
+    assert min(int(s["slack"]) for s in slack) == 0
+
+
+def test_json_dash_is_stdout_and_text_goes_to_stderr() -> None:
+    r = _run(QUERY + ["--json", "-"])
+    recs = json.loads(r.stdout)
+    assert [a["semantics"] for a in recs] == ["data", "eager", "rendezvous"]
+    assert "freeing both" in r.stderr
+
+
+def test_two_outputs_on_stdout_are_refused(tmp_path) -> None:
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "2", "-m", "2",
+                                 "--json", "-", "--trace", "-"])
+    assert r.exit_code == 2
+    assert "--json and --trace both write stdout" in r.stderr
+
+
+def test_unknown_format_is_refused() -> None:
+    r = CliRunner().invoke(app, [*ALIGN, "--format", "cvs"])
+    assert r.exit_code == 2 and "did you mean 'csv'" in r.stderr and r.stdout == ""
