@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schedsim.util.lazy import LazyFields
 
@@ -213,6 +213,14 @@ class Timeline(LazyFields):
     waits: list[WaitRecord] = Field(default_factory=list)
     deadlock: Deadlock | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    #: findings of the run that are no error (silent swaps of message identity,
+    #: :mod:`schedsim.sim.identity`); not part of the JSON (``schedsim lint`` finds them)
+    _findings: list[tuple[int, int, str]] = PrivateAttr(default_factory=list)
+
+    @property
+    def findings(self) -> list[tuple[int, int, str]]:
+        """``(rank, instruction index, sentence)`` of each finding of the run."""
+        return self._findings
 
     @staticmethod
     def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:

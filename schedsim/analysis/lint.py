@@ -18,6 +18,9 @@ instructions):
   when each side posts them in two different batches, a ``stream-risk`` (deadlocks on a
   shared comm stream under rendezvous). Within one batch on either side the order is
   free (``batch_isend_irecv`` launches them together).
+- ``silent-swap``: the k-th send and the k-th recv of a directed link (the ops NCCL and
+  gloo pair) have the same size but different tags, so the data lands in the other
+  tensor's buffer (:mod:`schedsim.sim.identity`; from the run, ``Timeline.findings``).
 - ``deadlock``: the run of the program deadlocked; one finding (severity ``deadlock``)
   giving the wait-for cycle the engine found (:mod:`schedsim.sim.deadlock`). The timed rules
   are skipped then (a stuck run has no complete timing); the static ones still run, so a
@@ -143,6 +146,10 @@ def lint(program: Program, tl: Timeline | None = None,
     out += [Finding(*f) for f in init_order_findings(program, lazy_init)]
     if dead:
         out += deadlock_findings(tl)
+    if tl is not None:
+        out += [Finding("silent-swap", "error", r, i, msg, 0.0,
+                        "k-th send and k-th recv of a link carry different tags")
+                for r, i, msg in tl.findings]
     if timed is not None:
         out += unrelated_recvs(program, timed)
     out.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rule != "deadlock",

@@ -115,6 +115,8 @@ def warn_costs(sc: Scenario, tl: Any) -> None:
 
     for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
         warn(w)
+    for _, _, w in getattr(tl, "findings", ()):   # silent swaps (schedsim.sim.identity)
+        warn(w)
 
 
 _UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")

@@ -18,7 +18,10 @@ concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution 
   ``cmb`` (as the issuing rank writes them: ``2SEND_F0`` is kind SEND_F, stage 2, mb 0).
   A POST has one member, a BATCH or WAIT one or more, COMPUTE and COMMIT none;
 - FB's backward part, in side arrays: ``fb_at`` (increasing instruction positions of
-  the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``.
+  the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``;
+- the posts' message identity, optional (None when no post names one): ``ctag`` (tag
+  code, an index of :data:`~schedsim.program.ops.TAGS`) and ``cbytes`` (float64) per
+  member, -1 where the post takes the default (program text ``0SEND_F1:gradient@4MiB``).
 
 :class:`FlatSchedule` has ``kind``, ``stage``, ``mb`` per op and the same FB side arrays.
 Derived arrays (message id, peer, launch id) come from :mod:`schedsim.program.routing`'s
@@ -37,6 +40,7 @@ import numpy as np
 from schedsim.program.ops import (
     COMM_KINDS,
     COMPUTE_KINDS,
+    TAGS,
     Batch,
     Comm,
     Commit,
@@ -83,6 +87,7 @@ assert tuple(k.name for k in CommKind) == COMM_KINDS
 
 _OPKIND = {k.name: int(k) for k in OpKind}
 _COMMKIND = {k.name: int(k) for k in CommKind}
+_TAG = {t: i for i, t in enumerate(TAGS)}
 I32 = np.int32
 
 
@@ -219,6 +224,24 @@ class FlatProgram(RankRows):
     fb_kind: np.ndarray
     fb_stage: np.ndarray
     fb_mb: np.ndarray
+    ctag: np.ndarray | None = None
+    cbytes: np.ndarray | None = None
+
+    def has_identity(self) -> bool:
+        """True if some post names its message's tag or bytes."""
+        return self.ctag is not None
+
+    def member_suffixes(self) -> list[str]:
+        """Per member, the identity suffix of its token (``:gradient@4MiB``, or ``""``);
+        a WAIT's members have none."""
+        n = len(self.ckind)
+        if self.ctag is None:
+            return [""] * n
+        from schedsim.program.ops import format_bytes
+
+        tags, nb = self.ctag.tolist(), self.cbytes.tolist()
+        return [(f":{TAGS[t]}" if t >= 0 else "") + (f"@{format_bytes(b)}" if b >= 0 else "")
+                for t, b in zip(tags, nb)]
 
     def row_length(self, r: int) -> int:
         return int(self.rptr[r + 1] - self.rptr[r])
@@ -280,8 +303,14 @@ class FlatProgram(RankRows):
         ck, cs, cm = self.ckind.tolist(), self.cstage.tolist(), self.cmb.tolist()
         fbm = _fb_map(self)
         comms: dict[tuple[int, int, int], Comm] = {}
+        tags = self.ctag.tolist() if self.ctag is not None else None
+        nbs = self.cbytes.tolist() if self.cbytes is not None else None
 
         def comm(j: int) -> Comm:
+            if tags is not None and (tags[j] >= 0 or nbs[j] >= 0):
+                return Comm(comm_names[ck[j]], cs[j], cm[j],
+                            TAGS[tags[j]] if tags[j] >= 0 else None,
+                            nbs[j] if nbs[j] >= 0 else None)
             key = (ck[j], cs[j], cm[j])
             c = comms.get(key)
             if c is None:
@@ -324,8 +353,9 @@ class FlatProgram(RankRows):
         if c == Opcode.COMMIT:
             return "COMMIT"
         lo, hi = int(self.mptr[i]), int(self.mptr[i + 1])
+        suf = self.member_suffixes() if self.ctag is not None and c != Opcode.WAIT else None
         toks = [f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
-                for j in range(lo, hi)]
+                + (suf[j] if suf else "") for j in range(lo, hi)]
         if c == Opcode.POST:
             return toks[0]
         return ("BATCH[" if c == Opcode.BATCH else "WAIT[") + "+".join(toks) + "]"
@@ -339,6 +369,9 @@ class FlatProgram(RankRows):
         ck, cs, cm = self.ckind.tolist(), self.cstage.tolist(), self.cmb.tolist()
         fbm = _fb_map(self)
         ctok = [f"{s}{comm_names[k]}{m}" for k, s, m in zip(ck, cs, cm)]
+        ptok = ctok
+        if self.ctag is not None:
+            ptok = [t + x for t, x in zip(ctok, self.member_suffixes())]
         rptr = self.rptr.tolist()
         out = []
         for r in range(self.ranks):
@@ -353,11 +386,11 @@ class FlatProgram(RankRows):
                     else:
                         row.append(f"{stage[i]}{ops_names[k]}{mb[i]}")
                 elif c == 1:
-                    row.append(ctok[mptr[i]])
+                    row.append(ptok[mptr[i]])
                 elif c == 4:
                     row.append("COMMIT")
                 else:
-                    body = "+".join(ctok[mptr[i]:mptr[i + 1]])
+                    body = "+".join((ptok if c == 2 else ctok)[mptr[i]:mptr[i + 1]])
                     row.append(("BATCH[" if c == 2 else "WAIT[") + body + "]")
             out.append(row)
         return out
@@ -378,6 +411,8 @@ class FlatBuilder:
         self.cm: list[int] = []
         self.fb: list[tuple[int, int, int, int]] = []
         self.rptr: list[int] = [0]
+        self.ctag: list[int] | None = None      # made on the first post naming one
+        self.cbytes: list[float] | None = None
 
     def end_rank(self) -> None:
         self.rptr.append(len(self.code))
@@ -396,6 +431,15 @@ class FlatBuilder:
         """A POST (one member), BATCH or WAIT (members) or COMMIT (none)."""
         ck = _COMMKIND
         for c in comms:
+            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
+                if self.ctag is None:
+                    self.ctag = [-1] * len(self.ck)
+                    self.cbytes = [-1.0] * len(self.ck)
+                self.ctag.append(_TAG[c.tag] if c.tag is not None else -1)
+                self.cbytes.append(float(c.nbytes) if c.nbytes is not None else -1.0)
+            elif self.ctag is not None:
+                self.ctag.append(-1)
+                self.cbytes.append(-1.0)
             self.ck.append(ck[c.kind])
             self.cs.append(c.stage)
             self.cm.append(c.mb)
@@ -421,9 +465,13 @@ class FlatBuilder:
             raise TypeError(f"not an instruction: {ins!r}")
 
     def build(self) -> FlatProgram:
-        return FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
-                           _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
-                           _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
+        fp = FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
+                         _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
+                         _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
+        if self.ctag is not None:
+            fp.ctag = _arr(self.ctag)
+            fp.cbytes = np.asarray(self.cbytes, dtype=np.float64)
+        return fp
 
 
 def placement_rank_table(pl: Any) -> tuple[np.ndarray, int, int]:

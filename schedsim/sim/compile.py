@@ -35,18 +35,22 @@ from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
 _STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
 
 
-def _ordinal(k: int) -> str:
-    return f"{k + 1}{'tsnrhtdd'[(k + 1) % 10 * ((k + 1) % 100 // 10 != 1) % 5::4] or 'th'}"
-
-
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
-                    comm: CommModel, flat: FlatProgram | None = None) -> Compiled:
+                    comm: CommModel, flat: FlatProgram | None = None,
+                    allow_unmatched: bool = False) -> Compiled:
     """Check ``program``'s comm and compile it. Raises :class:`ProgramError` naming the
-    first offending instruction (unmatched or mismatched send/recv, a recv never waited,
-    a send before its data exists, a local hand-off posted as P2P, a wrong rank). The
-    compute order is not checked here (:func:`schedsim.program.validate.validate_program`).
+    first offending instruction (unmatched or mismatched send/recv, sizes that differ
+    between the two sides of a pair, a recv never waited, a send before its data exists,
+    a local hand-off posted as P2P, a wrong rank). The compute order is not checked here
+    (:func:`schedsim.program.validate.validate_program`). Pairs whose tags differ are
+    silent swaps (:mod:`schedsim.sim.identity`): listed in ``Compiled.swaps``, the ops
+    paired as the library pairs them.
 
-    ``flat``: the program's flat form when the caller has it already.
+    ``flat``: the program's flat form when the caller has it already. ``allow_unmatched``:
+    compile a program with unmatched ops (under eager or rendezvous semantics) instead of
+    raising, the sentence in ``Compiled.unmatched``: the caller runs it and reports what
+    the op's never completing does to the other ranks (:func:`schedsim.sim.simulate.
+    simulate_run`).
     """
     pl = program.placement
     P = pl.ranks
@@ -61,7 +65,7 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
         cp = compile_data(program, fl, pr, costs)
     else:
-        cp = _compile_comm(program, fl, pr, costs, comm)
+        cp = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
         cp.launch_cost = comm.launch_cost
         if comm.lazy_init:
             cp.lazy_init = True
@@ -128,7 +132,8 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
-                  comm: CommModel, with_costs: bool = True) -> Compiled:
+                  comm: CommModel, with_costs: bool = True,
+                  allow_unmatched: bool = False) -> Compiled:
     """The sequential pass (:func:`~schedsim.sim.kernels.compile_comm_kernel`) plus the
     link-order check."""
     from schedsim.sim.fast import kernels_for
@@ -188,7 +193,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
                   hindex=arr["hindex"][:2 * nm], hseq=arr["hseq"][:2 * nm],
                   unit_stream=arr["unit_stream"][:nu], unit_hptr=arr["unit_hptr"][:nu + 1],
                   unit_h=arr["unit_h"][:nuh], hunit=arr["hunit"][:2 * nm])
-    _check_matching(cp, arr["hord"][:2 * nm])
+    _check_matching(cp, arr["hord"][:2 * nm], pr, costs, arr["key_msg"][mkey],
+                    allow_unmatched)
     return cp
 
 
@@ -231,46 +237,85 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     return ProgramError(f"{loc}: waits for {c}, which this rank has not posted before")
 
 
-def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
+def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
+                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> None:
     """Every message posted by both sides, and on each directed link the k-th send and the
-    k-th recv name the same message (all sends of a link come from one rank, all recvs go
-    to one rank, so posting order is instruction order on that rank). ``hord``: each
-    handle's k on its link (from the compile pass); only when they differ is the first
-    mismatch looked for."""
+    k-th recv agree (:mod:`schedsim.sim.identity`: the same bytes; the same tag, else a
+    silent swap, recorded in ``cp.swaps`` and the pair re-made as the library makes it;
+    tag and bytes equal: the same message). ``hord``: each handle's k on its link (from
+    the compile pass); when every pair names one message and no post names an identity
+    there is nothing to look at. ``msg_of_member``: the message id of every member."""
+    from schedsim.sim.identity import (
+        check_pairs,
+        member_where,
+        ordinal,
+        pair_members,
+        swap_of,
+        unmatched_text,
+    )
+
     fl = cp.flat
     nm = cp.num_messages
     if nm == 0:
         return
     hi = cp.hindex.reshape(-1, 2)
-    if np.all(hi >= 0) and np.array_equal(hord[0::2], hord[1::2]):
+    if (not fl.has_identity() and np.all(hi >= 0)
+            and np.array_equal(hord[0::2], hord[1::2])):
         return
-    missing = np.flatnonzero((hi[:, 0] < 0) | (hi[:, 1] < 0))
-    if len(missing):
-        m = int(missing[0])
-        if hi[m, 0] >= 0:
-            side, r, i, other, orank = "send", cp.msrc[m], hi[m, 0], "recv", cp.mdst[m]
-        else:
-            side, r, i, other, orank = "recv", cp.mdst[m], hi[m, 1], "send", cp.msrc[m]
-        raise ProgramError(f"{where(fl, int(r), int(i))}: unmatched {side}: rank "
-                           f"{int(orank)} never posts the matching {other}")
-    hs = cp.hseq.reshape(-1, 2)
-    link = cp.msrc * cp.ranks + cp.mdst
-    ms = np.arange(nm)
-    so = np.lexsort((hs[:, 0], link))
-    ro = np.lexsort((hs[:, 1], link))
-    if np.array_equal(so, ro):
+    pairs = pair_members(fl, pr)
+    cp.swaps = check_pairs(fl, pr, costs, pairs)
+    ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]
+    tag_same = np.ones(len(ma), bool)
+    if cp.swaps:
+        from schedsim.sim.identity import member_identity
+
+        tag = member_identity(fl, pr, costs)[0]
+        tag_same = tag[pairs.js] == tag[pairs.jr]
+    bad = np.flatnonzero((ma != mb_) & tag_same)
+    if len(pairs.unmatched) and (not allow_unmatched or len(bad) or cp.swaps):
+        raise ProgramError(unmatched_text(fl, pr, int(pairs.unmatched[0])))
+    if len(bad):
+        p = int(bad[0])
+        k, src, dst = int(pairs.k[p]), int(pairs.src[p]), int(pairs.dst[p])
+        a, b = int(pairs.js[p]), int(pairs.jr[p])
+        raise ProgramError(
+            f"the {ordinal(k)} send on link {src}->{dst} is {member_where(fl, a)} but "
+            f"the {ordinal(k)} recv is {member_where(fl, b)}: P2P ops match in posting "
+            f"order per link, so both must name the same message")
+    if len(pairs.unmatched):
+        cp.unmatched = unmatched_text(fl, pr, int(pairs.unmatched[0]))
+    _given_bytes(cp, pr, costs, msg_of_member)
+    perm = swap_of(fl, pr, pairs, msg_of_member)
+    if perm is not None:
+        _repair(cp, perm, ma, mb_)
+
+
+def _given_bytes(cp: Compiled, pr: Prep, costs: CostModel, msg_of_member: np.ndarray
+                 ) -> None:
+    """``cp.mbytes_given``: each message's bytes as its posts name them (both sides
+    agree, checked), -1 where neither names any."""
+    fl = cp.flat
+    if fl.cbytes is None:
         return
-    bad = np.flatnonzero(so != ro)[0]
-    lk = link[so[bad]]
-    start = int(np.searchsorted(link[so], lk))
-    k = int(bad) - start
-    a, b = int(ms[so[bad]]), int(ms[ro[bad]])
-    src, dst = int(cp.msrc[a]), int(cp.mdst[a])
-    si, ri = int(hi[a, 0]), int(hi[b, 1])
-    raise ProgramError(
-        f"the {_ordinal(k)} send on link {src}->{dst} is {where(fl, src, si)} but the "
-        f"{_ordinal(k)} recv is {where(fl, dst, ri)}: P2P ops match in posting order per "
-        f"link, so both must name the same message")
+    give = np.flatnonzero(fl.cbytes >= 0)
+    out = np.full(cp.num_messages, -1.0)
+    out[msg_of_member[give]] = fl.cbytes[give]
+    cp.mbytes_given = out
+
+
+def _repair(cp: Compiled, perm: np.ndarray, ma: np.ndarray, mb_: np.ndarray) -> None:
+    """Re-pair the handles as the comm library pairs them (silent swaps): the recv paired
+    with message a's send becomes a's recv handle; ``cp.mrcode`` keeps what each recv
+    named."""
+    for name in ("ch", "unit_h"):
+        setattr(cp, name, perm[getattr(cp, name)])
+    for name in ("hindex", "hseq", "hunit"):
+        old = getattr(cp, name)
+        new = old.copy()
+        new[perm] = old
+        setattr(cp, name, new)
+    cp.mrcode = cp.mcode.copy()
+    cp.mrcode[ma] = cp.mcode[mb_]
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
@@ -286,6 +331,8 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     bw_t = np.full(P * P, np.inf)
     for u in np.flatnonzero(used).tolist():
         lat_t[u], bw_t[u] = link.params(u // P, u % P)
+    if cp.mbytes_given is not None:
+        nbytes = np.where(cp.mbytes_given >= 0, cp.mbytes_given, nbytes)
     cp.mbytes = nbytes
     cp.mlat = lat_t[lk]
     mbw = bw_t[lk]

@@ -80,6 +80,14 @@ class Compiled:
     #: ``launch_cost`` is then 0); None: no such times
     delay: np.ndarray | None = None
     pair_first: dict[int, dict[int, int]] = field(default_factory=dict)
+    #: message identity (:mod:`schedsim.sim.identity`): the silent-swap findings; the
+    #: first unmatched op's sentence (compiled with ``allow_unmatched``); what each
+    #: message's recv named when a swap re-paired it (key codes, None: as ``mcode``);
+    #: bytes the posts gave per message (-1: the cost model's; None: none given)
+    swaps: list[tuple[int, int, str]] = field(default_factory=list)
+    unmatched: str | None = None
+    mrcode: np.ndarray | None = None
+    mbytes_given: np.ndarray | None = None
 
     @property
     def num_messages(self) -> int:
@@ -100,9 +108,15 @@ class Compiled:
                         ((code // M) % S).tolist(), (code % M).tolist()))
 
     def handle_token(self, h: int) -> str:
-        """Program token of a handle (``1RECV_F0``) for messages and diagnostics."""
-        key = self.mkey[h >> 1]
-        return str(send_comm(key) if h & 1 == 0 else recv_comm(key))
+        """Program token of a handle (``1RECV_F0``) for messages and diagnostics: what
+        its post named (a swapped recv names another message than its send)."""
+        if h & 1 == 0:
+            return str(send_comm(self.mkey[h >> 1]))
+        if self.mrcode is not None:
+            S, M = self.stages, self.microbatches
+            c = int(self.mrcode[h >> 1])
+            return str(recv_comm((("F", "B")[c // (S * M)], (c // M) % S, c % M)))
+        return str(recv_comm(self.mkey[h >> 1]))
 
     def owner(self, h: int) -> int:
         """The rank that posts handle h."""

@@ -34,6 +34,9 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
         return [(q, 2 * m)], (f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
                               f"rank {q}, which has not run")
     owner = cp.owner(h)
+    if cp.hindex[h] < 0:      # an unmatched op's partner: nobody posts it
+        return [], (f"{tok}, which rank {owner} never posts (the op waiting for it is "
+                    f"unmatched)")
     if st.hpost[h] < 0:
         return [(owner, h)], f"{tok}, which rank {owner} posts only at instr {cp.hindex[h]}"
     if st.hact[h] < 0:   # posted, but queued on the owner's comm stream
@@ -142,3 +145,21 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
            + ". ".join(lines) + ". Blocked ranks: "
            + ", ".join(str(b.rank) for b in blocked) + ".")
     return Deadlock(message=msg, blocked=blocked, cycle=cycle)
+
+
+def unmatched_consequence(cp: Compiled, st: RunState) -> str:
+    """What a run of a program with an unmatched op (``cp.unmatched``) did: the ranks it
+    left blocked and what each waits for, and the ranks that finished."""
+    done = [r for r in range(cp.ranks)
+            if int(st.pcs[r]) + int(cp.crptr[r]) >= int(cp.crptr[r + 1])]
+    if len(done) == cp.ranks:
+        return ("the run still completes: the unmatched send completes without its recv "
+                "(eager), and its data lands nowhere")
+    d = diagnose(cp, st)
+    parts = [f"rank {b.rank} blocks at instr {b.index} ({b.instruction}) waiting for "
+             + "; ".join(b.waiting_for) for b in d.blocked]
+    if done:
+        parts.append(("rank " if len(done) == 1 else "ranks ")
+                     + ", ".join(map(str, done)) + " finish" + ("es" if len(done) == 1
+                                                               else ""))
+    return "with it never completing, " + "; ".join(parts)

@@ -135,9 +135,11 @@ def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
     if not len(hs):
         return []
     S, M = cp.stages, cp.microbatches
-    code = cp.mcode[hs >> 1]
-    mk, ps, mb = code // (S * M), (code // M) % S, code % M
     recv = (hs & 1) == 1
+    code = cp.mcode[hs >> 1]
+    if cp.mrcode is not None:       # a swapped recv names another message (identity)
+        code = np.where(recv, cp.mrcode[hs >> 1], code)
+    mk, ps, mb = code // (S * M), (code // M) % S, code % M
     stage = np.where(recv, np.where(mk == 0, ps + 1, ps - 1), ps)
     names = (("SEND_F", "RECV_F"), ("SEND_B", "RECV_B"))
     return [f"{s}{names[k][r]}{m}" for s, k, r, m in
