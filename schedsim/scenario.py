@@ -40,6 +40,7 @@ Example (``schedules/dualpipe-figure.toml``)::
     # launch_cost = 0.2        host time per launched batch of sends/recvs
     # lazy_init = true         NCCL's lazy 2-rank communicator init (docs/comm-semantics.md)
     # init_cost = 5            its cost, in the cost unit
+    # group_semantics = "atomic"   NCCL groups: a BATCH moves when all its ops are matched
 
 Relative paths are resolved against the scenario file's folder. Every unknown key is an
 error that names it.

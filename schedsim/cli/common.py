@@ -304,6 +304,10 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
     "lazy communicator init: a first bare P2P blocks both ranks until both reach it.")]
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
+GroupSemanticsOpt = Annotated[Optional[str], typer.Option(
+    "--group-semantics", help="independent | atomic: the ops of one BATCH progress each "
+    "on its own (gloo), or move no data until all are matched and complete together "
+    "(NCCL groups).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
@@ -354,7 +358,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
+                   init_cost: float | None = None, group_semantics: str | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -363,7 +367,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
-    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
+    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement,
+                   group_semantics=group_semantics)
     if scenario is not None:
         sc = load_scenario(scenario)
         # exclude_unset: what the file did not set stays unset, so that the cost warnings
@@ -390,7 +395,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
+                 ("lazy_init", lazy_init), ("init_cost", init_cost),
+                 ("group_semantics", group_semantics)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -409,7 +415,8 @@ def _check_choices(**flags: str | None) -> None:
 
     choices = {"semantics": ("data", "eager", "rendezvous"),
                "comm_stream": ("none", "per-peer", "per-rank"),
-               "placement": ("loop", "v", "dual", "custom")}
+               "placement": ("loop", "v", "dual", "custom"),
+               "group_semantics": ("independent", "atomic")}
     for name, value in flags.items():
         ok = choices[name]
         if value is not None and value.replace("_", "-") not in ok \
@@ -438,7 +445,8 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
-    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("message_bytes", BytesOpt),
+    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt),
+    ("group_semantics", GroupSemanticsOpt), ("message_bytes", BytesOpt),
     ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
     ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
     ("placement", PlacementOpt),

@@ -67,6 +67,7 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     else:
         cp = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
         cp.launch_cost = comm.launch_cost
+        cp.atomic = comm.group_semantics == "atomic"
         if comm.lazy_init:
             cp.lazy_init = True
             cp.init_cost = comm.init_cost

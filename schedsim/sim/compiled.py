@@ -73,6 +73,8 @@ class Compiled:
     launch_cost: float = 0.0
     lazy_init: bool = False
     init_cost: float = 0.0
+    #: NCCL-like atomic groups (``CommModel.group_semantics``, :mod:`schedsim.sim.groups`)
+    atomic: bool = False
     #: measured sender completion per message, from its transfer's start
     #: (``LinkModel.messages``), -1 where not measured; None: no measured message
     msend: np.ndarray | None = None

@@ -377,6 +377,7 @@ class HostTime(BaseModel):
 
 Semantics = Literal["data", "eager", "rendezvous"]
 CommStream = Literal["none", "per-peer", "per-rank"]
+GroupSemantics = Literal["independent", "atomic"]
 
 
 class CommModel(BaseModel):
@@ -402,6 +403,11 @@ class CommModel(BaseModel):
       other rank reaches its own first bare post to it, then ``init_cost`` more (in the
       cost unit). A ``BATCH`` uses the group's communicator, taken as already created.
       Not used under ``data`` semantics. See ``docs/comm-semantics.md``.
+    - ``group_semantics``: how the members of one ``BATCH`` progress. ``independent``
+      (gloo): each op on its own. ``atomic`` (NCCL's ``ncclGroupStart``/``End``, one
+      kernel for the group): no member moves data until every member is matched (its
+      partner active), and the members complete together. Not used under ``data``
+      semantics. See ``docs/messages.md``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -413,6 +419,7 @@ class CommModel(BaseModel):
     host: list[HostTime] = Field(default_factory=list)
     lazy_init: bool = False
     init_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    group_semantics: GroupSemantics = "independent"
 
     @field_validator("comm_stream", mode="before")
     @classmethod
@@ -430,7 +437,8 @@ class CommModel(BaseModel):
                 ("--comm-stream", self.comm_stream != "none"),
                 ("--eager-threshold", self.eager_threshold_bytes is not None),
                 ("--launch-cost", self.launch_cost > 0 or bool(self.host)),
-                ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0)) if on]
+                ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0),
+                ("--group-semantics", self.group_semantics != "independent")) if on]
             return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "
                     f"semantics, which ignore the program's sends and recvs: add --semantics "
                     f"eager or rendezvous"] if flags else []

@@ -50,12 +50,55 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
                     return [(owner, h)] + hops, (f"{tok}, queued on rank {owner}'s comm "
                                                  f"stream behind {txt}")
         return [(owner, h)], f"{tok}, queued on rank {owner}'s comm stream"
+    held = _group_hold(cp, st, h, seen) if cp.atomic else None
+    if held is not None:
+        return held
     partner = h ^ 1
     if partner in seen:
         return [(owner, h)], f"{tok}, which waits for {cp.handle_token(partner)}"
     seen.add(partner)
     hops, txt = _why(cp, st, partner, seen)
     return hops, f"{tok}, which needs its partner {txt}"
+
+
+def _group_hold(cp: Compiled, st: RunState, h: int, seen: set[int]
+                ) -> tuple[list[tuple[int, int]], str] | None:
+    """Atomic groups: handle h (active) held by a batch, its own or its partner's, whose
+    other member is not matched (no data moves), or, once its data moved, by its own
+    batch's member not complete (the group completes together); None if neither."""
+    from schedsim.sim.groups import atomic_groups
+
+    hgroup, gptr, gh, _ = atomic_groups(cp)
+    m = h >> 1
+    moved = st.mstart[m] >= 0
+    for y in ((h,) if moved else (h, h ^ 1)):
+        g = int(hgroup[y])
+        if g < 0:
+            continue
+        for z in gh[gptr[g]:gptr[g + 1]].tolist():
+            if z >> 1 == m:
+                continue
+            if moved:
+                if st.hdone[z] >= 0 or z in seen:
+                    continue
+                blocker = z
+            elif st.hact[z] >= 0 and st.hact[z ^ 1] >= 0:
+                continue
+            else:
+                blocker = z if st.hact[z] < 0 else z ^ 1
+                if blocker in seen:
+                    continue
+            seen.add(blocker)
+            hops, txt = _why(cp, st, blocker, seen)
+            q = cp.owner(y)
+            what = ("completes only with its atomic batch" if moved else
+                    "is held by its atomic batch" if y == h else
+                    f"needs its partner {cp.handle_token(h ^ 1)}, held by that op's atomic "
+                    f"batch")
+            via = txt if blocker == z else f"{cp.handle_token(z)}, which waits for {txt}"
+            return [(q, y)] + hops, (f"{cp.handle_token(h)}, which {what} (rank {q}, "
+                                     f"instr {int(cp.hindex[y])}) with {via}")
+    return None
 
 
 def _init_wait(cp: Compiled, r: int, g: int) -> tuple[int, str, str]:

@@ -87,27 +87,32 @@ def run(cp: Compiled) -> RunState:
          "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
          "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
          "pair_t": xs.fullf(npair, 0.0), "delayed": xs.full(P, -1)}
+    g = _groups(cp, xs)
     depth = 8 + max(int(np.diff(cp.chptr).max(initial=0)), int(np.diff(cp.unit_hptr).max(
-        initial=0)))      # the work stack: one step's or one unit's handles, and what follows
+        initial=0))) + 2 * g["gmaxsize"]   # the work stack: one step's or unit's handles,
+    # what follows, and an atomic group's members moving or completing together
     o.update(wk_kind=xs.empty(depth), wk_x=xs.empty(depth), wk_t=xs.emptyf(depth),
              ready=xs.empty(nu + 1))
     if cp.data_mode:      # implicit recvs are always posted
         o["hact"][1::2] = xs.fullf(nm, 0.0)
     strict = bool(np.any(cp.mocc > 0))
+    meager = cp.meager if not cp.atomic else np.where(g["matom_np"] > 0, 0, cp.meager)
     K.run_kernel(P, xs.ints(cp.crptr), xs.ints(cp.cop), xs.floats(cp.ccost),
                  xs.ints(cp.cspan), xs.ints(cp.chptr), xs.ints(cp.ch), xs.ints(cp.cuptr),
                  xs.ints(cp.cinit), xs.floats(cp.delay if cp.delay is not None else ()),
                  cp.delay is not None, xs.floats(cp.msend if cp.msend is not None else ()),
                  cp.msend is not None, xs.ints(cp.hunit), xs.ints(cp.unit_stream),
                  xs.ints(cp.unit_hptr), xs.ints(cp.unit_h), xs.floats(cp.mlat),
-                 xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(cp.meager), cp.data_mode,
+                 xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(meager), cp.data_mode,
                  strict, float(cp.launch_cost), cp.lazy_init, float(cp.init_cost),
                  o["sstart"], o["send"], o["hpost"], o["hact"], o["hdone"], o["mstart"],
                  o["marr"], o["pcs"], o["times"], o["reach"], o["wrec"], o["wt0"], o["wt1"],
                  o["counts"], o["sbusy"], o["sfree"], o["qhead"], o["qtail"], o["unext"],
                  o["uenq"], o["udone"], o["ucnt"], o["waiter"], o["wmax"], o["wcnt"],
                  o["link_free"], o["launched"], o["pair_state"], o["pair_rank"],
-                 o["pair_t"], o["delayed"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"])
+                 o["pair_t"], o["delayed"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"],
+                 cp.atomic, g["hgroup"], g["gptr"], g["gh"], g["matom"], g["gpend"],
+                 g["gmax"], g["garm"], g["gleft"], g["gfin"])
     f, i = np.float64, np.int64
     nrec = int(o["counts"][0])
     return RunState(
@@ -120,6 +125,26 @@ def run(cp: Compiled) -> RunState:
                np.asarray(o["wt1"][:nrec], f)),
         stream_busy=np.asarray(o["sbusy"], i), pair_state=np.asarray(o["pair_state"], i),
         pair_rank=np.asarray(o["pair_rank"], i), pair_t=np.asarray(o["pair_t"], f))
+
+
+def _groups(cp: Compiled, xs) -> dict:
+    """The kernel's atomic-group arrays (:mod:`schedsim.sim.groups`), one-entry dummies
+    when the run is not atomic."""
+    if not cp.atomic:
+        one = xs.full(1, -1)
+        return {"hgroup": one, "gptr": xs.full(2, 0), "gh": one, "matom": xs.full(1, 0),
+                "gpend": one, "gmax": xs.fullf(1, -1.0), "garm": xs.fullf(1, -1.0),
+                "gleft": one, "gfin": xs.fullf(1, -1.0), "gmaxsize": 0}
+    from schedsim.sim.groups import atomic_groups
+
+    hgroup, gptr, gh, matom = atomic_groups(cp)
+    ng = len(gptr) - 1
+    sizes = np.diff(gptr)
+    return {"hgroup": xs.ints(hgroup), "gptr": xs.ints(gptr), "gh": xs.ints(gh),
+            "matom": xs.ints(matom), "matom_np": matom, "gpend": xs.new_ints(sizes),
+            "gmax": xs.fullf(max(ng, 1), -1.0), "garm": xs.fullf(max(ng, 1), -1.0),
+            "gleft": xs.new_ints(sizes), "gfin": xs.fullf(max(ng, 1), -1.0),
+            "gmaxsize": int(sizes.max(initial=0))}
 
 
 def _opt(a: np.ndarray) -> list:
