@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -128,6 +128,9 @@ class Message:
     recv_index: int = -1
     send_active: float | None = None
     recv_active: float | None = None
+    #: the consuming stage of a message on a skip edge of a stage graph (not written to
+    #: JSON when None: a chain message, consumed by the next or previous stage)
+    to_stage: Annotated[int | None, Field(exclude_if=lambda v: v is None)] = None
 
     def label(self) -> str:
         return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"

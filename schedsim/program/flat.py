@@ -19,6 +19,8 @@ concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution 
   A POST has one member, a BATCH or WAIT one or more, COMPUTE and COMMIT none;
 - FB's backward part, in side arrays: ``fb_at`` (increasing instruction positions of
   the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``;
+- the other stage of a skip edge per member (``cpeer``, -1 for the chain neighbour;
+  None when no member names one: ``0SEND_F0>2``, :mod:`schedsim.program.routing`);
 - the posts' message identity, optional (None when no post names one): ``ctag`` (tag
   code, an index of :data:`~schedsim.program.ops.TAGS`) and ``cbytes`` (float64) per
   member, -1 where the post takes the default (program text ``0SEND_F1:gradient@4MiB``).
@@ -226,6 +228,15 @@ class FlatProgram(RankRows):
     fb_mb: np.ndarray
     ctag: np.ndarray | None = None
     cbytes: np.ndarray | None = None
+    cpeer: np.ndarray | None = None
+
+    def comm_token(self, j: int) -> str:
+        """Token of member ``j`` without its identity suffix (``0SEND_F0``,
+        ``0SEND_F0>2``)."""
+        base = f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
+        if self.cpeer is None or self.cpeer[j] < 0:
+            return base
+        return base + ("<" if int(self.ckind[j]) & 1 else ">") + str(int(self.cpeer[j]))
 
     def has_identity(self) -> bool:
         """True if some post names its message's tag or bytes."""
@@ -305,16 +316,18 @@ class FlatProgram(RankRows):
         comms: dict[tuple[int, int, int], Comm] = {}
         tags = self.ctag.tolist() if self.ctag is not None else None
         nbs = self.cbytes.tolist() if self.cbytes is not None else None
+        peers = self.cpeer.tolist() if self.cpeer is not None else None
 
         def comm(j: int) -> Comm:
+            peer = None if peers is None or peers[j] < 0 else peers[j]
             if tags is not None and (tags[j] >= 0 or nbs[j] >= 0):
-                return Comm(comm_names[ck[j]], cs[j], cm[j],
+                return Comm(comm_names[ck[j]], cs[j], cm[j], peer,
                             TAGS[tags[j]] if tags[j] >= 0 else None,
                             nbs[j] if nbs[j] >= 0 else None)
-            key = (ck[j], cs[j], cm[j])
+            key = (ck[j], cs[j], cm[j], peer)
             c = comms.get(key)
             if c is None:
-                c = comms[key] = Comm(comm_names[ck[j]], cs[j], cm[j])
+                c = comms[key] = Comm(comm_names[ck[j]], cs[j], cm[j], peer)
             return c
         commit = Commit()
         out = []
@@ -354,8 +367,7 @@ class FlatProgram(RankRows):
             return "COMMIT"
         lo, hi = int(self.mptr[i]), int(self.mptr[i + 1])
         suf = self.member_suffixes() if self.ctag is not None and c != Opcode.WAIT else None
-        toks = [f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
-                + (suf[j] if suf else "") for j in range(lo, hi)]
+        toks = [self.comm_token(j) + (suf[j] if suf else "") for j in range(lo, hi)]
         if c == Opcode.POST:
             return toks[0]
         return ("BATCH[" if c == Opcode.BATCH else "WAIT[") + "+".join(toks) + "]"
@@ -369,6 +381,9 @@ class FlatProgram(RankRows):
         ck, cs, cm = self.ckind.tolist(), self.cstage.tolist(), self.cmb.tolist()
         fbm = _fb_map(self)
         ctok = [f"{s}{comm_names[k]}{m}" for k, s, m in zip(ck, cs, cm)]
+        if self.cpeer is not None:
+            ctok = [t + ("" if q < 0 else ("<" if k & 1 else ">") + str(q))
+                    for t, k, q in zip(ctok, ck, self.cpeer.tolist())]
         ptok = ctok
         if self.ctag is not None:
             ptok = [t + x for t, x in zip(ctok, self.member_suffixes())]
@@ -413,6 +428,7 @@ class FlatBuilder:
         self.rptr: list[int] = [0]
         self.ctag: list[int] | None = None      # made on the first post naming one
         self.cbytes: list[float] | None = None
+        self.cpeer: list[int] | None = None     # made on the first skip-edge member
 
     def end_rank(self) -> None:
         self.rptr.append(len(self.code))
@@ -440,6 +456,12 @@ class FlatBuilder:
             elif self.ctag is not None:
                 self.ctag.append(-1)
                 self.cbytes.append(-1.0)
+            if c.peer is not None:
+                if self.cpeer is None:
+                    self.cpeer = [-1] * len(self.ck)
+                self.cpeer.append(c.peer)
+            elif self.cpeer is not None:
+                self.cpeer.append(-1)
             self.ck.append(ck[c.kind])
             self.cs.append(c.stage)
             self.cm.append(c.mb)
@@ -471,6 +493,8 @@ class FlatBuilder:
         if self.ctag is not None:
             fp.ctag = _arr(self.ctag)
             fp.cbytes = np.asarray(self.cbytes, dtype=np.float64)
+        if self.cpeer is not None:
+            fp.cpeer = _arr(self.cpeer)
         return fp
 
 

@@ -80,7 +80,9 @@ class Comm:
     s receives the activation of stage s-1; ``SEND_B`` at stage s sends the gradient of
     stage s's input to stage s-1; ``RECV_B`` at stage s receives it from stage s+1.
 
-    ``tag`` and ``nbytes`` are the message's identity as this side posts it (program
+    ``peer`` names the other stage of a skip edge (``0SEND_F0>2``, ``2RECV_F0<0``;
+    None: the chain neighbour). ``tag`` and ``nbytes`` are the message's identity as
+    this side posts it (program
     text ``0SEND_F1:gradient@4MiB``): None means the default, :func:`default_tag` and
     the cost model's ``bytes_of`` of the producing stage. They take no part in
     equality: a ``WAIT`` names the op by kind, stage and microbatch alone. Compile pairs
@@ -91,6 +93,7 @@ class Comm:
     kind: str
     stage: int
     mb: int
+    peer: int | None = None
     tag: str | None = field(default=None, compare=False)
     nbytes: float | None = field(default=None, compare=False)
 
@@ -104,11 +107,14 @@ class Comm:
                 + (f"@{format_bytes(self.nbytes)}" if self.nbytes is not None else ""))
 
     def message_key(self) -> Key:
-        """``(kind, producing stage, mb)``: the identity of the message this op moves."""
-        return message_key(self.kind, self.stage, self.mb)
+        """``(kind, producing stage, mb)``, with the consuming stage on a skip edge: the
+        identity of the message this op moves (:mod:`schedsim.program.routing`)."""
+        return message_key(self.kind, self.stage, self.mb, self.peer)
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind}{self.mb}"
+        if self.peer is None:
+            return f"{self.stage}{self.kind}{self.mb}"
+        return f"{self.stage}{self.kind}{self.mb}{'>' if self.is_send else '<'}{self.peer}"
 
 
 def send_comm(key: Key) -> Comm:

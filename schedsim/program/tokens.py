@@ -7,6 +7,9 @@ Grammar (one token, no spaces)::
     comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      one launch of its own
                                               (dist.isend / dist.irecv); the stage is the one
                                               that sends or receives, as torch writes it
+    skip edge {comm}>{stage} / {comm}<{stage}  the other stage of a skip edge (a send
+                                              names where it goes, a recv where it comes
+                                              from): 0SEND_F0>2  2RECV_F0<0
     identity  {comm}[:{tag}][@{bytes}]        optional on a post (bare or in a BATCH):
                                               the message's tag (activation, gradient,
                                               shape, other) and size (4194304, 4MiB,
@@ -48,7 +51,8 @@ __all__ = ["parse_op", "parse_comm", "parse_post", "parse_instr", "parse_program
 
 _COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
-_POST = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)(?::([a-z]+))?"
+_PEERED = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)(?:([<>])(\d+))?")
+_POST = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)(?:([<>])(\d+))?(?::([a-z]+))?"
                    r"(?:@([0-9][0-9.]*(?:[eE][+]?[0-9]+)?)([A-Za-z]*))?")
 _FB = re.compile(r"\((\d+)F(\d+);(\d+)(BW|B)(\d+)\)(?:OVERLAP_F_B)?")
 _WAIT = re.compile(r"WAIT\[([^\]]*)\]")
@@ -77,12 +81,23 @@ def parse_op(tok: str) -> Op:
 
 
 def parse_comm(tok: str) -> Comm:
-    """Parse a comm token (``2SEND_F0``) into a :class:`Comm`; :class:`ParseError` if not."""
-    m = _COMM.fullmatch(tok)
+    """Parse a comm token (``2SEND_F0``, or ``0SEND_F0>2`` on a skip edge) into a
+    :class:`Comm`; :class:`ParseError` if not."""
+    m = _PEERED.fullmatch(tok)
     if not m:
         raise ParseError(f"bad comm token {tok!r}: expected {{stage}}{{SEND_F|RECV_F|"
-                         f"SEND_B|RECV_B}}{{mb}}")
-    return Comm(m.group(2), int(m.group(1)), int(m.group(3)))
+                         f"SEND_B|RECV_B}}{{mb}}, optionally >{{stage}} or <{{stage}}")
+    return Comm(m.group(2), int(m.group(1)), int(m.group(3)),
+                _peer(tok, m.group(2), m.group(4), m.group(5)))
+
+
+def _peer(tok: str, kind: str, arrow: str | None, stage: str | None) -> int | None:
+    if arrow is None:
+        return None
+    if (arrow == ">") != (kind[0] == "S"):
+        raise ParseError(f"bad comm token {tok!r}: a send names the stage it sends to "
+                         f"with '>', a recv the stage it receives from with '<'")
+    return int(stage)
 
 
 def parse_post(tok: str) -> Comm:
@@ -92,7 +107,7 @@ def parse_post(tok: str) -> Comm:
     m = _POST.fullmatch(tok)
     if not m:
         return parse_comm(tok)
-    tag, num, unit = m.group(4), m.group(5), m.group(6)
+    tag, num, unit = m.group(6), m.group(7), m.group(8)
     if tag is not None and tag not in TAGS:
         raise ParseError(f"bad comm token {tok!r}: unknown tag {tag!r}, expected one of "
                          f"{', '.join(TAGS)}")
@@ -108,7 +123,8 @@ def parse_post(tok: str) -> Comm:
         if not math.isfinite(nbytes):
             raise ParseError(f"bad comm token {tok!r}: bad size {num + unit!r}, expected "
                              f"a finite number of bytes such as 4194304 or 4MiB")
-    return Comm(m.group(2), int(m.group(1)), int(m.group(3)), tag, nbytes)
+    return Comm(m.group(2), int(m.group(1)), int(m.group(3)),
+                _peer(tok, m.group(2), m.group(4), m.group(5)), tag, nbytes)
 
 
 def _comm_list(tok: str, what: str, body: str) -> tuple[Comm, ...]:
@@ -124,7 +140,7 @@ def _comm_list(tok: str, what: str, body: str) -> tuple[Comm, ...]:
 
 
 def _wait_member(tok: str, t: str) -> Comm:
-    if _COMM.fullmatch(t) is None and _POST.fullmatch(t) is not None:
+    if _PEERED.fullmatch(t) is None and _POST.fullmatch(t) is not None:
         raise ParseError(f"bad token {tok!r}: a WAIT names posted ops without a tag or "
                          f"size ({t!r}); put them on the post")
     return parse_comm(t)

@@ -119,7 +119,7 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
     microbatches) is small next to the program, the codes are their own ids."""
     n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
-    space = 2 * pr.S * pr.M
+    space = pr.ncodes
     if space <= max(4 * n, 1 << 16):
         return np.arange(space, dtype=I64), pr.mcode, pr.a_in, pr.a_out
     allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
@@ -208,7 +208,11 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     loc = where(fl, r, i)
     if code == Err.NEED:      # j is an atom: its cross-rank input was never received
         kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
-        need = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
+        need: tuple = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
+        if pr.a_skip is not None and pr.a_skip[j] >= 0:      # a skip-edge input
+            p, c = pr.skips[int(pr.a_skip[j])]
+            mb = int(pr.a_mb[j])
+            need = ("F", p, mb, c) if pr.a_kind[j] == 0 else ("B", c, mb, p)
         m = int(a["key_msg"][int(a_in[j])])
         posted = m >= 0 and 0 <= int(a["hindex"][2 * m + 1]) < i
         return ProgramError(f"{loc} uses data from rank {int(pr.a_in_rank[j])} but the "
@@ -323,7 +327,7 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
     of every message."""
     P, S = cp.ranks, cp.stages
-    ps = (cp.mcode // cp.microbatches) % S
+    ps = cp.decode(cp.mcode)[1]
     nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
     lk = cp.msrc * P + cp.mdst
     used = np.zeros(P * P, bool)

@@ -14,9 +14,18 @@ import numpy as np
 from schedsim.program.flat import FlatProgram
 from schedsim.program.ir import Op, Program
 from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import decode_codes
 from schedsim.sim.kernels import Step, WaitKind
 
 I64 = np.int64
+
+
+def _keys(mk: np.ndarray, ps: np.ndarray, cs: np.ndarray, mb: np.ndarray) -> list[tuple]:
+    """Message keys of decoded codes: 3 fields on a chain edge, 4 on a skip edge."""
+    kinds = ("F", "B")
+    chain = (cs == ps + 1 - 2 * mk).tolist()
+    return [(kinds[k], p, m) if ch else (kinds[k], p, m, c) for k, p, c, m, ch in
+            zip(mk.tolist(), ps.tolist(), cs.tolist(), mb.tolist(), chain)]
 
 
 @dataclass
@@ -100,14 +109,17 @@ class Compiled:
         return self.ranks + self.ranks * self.ranks
 
     # -- message identity ---------------------------------------------------------------
+    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(message kind, producing stage, consuming stage, mb)`` of key codes
+        (:func:`schedsim.program.routing.decode_codes`, skip edges included)."""
+        return decode_codes(codes, self.stages, self.microbatches,
+                            tuple(self.program.placement.skips))
+
     @cached_property
-    def mkey(self) -> list[tuple[str, int, int]]:
-        """``(kind, producing stage, mb)`` of every message."""
-        S, M = self.stages, self.microbatches
-        code = self.mcode
-        kinds = ("F", "B")
-        return list(zip([kinds[k] for k in (code // (S * M)).tolist()],
-                        ((code // M) % S).tolist(), (code % M).tolist()))
+    def mkey(self) -> list[tuple]:
+        """``(kind, producing stage, mb)`` of every message, with the consuming stage on
+        a skip edge (:mod:`schedsim.program.routing`)."""
+        return _keys(*self.decode(self.mcode))
 
     def handle_token(self, h: int) -> str:
         """Program token of a handle (``1RECV_F0``) for messages and diagnostics: what
@@ -115,9 +127,7 @@ class Compiled:
         if h & 1 == 0:
             return str(send_comm(self.mkey[h >> 1]))
         if self.mrcode is not None:
-            S, M = self.stages, self.microbatches
-            c = int(self.mrcode[h >> 1])
-            return str(recv_comm((("F", "B")[c // (S * M)], (c // M) % S, c % M)))
+            return str(recv_comm(_keys(*self.decode(self.mrcode[h >> 1:(h >> 1) + 1]))[0]))
         return str(recv_comm(self.mkey[h >> 1]))
 
     def owner(self, h: int) -> int:

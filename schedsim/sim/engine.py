@@ -159,16 +159,21 @@ def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
     """Program tokens of handles ``hs`` (``1RECV_F0``), built from the message arrays."""
     if not len(hs):
         return []
-    S, M = cp.stages, cp.microbatches
     recv = (hs & 1) == 1
     code = cp.mcode[hs >> 1]
     if cp.mrcode is not None:       # a swapped recv names another message (identity)
         code = np.where(recv, cp.mrcode[hs >> 1], code)
-    mk, ps, mb = code // (S * M), (code // M) % S, code % M
-    stage = np.where(recv, np.where(mk == 0, ps + 1, ps - 1), ps)
+    mk, ps, cs, mb = cp.decode(code)
+    stage = np.where(recv, cs, ps)
     names = (("SEND_F", "RECV_F"), ("SEND_B", "RECV_B"))
-    return [f"{s}{names[k][r]}{m}" for s, k, r, m in
+    toks = [f"{s}{names[k][r]}{m}" for s, k, r, m in
             zip(stage.tolist(), mk.tolist(), recv.tolist(), mb.tolist())]
+    skip = cs != ps + 1 - 2 * mk
+    if skip.any():                  # a skip edge: the token names the other stage
+        other = np.where(recv, ps, cs)
+        for i in np.flatnonzero(skip).tolist():
+            toks[i] += ("<" if recv[i] else ">") + str(int(other[i]))
+    return toks
 
 
 def _spans(cp: Compiled, st: RunState) -> list[Span]:
@@ -205,21 +210,27 @@ def _chunks(pl, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
 
 
 def _messages(cp: Compiled, st: RunState) -> list[Message]:
-    S, M = cp.stages, cp.microbatches
-    code = cp.mcode
+    mk, ps, cs, mb = cp.decode(cp.mcode)
     kinds = ("F", "B")
-    kind = [kinds[k] for k in (code // (S * M)).tolist()]
+    kind = [kinds[k] for k in mk.tolist()]
+    skip = cs != ps + 1 - 2 * mk
+    to = np.where(skip, cs, -1).tolist() if skip.any() else None
     sact = _opt(st.hact[0::2])
     if cp.data_mode:
         sposts, rposts, ract = sact, [None] * cp.num_messages, [None] * cp.num_messages
     else:
         sposts, rposts, ract = _opt(st.hpost[0::2]), _opt(st.hpost[1::2]), \
             _opt(st.hact[1::2])
-    return list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), (code % M).tolist(),
-                    ((code // M) % S).tolist(), cp.mbytes.tolist(), sposts, rposts,
-                    _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
-                    _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist(),
-                    sact, ract))
+    out = list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), mb.tolist(),
+                   ps.tolist(), cp.mbytes.tolist(), sposts, rposts,
+                   _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
+                   _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist(),
+                   sact, ract))
+    if to is not None:              # skip edges: the consumer stage is not the chain's
+        for msg, c in zip(out, to):
+            if c >= 0:
+                msg.to_stage = c
+    return out
 
 
 def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:

@@ -142,11 +142,12 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                 tc = -1.0
                 if atomic and matom[m]:              # an atomic group's member
                     if hact[x ^ 1] >= 0.0:           # matched now: arm its groups
+                        tm = max(tt, hact[x ^ 1])
                         for y in range(2 * m, 2 * m + 2):
                             g = hgroup[y]
                             if g < 0:
                                 continue
-                            gmax[g] = max(gmax[g], tt)
+                            gmax[g] = max(gmax[g], tm)
                             gpend[g] -= 1
                             if gpend[g] > 0:
                                 continue
