@@ -132,6 +132,14 @@ class Message:
     #: JSON when None: a chain message, consumed by the next or previous stage)
     to_stage: Annotated[int | None, Field(exclude_if=lambda v: v is None)] = None
 
+    @property
+    def key(self) -> tuple:
+        """The message key (:mod:`schedsim.program.routing`): ``(kind, stage, mb)``,
+        with ``to_stage`` after them on a skip edge."""
+        if self.to_stage is None:
+            return (self.kind, self.stage, self.mb)
+        return (self.kind, self.stage, self.mb, self.to_stage)
+
     def label(self) -> str:
         return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"
 
@@ -206,6 +214,10 @@ class Timeline(LazyFields):
     microbatches: int
     semantics: str
     comm_stream: str = "none"
+    #: how a BATCH's ops progress (``CommModel.group_semantics``); not written to JSON
+    #: when ``independent`` (older files)
+    group_semantics: Annotated[str, Field(exclude_if=lambda v: v == "independent")] = \
+        "independent"
     unit: str = "slot"
     source: Literal["simulated", "measured"] = "simulated"
     placement: str = "loop"

@@ -153,7 +153,7 @@ def produces(atom: Any) -> Key | None:
 def producer_atoms(key: Key) -> tuple[Key, ...]:
     """``(kind, stage, mb)`` of the ops that may produce output ``key``: ``F`` for an
     activation; ``B`` or ``BW`` (whichever the schedule runs) for an input gradient."""
-    kind, s, mb = key
+    kind, s, mb = key[:3]
     if kind == "F":
         return (("F", s, mb),)
     return (("B", s, mb), ("BW", s, mb))
@@ -163,7 +163,7 @@ def consumer_atoms(key: Key) -> tuple[Key, ...]:
     """``(kind, stage, mb)`` of the ops on the consumer stage that may take output
     ``key`` as their cross-stage input (the next stage's ``F``; the previous stage's
     ``B`` or ``BW``)."""
-    kind, _, mb = key
+    kind, _, mb = key[:3]
     to = consumer_stage(key)
     if kind == "F":
         return (("F", to, mb),)

@@ -259,12 +259,15 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
     prog = cp.program
     ran = st.send >= 0.0
     rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
-    return assemble_timeline(
+    tl = assemble_timeline(
         prog.placement, name=prog.name, microbatches=prog.microbatches,
         span_rank=rank, span_start=st.sstart[ran], span_end=st.send[ran],
         semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
         source="simulated", params=prog.params, build=partial(_objects, cp, st),
         span_kinds=partial(_span_kinds, cp, st))
+    if cp.atomic:
+        tl.group_semantics = "atomic"
+    return tl
 
 
 def _span_kinds(cp: Compiled, st: RunState) -> set[tuple[str, tuple[str, ...]]]:
