@@ -86,7 +86,14 @@ class ScheduleSection(BaseModel):
     stages: int | None = Field(default=None, ge=1)
 
     def generator_params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        """The generator's and comm policy's parameters (``max_batch_ops`` apart: it
+        applies to any program, :mod:`schedsim.program.sublaunch`)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
+
+    @property
+    def max_batch_ops(self) -> Any:
+        """``max_batch_ops``: split batches of more ops into sub-launches (None: no)."""
+        return (self.model_extra or {}).get("max_batch_ops")
 
 
 class StageGraph(BaseModel):
@@ -177,6 +184,10 @@ class Scenario(BaseModel):
             prog = with_stage_graph(prog, self.stages.edges, s.comm_policy,
                                     s.generator_params(), lowered=bool(s.name or
                                                                        s.schedule_file))
+        if s.max_batch_ops is not None:
+            from schedsim.program.sublaunch import split_batches
+
+            prog = split_batches(prog, s.max_batch_ops)
         if not prog.trusted:      # a registered generator's output is proven by its tests
             from schedsim.program.validate_flat import is_valid
 
