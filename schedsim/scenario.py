@@ -63,6 +63,7 @@ from pydantic import (
 from schedsim.errors import ParseError, ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.program.stage_graph import StageGraph, shape_program
 from schedsim.sim.stage_model import StageCosts, StageModel
 
 if sys.version_info >= (3, 11):
@@ -86,23 +87,8 @@ class ScheduleSection(BaseModel):
     stages: int | None = Field(default=None, ge=1)
 
     def generator_params(self) -> dict[str, Any]:
-        """The generator's and comm policy's parameters (``max_batch_ops`` apart: it
-        applies to any program, :mod:`schedsim.program.sublaunch`)."""
+        """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
         return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
-
-    @property
-    def max_batch_ops(self) -> Any:
-        """``max_batch_ops``: split batches of more ops into sub-launches (None: no)."""
-        return (self.model_extra or {}).get("max_batch_ops")
-
-
-class StageGraph(BaseModel):
-    """``[stages]``: the stage graph, ``edges = [[0, 1], [1, 2], [0, 2]]`` (producer,
-    consumer): the chain plus skip edges (:mod:`schedsim.program.routing`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    edges: list[list[int]] = Field(default_factory=list)
 
 
 class Scenario(BaseModel):
@@ -180,14 +166,7 @@ class Scenario(BaseModel):
             raise ScenarioError(f"[schedule] {s.name}: placement and stages are fixed by the "
                                 f"generator; they apply to a program or schedule file only")
         prog = self._build_program()
-        if self.stages is not None and self.stages.edges:
-            prog = with_stage_graph(prog, self.stages.edges, s.comm_policy,
-                                    s.generator_params(), lowered=bool(s.name or
-                                                                       s.schedule_file))
-        if s.max_batch_ops is not None:
-            from schedsim.program.sublaunch import split_batches
-
-            prog = split_batches(prog, s.max_batch_ops)
+        prog = shape_program(prog, self.stages, s)      # [stages] edges, max_batch_ops
         if not prog.trusted:      # a registered generator's output is proven by its tests
             from schedsim.program.validate_flat import is_valid
 
@@ -294,39 +273,6 @@ class Scenario(BaseModel):
         if "link" in takes:
             params.setdefault("link", self.link)
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
-
-
-def with_stage_graph(prog: Program, edges: list[list[int]], policy: str | None,
-                     params: dict[str, Any], lowered: bool) -> Program:
-    """``prog`` on the stage graph ``edges`` (``[stages] edges``): its placement gains
-    the skip edges; a generated or loaded schedule (``lowered``) is lowered again so that
-    it posts their messages, by the ``async`` or ``commit`` policy; a program file keeps
-    its own instructions (its skip-edge posts name the other stage: ``0SEND_F0>2``).
-    Raises :class:`ScenarioError` for a bad graph or a policy that posts chain messages
-    only."""
-    from schedsim.program.routing import check_skips
-
-    pl = prog.placement
-    try:
-        skips = check_skips(edges, pl.stages)
-    except ValueError as e:
-        raise ScenarioError(f"[stages] edges: {e}") from None
-    new_pl = Placement(**{**pl.model_dump(), "skips": skips})
-    if not lowered:
-        return Program(name=prog.name, placement=new_pl, microbatches=prog.microbatches,
-                       ranks=prog.ranks, params=prog.params)
-    pol = policy or "async"
-    if pol not in ("async", "commit"):
-        raise ScenarioError(f"[stages] edges: comm_policy {pol!r} posts a chain's messages "
-                            f"only; a stage graph is lowered by async or commit")
-    from schedsim.program.ir import Schedule
-    from schedsim.program.lower import get_policy, lower
-
-    sched = prog.schedule()
-    sched = Schedule(name=sched.name, placement=new_pl, microbatches=sched.microbatches,
-                     ranks=sched.ranks, params=sched.params)
-    takes = get_policy(pol).params
-    return lower(sched, pol, **{k: v for k, v in params.items() if k in takes})
 
 
 #: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)

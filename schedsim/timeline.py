@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
+from schedsim.program.vocab import GroupSemantics
 from schedsim.util.lazy import LazyFields
 
 if TYPE_CHECKING:
@@ -128,17 +129,14 @@ class Message:
     recv_index: int = -1
     send_active: float | None = None
     recv_active: float | None = None
-    #: the consuming stage of a message on a skip edge of a stage graph (not written to
-    #: JSON when None: a chain message, consumed by the next or previous stage)
+    #: a skip edge's consuming stage (None, not written to JSON: the chain's neighbour)
     to_stage: Annotated[int | None, Field(exclude_if=lambda v: v is None)] = None
 
     @property
     def key(self) -> tuple:
-        """The message key (:mod:`schedsim.program.routing`): ``(kind, stage, mb)``,
-        with ``to_stage`` after them on a skip edge."""
-        if self.to_stage is None:
-            return (self.kind, self.stage, self.mb)
-        return (self.kind, self.stage, self.mb, self.to_stage)
+        """The message key, with ``to_stage`` on a skip edge (:mod:`schedsim.program.routing`)."""
+        k = (self.kind, self.stage, self.mb)
+        return k if self.to_stage is None else (*k, self.to_stage)
 
     def label(self) -> str:
         return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"
@@ -214,10 +212,9 @@ class Timeline(LazyFields):
     microbatches: int
     semantics: str
     comm_stream: str = "none"
-    #: how a BATCH's ops progress (``CommModel.group_semantics``); not written to JSON
-    #: when ``independent`` (older files)
-    group_semantics: Annotated[str, Field(exclude_if=lambda v: v == "independent")] = \
-        "independent"
+    #: ``CommModel.group_semantics`` of the run (not written to JSON when independent)
+    group_semantics: Annotated[GroupSemantics, Field(
+        exclude_if=lambda v: v == "independent")] = "independent"
     unit: str = "slot"
     source: Literal["simulated", "measured"] = "simulated"
     placement: str = "loop"
@@ -228,14 +225,9 @@ class Timeline(LazyFields):
     waits: list[WaitRecord] = Field(default_factory=list)
     deadlock: Deadlock | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    #: findings of the run that are no error (silent swaps of message identity,
-    #: :mod:`schedsim.sim.identity`); not part of the JSON (``schedsim lint`` finds them)
-    _findings: list[tuple[int, int, str]] = PrivateAttr(default_factory=list)
-
-    @property
-    def findings(self) -> list[tuple[int, int, str]]:
-        """``(rank, instruction index, sentence)`` of each finding of the run."""
-        return self._findings
+    #: ``(rank, instruction index, sentence)`` of each silent swap (:mod:`schedsim.sim.
+    #: identity`) of the run; not in the JSON (``schedsim lint`` finds them again)
+    findings: list[tuple[int, int, str]] = Field(default_factory=list, exclude=True)
 
     @staticmethod
     def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:

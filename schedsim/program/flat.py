@@ -19,11 +19,9 @@ concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution 
   A POST has one member, a BATCH or WAIT one or more, COMPUTE and COMMIT none;
 - FB's backward part, in side arrays: ``fb_at`` (increasing instruction positions of
   the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``;
-- the other stage of a skip edge per member (``cpeer``, -1 for the chain neighbour;
-  None when no member names one: ``0SEND_F0>2``, :mod:`schedsim.program.routing`);
-- the posts' message identity, optional (None when no post names one): ``ctag`` (tag
-  code, an index of :data:`~schedsim.program.ops.TAGS`) and ``cbytes`` (float64) per
-  member, -1 where the post takes the default (program text ``0SEND_F1:gradient@4MiB``).
+- optional per member (None when no member names one; -1: the default): ``cpeer``, a
+  skip edge's other stage (``0SEND_F0>2``); ``ctag`` (an index of ``ops.TAGS``) and
+  ``cbytes`` (float64), a post's message identity (``0SEND_F1:gradient@4MiB``).
 
 :class:`FlatSchedule` has ``kind``, ``stage``, ``mb`` per op and the same FB side arrays.
 Derived arrays (message id, peer, launch id) come from :mod:`schedsim.program.routing`'s
@@ -84,8 +82,8 @@ class CommKind(IntEnum):
     RECV_B = 3
 
 
-assert tuple(k.name for k in OpKind) == COMPUTE_KINDS
-assert tuple(k.name for k in CommKind) == COMM_KINDS
+assert tuple(k.name for k in OpKind) == COMPUTE_KINDS and \
+    tuple(k.name for k in CommKind) == COMM_KINDS
 
 _OPKIND = {k.name: int(k) for k in OpKind}
 _COMMKIND = {k.name: int(k) for k in CommKind}
@@ -231,28 +229,21 @@ class FlatProgram(RankRows):
     cpeer: np.ndarray | None = None
 
     def comm_token(self, j: int) -> str:
-        """Token of member ``j`` without its identity suffix (``0SEND_F0``,
-        ``0SEND_F0>2``)."""
+        """Token of member ``j`` without identity suffix (``0SEND_F0``, ``0SEND_F0>2``)."""
         base = f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
         if self.cpeer is None or self.cpeer[j] < 0:
             return base
         return base + ("<" if int(self.ckind[j]) & 1 else ">") + str(int(self.cpeer[j]))
 
     def has_identity(self) -> bool:
-        """True if some post names its message's tag or bytes."""
         return self.ctag is not None
 
     def member_suffixes(self) -> list[str]:
-        """Per member, the identity suffix of its token (``:gradient@4MiB``, or ``""``);
-        a WAIT's members have none."""
-        n = len(self.ckind)
-        if self.ctag is None:
-            return [""] * n
+        """Per member, its identity suffix (``:gradient@4MiB``, ``""``; needs ``ctag``)."""
         from schedsim.program.ops import format_bytes
 
-        tags, nb = self.ctag.tolist(), self.cbytes.tolist()
         return [(f":{TAGS[t]}" if t >= 0 else "") + (f"@{format_bytes(b)}" if b >= 0 else "")
-                for t, b in zip(tags, nb)]
+                for t, b in zip(self.ctag.tolist(), self.cbytes.tolist())]
 
     def row_length(self, r: int) -> int:
         return int(self.rptr[r + 1] - self.rptr[r])
@@ -426,9 +417,8 @@ class FlatBuilder:
         self.cm: list[int] = []
         self.fb: list[tuple[int, int, int, int]] = []
         self.rptr: list[int] = [0]
-        self.ctag: list[int] | None = None      # made on the first post naming one
-        self.cbytes: list[float] | None = None
-        self.cpeer: list[int] | None = None     # made on the first skip-edge member
+        self.peers: dict[int, int] = {}                          # member -> peer stage
+        self.idents: dict[int, tuple[str | None, float | None]] = {}  # -> (tag, bytes)
 
     def end_rank(self) -> None:
         self.rptr.append(len(self.code))
@@ -447,21 +437,10 @@ class FlatBuilder:
         """A POST (one member), BATCH or WAIT (members) or COMMIT (none)."""
         ck = _COMMKIND
         for c in comms:
-            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
-                if self.ctag is None:
-                    self.ctag = [-1] * len(self.ck)
-                    self.cbytes = [-1.0] * len(self.ck)
-                self.ctag.append(_TAG[c.tag] if c.tag is not None else -1)
-                self.cbytes.append(float(c.nbytes) if c.nbytes is not None else -1.0)
-            elif self.ctag is not None:
-                self.ctag.append(-1)
-                self.cbytes.append(-1.0)
             if c.peer is not None:
-                if self.cpeer is None:
-                    self.cpeer = [-1] * len(self.ck)
-                self.cpeer.append(c.peer)
-            elif self.cpeer is not None:
-                self.cpeer.append(-1)
+                self.peers[len(self.ck)] = c.peer
+            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
+                self.idents[len(self.ck)] = (c.tag, c.nbytes)
             self.ck.append(ck[c.kind])
             self.cs.append(c.stage)
             self.cm.append(c.mb)
@@ -490,11 +469,14 @@ class FlatBuilder:
         fp = FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
                          _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
                          _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
-        if self.ctag is not None:
-            fp.ctag = _arr(self.ctag)
-            fp.cbytes = np.asarray(self.cbytes, dtype=np.float64)
-        if self.cpeer is not None:
-            fp.cpeer = _arr(self.cpeer)
+        n, at, ids = len(self.ck), list(self.idents), self.idents.values()
+        if self.peers:
+            fp.cpeer = np.full(n, -1, I32)
+            fp.cpeer[list(self.peers)] = list(self.peers.values())
+        if ids:
+            fp.ctag, fp.cbytes = np.full(n, -1, I32), np.full(n, -1.0)
+            fp.ctag[at] = [-1 if t is None else _TAG[t] for t, _ in ids]
+            fp.cbytes[at] = [-1.0 if b is None else b for _, b in ids]
         return fp
 
 

@@ -1,5 +1,5 @@
-"""The names of the engine's comm semantics, comm streams and group semantics: the one home of these words
-(``schedsim.sim.costs.CommModel`` types its fields with them; the CLI's choices and the
+"""The names of the engine's comm semantics, comm streams and group semantics: the one
+home of these words (``schedsim.sim.costs.CommModel`` types its fields with them; the CLI's choices and the
 checks of a loaded Timeline read them). See DESIGN.md, "Comm semantics"."""
 from __future__ import annotations
 

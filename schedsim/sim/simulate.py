@@ -68,7 +68,7 @@ def simulate_run(program: Program, costs: CostModel | None = None,
         if cp.unmatched is not None:
             raise ProgramError(f"{cp.unmatched}; {unmatched_consequence(cp, st)}")
         tl = build_timeline(cp, st, comm, costs.unit)
-        tl._findings = list(cp.swaps)
+        tl.findings = list(cp.swaps)
     if not math.isfinite(tl.makespan):
         raise ScenarioError(f"times overflow to {tl.makespan}: the costs, latencies or "
                             f"message sizes are too large for floating point")
