@@ -18,8 +18,10 @@ from schedsim.program.routing import Key, message_key, recv_parts, send_parts
 
 #: compute op kinds, in the order the summary tables list them
 COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
-#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream
-COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream;
+#: ``_FS``/``_BS`` the shape messages announcing them (Megatron's variable_seq_lengths)
+COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "SEND_FS", "RECV_FS", "SEND_BS",
+              "RECV_BS")
 #: message tags a post may name (``:tag`` in program text); index = tag code
 TAGS = ("activation", "gradient", "shape", "other")
 #: bytes units a post's ``@bytes`` suffix may carry (binary and decimal)
@@ -29,8 +31,10 @@ BYTE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10 *
 
 def default_tag(comm_kind: str) -> str:
     """The tag a post carries unless it names one: ``activation`` for ``SEND_F`` /
-    ``RECV_F``, ``gradient`` for ``SEND_B`` / ``RECV_B``."""
-    return "activation" if comm_kind[-1] == "F" else "gradient"
+    ``RECV_F``, ``gradient`` for ``SEND_B`` / ``RECV_B``, ``shape`` for the shape
+    messages (``_FS``, ``_BS``)."""
+    return "shape" if comm_kind.endswith("S") else (
+        "activation" if comm_kind[-1] == "F" else "gradient")
 
 
 def format_bytes(n: float) -> str:

@@ -38,11 +38,26 @@ Key = tuple  # (kind, producing stage, mb) or, on a skip edge, (..., consuming s
 #: skip edges (producing stage, consuming stage), c > p + 1, in sorted order
 Skips = tuple[tuple[int, int], ...]
 
+#: message kinds, by code: activations ``F`` and input gradients ``B``, and the shape
+#: messages that announce them (``FS``, ``BS``: Megatron-LM's ``_communicate_shapes`` under
+#: ``variable_seq_lengths``, three int64, sent ahead of the tensor between the same ranks).
+#: Bit 0 of the code is the direction: 0 downstream (to stage s+1), 1 upstream.
+MESSAGE_KINDS = ("F", "B", "FS", "BS")
+#: bytes of a shape message (``torch.int64`` x 3)
+SHAPE_BYTES = 24.0
+
 #: comm kind -> (message kind, side: 0 send / 1 recv, producing stage - issuing stage)
 COMM_SIDES: dict[str, tuple[str, int, int]] = {
     "SEND_F": ("F", 0, 0), "RECV_F": ("F", 1, -1),
     "SEND_B": ("B", 0, 0), "RECV_B": ("B", 1, 1),
+    "SEND_FS": ("FS", 0, 0), "RECV_FS": ("FS", 1, -1),
+    "SEND_BS": ("BS", 0, 0), "RECV_BS": ("BS", 1, 1),
 }
+
+
+def is_shape(kind: str) -> bool:
+    """Whether message kind ``kind`` is a shape message (``FS``/``BS``)."""
+    return kind.endswith("S")
 
 
 def message_key(comm_kind: str, stage: int, mb: int, peer: int | None = None) -> Key:
@@ -52,7 +67,7 @@ def message_key(comm_kind: str, stage: int, mb: int, peer: int | None = None) ->
     if peer is None:
         return (kind, stage + off, mb)
     prod, cons = (stage, peer) if side == 0 else (peer, stage)
-    if cons == (prod + 1 if kind == "F" else prod - 1):
+    if cons == (prod + 1 if kind[0] == "F" else prod - 1):
         return (kind, prod, mb)
     return (kind, prod, mb, cons)
 
@@ -61,7 +76,7 @@ def consumer_stage(key: Key) -> int:
     """Stage that receives output ``key`` from another stage (may be out of range)."""
     if len(key) == 4:
         return key[3]
-    return key[1] + 1 if key[0] == "F" else key[1] - 1
+    return key[1] + 1 if key[0][0] == "F" else key[1] - 1
 
 
 def send_parts(key: Key) -> tuple[str, int, int, int | None]:
@@ -171,7 +186,7 @@ def consumer_atoms(key: Key) -> tuple[Key, ...]:
 
 
 # -- array forms (numpy; for the flat program form, :mod:`schedsim.program.flat`) -------
-# The same rules as above, over integer arrays: message kind 0 is "F", 1 is "B"; a comm
+# The same rules as above, over integer arrays: message kind k is MESSAGE_KINDS[k]; a comm
 # kind code is 2 * message kind + side (0 send, 1 recv), as
 # :class:`schedsim.program.flat.CommKind`; compute kind codes are
 # :class:`schedsim.program.flat.OpKind` (F 0, B 1, W 2, BW 3).
@@ -184,15 +199,15 @@ def comm_message_arrays(ckind, cstage):
     ck = np.asarray(ckind)
     mk = ck >> 1
     side = ck & 1
-    # RECV_F (1): -1, RECV_B (3): +1, sends: 0  ==  side * (mk * 2 - 1)
-    return mk, side, np.asarray(cstage) + side * (2 * mk - 1)
+    # RECV_F (1), RECV_FS (5): -1; RECV_B (3), RECV_BS (7): +1; sends: 0
+    return mk, side, np.asarray(cstage) + side * (2 * (mk & 1) - 1)
 
 
 def consumer_stages(mkind, pstage):
     """Array form of :func:`consumer_stage`."""
     import numpy as np
 
-    return np.asarray(pstage) + 1 - 2 * np.asarray(mkind)
+    return np.asarray(pstage) + 1 - 2 * (np.asarray(mkind) & 1)
 
 
 def cross_stage_inputs(kind, stage, stages: int):
@@ -218,13 +233,17 @@ def outputs(kind, stage):
     return np.where(k == 0, 0, 1), np.where(k == 2, -1, s)
 
 
+#: skip-edge key codes start after every chain code of every message kind
+SKIP_BASE = len(MESSAGE_KINDS)
+
+
 def skip_code(edge: int, mkind, mb, stages: int, microbatches: int):
     """Key code of the message of skip edge number ``edge`` (its index in the sorted
-    skips): after every chain code, ``2 * stages * microbatches + (2 * edge + kind) *
-    microbatches + mb``."""
+    skips; kind 0 activation, 1 gradient): after every chain code, ``SKIP_BASE * stages *
+    microbatches + (2 * edge + kind) * microbatches + mb``."""
     import numpy as np
 
-    return (2 * stages * microbatches + (2 * np.asarray(edge, dtype=np.int64)
+    return (SKIP_BASE * stages * microbatches + (2 * np.asarray(edge, dtype=np.int64)
                                          + np.asarray(mkind)) * microbatches
             + np.asarray(mb))
 
@@ -237,11 +256,11 @@ def decode_codes(code, stages: int, microbatches: int, skips: Skips = ()):
     S, M = stages, microbatches
     c = np.asarray(code, dtype=np.int64)
     mk, ps, mb = c // (S * M), (c // M) % S, c % M
-    cs = ps + 1 - 2 * mk
+    cs = ps + 1 - 2 * (mk & 1)
     if skips:
-        sk = c >= 2 * S * M
+        sk = c >= SKIP_BASE * S * M
         if sk.any():
-            e = (c[sk] - 2 * S * M) // M
+            e = (c[sk] - SKIP_BASE * S * M) // M
             edge, kind = e // 2, e % 2
             sp = np.asarray([p for p, _ in skips], dtype=np.int64)[edge]
             sc = np.asarray([q for _, q in skips], dtype=np.int64)[edge]

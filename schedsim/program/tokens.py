@@ -7,6 +7,8 @@ Grammar (one token, no spaces)::
     comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      one launch of its own
                                               (dist.isend / dist.irecv); the stage is the one
                                               that sends or receives, as torch writes it
+              {stage}{SEND_FS|RECV_FS|SEND_BS|RECV_BS}{mb}  the shape message of that
+                                              tensor (Megatron's variable_seq_lengths)
     skip edge {comm}>{stage} / {comm}<{stage}  the other stage of a skip edge (a send
                                               names where it goes, a recv where it comes
                                               from): 0SEND_F0>2  2RECV_F0<0
@@ -50,9 +52,9 @@ __all__ = ["parse_op", "parse_comm", "parse_post", "parse_instr", "parse_program
            "format_instr"]
 
 _COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
-_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
-_PEERED = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)(?:([<>])(\d+))?")
-_POST = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)(?:([<>])(\d+))?(?::([a-z]+))?"
+_COMM = re.compile(r"(\d+)((?:SEND|RECV)_[FB]S?)(\d+)")
+_PEERED = re.compile(r"(\d+)((?:SEND|RECV)_[FB]S?)(\d+)(?:([<>])(\d+))?")
+_POST = re.compile(r"(\d+)((?:SEND|RECV)_[FB]S?)(\d+)(?:([<>])(\d+))?(?::([a-z]+))?"
                    r"(?:@([0-9][0-9.]*(?:[eE][+]?[0-9]+)?)([A-Za-z]*))?")
 _FB = re.compile(r"\((\d+)F(\d+);(\d+)(BW|B)(\d+)\)(?:OVERLAP_F_B)?")
 _WAIT = re.compile(r"WAIT\[([^\]]*)\]")

@@ -29,6 +29,7 @@ from schedsim.program.routing import cross_stage_inputs
 from schedsim.sim.compile_data import compile_data
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernels import Err, Step
 from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
 
@@ -116,8 +117,9 @@ def _host_delays(cp: Compiled, comm: CommModel) -> None:
 
 def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compact ids of every key code the program names: ``(keys, member ids, atom input
-    ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
-    microbatches) is small next to the program, the codes are their own ids."""
+    ids, atom output ids)`` (-1 stays -1). When the code space (``Prep.ncodes``: 2 x stages
+    x microbatches, x 2 with shape messages, skip edges after them) is small next to the
+    program, the codes are their own ids."""
     n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
     space = pr.ncodes
     if space <= max(4 * n, 1 << 16):
@@ -168,6 +170,11 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
          "link_posts": xs.full(2 * P * P, 0), "hord": xs.full(2 * nk, -1),
          "msg_src": xs.empty(nk), "msg_dst": xs.empty(nk),
          "counts": xs.full(4, 0), "err": xs.full(4, 0)}
+    # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
+    # program's order puts its launch after the op whose tensor it announces)
+    shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
+    for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
+        a["made_rank"][k] = r
     K.compile_comm_kernel(
         P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),
         xs.ints(pr.side), xs.ints(mowner), xs.ints(mlocal), xs.ints(mpeer), xs.ints(pr.aptr),
@@ -327,8 +334,8 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
     of every message."""
     P, S = cp.ranks, cp.stages
-    ps = cp.decode(cp.mcode)[1]
-    nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
+    mk, ps = cp.decode(cp.mcode)[:2]
+    nbytes = default_bytes(costs, mk, ps, S)
     lk = cp.msrc * P + cp.mdst
     used = np.zeros(P * P, bool)
     used[lk] = True

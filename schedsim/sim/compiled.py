@@ -14,7 +14,7 @@ import numpy as np
 from schedsim.program.flat import FlatProgram
 from schedsim.program.ir import Op, Program
 from schedsim.program.ops import recv_comm, send_comm
-from schedsim.program.routing import decode_codes
+from schedsim.program.routing import MESSAGE_KINDS, decode_codes
 from schedsim.sim.kernels import Step, WaitKind
 
 I64 = np.int64
@@ -22,8 +22,8 @@ I64 = np.int64
 
 def _keys(mk: np.ndarray, ps: np.ndarray, cs: np.ndarray, mb: np.ndarray) -> list[tuple]:
     """Message keys of decoded codes: 3 fields on a chain edge, 4 on a skip edge."""
-    kinds = ("F", "B")
-    chain = (cs == ps + 1 - 2 * mk).tolist()
+    kinds = MESSAGE_KINDS
+    chain = (cs == ps + 1 - 2 * (mk & 1)).tolist()
     return [(kinds[k], p, m) if ch else (kinds[k], p, m, c) for k, p, c, m, ch in
             zip(mk.tolist(), ps.tolist(), cs.tolist(), mb.tolist(), chain)]
 

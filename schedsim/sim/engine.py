@@ -27,6 +27,7 @@ from functools import partial
 import numpy as np
 
 from schedsim.program.flat import COMPUTE_KINDS
+from schedsim.program.routing import MESSAGE_KINDS
 from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel
 from schedsim.sim.kernels import Step, WaitKind
@@ -165,10 +166,10 @@ def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
         code = np.where(recv, cp.mrcode[hs >> 1], code)
     mk, ps, cs, mb = cp.decode(code)
     stage = np.where(recv, cs, ps)
-    names = (("SEND_F", "RECV_F"), ("SEND_B", "RECV_B"))
+    names = [("SEND_" + k, "RECV_" + k) for k in MESSAGE_KINDS]
     toks = [f"{s}{names[k][r]}{m}" for s, k, r, m in
             zip(stage.tolist(), mk.tolist(), recv.tolist(), mb.tolist())]
-    skip = cs != ps + 1 - 2 * mk
+    skip = cs != ps + 1 - 2 * (mk & 1)
     if skip.any():                  # a skip edge: the token names the other stage
         other = np.where(recv, ps, cs)
         for i in np.flatnonzero(skip).tolist():
@@ -211,9 +212,9 @@ def _chunks(pl, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
 
 def _messages(cp: Compiled, st: RunState) -> list[Message]:
     mk, ps, cs, mb = cp.decode(cp.mcode)
-    kinds = ("F", "B")
+    kinds = MESSAGE_KINDS
     kind = [kinds[k] for k in mk.tolist()]
-    skip = cs != ps + 1 - 2 * mk
+    skip = cs != ps + 1 - 2 * (mk & 1)
     to = np.where(skip, cs, -1).tolist() if skip.any() else None
     sact = _opt(st.hact[0::2])
     if cp.data_mode:

@@ -33,6 +33,7 @@ import numpy as np
 from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ops import COMM_KINDS, TAGS, format_bytes
+from schedsim.program.routing import SHAPE_BYTES
 from schedsim.sim.costs import CostModel
 from schedsim.sim.prep import I64, Prep, where
 
@@ -89,15 +90,22 @@ def pair_members(fl: FlatProgram, pr: Prep) -> Pairs:
                  pr.mdst[js].astype(I64), un)
 
 
+def default_bytes(costs: CostModel, mk: np.ndarray, ps: np.ndarray, stages: int
+                  ) -> np.ndarray:
+    """Bytes of messages that name none: ``costs.bytes_of`` of the producing stage, a
+    shape message's ``SHAPE_BYTES`` (message kinds ``mk``, producing stages ``ps``)."""
+    table = np.array([costs.bytes_of(s) for s in range(stages)], dtype=np.float64)
+    nb = table[np.clip(ps, 0, max(stages - 1, 0))] if len(ps) else np.zeros(0)
+    return np.where(np.asarray(mk) >= 2, SHAPE_BYTES, nb)
+
+
 def member_identity(fl: FlatProgram, pr: Prep, costs: CostModel
                     ) -> tuple[np.ndarray, np.ndarray]:
     """``(tag code, bytes)`` of every member as its post names it, the defaults filled
-    in: the message kind's tag (0 activation, 1 gradient) and ``costs.bytes_of`` of the
-    producing stage."""
-    ps = np.clip(pr.ps, 0, max(pr.S - 1, 0))
-    table = np.array([costs.bytes_of(s) for s in range(pr.S)], dtype=np.float64)
-    nb = table[ps] if len(ps) else np.zeros(0)
-    tag = pr.mk.astype(I64)
+    in: the message kind's tag (0 activation, 1 gradient, 2 shape for FS and BS;
+    :func:`~schedsim.program.ops.default_tag`) and :func:`default_bytes`."""
+    nb = default_bytes(costs, pr.mk, pr.ps, pr.S)
+    tag = np.minimum(pr.mk.astype(I64), 2)
     if fl.ctag is not None:
         tag = np.where(fl.ctag >= 0, fl.ctag, tag)
         nb = np.where(fl.cbytes >= 0, fl.cbytes, nb)

@@ -11,6 +11,7 @@ import numpy as np
 from schedsim.program.flat import FlatProgram, Opcode, ranks_of
 from schedsim.program.ir import Program
 from schedsim.program.routing import (
+    SKIP_BASE,
     comm_message_arrays,
     consumer_stages,
     cross_stage_inputs,
@@ -117,10 +118,18 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
     pr = Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
               a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out,
-              ncodes=2 * S * M + 2 * len(skips) * M, skips=skips)
+              ncodes=_code_space(mk, S, M, skips), skips=skips)
     if skips:
         _skip_atoms(pr, pl, skips, n)
     return pr
+
+
+def _code_space(mk: np.ndarray, S: int, M: int, skips: tuple) -> int:
+    """Size of the key code space: the chain's codes of F and B (and of the shape
+    messages FS, BS when the program has any), then the skip edges' (``skip_code``)."""
+    if skips:
+        return SKIP_BASE * S * M + 2 * len(skips) * M
+    return (4 if len(mk) and int(mk.max()) >= 2 else 2) * S * M
 
 
 def _peered(fl: FlatProgram, mk, side, ps, cs, valid, skips, S: int):
@@ -134,12 +143,13 @@ def _peered(fl: FlatProgram, mk, side, ps, cs, valid, skips, S: int):
     cons = np.where(side == 0, peer, stage)
     ps = np.where(has, prod, ps)
     cs = np.where(has, cons, cs)
-    chain = cons == prod + 1 - 2 * mk
-    lo, hi = np.where(mk == 0, prod, cons), np.where(mk == 0, cons, prod)
+    down = (mk & 1) == 0                # F (and FS) flow to later stages
+    chain = cons == np.where(down, prod + 1, prod - 1)
+    lo, hi = np.where(down, prod, cons), np.where(down, cons, prod)
     index = {e: i for i, e in enumerate(skips)}
     edge = np.asarray([index.get((int(a), int(b)), -1) for a, b in zip(lo.tolist(), hi.tolist())],
                       dtype=I64) if has.any() else np.full(len(peer), -1, I64)
-    edge = np.where(has & ~chain, edge, -1)
+    edge = np.where(has & ~chain & (mk < 2), edge, -1)    # skip edges carry F and B
     ok = ~has | chain | (edge >= 0)
     valid = valid | (has & (edge >= 0) & (fl.cmb >= 0) & (ps >= 0) & (ps < S) & (cs >= 0)
                      & (cs < S))
