@@ -56,12 +56,13 @@ def test_size_mismatch_names_both_sides() -> None:
     with pytest.raises(ProgramError) as e:
         simulate(prog, CostModel(F=1), comm=CommModel(semantics="rendezvous"))
     msg = str(e.value)
-    assert "rank 0, instr 1 (0SEND_F0@4MiB)" in msg and "4MiB" in msg
-    assert "rank 1, instr 0 (1RECV_F0@2MiB)" in msg and "2MiB" in msg
+    assert "the 1st send on link 0->1 is rank 0, instr 1 (0SEND_F0@4MiB)" in msg
+    assert "the 1st recv is rank 1, instr 0 (1RECV_F0@2MiB)" in msg
+    assert "0SEND_F0 (activation, 4MiB) against 1RECV_F0 (activation, 2MiB)" in msg
     for sem in ("eager", "rendezvous"):          # refused before running: never a hang
         r = runner.invoke(app, ["simulate", str(SCHEDULES / "size-mismatch.toml"),
                                 "--semantics", sem])
-        assert r.exit_code == 2 and "size mismatch on link 0->1" in r.output, r.output
+        assert r.exit_code == 2 and "size mismatch: the 1st send on link 0->1" in r.output
         assert "(0SEND_F0@4MiB)" in r.output and "(1RECV_F0@2MiB)" in r.output
 
 

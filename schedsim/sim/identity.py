@@ -143,25 +143,25 @@ def check_pairs(fl: FlatProgram, pr: Prep, costs: CostModel, pairs: Pairs
         a, b = int(js[p]), int(jr[p])
         k, s, d = int(pairs.k[p]), int(pairs.src[p]), int(pairs.dst[p])
         raise ProgramError(
-            f"size mismatch on link {s}->{d}: the {ordinal(k)} send, {member_where(fl, a)}, "
-            f"sends {_member_text(fl, a, int(tag[a]), float(nb[a]))} but the "
-            f"{ordinal(k)} recv, {member_where(fl, b)}, expects "
-            f"{_member_text(fl, b, int(tag[b]), float(nb[b]))}: P2P ops match in "
-            f"posting order per link and both sides must give the same size (gloo and "
-            f"NCCL's network transport fail with a 'message truncated' error; NCCL's "
-            f"intra-node transports do not check: a hang or corrupt data)")
+            f"size mismatch: the {ordinal(k)} send on link {s}->{d} is "
+            f"{member_where(fl, a)} but the {ordinal(k)} recv is {member_where(fl, b)}: "
+            f"{_member_text(fl, a, int(tag[a]), float(nb[a]))} against "
+            f"{_member_text(fl, b, int(tag[b]), float(nb[b]))}; P2P ops match in posting "
+            f"order per link and both sides must give the same size (gloo and NCCL's "
+            f"network transport fail with a 'message truncated' error; NCCL's intra-node "
+            f"transports do not check: a hang or corrupt data)")
     out = []
     for p in np.flatnonzero(tag[js] != tag[jr]).tolist():
         a, b = int(js[p]), int(jr[p])
         k, s, d = int(pairs.k[p]), int(pairs.src[p]), int(pairs.dst[p])
         rtok = f"{int(fl.cstage[b])}{COMM_KINDS[int(fl.ckind[b])]}{int(fl.cmb[b])}"
         out.append((*member_at(fl, a),
-            f"silent swap on link {s}->{d}: the {ordinal(k)} send, {member_where(fl, a)}, is "
-            f"{_member_text(fl, a, int(tag[a]), float(nb[a]))} and the {ordinal(k)} "
-            f"recv, {member_where(fl, b)}, is {_member_text(fl, b, int(tag[b]), float(nb[b]))}: "
-            f"same size, so NCCL and gloo pair them without an error and the "
-            f"{TAGS[int(tag[a])]} lands in the {TAGS[int(tag[b])]} buffer of {rtok} "
-            f"(Megatron-LM #750)"))
+            f"silent swap: the {ordinal(k)} send on link {s}->{d} is {member_where(fl, a)} "
+            f"but the {ordinal(k)} recv is {member_where(fl, b)}: "
+            f"{_member_text(fl, a, int(tag[a]), float(nb[a]))} meets "
+            f"{_member_text(fl, b, int(tag[b]), float(nb[b]))}, the same size, so NCCL and "
+            f"gloo pair them without an error and the {TAGS[int(tag[a])]} lands in the "
+            f"{TAGS[int(tag[b])]} buffer of {rtok} (Megatron-LM #750)"))
     return out
 
 
