@@ -108,6 +108,10 @@ def main(out: Path) -> None:
     #    --detail` draws it)
     save_figure(gantt(detail_timeline(ROOT / "schedules" / "dualpipe-moe-small.toml"),
                       detail=True), out / "stage-model-detail.png")
+    # 8b. 1F1B-overlap with one hardware queue (connections = 1): the forward's dispatch
+    #     of every pair waits behind the queue (docs/stage-model.md)
+    save_figure(gantt(detail_timeline(ROOT / "schedules" / "1f1b-overlap-queue.toml"),
+                      detail=True), out / "one-queue-detail.png")
     # 9. the measured replays committed under docs/img/replay (timelines, not re-run)
     rep = ROOT / "docs" / "img" / "replay"
     for name in ("1f1b", "dualpipev"):
