@@ -19,9 +19,8 @@ concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution 
   A POST has one member, a BATCH or WAIT one or more, COMPUTE and COMMIT none;
 - FB's backward part, in side arrays: ``fb_at`` (increasing instruction positions of
   the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``;
-- optional per member (None when no member names one; -1: the default): ``cpeer``, a
-  skip edge's other stage (``0SEND_F0>2``); ``ctag`` (an index of ``ops.TAGS``) and
-  ``cbytes`` (float64), a post's message identity (``0SEND_F1:gradient@4MiB``).
+- optional per member (None: no member names one; -1: the default): ``cpeer``, a skip
+  edge's other stage (``0SEND_F0>2``); ``ctag``, ``cbytes``: ``0SEND_F1:gradient@4MiB``.
 
 :class:`FlatSchedule` has ``kind``, ``stage``, ``mb`` per op and the same FB side arrays.
 Derived arrays (message id, peer, launch id) come from :mod:`schedsim.program.routing`'s
@@ -49,6 +48,7 @@ from schedsim.program.ops import (
     Op,
     Post,
     Wait,
+    identity_suffix,
 )
 
 
@@ -93,7 +93,6 @@ assert tuple(k.name for k in OpKind) == COMPUTE_KINDS and \
 
 _OPKIND = {k.name: int(k) for k in OpKind}
 _COMMKIND = {k.name: int(k) for k in CommKind}
-_TAG = {t: i for i, t in enumerate(TAGS)}
 I32 = np.int32
 
 
@@ -236,19 +235,13 @@ class FlatProgram(RankRows):
 
     def comm_token(self, j: int) -> str:
         """Token of member ``j`` without identity suffix (``0SEND_F0``, ``0SEND_F0>2``)."""
-        base = f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
-        if self.cpeer is None or self.cpeer[j] < 0:
-            return base
-        return base + ("<" if int(self.ckind[j]) & 1 else ">") + str(int(self.cpeer[j]))
-
-    def has_identity(self) -> bool:
-        return self.ctag is not None
+        q = -1 if self.cpeer is None else int(self.cpeer[j])
+        return (f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
+                + ("" if q < 0 else ("<" if int(self.ckind[j]) & 1 else ">") + str(q)))
 
     def member_suffixes(self) -> list[str]:
         """Per member, its identity suffix (``:gradient@4MiB``, ``""``; needs ``ctag``)."""
-        from schedsim.program.ops import format_bytes
-
-        return [(f":{TAGS[t]}" if t >= 0 else "") + (f"@{format_bytes(b)}" if b >= 0 else "")
+        return [identity_suffix(TAGS[t] if t >= 0 else None, b if b >= 0 else None)
                 for t, b in zip(self.ctag.tolist(), self.cbytes.tolist())]
 
     def row_length(self, r: int) -> int:
@@ -481,7 +474,7 @@ class FlatBuilder:
             fp.cpeer[list(self.peers)] = list(self.peers.values())
         if ids:
             fp.ctag, fp.cbytes = np.full(n, -1, I32), np.full(n, -1.0)
-            fp.ctag[at] = [-1 if t is None else _TAG[t] for t, _ in ids]
+            fp.ctag[at] = [-1 if t is None else TAGS.index(t) for t, _ in ids]
             fp.cbytes[at] = [-1.0 if b is None else b for _, b in ids]
         return fp
 

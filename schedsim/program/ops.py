@@ -46,6 +46,12 @@ def format_bytes(n: float) -> str:
     return str(int(n)) if float(n).is_integer() else repr(float(n))
 
 
+def identity_suffix(tag: str | None, nbytes: float | None) -> str:
+    """The identity suffix of a post token: ``:gradient@4MiB``, ``@2MiB``, or ``""``."""
+    return ((f":{tag}" if tag is not None else "")
+            + (f"@{format_bytes(nbytes)}" if nbytes is not None else ""))
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One compute op of one stage on one microbatch.
@@ -107,8 +113,7 @@ class Comm:
 
     def token(self) -> str:
         """The post token with its identity suffix (``0SEND_F1:gradient@4MiB``)."""
-        return (str(self) + (f":{self.tag}" if self.tag is not None else "")
-                + (f"@{format_bytes(self.nbytes)}" if self.nbytes is not None else ""))
+        return str(self) + identity_suffix(self.tag, self.nbytes)
 
     def message_key(self) -> Key:
         """``(kind, producing stage, mb)``, with the consuming stage on a skip edge: the

@@ -271,7 +271,7 @@ def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
     if nm == 0:
         return
     hi = cp.hindex.reshape(-1, 2)
-    if (not fl.has_identity() and np.all(hi >= 0)
+    if (fl.ctag is None and np.all(hi >= 0)
             and np.array_equal(hord[0::2], hord[1::2])):
         return
     pairs = pair_members(fl, pr)
