@@ -43,6 +43,7 @@ Example (``schedules/dualpipe-figure.toml``)::
     # launch_cost = 0.2        host time per launched batch of sends/recvs
     # lazy_init = true         NCCL's lazy 2-rank communicator init (docs/comm-semantics.md)
     # init_cost = 5            its cost, in the cost unit
+    # group_semantics = "atomic"   NCCL groups: a BATCH moves when all its ops are matched
 
 Relative paths are resolved against the scenario file's folder. Every unknown key is an
 error that names it.
@@ -67,6 +68,7 @@ from schedsim.errors import ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.program.text_file import load_program_file, program_from_rows  # noqa: F401
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.program.stage_graph import StageGraph, shape_program
 from schedsim.sim.stage_model import StageCosts, StageModel
 
 if sys.version_info >= (3, 11):
@@ -90,7 +92,8 @@ class ScheduleSection(BaseModel):
     stages: int | None = Field(default=None, ge=1)
 
     def generator_params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
 
 
 class Scenario(BaseModel):
@@ -108,6 +111,7 @@ class Scenario(BaseModel):
     replay: dict[str, Any] = Field(default_factory=dict)
     model: StageModel | None = None
     workload: dict[str, Any] | None = None
+    stages: StageGraph | None = None
     base_dir: str = Field(default=".", exclude=True)
     _workload: Any = PrivateAttr(default=None)
 
@@ -184,6 +188,7 @@ class Scenario(BaseModel):
             raise ScenarioError(f"[schedule] {s.name}: placement and stages are fixed by the "
                                 f"generator; they apply to a program or schedule file only")
         prog = self._build_program()
+        prog = shape_program(prog, self.stages, s)      # [stages] edges, max_batch_ops
         if not prog.trusted:      # a registered generator's output is proven by its tests
             from schedsim.program.validate_flat import is_valid
 

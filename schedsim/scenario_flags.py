@@ -50,6 +50,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
                    init_cost: float | None = None, connections: int | None = None,
+                   group_semantics: str | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -60,7 +61,8 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
-    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement)
+    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement,
+                   group_semantics=group_semantics)
     if scenario is not None:
         sc = load_scenario(scenario)
         # exclude_unset: what the file did not set stays unset, so that the cost warnings
@@ -90,7 +92,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
                  ("lazy_init", lazy_init), ("init_cost", init_cost),
-                 ("connections", connections)):
+                 ("connections", connections), ("group_semantics", group_semantics)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -106,10 +108,11 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 def _check_choices(**flags: str | None) -> None:
     """Refuse a flag value outside its choices, with a typo suggestion."""
     from schedsim.program.ir import PLACEMENTS
-    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
+    from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
     from schedsim.util.suggest import did_you_mean
 
-    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
+    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS,
+               "group_semantics": GROUP_SEMANTICS}
     for name, value in flags.items():
         ok = choices[name]
         if value is not None and value.replace("_", "-") not in ok \

@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from schedsim.timeline_view import NotebookViews
+from schedsim.program.vocab import GroupSemantics
 from schedsim.util.lazy import LazyFields
 
 if TYPE_CHECKING:
@@ -129,6 +130,14 @@ class Message:
     recv_index: int = -1
     send_active: float | None = None
     recv_active: float | None = None
+    #: a skip edge's consuming stage (None, not written to JSON: the chain's neighbour)
+    to_stage: Annotated[int | None, Field(exclude_if=lambda v: v is None)] = None
+
+    @property
+    def key(self) -> tuple:
+        """The message key, with ``to_stage`` on a skip edge (:mod:`schedsim.program.routing`)."""
+        k = (self.kind, self.stage, self.mb)
+        return k if self.to_stage is None else (*k, self.to_stage)
 
     def label(self) -> str:
         return f"{self.kind} mb{self.mb} {self.src}->{self.dst}"
@@ -204,6 +213,9 @@ class Timeline(NotebookViews, LazyFields):
     microbatches: int
     semantics: str
     comm_stream: str = "none"
+    #: ``CommModel.group_semantics`` of the run (not written to JSON when independent)
+    group_semantics: Annotated[GroupSemantics, Field(
+        exclude_if=lambda v: v == "independent")] = "independent"
     unit: str = "slot"
     source: Literal["simulated", "measured"] = "simulated"
     placement: str = "loop"
@@ -214,6 +226,9 @@ class Timeline(NotebookViews, LazyFields):
     waits: list[WaitRecord] = Field(default_factory=list)
     deadlock: Deadlock | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    #: ``(rank, instruction index, sentence)`` of each silent swap (:mod:`schedsim.sim.
+    #: identity`) of the run; not in the JSON (``schedsim lint`` finds them again)
+    findings: list[tuple[int, int, str]] = Field(default_factory=list, exclude=True)
 
     @staticmethod
     def summarize(ranks: int, spans: list[Span]) -> tuple[float, list[RankSummary]]:

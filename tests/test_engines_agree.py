@@ -67,7 +67,8 @@ def cases(draw):
                      launch_cost=draw(st.sampled_from([0, 0, 0.1])),
                      lazy_init=draw(st.booleans()),
                      init_cost=draw(st.sampled_from([0, 0.5])),
-                     eager_threshold_bytes=draw(st.sampled_from([None, 10])), host=host)
+                     eager_threshold_bytes=draw(st.sampled_from([None, 10])), host=host,
+                     group_semantics=draw(st.sampled_from(["independent", "atomic"])))
     if draw(st.booleans()):           # swap two instructions of one rank
         rows = [list(r) for r in prog.ranks]
         r = draw(st.integers(0, len(rows) - 1))

@@ -5,6 +5,8 @@ through ``forward_backward_pipelining_without_interleaving`` /
 ``forward_backward_pipelining_with_interleaving``, and the runs the issue asks for."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -313,18 +315,19 @@ def test_two_ranks_interleaved_runs_and_states_the_same_peer_exchange() -> None:
     a recv each way between the two ranks in orders the sides do not share (rank 0's
     BATCH[2SEND_B0+0SEND_F2+2RECV_B1] sends the gradient first, rank 1's
     BATCH[3SEND_B1+1RECV_F2+1RECV_B0] receives the activation first): the simulator
-    refuses it, naming that send and recv. With overlap_p2p_comm it runs. Both that run
+    reports the silent swap, naming that send and recv (the two tensors have one size;
+    docs/messages.md). With overlap_p2p_comm it runs. Both that run
     take the ideal m*v*(F+BW) + (p-1)(F+BW) = 24 + 3 = 27 with zero latency; with latency
     0.5 the blocking unbatched calls cost 32.5 against the overlapped 30."""
-    from schedsim.errors import ProgramError
-
     s = generate("interleaved-1f1b", 2, 4, variant="megatron")
     rdv = CommModel(semantics="rendezvous")
-    with pytest.raises(ProgramError, match=r"5th send on link 0->1 is 2SEND_B0 \(rank 0, "
-                       r"instr 14, in BATCH\[2SEND_B0\+0SEND_F2\+2RECV_B1\]\) but the 5th "
-                       r"recv is 1RECV_F2 \(rank 1, instr 14, in "
-                       r"BATCH\[3SEND_B1\+1RECV_F2\+1RECV_B0\]\)"):
-        simulate(lower(s, "megatron"), COSTS, LinkModel(), rdv)
+    # the gradient and the activation have the same size: NCCL pairs them silently, a
+    # silent swap (Megatron-LM #750; docs/messages.md) the run reports and goes on with
+    swaps = simulate(lower(s, "megatron"), COSTS, LinkModel(), rdv).findings
+    assert re.search(r"silent swap: the 5th send on link 0->1 is 2SEND_B0 \(rank 0, "
+                     r"instr 14, in BATCH\[2SEND_B0\+0SEND_F2\+2RECV_B1\]\) but the 5th "
+                     r"recv is 1RECV_F2 \(rank 1, instr 14, in "
+                     r"BATCH\[3SEND_B1\+1RECV_F2\+1RECV_B0\]\)", swaps[0][2]), swaps
     for opts, slow in (({"batch_p2p_comm": False}, 32.5), ({"overlap_p2p_comm": True}, 30)):
         prog = lower(s, "megatron", **opts)
         tl = simulate(prog, COSTS, LinkModel(), rdv)

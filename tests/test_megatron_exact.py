@@ -81,7 +81,8 @@ def test_every_recorded_run_equals_the_policy(name: str) -> None:
 def test_two_ranks_crossed_exactly_where_recorded() -> None:
     """2-rank interleaving: where the recording found sends and receives that NCCL's
     launch-order matching would cross (batched calls, or the always-batched shape round),
-    simulating the program fails on the first of them, named; everywhere else it runs
+    simulating the program fails on the first of them, named, or (two tensors of one
+    size, docs/messages.md) reports it as a silent swap; everywhere else it runs
     (rendezvous sends of 1 MB tensors, the 24-byte shape messages eager as NCCL's small
     messages)."""
     costs, link = CostModel(F=1, BW=2, message_bytes=1e6), LinkModel(latency=0.1)
@@ -97,11 +98,12 @@ def test_two_ranks_crossed_exactly_where_recorded() -> None:
             clean += 1
             continue
         send, recv = run["crossed"][0].split("~")
-        with pytest.raises(ProgramError) as e:
-            simulate(prog, costs, link, comm)
-        msg = str(e.value)
-        assert re.search(rf"send on link 0->1 is rank 0, instr \d+ \([^)]*\b{send}\b", msg)
-        assert re.search(rf"recv is rank 1, instr \d+ \([^)]*\b{recv}\b", msg)
+        try:        # a size mismatch (or a crossed pair of one tag): refused, named
+            msg = simulate(prog, costs, link, comm).findings[0][2]   # or a silent swap
+        except ProgramError as e:
+            msg = str(e)
+        assert re.search(rf"send on link 0->1 is {send}\b\S* \(rank 0, instr \d+", msg), msg
+        assert re.search(rf"recv is {recv}\b\S* \(rank 1, instr \d+", msg), msg
         crossed += 1
     assert (crossed, clean) == (48, 112)
 

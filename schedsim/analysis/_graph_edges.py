@@ -190,10 +190,10 @@ def _spans(tl: Timeline, gi: GraphInput) -> list[Span]:
 
 def _messages(tl: Timeline, gi: GraphInput, semantics: str) -> list[Message]:
     """The timeline message of each message id."""
-    if [(m.kind, m.stage, m.mb) for m in tl.messages] == gi.mkey:   # the simulator's order
+    if [m.key for m in tl.messages] == gi.mkey:   # the simulator's order
         out = list(tl.messages)
     else:
-        msgs = {(m.kind, m.stage, m.mb): m for m in tl.messages}
+        msgs = {m.key: m for m in tl.messages}
         out = [msgs.get(key) for key in gi.mkey]
     for key, m in zip(gi.mkey, out):
         if m is None or m.start is None or m.arrival is None:

@@ -42,10 +42,11 @@ def span_token(s: Span) -> str:
 
 def key_label(key: Key) -> str:
     """``F mb3 (stage 4 output)`` / ``B mb0 (input grad of stage 5)``."""
-    kind, s, mb = key
+    kind, s, mb = key[:3]
+    to = f" for stage {key[3]}" if len(key) == 4 else ""
     if kind == "F":
-        return f"activation of stage {s} mb {mb}"
-    return f"input gradient of stage {s} mb {mb}"
+        return f"activation of stage {s} mb {mb}{to}"
+    return f"input gradient of stage {s} mb {mb}{to}"
 
 
 def _first(index: dict, keys: tuple) -> Span | None:
@@ -68,12 +69,12 @@ def rank_atom_index(tl: Timeline) -> dict[tuple[int, str, int, int], Span]:
 def message_consumer(m: Message, idx: dict[tuple[int, str, int, int], Span]) -> Span | None:
     """The span on ``m.dst`` that consumes message ``m`` (``idx``: :func:`rank_atom_index`),
     or None if the timeline has none."""
-    return _first(idx, tuple((m.dst, *a) for a in consumer_atoms((m.kind, m.stage, m.mb))))
+    return _first(idx, tuple((m.dst, *a) for a in consumer_atoms(m.key)))
 
 
 def recv_token(m: Message) -> str:
     """The receiver's comm token for ``m`` (``4RECV_B0``), as wait records name it."""
-    return str(recv_comm((m.kind, m.stage, m.mb)))
+    return str(recv_comm(m.key))
 
 
 class TimelineIndex:
@@ -116,7 +117,7 @@ class TimelineIndex:
     @cached_property
     def msgs(self) -> dict[Key, Message]:
         """Message key -> message."""
-        return {(m.kind, m.stage, m.mb): m for m in self.tl.messages}
+        return {m.key: m for m in self.tl.messages}
 
     @cached_property
     def rank_waits(self) -> list[list]:
@@ -150,11 +151,24 @@ class TimelineIndex:
         """The span that consumes message ``key`` on the receiving rank."""
         return _first(self.by_atom, consumer_atoms(key))
 
+    @cached_property
+    def skip_needs(self) -> dict[tuple[str, int, int], list[Key]]:
+        """``(consumer kind F/B, consuming stage, mb) ->`` keys of the skip-edge messages
+        (``Message.to_stage``) that a forward (F) or backward (B, BW) consumes."""
+        out: dict[tuple[str, int, int], list[Key]] = {}
+        for m in self.tl.messages:
+            if m.to_stage is not None:
+                out.setdefault((m.kind, m.to_stage, m.mb), []).append(m.key)
+        return out
+
     def needs_of(self, span: Span) -> set[Key]:
-        """Message keys ``span`` consumes (cross-rank or not)."""
+        """Message keys ``span`` consumes (cross-rank or not; skip edges included)."""
         out: set[Key] = set()
+        skip = self.skip_needs
         for k, st, mb in span_atoms(span):
             out.update(needs(Op(k, st, mb), self.tl.stages))
+            if skip and k != "W":
+                out.update(skip.get(("F" if k == "F" else "B", st, mb), ()))
         return out
 
 

@@ -78,7 +78,7 @@ def alignment(tl: Timeline, late_threshold: float = 0.0) -> list[AlignRow]:
     idx = TimelineIndex(tl)
     rows = []
     for m in tl.messages:
-        key = (m.kind, m.stage, m.mb)
+        key = m.key
         prod, cons = idx.producer(key), idx.consumer(key)
         row = AlignRow(m.kind, m.mb, m.stage, m.src, m.dst,
                        span_token(prod) if prod else "-", prod.end if prod else None,

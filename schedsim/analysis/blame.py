@@ -55,7 +55,7 @@ class Side:
 
     @property
     def token(self) -> str:
-        key = (self.msg.kind, self.msg.stage, self.msg.mb)
+        key = self.msg.key
         return str(send_comm(key) if self.is_send else recv_comm(key))
 
     def queued(self) -> bool:
@@ -186,7 +186,60 @@ def culprit(idx: object, msg: Message | None, is_send: bool, cause: str) -> Culp
         return NOBODY
     if cause in ("wait-recv", "wait-send", "transfer", "deadlock"):
         return (other.rank, other.index, other.token)
+    if cause == "atomic-batch" and msg.start is not None:
+        held = atomic_hold(idx, msg, -float("inf"))
+        return held[1] if held is not None else NOBODY
     return NOBODY
+
+
+def _matched_at(m: Message) -> float:
+    """When both sides of ``m`` were active (posted, without a comm stream); inf when a
+    side never was."""
+    a = m.send_active if m.send_active is not None else m.send_posted
+    b = m.recv_active if m.recv_active is not None else m.recv_posted
+    return float("inf") if a is None or b is None else max(a, b)
+
+
+def batch_mates(idx: object) -> dict[tuple[int, int], list[Message]]:
+    """``(rank, instruction index) ->`` the messages a launch posts (either side), built
+    once per :class:`~schedsim.analysis._index.TimelineIndex`."""
+    out = getattr(idx, "_batch_mates", None)
+    if out is None:
+        out = {}
+        for m in idx.tl.messages:  # type: ignore[attr-defined]
+            out.setdefault((m.src, m.send_index), []).append(m)
+            out.setdefault((m.dst, m.recv_index), []).append(m)
+        idx._batch_mates = out  # type: ignore[attr-defined]
+    return out
+
+
+def atomic_hold(idx: object, msg: Message, ready: float) -> tuple[str, Culprit] | None:
+    """Atomic groups (``Timeline.group_semantics``, :mod:`schedsim.sim.groups`): when
+    ``msg`` started after ``ready`` because a batch holding one of its sides waited for
+    another member to be matched, the sentence naming that batch and member and the
+    culprit (the post that matched it last); None otherwise."""
+    tl = idx.tl  # type: ignore[attr-defined]
+    if tl.group_semantics != "atomic" or msg.start is None:
+        return None
+    mates = batch_mates(idx)
+    best = None
+    for rank, index in ((msg.src, msg.send_index), (msg.dst, msg.recv_index)):
+        for m in mates.get((rank, index), ()):
+            if m is not msg:
+                t = _matched_at(m)
+                if best is None or t > best[0]:
+                    best = (t, rank, index, m)
+    if best is None or best[0] <= ready + EPS:
+        return None
+    t, rank, index, m = best
+    mine = Side(m, m.src == rank and m.send_index == index)
+    other = Side(m, not mine.is_send)
+    when = ("never" if t == float("inf") else
+            f"only at {fmt_t(t)}, when rank {other.rank} posted {other.token} (instr "
+            f"{other.index})")
+    return (f"its atomic batch on rank {rank} (instr {index}) also holds {mine.token}, "
+            f"matched {when}: no member of a batch moves before all are matched",
+            (other.rank, other.index, other.token))
 
 
 def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float,

@@ -42,7 +42,7 @@ _STEP_FIELDS = tuple(f.name for f in fields(Step))
 
 def message_detail(m: Message) -> str:
     """One line with every time of message ``m``."""
-    return (f"{key_label((m.kind, m.stage, m.mb))}: send posted {fmt_t(m.send_posted)}, "
+    return (f"{key_label(m.key)}: send posted {fmt_t(m.send_posted)}, "
             f"recv posted {fmt_t(m.recv_posted)}, moved {fmt_t(m.start)}-"
             f"{fmt_t(m.arrival)}, send done {fmt_t(m.send_done)}, recv done "
             f"{fmt_t(m.recv_done)}")

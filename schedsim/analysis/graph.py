@@ -140,7 +140,7 @@ class DepGraph:
             return ("0",)
         if k in _MSG_KINDS:
             m = self.message(i)
-            return (k, (m.kind, m.stage, m.mb))
+            return (k, m.key)
         if k == "U":
             return ("U", i - self.lay.u0)
         if k == "I":
@@ -174,7 +174,7 @@ class DepGraph:
 
     @cached_property
     def _mid(self) -> dict[tuple[str, int, int], int]:
-        return {(m.kind, m.stage, m.mb): k for k, m in enumerate(self.e.msg_of)}
+        return {m.key: k for k, m in enumerate(self.e.msg_of)}
 
     @cached_property
     def _pwid(self) -> dict[tuple[str, int, int], int]:
@@ -340,7 +340,7 @@ class DepGraph:
             what = {"T": "transfer starts", "A": "arrives", "DS": "send completes",
                     "DR": "recv completes"}[k]
             m = self.message(i)
-            return f"{key_label((m.kind, m.stage, m.mb))} ({m.src}->{m.dst}) {what} at {t}"
+            return f"{key_label(m.key)} ({m.src}->{m.dst}) {what} at {t}"
         return "time 0"
 
     def unit(self, i: int) -> tuple[int, str, str]:

@@ -18,6 +18,12 @@ instructions):
   when each side posts them in two different batches, a ``stream-risk`` (deadlocks on a
   shared comm stream under rendezvous). Within one batch on either side the order is
   free (``batch_isend_irecv`` launches them together).
+- ``silent-swap``: the k-th send and the k-th recv of a directed link (the ops NCCL and
+  gloo pair) have the same size but different tags, so the data lands in the other
+  tensor's buffer (:mod:`schedsim.sim.identity`; from the run, ``Timeline.findings``).
+- ``unsafe-grouping`` and ``split-exchange``: batches that wait for another rank's
+  compute, and exchanges two ranks launch in different groupings (under atomic
+  groups); :mod:`schedsim.analysis.lint_groups`.
 - ``deadlock``: the run of the program deadlocked; one finding (severity ``deadlock``)
   giving the wait-for cycle the engine found (:mod:`schedsim.sim.deadlock`). The timed rules
   are skipped then (a stuck run has no complete timing); the static ones still run, so a
@@ -135,14 +141,22 @@ def lint(program: Program, tl: Timeline | None = None,
     uses lazy communicator init, so ``init-order`` lists each rank's order,
     :mod:`schedsim.analysis.lint_init`). Findings are sorted by severity (the run's
     ``deadlock`` first among equals), then cost (largest first)."""
+    from schedsim.analysis.lint_groups import split_exchanges, unsafe_groupings
     from schedsim.analysis.lint_init import init_order_findings
 
     dead = tl is not None and tl.deadlock is not None
     timed = tl if tl is not None and tl.semantics != "data" and not dead else None
     out = late_sends(program, timed, late_threshold) + crossed_orders(program)
     out += [Finding(*f) for f in init_order_findings(program, lazy_init)]
+    out += [Finding(*f) for f in unsafe_groupings(program)]
+    if tl is not None and tl.group_semantics == "atomic":
+        out += [Finding(*f) for f in split_exchanges(program)]
     if dead:
         out += deadlock_findings(tl)
+    if tl is not None:
+        out += [Finding("silent-swap", "error", r, i, msg, 0.0,
+                        "k-th send and k-th recv of a link carry different tags")
+                for r, i, msg in tl.findings]
     if timed is not None:
         out += unrelated_recvs(program, timed)
     out.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rule != "deadlock",

@@ -57,7 +57,7 @@ def effect_time(tl: Timeline, target: Target) -> float | None:
         return None
     key = target.message_key
     for m in tl.messages:
-        if (m.kind, m.stage, m.mb) == key:
+        if m.key == key:
             return m.send_done if target.comm.is_send else m.recv_done
     return None
 
@@ -82,7 +82,7 @@ def binding_wait(tl: Timeline, target: Target) -> dict | None:
     w = max(cands, key=lambda w: w.index)
     parsed = [comm_of(tok) for tok in w.comms]
     keys = {key for _, key, _ in parsed}
-    msgs = {k: m for m in tl.messages if (k := (m.kind, m.stage, m.mb)) in keys}
+    msgs = {k: m for m in tl.messages if (k := m.key) in keys}
     comms = [_member(tok, key, is_send, msgs.get(key), w.end)
              for tok, (_, key, is_send) in zip(w.comms, parsed)]
     return {"rank": w.rank, "index": w.index, "kind": w.kind, "reached": w.start,
@@ -209,7 +209,7 @@ def answer(program: Program, effect: Target, causes: list[Target], costs: CostMo
                [] if path is None else [s.to_dict() for s in condense(G, path)], None,
                event)
     on_chain = set() if path is None else {
-        (m.kind, m.stage, m.mb) for v in path if G.kind(v) in ("T", "A", "DS", "DR")
+        m.key for v in path if G.kind(v) in ("T", "A", "DS", "DR")
         for m in (G.message(v),)}
     del G
     if path is not None and not a.delays and t0 is not None:

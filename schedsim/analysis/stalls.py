@@ -19,6 +19,9 @@ semantics, an op waited for its inputs) and each piece gets one cause:
                 one of its sides behind earlier P2P ops on its rank's comm stream: the
                 detail names that rank, its stream and the op at the head of the queue
                 (often the *peer's* stream, :mod:`schedsim.analysis.blame`)
+``atomic-batch`` an atomic batch (``--group-semantics atomic``, NCCL groups) held the
+                transfer until another member was matched, or the op completed only with
+                its whole batch: the detail names the batch and the member
 ``transfer``    a send whose bytes were still on the wire (finite bandwidth or latency)
 ``comm-init``   a bare post that creates its rank pair's communicator (lazy init) and
                 waited for the peer to reach its own first bare post to this rank
@@ -44,7 +47,15 @@ from schedsim.analysis._index import (
     span_token,
 )
 from schedsim.analysis._rows import instr_token
-from schedsim.analysis.blame import NOBODY, Culprit, Side, culprit, init_wait, streams_of
+from schedsim.analysis.blame import (
+    NOBODY,
+    Culprit,
+    Side,
+    atomic_hold,
+    culprit,
+    init_wait,
+    streams_of,
+)
 from schedsim.program.ir import Program
 from schedsim.timeline import Message, Span, Timeline, WaitRecord
 
@@ -56,6 +67,8 @@ CAUSES: dict[str, str] = {
     "wait-send": "a send not yet accepted by its receiver (rendezvous)",
     "wait-batch": "a commit-and-wait held by a member the next op does not need",
     "head-of-line": "a transfer queued behind another on the same link or comm stream",
+    "atomic-batch": "an atomic batch (NCCL group) held the transfer until all its ops "
+                    "were matched",
     "transfer": "a send whose bytes were still on the wire",
     "comm-init": "a lazy communicator init: the first bare P2P of two ranks waits for both",
     "deadlock": "blocked for ever",
@@ -161,6 +174,11 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
     ready = transfer_ready(tl, msg)
     owner = msg.src if m.is_send else msg.dst
     if msg.start is not None and ready is not None and msg.start > ready + EPS:
+        held = atomic_hold(idx, msg, ready)
+        if held is not None:
+            return "atomic-batch", (f"{m.token} ({key_label(m.key)}, {made}) was ready to "
+                                    f"move at {fmt_t(ready)} but started only at "
+                                    f"{fmt_t(msg.start)}: {held[0]}")
         blk = streams_of(idx).transfer_blocker(msg, owner)
         if blk is not None:        # a side queued on its rank's comm stream
             return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to "

@@ -38,6 +38,8 @@ def warn_costs(sc: Scenario, tl: Any) -> None:
               + policy_warnings(s.name or "", s.ranks, s.microbatches, s.comm_policy)
               + lazy_init_warnings(sc, tl.semantics)):
         warn(w)
+    for _, _, w in getattr(tl, "findings", ()):   # silent swaps (schedsim.sim.identity)
+        warn(w)
 
 
 def lazy_init_warnings(sc: Scenario, semantics: str) -> list[str]:
@@ -273,6 +275,10 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
     "lazy communicator init: a first bare P2P blocks both ranks until both reach it.")]
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
+GroupSemanticsOpt = Annotated[Optional[str], typer.Option(
+    "--group-semantics", help="independent | atomic: the ops of one BATCH progress each "
+    "on its own (gloo), or move no data until all are matched and complete together "
+    "(NCCL groups).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
     "--message-bytes", help="Bytes per message (activation or gradient).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
@@ -321,9 +327,10 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
     ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("connections", ConnectionsOpt),
-    ("message_bytes", BytesOpt), ("latency", LatencyOpt), ("bandwidth", BandwidthOpt),
-    ("comm_policy", PolicyOpt), ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt),
-    ("stages", StagesOpt), ("placement", PlacementOpt),
+    ("group_semantics", GroupSemanticsOpt), ("message_bytes", BytesOpt),
+    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
+    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
+    ("placement", PlacementOpt),
 ]
 #: the --help panel of each shared scenario flag (typer's rich_help_panel)
 _PANELS = {"Schedule": ("schedule", "ranks", "microbatches", "chunks", "variant",

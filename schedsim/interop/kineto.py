@@ -58,6 +58,7 @@ from schedsim.interop.kineto_program import RankRun, build_rank
 from schedsim.program.ir import Comm, Op, Placement, Program
 from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage, route
+from schedsim.sim.identity import ordinal
 from schedsim.timeline import Message, Timeline, WaitRecord, build_timeline
 
 #: the ranges and events import understands, for messages about traces it cannot read
@@ -271,13 +272,6 @@ def _messages(runs: dict[int, RankRun], pl: Placement, ms: Any) -> list[Message]
     return sorted(msgs.values(), key=lambda m: (m.src, m.send_index, m.dst, m.recv_index))
 
 
-def _ordinal(k: int) -> str:
-    """The ordinal of 0-based position ``k`` (``0`` -> ``1st``)."""
-    from schedsim.util.text import ordinal
-
-    return ordinal(k + 1)
-
-
 def check_link_order(runs: dict[int, RankRun], pl: Placement) -> None:
     """On every directed link between two traced ranks, the k-th send and the k-th recv
     (posting order) name the same message. Raises :class:`ScenarioError` naming both."""
@@ -296,8 +290,8 @@ def check_link_order(runs: dict[int, RankRun], pl: Placement) -> None:
             if sc.message_key() != rc.message_key():
                 raise ScenarioError(
                     f"the traces' P2P ops do not pair on link {link[0]}->{link[1]}: the "
-                    f"{_ordinal(k)} send is {sc} (rank {link[0]}, instr {si}) but the "
-                    f"{_ordinal(k)} recv is {rc} (rank {link[1]}, instr {ri}); gloo and NCCL "
+                    f"{ordinal(k)} send is {sc} (rank {link[0]}, instr {si}) but the "
+                    f"{ordinal(k)} recv is {rc} (rank {link[1]}, instr {ri}); gloo and NCCL "
                     f"match them in posting order per link")
 
 

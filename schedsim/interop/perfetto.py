@@ -339,7 +339,7 @@ class _TimelineEvents:
               '"pid":%d,"tid":%d,"bp":"e"}')
         fid = self.flow_id
         for m in tl.messages:
-            key = (m.kind, m.stage, m.mb)
+            key = m.key
             i = j = None
             for a in producer_atoms(key):
                 if (i := get((m.src, *a))) is not None:

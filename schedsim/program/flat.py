@@ -18,7 +18,9 @@ concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution 
   ``cmb`` (as the issuing rank writes them: ``2SEND_F0`` is kind SEND_F, stage 2, mb 0).
   A POST has one member, a BATCH or WAIT one or more, COMPUTE and COMMIT none;
 - FB's backward part, in side arrays: ``fb_at`` (increasing instruction positions of
-  the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``.
+  the FB ops), ``fb_kind``, ``fb_stage``, ``fb_mb``;
+- optional per member (None: no member names one; -1: the default): ``cpeer``, a skip
+  edge's other stage (``0SEND_F0>2``); ``ctag``, ``cbytes``: ``0SEND_F1:gradient@4MiB``.
 
 :class:`FlatSchedule` has ``kind``, ``stage``, ``mb`` per op and the same FB side arrays.
 Derived arrays (message id, peer, launch id) come from :mod:`schedsim.program.routing`'s
@@ -37,6 +39,7 @@ import numpy as np
 from schedsim.program.ops import (
     COMM_KINDS,
     COMPUTE_KINDS,
+    TAGS,
     Batch,
     Comm,
     Commit,
@@ -45,6 +48,7 @@ from schedsim.program.ops import (
     Op,
     Post,
     Wait,
+    identity_suffix,
 )
 
 
@@ -84,8 +88,8 @@ class CommKind(IntEnum):
     RECV_BS = 7
 
 
-assert tuple(k.name for k in OpKind) == COMPUTE_KINDS
-assert tuple(k.name for k in CommKind) == COMM_KINDS
+assert tuple(k.name for k in OpKind) == COMPUTE_KINDS and \
+    tuple(k.name for k in CommKind) == COMM_KINDS
 
 _OPKIND = {k.name: int(k) for k in OpKind}
 _COMMKIND = {k.name: int(k) for k in CommKind}
@@ -225,6 +229,20 @@ class FlatProgram(RankRows):
     fb_kind: np.ndarray
     fb_stage: np.ndarray
     fb_mb: np.ndarray
+    ctag: np.ndarray | None = None
+    cbytes: np.ndarray | None = None
+    cpeer: np.ndarray | None = None
+
+    def comm_token(self, j: int) -> str:
+        """Token of member ``j`` without identity suffix (``0SEND_F0``, ``0SEND_F0>2``)."""
+        q = -1 if self.cpeer is None else int(self.cpeer[j])
+        return (f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
+                + ("" if q < 0 else ("<" if int(self.ckind[j]) & 1 else ">") + str(q)))
+
+    def member_suffixes(self) -> list[str]:
+        """Per member, its identity suffix (``:gradient@4MiB``, ``""``; needs ``ctag``)."""
+        return [identity_suffix(TAGS[t] if t >= 0 else None, b if b >= 0 else None)
+                for t, b in zip(self.ctag.tolist(), self.cbytes.tolist())]
 
     def row_length(self, r: int) -> int:
         return int(self.rptr[r + 1] - self.rptr[r])
@@ -286,12 +304,20 @@ class FlatProgram(RankRows):
         ck, cs, cm = self.ckind.tolist(), self.cstage.tolist(), self.cmb.tolist()
         fbm = _fb_map(self)
         comms: dict[tuple[int, int, int], Comm] = {}
+        tags = self.ctag.tolist() if self.ctag is not None else None
+        nbs = self.cbytes.tolist() if self.cbytes is not None else None
+        peers = self.cpeer.tolist() if self.cpeer is not None else None
 
         def comm(j: int) -> Comm:
-            key = (ck[j], cs[j], cm[j])
+            peer = None if peers is None or peers[j] < 0 else peers[j]
+            if tags is not None and (tags[j] >= 0 or nbs[j] >= 0):
+                return Comm(comm_names[ck[j]], cs[j], cm[j], peer,
+                            TAGS[tags[j]] if tags[j] >= 0 else None,
+                            nbs[j] if nbs[j] >= 0 else None)
+            key = (ck[j], cs[j], cm[j], peer)
             c = comms.get(key)
             if c is None:
-                c = comms[key] = Comm(comm_names[ck[j]], cs[j], cm[j])
+                c = comms[key] = Comm(comm_names[ck[j]], cs[j], cm[j], peer)
             return c
         commit = Commit()
         out = []
@@ -330,8 +356,8 @@ class FlatProgram(RankRows):
         if c == Opcode.COMMIT:
             return "COMMIT"
         lo, hi = int(self.mptr[i]), int(self.mptr[i + 1])
-        toks = [f"{int(self.cstage[j])}{COMM_KINDS[int(self.ckind[j])]}{int(self.cmb[j])}"
-                for j in range(lo, hi)]
+        suf = self.member_suffixes() if self.ctag is not None and c != Opcode.WAIT else None
+        toks = [self.comm_token(j) + (suf[j] if suf else "") for j in range(lo, hi)]
         if c == Opcode.POST:
             return toks[0]
         return ("BATCH[" if c == Opcode.BATCH else "WAIT[") + "+".join(toks) + "]"
@@ -345,6 +371,12 @@ class FlatProgram(RankRows):
         ck, cs, cm = self.ckind.tolist(), self.cstage.tolist(), self.cmb.tolist()
         fbm = _fb_map(self)
         ctok = [f"{s}{comm_names[k]}{m}" for k, s, m in zip(ck, cs, cm)]
+        if self.cpeer is not None:
+            ctok = [t + ("" if q < 0 else ("<" if k & 1 else ">") + str(q))
+                    for t, k, q in zip(ctok, ck, self.cpeer.tolist())]
+        ptok = ctok
+        if self.ctag is not None:
+            ptok = [t + x for t, x in zip(ctok, self.member_suffixes())]
         rptr = self.rptr.tolist()
         out = []
         for r in range(self.ranks):
@@ -359,11 +391,11 @@ class FlatProgram(RankRows):
                     else:
                         row.append(f"{stage[i]}{ops_names[k]}{mb[i]}")
                 elif c == 1:
-                    row.append(ctok[mptr[i]])
+                    row.append(ptok[mptr[i]])
                 elif c == 4:
                     row.append("COMMIT")
                 else:
-                    body = "+".join(ctok[mptr[i]:mptr[i + 1]])
+                    body = "+".join((ptok if c == 2 else ctok)[mptr[i]:mptr[i + 1]])
                     row.append(("BATCH[" if c == 2 else "WAIT[") + body + "]")
             out.append(row)
         return out
@@ -384,6 +416,8 @@ class FlatBuilder:
         self.cm: list[int] = []
         self.fb: list[tuple[int, int, int, int]] = []
         self.rptr: list[int] = [0]
+        self.peers: dict[int, int] = {}                          # member -> peer stage
+        self.idents: dict[int, tuple[str | None, float | None]] = {}  # -> (tag, bytes)
 
     def end_rank(self) -> None:
         self.rptr.append(len(self.code))
@@ -402,6 +436,10 @@ class FlatBuilder:
         """A POST (one member), BATCH or WAIT (members) or COMMIT (none)."""
         ck = _COMMKIND
         for c in comms:
+            if c.peer is not None:
+                self.peers[len(self.ck)] = c.peer
+            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
+                self.idents[len(self.ck)] = (c.tag, c.nbytes)
             self.ck.append(ck[c.kind])
             self.cs.append(c.stage)
             self.cm.append(c.mb)
@@ -427,9 +465,18 @@ class FlatBuilder:
             raise TypeError(f"not an instruction: {ins!r}")
 
     def build(self) -> FlatProgram:
-        return FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
-                           _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
-                           _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
+        fp = FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
+                         _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
+                         _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
+        n, at, ids = len(self.ck), list(self.idents), self.idents.values()
+        if self.peers:
+            fp.cpeer = np.full(n, -1, I32)
+            fp.cpeer[list(self.peers)] = list(self.peers.values())
+        if ids:
+            fp.ctag, fp.cbytes = np.full(n, -1, I32), np.full(n, -1.0)
+            fp.ctag[at] = [-1 if t is None else TAGS.index(t) for t, _ in ids]
+            fp.cbytes[at] = [-1.0 if b is None else b for _, b in ids]
+        return fp
 
 
 def placement_rank_table(pl: Any) -> tuple[np.ndarray, int, int]:

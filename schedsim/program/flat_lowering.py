@@ -23,6 +23,7 @@ from schedsim.program.routing import (
     cross_stage_inputs,
     key_codes,
     outputs,
+    skip_code,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ class AtomComms:
     send_mb: np.ndarray
     send_code: np.ndarray
     send_dst: np.ndarray
+    #: the other stage of a skip edge (``Placement.skips``), -1 on the chain
+    need_peer: np.ndarray | None = None
+    send_peer: np.ndarray | None = None
 
 
 def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
@@ -78,7 +82,7 @@ def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     dst = np.full(len(a_op), -1, I64)
     dst[out] = ranks_of(pl, cs[out], a_mb[out])
     send = out & (dst != a_rank)
-    return AtomComms(
+    ac = AtomComms(
         op_rank=op_rank, op_pos=op_pos,
         need_op=a_op[need], need_kind=(2 * mk + 1)[need], need_stage=a_stage[need],
         need_mb=a_mb[need], need_code=key_codes(mk, ps, a_mb, S, M)[need],
@@ -86,6 +90,51 @@ def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
         send_op=a_op[send], send_kind=(2 * ok)[send], send_stage=a_stage[send],
         send_mb=a_mb[send], send_code=key_codes(ok, os_, a_mb, S, M)[send],
         send_dst=dst[send])
+    if getattr(pl, "skips", ()):
+        _add_skips(ac, pl, M, a_op, a_kind, a_stage, a_mb, a_rank)
+    return ac
+
+
+def _add_skips(ac: AtomComms, pl: Placement, M: int, a_op, a_kind, a_stage, a_mb,
+               a_rank) -> None:
+    """The cross-rank comms of the stage graph's skip edges (``Placement.skips``,
+    :mod:`schedsim.program.routing`), merged into ``ac`` in op order: for edge (p, c) a
+    forward of p sends ``("F", p, mb, c)`` to c's rank, a forward of c receives it; a
+    backward of c sends ``("B", c, mb, p)`` to p's rank, a backward of p receives it."""
+    S = pl.stages
+    is_f = a_kind == 0
+    is_b = (a_kind == 1) | (a_kind == 3)
+    need = {k: [getattr(ac, "need_" + k)] for k in ("op", "kind", "stage", "mb", "code",
+                                                    "src")}
+    send = {k: [getattr(ac, "send_" + k)] for k in ("op", "kind", "stage", "mb", "code",
+                                                    "dst")}
+    need["peer"] = [np.full(len(ac.need_op), -1, I64)]
+    send["peer"] = [np.full(len(ac.send_op), -1, I64)]
+    for e, (p, c) in enumerate(pl.skips):
+        for mkind, here, there, at_send in ((0, p, c, is_f & (a_stage == p)),
+                                            (1, c, p, is_b & (a_stage == c))):
+            t = np.flatnonzero(at_send)
+            dst = ranks_of(pl, np.full(len(t), there, I64), a_mb[t]).astype(I64)
+            t, dst = t[dst != a_rank[t]], dst[dst != a_rank[t]]
+            code = skip_code(e, mkind, a_mb[t], S, M)
+            for k, v in (("op", a_op[t]), ("kind", np.full(len(t), 2 * mkind)),
+                         ("stage", np.full(len(t), here)), ("mb", a_mb[t]),
+                         ("code", code), ("dst", dst), ("peer", np.full(len(t), there))):
+                send[k].append(v)
+            at_need = (is_f & (a_stage == c)) if mkind == 0 else (is_b & (a_stage == p))
+            t = np.flatnonzero(at_need)
+            src = ranks_of(pl, np.full(len(t), here, I64), a_mb[t]).astype(I64)
+            t, src = t[src != a_rank[t]], src[src != a_rank[t]]
+            for k, v in (("op", a_op[t]), ("kind", np.full(len(t), 2 * mkind + 1)),
+                         ("stage", np.full(len(t), there)), ("mb", a_mb[t]),
+                         ("code", skip_code(e, mkind, a_mb[t], S, M)), ("src", src),
+                         ("peer", np.full(len(t), here))):
+                need[k].append(v)
+    for side, cols in (("need", need), ("send", send)):
+        cat = {k: np.concatenate(v).astype(I64) for k, v in cols.items()}
+        o = np.argsort(cat["op"], kind="stable")
+        for k, v in cat.items():
+            setattr(ac, f"{side}_{k}", v[o])
 
 
 @dataclass
@@ -97,6 +146,7 @@ class RecvPosts:
     kind: np.ndarray
     stage: np.ndarray
     mb: np.ndarray
+    peer: np.ndarray | None = None       # skip edges: the sending stage, -1 on the chain
 
 
 def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
@@ -153,6 +203,7 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
     kind = ac.need_kind[j].copy()
     stage = ac.need_stage[j].copy()
     mb = ac.need_mb[j].copy()
+    peer = ac.need_peer[j].copy() if ac.need_peer is not None else None
     via = found[j]
     if via.any():
         base = np.searchsorted(sl, n_link)[j[via]]        # the link's first send
@@ -161,7 +212,11 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
         mk = ac.send_kind[s] >> 1
         stage[via] = np.where(mk == 0, ac.send_stage[s] + 1, ac.send_stage[s] - 1)
         mb[via] = ac.send_mb[s]
-    return RecvPosts(op=ac.need_op[j], kind=kind, stage=stage, mb=mb)
+        if peer is not None:                               # a skip edge's recv
+            sp = ac.send_peer[s]
+            stage[via] = np.where(sp >= 0, sp, stage[via])
+            peer[via] = np.where(sp >= 0, ac.send_stage[s], -1)
+    return RecvPosts(op=ac.need_op[j], kind=kind, stage=stage, mb=mb, peer=peer)
 
 
 def _members(n_instr: int, counts: np.ndarray, src_start: np.ndarray
@@ -182,7 +237,7 @@ def _fb_sides(fs: FlatSchedule, op_instr: np.ndarray) -> tuple[np.ndarray, ...]:
 def _assemble(fs: FlatSchedule, item_rank: np.ndarray, item_key: np.ndarray,
               item_code: np.ndarray, item_op: np.ndarray, item_mcount: np.ndarray,
               item_mstart: np.ndarray, mk: np.ndarray, ms: np.ndarray, mm: np.ndarray,
-              ranks: int) -> FlatProgram:
+              ranks: int, mp: np.ndarray | None = None) -> FlatProgram:
     """Sort the items (instructions) by (rank, key), stable, and build the program.
     ``item_op``: the op of a COMPUTE item (else -1); members are rows of the member
     table (``mk``, ``ms``, ``mm``)."""
@@ -202,9 +257,12 @@ def _assemble(fs: FlatSchedule, item_rank: np.ndarray, item_key: np.ndarray,
     np.cumsum(np.bincount(item_rank, minlength=ranks), out=rptr[1:])
     op_instr = np.empty(len(fs), I64)
     op_instr[op[is_c]] = np.flatnonzero(is_c)
-    return FlatProgram(rptr, code.astype(I32), kind, stage, mb, mptr,
-                       mk[midx].astype(I32), ms[midx].astype(I32), mm[midx].astype(I32),
-                       *_fb_sides(fs, op_instr))
+    fp = FlatProgram(rptr, code.astype(I32), kind, stage, mb, mptr,
+                     mk[midx].astype(I32), ms[midx].astype(I32), mm[midx].astype(I32),
+                     *_fb_sides(fs, op_instr))
+    if mp is not None:          # skip edges (``Placement.skips``)
+        fp.cpeer = mp[midx].astype(I32)
+    return fp
 
 
 def lower_async_flat(fs: FlatSchedule, pl: "Placement", microbatches: int) -> FlatProgram:
@@ -257,15 +315,20 @@ def lower_async_flat(fs: FlatSchedule, pl: "Placement", microbatches: int) -> Fl
     mk = np.concatenate((rp.kind, ac.need_kind, ac.send_kind))
     ms = np.concatenate((rp.stage, ac.need_stage, ac.send_stage))
     mm = np.concatenate((rp.mb, ac.need_mb, ac.send_mb))
+    mp = (np.concatenate((rp.peer, ac.need_peer, ac.send_peer)) if rp.peer is not None
+          else None)
     kind = np.full(N, -1, I32)
     stage = np.full(N, -1, I32)
     mb = np.full(N, -1, I32)
     kind[pos_c], stage[pos_c], mb[pos_c] = fs.kind, fs.stage, fs.mb
     mptr, midx = _members(N, mcount, mstart)
     rptr = np.concatenate(([0], ends))[fs.rptr].astype(I64)
-    return FlatProgram(rptr, code, kind, stage, mb, mptr, mk[midx].astype(I32),
-                       ms[midx].astype(I32), mm[midx].astype(I32),
-                       *_fb_sides(fs, pos_c.astype(I64)))
+    fp = FlatProgram(rptr, code, kind, stage, mb, mptr, mk[midx].astype(I32),
+                     ms[midx].astype(I32), mm[midx].astype(I32),
+                     *_fb_sides(fs, pos_c.astype(I64)))
+    if mp is not None:
+        fp.cpeer = mp[midx].astype(I32)
+    return fp
 
 
 def _stable_keys(key: np.ndarray) -> np.ndarray:
@@ -293,6 +356,8 @@ def lower_commit_flat(fs: FlatSchedule, pl: Placement, microbatches: int) -> Fla
     mk = np.concatenate((ac.send_kind, rp.kind))[m_order]
     ms = np.concatenate((ac.send_stage, rp.stage))[m_order]
     mm = np.concatenate((ac.send_mb, rp.mb))[m_order]
+    mp = (np.concatenate((ac.send_peer, rp.peer))[m_order] if rp.peer is not None
+          else None)
     sr, ss = m_rank[m_order], m_slot[m_order]
     # the non-empty slots, in (rank, slot) order, and their member ranges
     if len(sr):
@@ -312,7 +377,7 @@ def lower_commit_flat(fs: FlatSchedule, pl: Placement, microbatches: int) -> Fla
     item_mcount = np.concatenate((b_count, np.zeros(nb + n, I64)))
     item_mstart = np.concatenate((b_start, np.zeros(nb + n, I64)))
     return _assemble(fs, item_rank, _stable_keys(item_key), item_code, item_op.astype(I64),
-                     item_mcount, item_mstart.astype(I64), mk, ms, mm, pl.ranks)
+                     item_mcount, item_mstart.astype(I64), mk, ms, mm, pl.ranks, mp)
 
 
 __all__ = [

@@ -78,6 +78,10 @@ class Placement(BaseModel):
     - ``custom``: ``stage_ranks[s]`` is the rank of stage s; chunks number a rank's stages
       in increasing stage order.
 
+    ``skips``: the stage graph's edges beyond the chain, ``(producer, consumer)`` with
+    ``consumer > producer + 1`` (skip connections; :mod:`schedsim.program.routing`);
+    empty for a chain.
+
     Raises :class:`ScheduleError` on inconsistent sizes.
     """
 
@@ -88,10 +92,22 @@ class Placement(BaseModel):
     stages: int = Field(ge=1)
     microbatches: int | None = None
     stage_ranks: tuple[int, ...] | None = None
+    skips: Annotated[tuple[tuple[int, int], ...], Field(exclude_if=lambda v: not v)] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Placement:
         p, s = self.ranks, self.stages
+        if self.skips:
+            from schedsim.program.routing import check_skips
+
+            try:
+                ok = check_skips([list(e) for e in self.skips]
+                                 + [[i, i + 1] for i in range(s - 1)], s)
+            except ValueError as e:
+                raise ScheduleError(f"stage graph: {e}") from None
+            if ok != tuple(self.skips):
+                raise ScheduleError(f"stage graph: skips must be sorted skip edges "
+                                    f"(c > p + 1), got {list(self.skips)}")
         if self.kind == "loop" and s % p:
             raise ScheduleError(
                 f"loop placement needs stages to be a multiple of ranks (got {s} stages "

@@ -11,7 +11,7 @@ cheap. Their text form (:func:`format_instr`) is the program token grammar of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 from schedsim.program.routing import Key, message_key, recv_parts, send_parts
@@ -22,6 +22,34 @@ COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
 #: ``_FS``/``_BS`` the shape messages announcing them (Megatron's variable_seq_lengths)
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "SEND_FS", "RECV_FS", "SEND_BS",
               "RECV_BS")
+#: message tags a post may name (``:tag`` in program text); index = tag code
+TAGS = ("activation", "gradient", "shape", "other")
+#: bytes units a post's ``@bytes`` suffix may carry (binary and decimal)
+BYTE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10 ** 3,
+              "MB": 10 ** 6, "GB": 10 ** 9}
+
+
+def default_tag(comm_kind: str) -> str:
+    """The tag a post carries unless it names one: ``activation`` for ``SEND_F`` /
+    ``RECV_F``, ``gradient`` for ``SEND_B`` / ``RECV_B``, ``shape`` for the shape
+    messages (``_FS``, ``_BS``)."""
+    return "shape" if comm_kind.endswith("S") else (
+        "activation" if comm_kind[-1] == "F" else "gradient")
+
+
+def format_bytes(n: float) -> str:
+    """``4194304`` -> ``4MiB``; a count that is no whole KiB, MiB or GiB stays plain."""
+    for unit in ("GiB", "MiB", "KiB"):
+        q = n / BYTE_UNITS[unit]
+        if q >= 1 and float(q).is_integer():
+            return f"{int(q)}{unit}"
+    return str(int(n)) if float(n).is_integer() else repr(float(n))
+
+
+def identity_suffix(tag: str | None, nbytes: float | None) -> str:
+    """The identity suffix of a post token: ``:gradient@4MiB``, ``@2MiB``, or ``""``."""
+    return ((f":{tag}" if tag is not None else "")
+            + (f"@{format_bytes(nbytes)}" if nbytes is not None else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +89,41 @@ class Comm:
     ``SEND_F`` at stage s sends the activation of stage s to stage s+1; ``RECV_F`` at stage
     s receives the activation of stage s-1; ``SEND_B`` at stage s sends the gradient of
     stage s's input to stage s-1; ``RECV_B`` at stage s receives it from stage s+1.
+
+    ``peer`` names the other stage of a skip edge (``0SEND_F0>2``, ``2RECV_F0<0``;
+    None: the chain neighbour). ``tag`` and ``nbytes`` are the message's identity as
+    this side posts it (program
+    text ``0SEND_F1:gradient@4MiB``): None means the default, :func:`default_tag` and
+    the cost model's ``bytes_of`` of the producing stage. They take no part in
+    equality: a ``WAIT`` names the op by kind, stage and microbatch alone. Compile pairs
+    the k-th send with the k-th recv per directed link and checks that their bytes and
+    tags agree (:mod:`schedsim.sim.identity`).
     """
 
     kind: str
     stage: int
     mb: int
+    peer: int | None = None
+    tag: str | None = field(default=None, compare=False)
+    nbytes: float | None = field(default=None, compare=False)
 
     @property
     def is_send(self) -> bool:
         return self.kind[0] == "S"
 
+    def token(self) -> str:
+        """The post token with its identity suffix (``0SEND_F1:gradient@4MiB``)."""
+        return str(self) + identity_suffix(self.tag, self.nbytes)
+
     def message_key(self) -> Key:
-        """``(kind, producing stage, mb)``: the identity of the message this op moves."""
-        return message_key(self.kind, self.stage, self.mb)
+        """``(kind, producing stage, mb)``, with the consuming stage on a skip edge: the
+        identity of the message this op moves (:mod:`schedsim.program.routing`)."""
+        return message_key(self.kind, self.stage, self.mb, self.peer)
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind}{self.mb}"
+        if self.peer is None:
+            return f"{self.stage}{self.kind}{self.mb}"
+        return f"{self.stage}{self.kind}{self.mb}{'>' if self.is_send else '<'}{self.peer}"
 
 
 def send_comm(key: Key) -> Comm:
@@ -166,9 +213,9 @@ def format_instr(ins: Instr | Op | str) -> str:
     if isinstance(ins, Compute):
         return format_op(ins.op)
     if isinstance(ins, Post):
-        return str(ins.comm)
+        return ins.comm.token()
     if isinstance(ins, Batch):
-        return "BATCH[" + "+".join(str(c) for c in ins.comms) + "]"
+        return "BATCH[" + "+".join(c.token() for c in ins.comms) + "]"
     if isinstance(ins, Commit):
         return "COMMIT"
     if isinstance(ins, Wait):

@@ -17,6 +17,16 @@ that issues it, as torch writes it). Which *rank* sends and receives follows fro
 placement (``rank_of(stage, mb)``): :func:`route`. Source: the standard pipeline dependency
 graph, e.g. Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024), Section 2.
 
+**Stage graphs beyond a chain.** A placement may add *skip edges* ``(p, c)``, ``c > p + 1``
+(skip connections, encoder-decoder cross inputs; ``[stages] edges`` in a scenario): stage
+c's forward also consumes stage p's activation, and stage p's backward the gradient that
+c's backward makes for that input. Such a message's key names its consumer too:
+``("F", p, mb, c)`` and ``("B", c, mb, p)`` (kind, producing stage, mb, consuming stage);
+chain messages keep their three-field key. A comm op names the other stage of a skip
+edge after its microbatch: ``0SEND_F0>2``, ``2RECV_F0<0``, ``2SEND_B0>0``, ``0RECV_B0<2``
+(``peer`` below; None: the chain neighbour). The graph always holds the chain, so the
+chain's order rules imply the skip edges' (stages are numbered in topological order).
+
 This module imports nothing of schedsim: ops are anything with ``kind``, ``stage`` and
 ``mb`` attributes.
 """
@@ -24,7 +34,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-Key = tuple[str, int, int]
+Key = tuple  # (kind, producing stage, mb) or, on a skip edge, (..., consuming stage)
+#: skip edges (producing stage, consuming stage), c > p + 1, in sorted order
+Skips = tuple[tuple[int, int], ...]
 
 #: message kinds, by code: activations ``F`` and input gradients ``B``, and the shape
 #: messages that announce them (``FS``, ``BS``: Megatron-LM's ``_communicate_shapes`` under
@@ -48,25 +60,80 @@ def is_shape(kind: str) -> bool:
     return kind.endswith("S")
 
 
-def message_key(comm_kind: str, stage: int, mb: int) -> Key:
-    """Key of the message a comm op ``{stage}{comm_kind}{mb}`` moves."""
-    kind, _, off = COMM_SIDES[comm_kind]
-    return (kind, stage + off, mb)
+def message_key(comm_kind: str, stage: int, mb: int, peer: int | None = None) -> Key:
+    """Key of the message a comm op ``{stage}{comm_kind}{mb}`` moves (``peer``: the other
+    stage, given for a skip edge; a chain neighbour gives the chain key)."""
+    kind, side, off = COMM_SIDES[comm_kind]
+    if peer is None:
+        return (kind, stage + off, mb)
+    prod, cons = (stage, peer) if side == 0 else (peer, stage)
+    if cons == (prod + 1 if kind[0] == "F" else prod - 1):
+        return (kind, prod, mb)
+    return (kind, prod, mb, cons)
 
 
 def consumer_stage(key: Key) -> int:
     """Stage that receives output ``key`` from another stage (may be out of range)."""
+    if len(key) == 4:
+        return key[3]
     return key[1] + 1 if key[0][0] == "F" else key[1] - 1
 
 
-def send_parts(key: Key) -> tuple[str, int, int]:
-    """``(comm kind, issuing stage, mb)`` of the SEND the producer of ``key`` posts."""
-    return ("SEND_" + key[0], key[1], key[2])
+def send_parts(key: Key) -> tuple[str, int, int, int | None]:
+    """``(comm kind, issuing stage, mb, peer stage or None)`` of the SEND the producer of
+    ``key`` posts."""
+    return ("SEND_" + key[0], key[1], key[2], key[3] if len(key) == 4 else None)
 
 
-def recv_parts(key: Key) -> tuple[str, int, int]:
-    """``(comm kind, issuing stage, mb)`` of the RECV the consumer of ``key`` posts."""
-    return ("RECV_" + key[0], consumer_stage(key), key[2])
+def recv_parts(key: Key) -> tuple[str, int, int, int | None]:
+    """``(comm kind, issuing stage, mb, peer stage or None)`` of the RECV the consumer of
+    ``key`` posts."""
+    return ("RECV_" + key[0], consumer_stage(key), key[2],
+            key[1] if len(key) == 4 else None)
+
+
+def check_skips(edges: list, stages: int) -> Skips:
+    """The skip edges of a stage graph given as ``[[p, c], ...]`` (the chain's edges
+    ``[s, s+1]`` may be listed and must all be there when any edge is): sorted, each
+    ``0 <= p < c - 1 < stages - 1``. Raises ValueError naming the bad edge."""
+    out = set()
+    chain = set()
+    for e in edges:
+        if len(e) != 2 or not all(isinstance(x, int) for x in e):
+            raise ValueError(f"edge {e!r}: expected [producer stage, consumer stage]")
+        p, c = e
+        if not (0 <= p < stages and 0 <= c < stages):
+            raise ValueError(f"edge {list(e)}: stages run from 0 to {stages - 1}")
+        if c <= p:
+            raise ValueError(f"edge {list(e)}: an edge goes to a later stage (stages "
+                             f"are numbered in topological order)")
+        (chain if c == p + 1 else out).add((p, c))
+    missing = [[s, s + 1] for s in range(stages - 1) if (s, s + 1) not in chain]
+    if missing and edges:
+        raise ValueError(f"the stage graph must hold the chain: add {missing[0]} (every "
+                         f"[s, s+1]); extra edges are skip edges")
+    return tuple(sorted(out))
+
+
+def skip_needs(atom: Any, skips: Skips) -> list[Key]:
+    """Skip-edge inputs of ``atom`` (a non-FB op): a forward's activations from earlier
+    stages, a backward's gradients from later ones."""
+    k, s, mb = atom.kind, atom.stage, atom.mb
+    if k == "F":
+        return [("F", p, mb, s) for p, c in skips if c == s]
+    if k == "B" or k == "BW":
+        return [("B", c, mb, s) for p, c in skips if p == s]
+    return []
+
+
+def skip_outputs(atom: Any, skips: Skips) -> list[Key]:
+    """Skip-edge outputs of ``atom`` (a non-FB op)."""
+    k, s, mb = atom.kind, atom.stage, atom.mb
+    if k == "F":
+        return [("F", s, mb, c) for p, c in skips if p == s]
+    if k == "B" or k == "BW":
+        return [("B", s, mb, p) for p, c in skips if c == s]
+    return []
 
 
 def route(key: Key, rank_of: Callable[[int, int], int]) -> tuple[int, int]:
@@ -101,7 +168,7 @@ def produces(atom: Any) -> Key | None:
 def producer_atoms(key: Key) -> tuple[Key, ...]:
     """``(kind, stage, mb)`` of the ops that may produce output ``key``: ``F`` for an
     activation; ``B`` or ``BW`` (whichever the schedule runs) for an input gradient."""
-    kind, s, mb = key
+    kind, s, mb = key[:3]
     if kind == "F":
         return (("F", s, mb),)
     return (("B", s, mb), ("BW", s, mb))
@@ -111,7 +178,7 @@ def consumer_atoms(key: Key) -> tuple[Key, ...]:
     """``(kind, stage, mb)`` of the ops on the consumer stage that may take output
     ``key`` as their cross-stage input (the next stage's ``F``; the previous stage's
     ``B`` or ``BW``)."""
-    kind, _, mb = key
+    kind, _, mb = key[:3]
     to = consumer_stage(key)
     if kind == "F":
         return (("F", to, mb),)
@@ -164,6 +231,44 @@ def outputs(kind, stage):
 
     k, s = np.asarray(kind), np.asarray(stage)
     return np.where(k == 0, 0, 1), np.where(k == 2, -1, s)
+
+
+#: skip-edge key codes start after every chain code of every message kind
+SKIP_BASE = len(MESSAGE_KINDS)
+
+
+def skip_code(edge: int, mkind, mb, stages: int, microbatches: int):
+    """Key code of the message of skip edge number ``edge`` (its index in the sorted
+    skips; kind 0 activation, 1 gradient): after every chain code, ``SKIP_BASE * stages *
+    microbatches + (2 * edge + kind) * microbatches + mb``."""
+    import numpy as np
+
+    return (SKIP_BASE * stages * microbatches + (2 * np.asarray(edge, dtype=np.int64)
+                                         + np.asarray(mkind)) * microbatches
+            + np.asarray(mb))
+
+
+def decode_codes(code, stages: int, microbatches: int, skips: Skips = ()):
+    """``(message kind, producing stage, consuming stage, mb)`` of key codes (chain
+    codes of :func:`key_codes`, skip codes of :func:`skip_code`)."""
+    import numpy as np
+
+    S, M = stages, microbatches
+    c = np.asarray(code, dtype=np.int64)
+    mk, ps, mb = c // (S * M), (c // M) % S, c % M
+    cs = ps + 1 - 2 * (mk & 1)
+    if skips:
+        sk = c >= SKIP_BASE * S * M
+        if sk.any():
+            e = (c[sk] - SKIP_BASE * S * M) // M
+            edge, kind = e // 2, e % 2
+            sp = np.asarray([p for p, _ in skips], dtype=np.int64)[edge]
+            sc = np.asarray([q for _, q in skips], dtype=np.int64)[edge]
+            mk, ps, cs = mk.copy(), ps.copy(), cs.copy()
+            mk[sk] = kind
+            ps[sk] = np.where(kind == 0, sp, sc)
+            cs[sk] = np.where(kind == 0, sc, sp)
+    return mk, ps, cs, mb
 
 
 def key_codes(mkind, pstage, mb, stages: int, microbatches: int):

@@ -99,7 +99,7 @@ def send_waits_before_recv(tl: Timeline) -> tuple[int, int]:
                 since.setdefault(c.message_key(), w.start)
     late = total = 0
     for m in tl.messages:
-        t = since.get((m.kind, m.stage, m.mb))
+        t = since.get(m.key)
         if t is None or m.recv_posted is None or m.send_done is None:
             continue
         if t < m.recv_posted:

@@ -164,7 +164,7 @@ def host_times(tl: Timeline, program: Program) -> list[HostTime]:
     (:func:`~schedsim.timeline.effective_posts`) minus its start (without a record of
     the launch in ``posts``: its post minus when the host was free). Instructions without
     a record (a zero-length wait the run did not record) pass the host on unchanged."""
-    msgs = {(m.kind, m.stage, m.mb): m for m in tl.messages}
+    msgs = {m.key: m for m in tl.messages}
     spans = {(s.rank, s.index): (s.start, s.end) for s in tl.spans}
     waits = {(w.rank, w.index): (w.start, _released(w, msgs)) for w in tl.waits}
     posted = effective_posts(tl.messages)
@@ -242,7 +242,7 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
     since = _recv_wait_starts(tl)
     samples, transfers = [], []
     for m in tl.messages:
-        key = (m.kind, m.stage, m.mb)
+        key = m.key
         t = observed_transfer(m, since.get(key))
         if t is not None:
             samples.append([m.bytes, t])

@@ -25,31 +25,33 @@ from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
-from schedsim.program.routing import SHAPE_BYTES, cross_stage_inputs
+from schedsim.program.routing import cross_stage_inputs
 from schedsim.sim.compile_data import compile_data
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernels import Err, Step
 from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
 
 _STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
 
 
-def _ordinal(k: int) -> str:
-    """The ordinal of 0-based position ``k`` (``0`` -> ``1st``)."""
-    from schedsim.util.text import ordinal
-
-    return ordinal(k + 1)
-
-
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
-                    comm: CommModel, flat: FlatProgram | None = None) -> Compiled:
+                    comm: CommModel, flat: FlatProgram | None = None,
+                    allow_unmatched: bool = False) -> Compiled:
     """Check ``program``'s comm and compile it. Raises :class:`ProgramError` naming the
-    first offending instruction (unmatched or mismatched send/recv, a recv never waited,
-    a send before its data exists, a local hand-off posted as P2P, a wrong rank). The
-    compute order is not checked here (:func:`schedsim.program.validate.validate_program`).
+    first offending instruction (unmatched or mismatched send/recv, sizes that differ
+    between the two sides of a pair, a recv never waited, a send before its data exists,
+    a local hand-off posted as P2P, a wrong rank). The compute order is not checked here
+    (:func:`schedsim.program.validate.validate_program`). Pairs whose tags differ are
+    silent swaps (:mod:`schedsim.sim.identity`): listed in ``Compiled.swaps``, the ops
+    paired as the library pairs them.
 
-    ``flat``: the program's flat form when the caller has it already.
+    ``flat``: the program's flat form when the caller has it already. ``allow_unmatched``:
+    compile a program with unmatched ops (under eager or rendezvous semantics) instead of
+    raising, the sentence in ``Compiled.unmatched``: the caller runs it and reports what
+    the op's never completing does to the other ranks (:func:`schedsim.sim.simulate.
+    simulate_run`).
     """
     pl = program.placement
     P = pl.ranks
@@ -64,8 +66,9 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
         cp = compile_data(program, fl, pr, costs)
     else:
-        cp = _compile_comm(program, fl, pr, costs, comm)
+        cp = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
         cp.launch_cost = comm.launch_cost
+        cp.atomic = comm.group_semantics == "atomic"
         if comm.lazy_init:
             cp.lazy_init = True
             cp.init_cost = comm.init_cost
@@ -114,11 +117,11 @@ def _host_delays(cp: Compiled, comm: CommModel) -> None:
 
 def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compact ids of every key code the program names: ``(keys, member ids, atom input
-    ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
-    microbatches, x 2 with shape messages) is small next to the program, the codes are their
-    own ids."""
+    ids, atom output ids)`` (-1 stays -1). When the code space (``Prep.ncodes``: 2 x stages
+    x microbatches, x 2 with shape messages, skip edges after them) is small next to the
+    program, the codes are their own ids."""
     n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
-    space = (4 if len(pr.mk) and int(pr.mk.max()) >= 2 else 2) * pr.S * pr.M
+    space = pr.ncodes
     if space <= max(4 * n, 1 << 16):
         return np.arange(space, dtype=I64), pr.mcode, pr.a_in, pr.a_out
     allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
@@ -132,7 +135,8 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
-                  comm: CommModel, with_costs: bool = True) -> Compiled:
+                  comm: CommModel, with_costs: bool = True,
+                  allow_unmatched: bool = False) -> Compiled:
     """The sequential pass (:func:`~schedsim.sim.kernels.compile_comm_kernel`) plus the
     link-order check."""
     from schedsim.sim.fast import kernels_for
@@ -197,7 +201,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
                   hindex=arr["hindex"][:2 * nm], hseq=arr["hseq"][:2 * nm],
                   unit_stream=arr["unit_stream"][:nu], unit_hptr=arr["unit_hptr"][:nu + 1],
                   unit_h=arr["unit_h"][:nuh], hunit=arr["hunit"][:2 * nm])
-    _check_matching(cp, arr["hord"][:2 * nm])
+    _check_matching(cp, arr["hord"][:2 * nm], pr, costs, arr["key_msg"][mkey],
+                    allow_unmatched)
     return cp
 
 
@@ -210,7 +215,11 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     loc = where(fl, r, i)
     if code == Err.NEED:      # j is an atom: its cross-rank input was never received
         kind, ps = cross_stage_inputs(pr.a_kind[j:j + 1], pr.a_stage[j:j + 1], pr.S)
-        need = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
+        need: tuple = (("F", "B")[int(kind[0])], int(ps[0]), int(pr.a_mb[j]))
+        if pr.a_skip is not None and pr.a_skip[j] >= 0:      # a skip-edge input
+            p, c = pr.skips[int(pr.a_skip[j])]
+            mb = int(pr.a_mb[j])
+            need = ("F", p, mb, c) if pr.a_kind[j] == 0 else ("B", c, mb, p)
         m = int(a["key_msg"][int(a_in[j])])
         posted = m >= 0 and 0 <= int(a["hindex"][2 * m + 1]) < i
         return ProgramError(f"{loc} uses data from rank {int(pr.a_in_rank[j])} but the "
@@ -240,63 +249,93 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     return ProgramError(f"{loc}: waits for {c}, which this rank has not posted before")
 
 
-def _check_matching(cp: Compiled, hord: np.ndarray) -> None:
+def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
+                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> None:
     """Every message posted by both sides, and on each directed link the k-th send and the
-    k-th recv name the same message (all sends of a link come from one rank, all recvs go
-    to one rank, so posting order is instruction order on that rank). ``hord``: each
-    handle's k on its link (from the compile pass); only when they differ is the first
-    mismatch looked for."""
+    k-th recv agree (:mod:`schedsim.sim.identity`: the same bytes; the same tag, else a
+    silent swap, recorded in ``cp.swaps`` and the pair re-made as the library makes it;
+    tag and bytes equal: the same message). ``hord``: each handle's k on its link (from
+    the compile pass); when every pair names one message and no post names an identity
+    there is nothing to look at. ``msg_of_member``: the message id of every member."""
+    from schedsim.sim.identity import (
+        check_pairs,
+        member_where,
+        ordinal,
+        pair_members,
+        swap_of,
+        unmatched_text,
+    )
+
     fl = cp.flat
     nm = cp.num_messages
     if nm == 0:
         return
     hi = cp.hindex.reshape(-1, 2)
-    if np.all(hi >= 0) and np.array_equal(hord[0::2], hord[1::2]):
+    if (fl.ctag is None and np.all(hi >= 0)
+            and np.array_equal(hord[0::2], hord[1::2])):
         return
-    missing = np.flatnonzero((hi[:, 0] < 0) | (hi[:, 1] < 0))
-    if len(missing):
-        m = int(missing[0])
-        if hi[m, 0] >= 0:
-            side, r, i, other, orank = "send", cp.msrc[m], hi[m, 0], "recv", cp.mdst[m]
-        else:
-            side, r, i, other, orank = "recv", cp.mdst[m], hi[m, 1], "send", cp.msrc[m]
-        raise ProgramError(f"{where(fl, int(r), int(i))}: unmatched {side}: rank "
-                           f"{int(orank)} never posts the matching {other}")
-    hs = cp.hseq.reshape(-1, 2)
-    link = cp.msrc * cp.ranks + cp.mdst
-    ms = np.arange(nm)
-    so = np.lexsort((hs[:, 0], link))
-    ro = np.lexsort((hs[:, 1], link))
-    if np.array_equal(so, ro):
-        return
-    bad = np.flatnonzero(so != ro)[0]
-    lk = link[so[bad]]
-    start = int(np.searchsorted(link[so], lk))
-    k = int(bad) - start
-    a, b = int(ms[so[bad]]), int(ms[ro[bad]])
-    src, dst = int(cp.msrc[a]), int(cp.mdst[a])
-    si, ri = int(hi[a, 0]), int(hi[b, 1])
-    raise ProgramError(
-        f"the {_ordinal(k)} send on link {src}->{dst} is {cp.handle_token(2 * a)} "
-        f"({_at(fl, src, si)}) but the {_ordinal(k)} recv is {cp.handle_token(2 * b + 1)} "
-        f"({_at(fl, dst, ri)}): P2P ops match in posting order per link, so both must "
-        f"name the same message")
+    pairs = pair_members(fl, pr)
+    cp.swaps = check_pairs(fl, pr, costs, pairs)
+    ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]
+    tag_same = np.ones(len(ma), bool)
+    if cp.swaps:
+        from schedsim.sim.identity import member_identity
+
+        tag = member_identity(fl, pr, costs)[0]
+        tag_same = tag[pairs.js] == tag[pairs.jr]
+    bad = np.flatnonzero((ma != mb_) & tag_same)
+    if len(pairs.unmatched) and (not allow_unmatched or len(bad) or cp.swaps):
+        raise ProgramError(unmatched_text(fl, pr, int(pairs.unmatched[0])))
+    if len(bad):
+        p = int(bad[0])
+        k, src, dst = int(pairs.k[p]), int(pairs.src[p]), int(pairs.dst[p])
+        a, b = int(pairs.js[p]), int(pairs.jr[p])
+        raise ProgramError(
+            f"the {ordinal(k)} send on link {src}->{dst} is {member_where(fl, a)} but "
+            f"the {ordinal(k)} recv is {member_where(fl, b)}: P2P ops match in posting "
+            f"order per link, so both must name the same message")
+    if len(pairs.unmatched):
+        cp.unmatched = unmatched_text(fl, pr, int(pairs.unmatched[0]))
+    _given_bytes(cp, pr, costs, msg_of_member)
+    perm = swap_of(fl, pr, pairs, msg_of_member)
+    if perm is not None:
+        _repair(cp, perm, ma, mb_)
 
 
-def _at(fl: FlatProgram, r: int, i: int) -> str:
-    """``rank 0, instr 14`` and, when that instruction is a BATCH of several posts, the
-    batch (its whole token would hide which member collided)."""
-    tok = fl.token(int(fl.rptr[r]) + i)
-    return f"rank {r}, instr {i}" + (f", in {tok}" if tok.startswith("BATCH[") else "")
+def _given_bytes(cp: Compiled, pr: Prep, costs: CostModel, msg_of_member: np.ndarray
+                 ) -> None:
+    """``cp.mbytes_given``: each message's bytes as its posts name them (both sides
+    agree, checked), -1 where neither names any."""
+    fl = cp.flat
+    if fl.cbytes is None:
+        return
+    give = np.flatnonzero(fl.cbytes >= 0)
+    out = np.full(cp.num_messages, -1.0)
+    out[msg_of_member[give]] = fl.cbytes[give]
+    cp.mbytes_given = out
+
+
+def _repair(cp: Compiled, perm: np.ndarray, ma: np.ndarray, mb_: np.ndarray) -> None:
+    """Re-pair the handles as the comm library pairs them (silent swaps): the recv paired
+    with message a's send becomes a's recv handle; ``cp.mrcode`` keeps what each recv
+    named."""
+    for name in ("ch", "unit_h"):
+        setattr(cp, name, perm[getattr(cp, name)])
+    for name in ("hindex", "hseq", "hunit"):
+        old = getattr(cp, name)
+        new = old.copy()
+        new[perm] = old
+        setattr(cp, name, new)
+    cp.mrcode = cp.mcode.copy()
+    cp.mrcode[ma] = cp.mcode[mb_]
 
 
 def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
     """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
     of every message."""
     P, S = cp.ranks, cp.stages
-    ps = (cp.mcode // cp.microbatches) % S
-    nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
-    nbytes[cp.mcode // (cp.microbatches * S) >= 2] = SHAPE_BYTES     # shape messages
+    mk, ps = cp.decode(cp.mcode)[:2]
+    nbytes = default_bytes(costs, mk, ps, S)
     lk = cp.msrc * P + cp.mdst
     used = np.zeros(P * P, bool)
     used[lk] = True
@@ -304,6 +343,8 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     bw_t = np.full(P * P, np.inf)
     for u in np.flatnonzero(used).tolist():
         lat_t[u], bw_t[u] = link.params(u // P, u % P)
+    if cp.mbytes_given is not None:
+        nbytes = np.where(cp.mbytes_given >= 0, cp.mbytes_given, nbytes)
     cp.mbytes = nbytes
     cp.mlat = lat_t[lk]
     mbw = bw_t[lk]

@@ -14,10 +14,18 @@ import numpy as np
 from schedsim.program.flat import FlatProgram
 from schedsim.program.ir import Op, Program
 from schedsim.program.ops import recv_comm, send_comm
-from schedsim.program.routing import MESSAGE_KINDS
+from schedsim.program.routing import MESSAGE_KINDS, decode_codes
 from schedsim.sim.kernels import Step, WaitKind
 
 I64 = np.int64
+
+
+def _keys(mk: np.ndarray, ps: np.ndarray, cs: np.ndarray, mb: np.ndarray) -> list[tuple]:
+    """Message keys of decoded codes: 3 fields on a chain edge, 4 on a skip edge."""
+    kinds = MESSAGE_KINDS
+    chain = (cs == ps + 1 - 2 * (mk & 1)).tolist()
+    return [(kinds[k], p, m) if ch else (kinds[k], p, m, c) for k, p, c, m, ch in
+            zip(mk.tolist(), ps.tolist(), cs.tolist(), mb.tolist(), chain)]
 
 
 @dataclass
@@ -74,6 +82,8 @@ class Compiled:
     launch_cost: float = 0.0
     lazy_init: bool = False
     init_cost: float = 0.0
+    #: NCCL-like atomic groups (``CommModel.group_semantics``, :mod:`schedsim.sim.groups`)
+    atomic: bool = False
     #: measured sender completion per message, from its transfer's start
     #: (``LinkModel.messages``), -1 where not measured; None: no measured message
     msend: np.ndarray | None = None
@@ -81,6 +91,14 @@ class Compiled:
     #: ``launch_cost`` is then 0); None: no such times
     delay: np.ndarray | None = None
     pair_first: dict[int, dict[int, int]] = field(default_factory=dict)
+    #: message identity (:mod:`schedsim.sim.identity`): the silent-swap findings; the
+    #: first unmatched op's sentence (compiled with ``allow_unmatched``); what each
+    #: message's recv named when a swap re-paired it (key codes, None: as ``mcode``);
+    #: bytes the posts gave per message (-1: the cost model's; None: none given)
+    swaps: list[tuple[int, int, str]] = field(default_factory=list)
+    unmatched: str | None = None
+    mrcode: np.ndarray | None = None
+    mbytes_given: np.ndarray | None = None
 
     @property
     def num_messages(self) -> int:
@@ -91,19 +109,26 @@ class Compiled:
         return self.ranks + self.ranks * self.ranks
 
     # -- message identity ---------------------------------------------------------------
+    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(message kind, producing stage, consuming stage, mb)`` of key codes
+        (:func:`schedsim.program.routing.decode_codes`, skip edges included)."""
+        return decode_codes(codes, self.stages, self.microbatches,
+                            tuple(self.program.placement.skips))
+
     @cached_property
-    def mkey(self) -> list[tuple[str, int, int]]:
-        """``(kind, producing stage, mb)`` of every message."""
-        S, M = self.stages, self.microbatches
-        code = self.mcode
-        kinds = MESSAGE_KINDS
-        return list(zip([kinds[k] for k in (code // (S * M)).tolist()],
-                        ((code // M) % S).tolist(), (code % M).tolist()))
+    def mkey(self) -> list[tuple]:
+        """``(kind, producing stage, mb)`` of every message, with the consuming stage on
+        a skip edge (:mod:`schedsim.program.routing`)."""
+        return _keys(*self.decode(self.mcode))
 
     def handle_token(self, h: int) -> str:
-        """Program token of a handle (``1RECV_F0``) for messages and diagnostics."""
-        key = self.mkey[h >> 1]
-        return str(send_comm(key) if h & 1 == 0 else recv_comm(key))
+        """Program token of a handle (``1RECV_F0``) for messages and diagnostics: what
+        its post named (a swapped recv names another message than its send)."""
+        if h & 1 == 0:
+            return str(send_comm(self.mkey[h >> 1]))
+        if self.mrcode is not None:
+            return str(recv_comm(_keys(*self.decode(self.mrcode[h >> 1:(h >> 1) + 1]))[0]))
+        return str(recv_comm(self.mkey[h >> 1]))
 
     def owner(self, h: int) -> int:
         """The rank that posts handle h."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Op
-from schedsim.program.vocab import CommStream, Semantics
+from schedsim.program.vocab import CommStream, GroupSemantics, Semantics
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
@@ -410,6 +410,11 @@ class CommModel(BaseModel):
       launch order, so a kernel waiting at the head blocks the others; the stage model's
       pieces inside an op are placed so (:func:`schedsim.sim.overlap.schedule`). With 2
       or more its streams are independent. Used under every semantics.
+    - ``group_semantics``: how the members of one ``BATCH`` progress. ``independent``
+      (gloo): each op on its own. ``atomic`` (NCCL's ``ncclGroupStart``/``End``, one
+      kernel for the group): no member moves data until every member is matched (its
+      partner active), and the members complete together. Not used under ``data``
+      semantics. See ``docs/messages.md``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -422,6 +427,7 @@ class CommModel(BaseModel):
     lazy_init: bool = False
     init_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     connections: int = Field(default=8, ge=1, le=32)
+    group_semantics: GroupSemantics = "independent"
 
     @field_validator("comm_stream", mode="before")
     @classmethod
@@ -439,7 +445,8 @@ class CommModel(BaseModel):
                 ("--comm-stream", self.comm_stream != "none"),
                 ("--eager-threshold", self.eager_threshold_bytes is not None),
                 ("--launch-cost", self.launch_cost > 0 or bool(self.host)),
-                ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0)) if on]
+                ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0),
+                ("--group-semantics", self.group_semantics != "independent")) if on]
             return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "
                     f"semantics, which ignore the program's sends and recvs: add --semantics "
                     f"eager or rendezvous"] if flags else []

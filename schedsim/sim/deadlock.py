@@ -35,6 +35,9 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
         return [(q, 2 * m)], [(f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
                                f"rank {q}, which has not run", 0)]
     owner = cp.owner(h)
+    if cp.hindex[h] < 0:      # an unmatched op's partner: nobody posts it
+        return [], [(f"{tok}, which rank {owner} never posts (the op waiting for it is "
+                     f"unmatched)", None)]
     if st.hpost[h] < 0:
         return [(owner, h)], [(f"{tok}, which rank {owner} posts only at instr "
                                f"{cp.hindex[h]}", 0)]
@@ -50,6 +53,9 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
                         (f"{tok}, queued on rank {owner}'s comm stream behind ", 0)] + [
                         (t, None if k is None else k + 1) for t, k in pieces]
         return [(owner, h)], [(f"{tok}, queued on rank {owner}'s comm stream", 0)]
+    held = _group_hold(cp, st, h, seen) if cp.atomic else None
+    if held is not None:
+        return held
     partner = h ^ 1
     if partner in seen:
         return [(owner, h)], [(f"{tok}, which waits for {cp.handle_token(partner)}", 0)]
@@ -68,6 +74,49 @@ def _upto(pieces: list[tuple[str, int | None]], hop: int) -> str:
                 out += pieces[j + 1][0].split(",")[0]
             return out.removesuffix(" behind ")
     return "".join(t for t, _ in pieces)
+
+
+def _group_hold(cp: Compiled, st: RunState, h: int, seen: set[int]
+                ) -> tuple[list[tuple[int, int]], list[tuple[str, int | None]]] | None:
+    """Atomic groups: handle h (active) held by a batch, its own or its partner's, whose
+    other member is not matched (no data moves), or, once its data moved, by its own
+    batch's member not complete (the group completes together); None if neither."""
+    from schedsim.sim.groups import atomic_groups
+
+    hgroup, gptr, gh, _ = atomic_groups(cp)
+    m = h >> 1
+    moved = st.mstart[m] >= 0
+    for y in ((h,) if moved else (h, h ^ 1)):
+        g = int(hgroup[y])
+        if g < 0:
+            continue
+        for z in gh[gptr[g]:gptr[g + 1]].tolist():
+            if z >> 1 == m:
+                continue
+            if moved:
+                if st.hdone[z] >= 0 or z in seen:
+                    continue
+                blocker = z
+            elif st.hact[z] >= 0 and st.hact[z ^ 1] >= 0:
+                continue
+            else:
+                blocker = z if st.hact[z] < 0 else z ^ 1
+                if blocker in seen:
+                    continue
+            seen.add(blocker)
+            hops, pieces = _why(cp, st, blocker, seen)
+            q = cp.owner(y)
+            what = ("completes only with its atomic batch" if moved else
+                    "is held by its atomic batch" if y == h else
+                    f"needs its partner {cp.handle_token(h ^ 1)}, held by that op's atomic "
+                    f"batch")
+            if blocker != z:
+                pieces = [(f"{cp.handle_token(z)}, which waits for ", None)] + pieces
+            return [(q, y)] + hops, [
+                (f"{cp.handle_token(h)}, which {what} (rank {q}, instr "
+                 f"{int(cp.hindex[y])}) with ", 0)] + [
+                (t, None if k is None else k + 1) for t, k in pieces]
+    return None
 
 
 def _init_wait(cp: Compiled, r: int, g: int) -> tuple[int, str, str]:
@@ -157,3 +206,21 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
            + ". ".join(lines) + ". Blocked ranks: "
            + ", ".join(str(b.rank) for b in blocked) + ".")
     return Deadlock(message=msg, blocked=blocked, cycle=cycle)
+
+
+def unmatched_consequence(cp: Compiled, st: RunState) -> str:
+    """What a run of a program with an unmatched op (``cp.unmatched``) did: the ranks it
+    left blocked and what each waits for, and the ranks that finished."""
+    done = [r for r in range(cp.ranks)
+            if int(st.pcs[r]) + int(cp.crptr[r]) >= int(cp.crptr[r + 1])]
+    if len(done) == cp.ranks:
+        return ("the run still completes: the unmatched send completes without its recv "
+                "(eager), and its data lands nowhere")
+    d = diagnose(cp, st)
+    parts = [f"rank {b.rank} blocks at instr {b.index} ({b.instruction}) waiting for "
+             + "; ".join(b.waiting_for) for b in d.blocked]
+    if done:
+        parts.append(("rank " if len(done) == 1 else "ranks ")
+                     + ", ".join(map(str, done)) + " finish" + ("es" if len(done) == 1
+                                                               else ""))
+    return "with it never completing, " + "; ".join(parts)

@@ -88,27 +88,32 @@ def run(cp: Compiled) -> RunState:
          "link_free": xs.fullf(max(cp.num_links, 1), 0.0), "launched": xs.full(P, 0),
          "pair_state": xs.full(npair, 0), "pair_rank": xs.full(npair, -1),
          "pair_t": xs.fullf(npair, 0.0), "delayed": xs.full(P, -1)}
+    g = _groups(cp, xs)
     depth = 8 + max(int(np.diff(cp.chptr).max(initial=0)), int(np.diff(cp.unit_hptr).max(
-        initial=0)))      # the work stack: one step's or one unit's handles, and what follows
+        initial=0))) + 2 * g["gmaxsize"]   # the work stack: one step's or unit's handles,
+    # what follows, and an atomic group's members moving or completing together
     o.update(wk_kind=xs.empty(depth), wk_x=xs.empty(depth), wk_t=xs.emptyf(depth),
              ready=xs.empty(nu + 1))
     if cp.data_mode:      # implicit recvs are always posted
         o["hact"][1::2] = xs.fullf(nm, 0.0)
     strict = bool(np.any(cp.mocc > 0))
+    meager = cp.meager if not cp.atomic else np.where(g["matom_np"] > 0, 0, cp.meager)
     K.run_kernel(P, xs.ints(cp.crptr), xs.ints(cp.cop), xs.floats(cp.ccost),
                  xs.ints(cp.cspan), xs.ints(cp.chptr), xs.ints(cp.ch), xs.ints(cp.cuptr),
                  xs.ints(cp.cinit), xs.floats(cp.delay if cp.delay is not None else ()),
                  cp.delay is not None, xs.floats(cp.msend if cp.msend is not None else ()),
                  cp.msend is not None, xs.ints(cp.hunit), xs.ints(cp.unit_stream),
                  xs.ints(cp.unit_hptr), xs.ints(cp.unit_h), xs.floats(cp.mlat),
-                 xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(cp.meager), cp.data_mode,
+                 xs.floats(cp.mocc), xs.ints(cp.mlink), xs.ints(meager), cp.data_mode,
                  strict, float(cp.launch_cost), cp.lazy_init, float(cp.init_cost),
                  o["sstart"], o["send"], o["hpost"], o["hact"], o["hdone"], o["mstart"],
                  o["marr"], o["pcs"], o["times"], o["reach"], o["wrec"], o["wt0"], o["wt1"],
                  o["counts"], o["sbusy"], o["sfree"], o["qhead"], o["qtail"], o["unext"],
                  o["uenq"], o["udone"], o["ucnt"], o["waiter"], o["wmax"], o["wcnt"],
                  o["link_free"], o["launched"], o["pair_state"], o["pair_rank"],
-                 o["pair_t"], o["delayed"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"])
+                 o["pair_t"], o["delayed"], o["wk_kind"], o["wk_x"], o["wk_t"], o["ready"],
+                 cp.atomic, g["hgroup"], g["gptr"], g["gh"], g["matom"], g["gpend"],
+                 g["gmax"], g["garm"], g["gleft"], g["gfin"])
     f, i = np.float64, np.int64
     nrec = int(o["counts"][0])
     return RunState(
@@ -123,6 +128,26 @@ def run(cp: Compiled) -> RunState:
         pair_rank=np.asarray(o["pair_rank"], i), pair_t=np.asarray(o["pair_t"], f))
 
 
+def _groups(cp: Compiled, xs) -> dict:
+    """The kernel's atomic-group arrays (:mod:`schedsim.sim.groups`), one-entry dummies
+    when the run is not atomic."""
+    if not cp.atomic:
+        one = xs.full(1, -1)
+        return {"hgroup": one, "gptr": xs.full(2, 0), "gh": one, "matom": xs.full(1, 0),
+                "gpend": one, "gmax": xs.fullf(1, -1.0), "garm": xs.fullf(1, -1.0),
+                "gleft": one, "gfin": xs.fullf(1, -1.0), "gmaxsize": 0}
+    from schedsim.sim.groups import atomic_groups
+
+    hgroup, gptr, gh, matom = atomic_groups(cp)
+    ng = len(gptr) - 1
+    sizes = np.diff(gptr)
+    return {"hgroup": xs.ints(hgroup), "gptr": xs.ints(gptr), "gh": xs.ints(gh),
+            "matom": xs.ints(matom), "matom_np": matom, "gpend": xs.new_ints(sizes),
+            "gmax": xs.fullf(max(ng, 1), -1.0), "garm": xs.fullf(max(ng, 1), -1.0),
+            "gleft": xs.new_ints(sizes), "gfin": xs.fullf(max(ng, 1), -1.0),
+            "gmaxsize": int(sizes.max(initial=0))}
+
+
 def _opt(a: np.ndarray) -> list:
     """A float array as a list with None where it is -1 (unknown)."""
     lst = a.tolist()
@@ -135,14 +160,21 @@ def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
     """Program tokens of handles ``hs`` (``1RECV_F0``), built from the message arrays."""
     if not len(hs):
         return []
-    S, M = cp.stages, cp.microbatches
-    code = cp.mcode[hs >> 1]
-    mk, ps, mb = code // (S * M), (code // M) % S, code % M
     recv = (hs & 1) == 1
-    stage = np.where(recv, np.where(mk & 1 == 0, ps + 1, ps - 1), ps)
+    code = cp.mcode[hs >> 1]
+    if cp.mrcode is not None:       # a swapped recv names another message (identity)
+        code = np.where(recv, cp.mrcode[hs >> 1], code)
+    mk, ps, cs, mb = cp.decode(code)
+    stage = np.where(recv, cs, ps)
     names = [("SEND_" + k, "RECV_" + k) for k in MESSAGE_KINDS]
-    return [f"{s}{names[k][r]}{m}" for s, k, r, m in
+    toks = [f"{s}{names[k][r]}{m}" for s, k, r, m in
             zip(stage.tolist(), mk.tolist(), recv.tolist(), mb.tolist())]
+    skip = cs != ps + 1 - 2 * (mk & 1)
+    if skip.any():                  # a skip edge: the token names the other stage
+        other = np.where(recv, ps, cs)
+        for i in np.flatnonzero(skip).tolist():
+            toks[i] += ("<" if recv[i] else ">") + str(int(other[i]))
+    return toks
 
 
 def _spans(cp: Compiled, st: RunState) -> list[Span]:
@@ -179,21 +211,27 @@ def _chunks(pl, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
 
 
 def _messages(cp: Compiled, st: RunState) -> list[Message]:
-    S, M = cp.stages, cp.microbatches
-    code = cp.mcode
+    mk, ps, cs, mb = cp.decode(cp.mcode)
     kinds = MESSAGE_KINDS
-    kind = [kinds[k] for k in (code // (S * M)).tolist()]
+    kind = [kinds[k] for k in mk.tolist()]
+    skip = cs != ps + 1 - 2 * (mk & 1)
+    to = np.where(skip, cs, -1).tolist() if skip.any() else None
     sact = _opt(st.hact[0::2])
     if cp.data_mode:
         sposts, rposts, ract = sact, [None] * cp.num_messages, [None] * cp.num_messages
     else:
         sposts, rposts, ract = _opt(st.hpost[0::2]), _opt(st.hpost[1::2]), \
             _opt(st.hact[1::2])
-    return list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), (code % M).tolist(),
-                    ((code // M) % S).tolist(), cp.mbytes.tolist(), sposts, rposts,
-                    _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
-                    _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist(),
-                    sact, ract))
+    out = list(map(Message, kind, cp.msrc.tolist(), cp.mdst.tolist(), mb.tolist(),
+                   ps.tolist(), cp.mbytes.tolist(), sposts, rposts,
+                   _opt(st.mstart), _opt(st.marr), _opt(st.hdone[0::2]),
+                   _opt(st.hdone[1::2]), cp.hindex[0::2].tolist(), cp.hindex[1::2].tolist(),
+                   sact, ract))
+    if to is not None:              # skip edges: the consumer stage is not the chain's
+        for msg, c in zip(out, to):
+            if c >= 0:
+                msg.to_stage = c
+    return out
 
 
 def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:
@@ -222,12 +260,15 @@ def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Ti
     prog = cp.program
     ran = st.send >= 0.0
     rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
-    return assemble_timeline(
+    tl = assemble_timeline(
         prog.placement, name=prog.name, microbatches=prog.microbatches,
         span_rank=rank, span_start=st.sstart[ran], span_end=st.send[ran],
         semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
         source="simulated", params=prog.params, build=partial(_objects, cp, st),
         span_kinds=partial(_span_kinds, cp, st))
+    if cp.atomic:
+        tl.group_semantics = "atomic"
+    return tl
 
 
 def _span_kinds(cp: Compiled, st: RunState) -> set[tuple[str, tuple[str, ...]]]:

@@ -68,6 +68,7 @@ _WAIT = int(Step.WAIT)
 _ACT = 0      # work item: handle x becomes active at time t
 _XFER = 1     # work item: message x is ready to move at time t
 _DONE = 2     # work item: handle x completes at time t
+_FIN = 3      # work item: handle x of an atomic group completes at time t (the group's)
 
 
 def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_delay, msend,
@@ -76,7 +77,8 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                lazy_init, init_cost, sstart, send, hpost, hact, hdone, mstart, marr, pcs,
                times, reach, wrec, wt0, wt1, counts, sbusy, sfree, qhead, qtail, unext, uenq,
                udone, ucnt, waiter, wmax, wcnt, link_free, launched, pair_state, pair_rank,
-               pair_t, delayed, wk_kind, wk_x, wk_t, ready):
+               pair_t, delayed, wk_kind, wk_x, wk_t, ready, atomic, hgroup, gptr, gh,
+               matom, gpend, gmax, garm, gleft, gfin):
     """Execute compiled code; fills the output arrays (see
     :class:`~schedsim.sim.engine.RunState`). ``counts[0]`` is the number of wait records
     ``wrec`` (step), ``wt0``/``wt1`` (reached, released); ``pair_*`` track lazy
@@ -107,8 +109,16 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
     not help; benchmarks/NOTES.md, section 1, item 3). The loop's parts are marked in
     the code: (a) the work stack, (b) comm streams starting their next unit, (c) the
     running rank's steps, (d) the next event from the heap.
+
+    Atomic groups (``atomic``; :mod:`schedsim.sim.groups`): handle h is in group
+    ``hgroup[h]`` (-1 none), group g's handles are ``gh[gptr[g]:gptr[g+1]]``; a message
+    with ``matom[m]`` moves only once each of its grouped sides' group is *armed*, i.e.
+    every member matched (both sides active; ``gpend`` counts the members not matched
+    yet, ``gmax`` the latest match, ``garm`` the arm time), and a grouped handle
+    completes when its whole group has (``gleft`` members not done, ``gfin`` their
+    latest completion).
     """
-    ACT, XFER, DONE = _ACT, _XFER, _DONE         # locals: the fastest names in CPython
+    ACT, XFER, DONE, FIN = _ACT, _XFER, _DONE, _FIN   # locals: the fastest in CPython
     COMPUTE, LAUNCH = _COMPUTE, _LAUNCH
     nrec = 0
     heap = [(0.0, r, r) for r in range(P)]
@@ -130,7 +140,33 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                 hact[x] = tt
                 m = x >> 1
                 tc = -1.0
-                if x & 1 == 0:                       # a send: ready to move?
+                if atomic and matom[m]:              # an atomic group's member
+                    if hact[x ^ 1] >= 0.0:           # matched now: arm its groups
+                        tm = max(tt, hact[x ^ 1])
+                        for y in range(2 * m, 2 * m + 2):
+                            g = hgroup[y]
+                            if g < 0:
+                                continue
+                            gmax[g] = max(gmax[g], tm)
+                            gpend[g] -= 1
+                            if gpend[g] > 0:
+                                continue
+                            garm[g] = gmax[g]
+                            for q in range(gptr[g], gptr[g + 1]):   # who can move now
+                                o = gh[q] ^ 1
+                                go = hgroup[o]
+                                if go >= 0 and garm[go] < 0.0:
+                                    continue
+                                ts = max(garm[g], garm[go] if go >= 0 else hact[o])
+                                if strict:
+                                    heappush(heap, (ts, seq, -1 - (o >> 1)))
+                                    seq += 1
+                                else:
+                                    wk_kind[sp] = XFER
+                                    wk_x[sp] = o >> 1
+                                    wk_t[sp] = ts
+                                    sp += 1
+                elif x & 1 == 0:                     # a send: ready to move?
                     if meager[m]:
                         tc = tt
                     elif hact[x + 1] >= 0.0:
@@ -174,6 +210,17 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
                     wk_t[sp] = s0 + msend[m]
                 sp += 1
             else:                                    # handle x completes at tt
+                if atomic and wk_kind[sp] == DONE and hgroup[x] >= 0:
+                    g = hgroup[x]                    # ... with its whole group
+                    gfin[g] = max(gfin[g], tt)
+                    gleft[g] -= 1
+                    if gleft[g] == 0:
+                        for q in range(gptr[g], gptr[g + 1]):
+                            wk_kind[sp] = FIN
+                            wk_x[sp] = gh[q]
+                            wk_t[sp] = gfin[g]
+                            sp += 1
+                    continue
                 hdone[x] = tt
                 w = waiter[x]
                 if w >= 0:

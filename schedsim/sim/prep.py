@@ -11,11 +11,13 @@ import numpy as np
 from schedsim.program.flat import FlatProgram, Opcode, ranks_of
 from schedsim.program.ir import Program
 from schedsim.program.routing import (
+    SKIP_BASE,
     comm_message_arrays,
     consumer_stages,
     cross_stage_inputs,
     key_codes,
     outputs,
+    skip_code,
 )
 from schedsim.sim.costs import CostModel
 
@@ -53,6 +55,12 @@ class Prep:
     a_in: np.ndarray      # key code of the cross-rank input, -1
     a_in_rank: np.ndarray  # rank that produces that input, -1
     a_out: np.ndarray     # key code of the output, -1
+    #: stage graphs (``Placement.skips``): an atom has one extra entry per skip-edge
+    #: input or output, after its own, and ``a_skip`` is that edge's number (-1: the
+    #: atom's own entry); ``ncodes``: the size of the key code space
+    a_skip: np.ndarray | None = None
+    ncodes: int = 0
+    skips: tuple = ()
 
 
 def prep(fl: FlatProgram, program: Program) -> Prep:
@@ -62,11 +70,18 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     cs = consumer_stages(mk, ps)
     cmb = fl.cmb
     valid = (ps >= 0) & (ps < S) & (cs >= 0) & (cs < S) & (cmb >= 0) & (cmb < M)
-    if valid.all():
+    skips = tuple(getattr(pl, "skips", ()))
+    edge = None
+    if fl.cpeer is not None:            # members naming the other stage of an edge
+        ps, cs, valid, edge = _peered(fl, mk, side, ps, cs, valid, skips, S)
+    if valid.all() and edge is None:
         mcode = key_codes(mk, ps, cmb, S, M)
         msrc, mdst = ranks_of(pl, ps, cmb), ranks_of(pl, cs, cmb)
     else:
         mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
+        if edge is not None:
+            mcode = np.where(valid & (edge >= 0), skip_code(np.maximum(edge, 0), mk, cmb, S, M),
+                             mcode)
         psv, csv, mbv = np.where(valid, ps, 0), np.where(valid, cs, 0), np.where(valid, cmb, 0)
         msrc = np.where(valid, ranks_of(pl, psv, mbv), -1)
         mdst = np.where(valid, ranks_of(pl, csv, mbv), -1)
@@ -101,8 +116,93 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     a_in = np.where(has_in & (in_rank != a_rank), key_codes(ink, inps, a_mb, S, M), -1)
     ok_out, out_s = outputs(a_kind, a_stage)
     a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
-    return Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
-                 a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out)
+    pr = Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
+              a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out,
+              ncodes=_code_space(mk, S, M, skips), skips=skips)
+    if skips:
+        _skip_atoms(pr, pl, skips, n)
+    return pr
+
+
+def _code_space(mk: np.ndarray, S: int, M: int, skips: tuple) -> int:
+    """Size of the key code space: the chain's codes of F and B (and of the shape
+    messages FS, BS when the program has any), then the skip edges' (``skip_code``)."""
+    if skips:
+        return SKIP_BASE * S * M + 2 * len(skips) * M
+    return (4 if len(mk) and int(mk.max()) >= 2 else 2) * S * M
+
+
+def _peered(fl: FlatProgram, mk, side, ps, cs, valid, skips, S: int):
+    """Members that name the other stage (``fl.cpeer``): their producing and consuming
+    stages, validity (a chain or skip edge of the graph) and skip edge number (-1: a
+    chain edge or none)."""
+    peer = fl.cpeer.astype(I64)
+    has = peer >= 0
+    stage = fl.cstage.astype(I64)
+    prod = np.where(side == 0, stage, peer)
+    cons = np.where(side == 0, peer, stage)
+    ps = np.where(has, prod, ps)
+    cs = np.where(has, cons, cs)
+    down = (mk & 1) == 0                # F (and FS) flow to later stages
+    chain = cons == np.where(down, prod + 1, prod - 1)
+    lo, hi = np.where(down, prod, cons), np.where(down, cons, prod)
+    index = {e: i for i, e in enumerate(skips)}
+    edge = np.asarray([index.get((int(a), int(b)), -1) for a, b in zip(lo.tolist(), hi.tolist())],
+                      dtype=I64) if has.any() else np.full(len(peer), -1, I64)
+    edge = np.where(has & ~chain & (mk < 2), edge, -1)    # skip edges carry F and B
+    ok = ~has | chain | (edge >= 0)
+    valid = valid | (has & (edge >= 0) & (fl.cmb >= 0) & (ps >= 0) & (ps < S) & (cs >= 0)
+                     & (cs < S))
+    return ps, cs, valid & ok, edge
+
+
+def _skip_atoms(pr: Prep, pl, skips, n: int) -> None:
+    """Add the skip-edge entries of every atom (:class:`Prep`): for edge (p, c), a
+    forward of c takes ``("F", p, mb, c)`` (an input entry when p runs on another rank)
+    and a forward of p makes it; a backward of p takes ``("B", c, mb, p)`` and a
+    backward of c makes it."""
+    S, M = pr.S, pr.M
+    k, st, mb, rank = pr.a_kind, pr.a_stage, pr.a_mb, pr.a_rank
+    is_f = k == 0
+    is_b = (k == 1) | (k == 3)
+    ok = (st >= 0) & (st < S) & (mb >= 0) & (mb < M)
+    base = np.arange(len(k), dtype=I64)
+    rows = []        # (atom, edge, input code, input rank, output code)
+    for e, (p, c) in enumerate(skips):
+        for mkind, takes, makes, src in ((0, is_f & (st == c), is_f & (st == p), p),
+                                         (1, is_b & (st == p), is_b & (st == c), c)):
+            code = skip_code(e, mkind, np.maximum(mb, 0), S, M)
+            t = np.flatnonzero(takes & ok)
+            if len(t):
+                src_rank = ranks_of(pl, np.full(len(t), src, I64), mb[t])
+                cross = src_rank != rank[t]
+                t, src_rank = t[cross], src_rank[cross]
+                rows.append((t, np.full(len(t), e), code[t], src_rank, np.full(len(t), -1)))
+            m = np.flatnonzero(makes & ok)
+            rows.append((m, np.full(len(m), e), np.full(len(m), -1), np.full(len(m), -1),
+                         code[m]))
+    if not rows:
+        return
+    ex_atom = np.concatenate([r[0] for r in rows]).astype(I64)
+    order = np.argsort(ex_atom, kind="stable")
+    cat = [np.concatenate([r[i] for r in rows]).astype(I64)[order] for i in range(1, 5)]
+    ex_atom = ex_atom[order]
+    all_atom = np.concatenate((base, ex_atom))
+    sub = np.concatenate((np.zeros(len(base), I64), np.arange(1, len(ex_atom) + 1)))
+    o = np.lexsort((sub, all_atom))
+    src_atom = all_atom[o]
+    is_ex = sub[o] > 0
+    exi = np.maximum(sub[o] - 1, 0)
+    pr.a_instr = pr.a_instr[src_atom]
+    pr.a_kind, pr.a_stage, pr.a_mb = k[src_atom], st[src_atom], mb[src_atom]
+    pr.a_rank = rank[src_atom]
+    pr.a_in = np.where(is_ex, cat[1][exi], pr.a_in[src_atom])
+    pr.a_in_rank = np.where(is_ex, cat[2][exi], pr.a_in_rank[src_atom])
+    pr.a_out = np.where(is_ex, cat[3][exi], pr.a_out[src_atom])
+    pr.a_skip = np.where(is_ex, cat[0][exi], -1)
+    cnt = np.bincount(pr.a_instr, minlength=n)
+    pr.aptr = np.zeros(n + 1, I64)
+    np.cumsum(cnt, out=pr.aptr[1:])
 
 
 def compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from schedsim.errors import DeadlockError, ScenarioError
+from schedsim.errors import DeadlockError, ProgramError, ScenarioError
 from schedsim.program.ir import Program
 from schedsim.sim.compile import Compiled, compile_program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
-from schedsim.sim.deadlock import diagnose
+from schedsim.sim.deadlock import diagnose, unmatched_consequence
 from schedsim.sim.engine import RunState, build_timeline, run
 from schedsim.sim.free import make_free
 from schedsim.timeline import Timeline
@@ -60,12 +60,15 @@ def simulate_run(program: Program, costs: CostModel | None = None,
             from schedsim.program.validate import validate_program
 
             validate_program(program)
-        cp = compile_program(program, costs, link, comm, flat=fl)
+        cp = compile_program(program, costs, link, comm, flat=fl, allow_unmatched=True)
         free_ops, free_messages = list(free_ops), list(free_messages)
         if free_ops or free_messages:
             make_free(cp, free_ops, free_messages)
         st = run(cp)
+        if cp.unmatched is not None:
+            raise ProgramError(f"{cp.unmatched}; {unmatched_consequence(cp, st)}")
         tl = build_timeline(cp, st, comm, costs.unit)
+        tl.findings = list(cp.swaps)
     if not math.isfinite(tl.makespan):
         raise ScenarioError(f"times overflow to {tl.makespan}: the costs, latencies or "
                             f"message sizes are too large for floating point")
