@@ -479,6 +479,8 @@ def scenario_command(fn: Callable | None = None, *,
             given = pick_timeline(shared, kw)
             if given is not None:
                 return fn(given, **kw)
+        if kw.get("from_trace") is not None and all(v is None for v in shared.values()):
+            return fn(None, **kw)     # an input of its own replaces the scenario
         if not any(shared.get(n) is not None for n in
                    ("scenario", "schedule", "program", "schedule_file")):
             fail("give a scenario file, --schedule NAME, --program FILE or "

@@ -54,6 +54,7 @@ from schedsim.cli.replay_options import (
     CostsOutOpt,
     ExactOpt,
     FromTimelineOpt,
+    FromTraceOpt,
     ImportGanttOpt,
     ImportJsonOpt,
     ImportPlacementOpt,
@@ -346,6 +347,7 @@ def calibrate(
     repeats: RepeatsOpt = None,
     isolated: IsolatedOpt = False,
     from_timeline: FromTimelineOpt = None,
+    from_trace: FromTraceOpt = None,
     exact: ExactOpt = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
@@ -358,16 +360,26 @@ def calibrate(
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
       schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml
       schedsim calibrate --from-timeline measured.json --exact --out exact.toml
+      schedsim calibrate --from-trace train.json --out model.toml
     """
     from schedsim.cli.inputs import TimelineInput
 
+    if from_trace is not None:
+        from schedsim.cli.from_measured import calibrate_from_trace
+
+        if sc is not None or from_timeline is not None or exact:
+            fail("--from-trace reads a piece trace alone: drop the scenario, "
+                 "--from-timeline and --exact")
+        return calibrate_from_trace(from_trace, out)
     if isinstance(sc, TimelineInput):
         given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
                  repeats), ("--isolated", isolated or None), ("--timeout", timeout),
                  ("--set", set_)) if v is not None]
         if given:
             fail(f"{', '.join(given)} cannot apply to --from-timeline (nothing is run)")
-        return _calibrate_timeline(sc, out, exact)
+        from schedsim.cli.from_measured import calibrate_timeline
+
+        return calibrate_timeline(sc, out, exact)
     if exact:
         fail("--exact goes with --from-timeline (a run's own durations)")
     from schedsim.replay.calibrate import Calibration
@@ -399,38 +411,6 @@ def calibrate(
                       f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
                       f"cost {cal.launch_cost():.4g} ms per batch", highlight=False)
     write_text_out(out, cal.to_toml(name))
-
-
-def _calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
-    """``calibrate --from-timeline``: fit and write the cost file
-    (:func:`schedsim.replay.fit.fit_timeline`)."""
-    from schedsim.replay.fit import fit_timeline
-
-    tl = ti.timeline
-    if tl.source != "measured":
-        fail(f"{ti.path}: a {tl.source} timeline: --from-timeline fits a measured run (a "
-             f"replay's or an imported trace's)")
-    check_outputs(out)
-    fit = fit_timeline(tl, ti.program, exact=exact)
-    if out is not None:
-        t = Table(title=f"fitted costs ({tl.unit}, median over microbatches) of "
-                        f"{tl.schedule}")
-        kinds = [k for k in ("F", "B", "W", "BW", "FB")
-                 if any(k in c for c in fit.stages.values())]
-        for col in ("stage", *kinds):
-            t.add_column(col, justify="right")
-        for st in sorted(fit.stages):
-            t.add_row(str(st), *(f"{fit.stages[st][k]:.4g}" if k in fit.stages[st] else "-"
-                                 for k in kinds))
-        console.print(t)
-        lat, bw = fit.link()
-        console.print(f"link: latency {lat:.4g} {tl.unit} from {len(fit.samples)} messages, "
-                      f"bandwidth {'inf' if bw == float('inf') else f'{bw:.4g}'}; launch "
-                      f"cost {fit.launch_cost():.4g} {tl.unit} (mean of {len(fit.launches)})"
-                      + (f"; exact: {len(fit.overrides)} ops, {len(fit.transfers)} messages, "
-                         f"{len(fit.host)} host times" if exact else ""), highlight=False,
-                      soft_wrap=True)
-    write_text_out(out, fit.to_toml(tl.schedule))
 
 
 @app.command("import-trace")
@@ -472,6 +452,11 @@ def import_trace(
         fail("--program-out: the traces' placement is a custom stage -> rank table, which "
              "program text cannot carry; use --json (it holds the program)")
     print_summary(tl)
+    if getattr(tl, "trace_source", "") == "pieces":
+        from schedsim.cli.from_measured import print_pieces
+        from schedsim.interop.kineto import read_piece_trace
+
+        print_pieces(read_piece_trace(traces[0]))
     p2p = getattr(tl, "p2p", {})
     console.print(f"{p2p.get('messages', 0)} messages, {p2p.get('paired', 0)} paired (both "
                   f"sides traced), from {p2p.get('calls', 0)} P2P calls; executor: "
