@@ -127,7 +127,9 @@ def check_trace(
         from schedsim.sim.costs import CommModel
 
         model = (sc.costs, sc.link, CommModel(semantics=semantics,
-                                              launch_cost=sc.comm.launch_cost))
+                                              launch_cost=sc.comm.launch_cost,
+                                              host_cost=sc.comm.host_cost,
+                                              host=sc.comm.host))
     p2p = getattr(tl, "p2p", {})
     console.print(f"{name}: {tl.ranks} ranks, {tl.stages} stages, {tl.microbatches} "
                   f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "

@@ -310,7 +310,8 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
         outs.path(files[2]).write_text(cal.to_toml(name))
     else:
         costs, link = sc.costs, sc.link
-        comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
+        comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost,
+                         host_cost=sc.comm.host_cost)
     errors = two_errors(measured, prog, semantics=semantics, model=(costs, link, comm))
     pred = errors.cost_prediction
     measured.write_json(outs.path(files[0]))
