@@ -63,3 +63,39 @@ def test_shipped_traces_within_10_percent_from_the_same_trace(name, expect, tmp_
     assert "host_cost = " in cf.read_text()
     again = check(files, tmp_path, "--costs-file", str(cf))["cost_model_error"]["makespan"]
     assert again == pytest.approx(mk, abs=0.002)       # the file rounds to 6 digits
+
+
+def test_contended_calibration_and_errors_over_steps(tmp_path):
+    """replay --compare on CPU gloo calibrates contended by default: steps of the program
+    itself, fitted like a measured timeline (host cost and receiver waits in the cost
+    file, the spread over the calibration steps printed and written as comments); the
+    cost-model error is reported over every measured step (--steps 3): median, min and
+    max of the per-step errors, each (predicted - step) / step."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    sc = tmp_path / "s.toml"
+    sc.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                  '[replay]\nhidden = 16\nseq = 4\ntimeout = 90\n')
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "schedsim", "replay", str(sc), "--compare",
+                        "--steps", "3", "--warmup", "1", "--out-dir", str(out)],
+                       capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    assert "calibration: 5 contended steps of the program; measured makespan" in text
+    assert "calibration spread over the steps (ms, mean over stages): BW" in text
+    assert "3 measured steps, makespans" in text
+    costs = (out / "1f1b-costs.toml").read_text()
+    assert costs.startswith("# schedsim calibrate --contended: 1f1b\n# calibration: 5 ")
+    assert "\nhost_cost = " in costs and "receiver waits" in costs
+    e = json.loads((out / "1f1b-errors.json").read_text())
+    pred = json.loads((out / "1f1b-predicted.json").read_text())["makespan"]
+    steps = json.loads((out / "1f1b-measured.json").read_text())["step_makespans"]
+    per = [(pred - m) / m for m in steps]
+    got = e["cost_model_error_steps"]
+    assert got["per_step"] == pytest.approx(per)
+    assert (got["min"], got["max"]) == (pytest.approx(min(per)), pytest.approx(max(per)))
+    assert got["median"] == pytest.approx(sorted(per)[1])
+    assert "cost-model error over the 3 measured steps (makespan): median" in text

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from schedsim.cli.common import console, fail, write_text_out
 from schedsim.cli.outputs import check_outputs
+from schedsim.errors import ScenarioError
 
 
 def print_pieces(pt: Any) -> None:
@@ -95,3 +96,85 @@ def calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
                          f"{len(fit.host)} host times" if exact else ""), highlight=False,
                       soft_wrap=True)
     write_text_out(out, fit.to_toml(tl.schedule))
+
+
+def contended_default(spec: Any, contended: bool | None, isolated: bool) -> bool:
+    """Whether to calibrate contended (``--contended``): as asked, else on CPU gloo
+    (where ranks share cores with their messages) unless ``--isolated`` is given."""
+    if contended and isolated:
+        fail("--contended runs the ranks together; --isolated takes turns: give one")
+    if contended is not None:
+        return contended
+    cfg = spec.config
+    return not isolated and cfg.backend == "gloo" and cfg.device_type == "cpu"
+
+
+def warn_contention(procs: int) -> None:
+    """One warning line when the run's processes outnumber the CPUs or the machine is
+    loaded (load average above the CPUs left for the run): measured times then include
+    waiting for a CPU (:func:`schedsim.replay.launch.contention`)."""
+    from schedsim.replay.launch import contention
+
+    why = contention(procs)
+    if why:
+        console.print(f"warning: {why}", highlight=False, soft_wrap=True, markup=False)
+
+
+def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str | None,
+                  timeout: float | None, repeats: int, isolated: bool,
+                  contended: bool | None) -> None:
+    """``schedsim calibrate SCENARIO``: run the calibration on the real ranks (contended
+    steps of the program, or the benchmarks) and write the cost file."""
+    from schedsim.cli.common import Phases
+    from schedsim.program.ir import Program
+    from schedsim.replay.config import spec_from_scenario
+    from schedsim.replay.contended import calibrated_model
+    from schedsim.replay.launch import launch
+
+    check_outputs(out)
+    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
+                              replay=False, calib_repeats=repeats, calib_isolated=isolated)
+    spec.calib_contended = contended_default(spec, contended, isolated)
+    with Phases() as ph:
+        n = check_nproc(spec, nproc)
+        warn_contention(n)
+        ph.step(f"calibrating on {n} ranks"
+                + (f" ({repeats} contended steps of the program)" if spec.calib_contended
+                   else ""))
+        res = launch(spec, n)
+    name = spec.program.get("name", "")
+    costs, link, comm, text, spread = calibrated_model(
+        res["calibration"], Program.model_validate(spec.program), "rendezvous", name)
+    if out is not None:
+        how = ("contended: steps of the program" if spec.calib_contended else
+               "one rank at a time" if isolated else "benchmarks, ranks together")
+        t = Table(title=f"calibrated costs (ms, medians of {repeats}; {how}) on "
+                        f"{res['calibration'].get('backend', '?')}, {n} ranks")
+        for col in ("stage", "F", "B", "W", "BW", "FB"):
+            t.add_column(col, justify="right")
+        for s in sorted(costs.stage):
+            c = costs.stage[s]
+            t.add_row(str(s), *("-" if getattr(c, k) is None else f"{getattr(c, k):.4g}"
+                                for k in ("F", "B", "W", "BW", "FB")))
+        console.print(t)
+        bw = link.bandwidth
+        console.print(f"link: latency {link.latency:.4g} ms, bandwidth "
+                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
+                      f"cost {comm.launch_cost:.4g} ms per batch; host cost "
+                      f"{comm.host_cost:.4g} ms per instruction", highlight=False,
+                      soft_wrap=True)
+        for line in spread:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
+    write_text_out(out, text)
+
+
+def check_nproc(spec: Any, nproc: int | None) -> int:
+    """The run's process count (ranks x tp); ``ScenarioError`` when ``--nproc`` differs."""
+    ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
+    p = ranks * tp          # one process per rank and TP rank
+    if nproc is not None and nproc != p:
+        what = (f"{ranks} ranks (one process per rank)" if tp == 1 else
+                f"{ranks} ranks x tp {tp} = {p} processes")
+        raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
+                            f"--nproc {p}")
+    return p

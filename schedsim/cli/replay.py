@@ -51,6 +51,7 @@ from schedsim.cli.replay_options import (
     CheckGradsOpt,
     CompareIsolatedOpt,
     CompareOpt,
+    ContendedOpt,
     CostsOutOpt,
     ExactOpt,
     FromTimelineOpt,
@@ -73,32 +74,25 @@ from schedsim.cli.replay_options import (
     ReplaySemanticsOpt,
     SetOpt,
     StepOpt,
+    StepsOpt,
     TimeoutOpt,
     TracesArg,
+    WarmupOpt,
 )
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.util.text import rich_escape
 
 
-def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
-    """``sc`` with ``--set KEY=VALUE`` applied to its ``[replay]`` table (torch needed)."""
+def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scenario:
+    """``sc`` with ``--set KEY=VALUE`` and the given ``keys`` (None: not given) applied
+    to its ``[replay]`` table (torch needed)."""
     from schedsim.replay.config import require_torch
 
     require_torch()
-    table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128")}
+    table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128"),
+             **{k: v for k, v in keys.items() if v is not None}}
     return sc.model_copy(update={"replay": table})
-
-
-def _check_nproc(spec: Any, nproc: int | None) -> int:
-    ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
-    p = ranks * tp          # one process per rank and TP rank
-    if nproc is not None and nproc != p:
-        what = (f"{ranks} ranks (one process per rank)" if tp == 1 else
-                f"{ranks} ranks x tp {tp} = {p} processes")
-        raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
-                            f"--nproc {p}")
-    return p
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
@@ -130,6 +124,9 @@ def replay(
     out_dir: OutDirOpt = None,
     semantics: ReplaySemanticsOpt = None,
     isolated: CompareIsolatedOpt = False,
+    contended: ContendedOpt = None,
+    steps: StepsOpt = None,
+    warmup: WarmupOpt = None,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
     profile_dir: ProfileDirOpt = None,
@@ -152,19 +149,25 @@ def replay(
     from schedsim.replay.launch import launch
     from schedsim.timeline import Timeline
 
-    sc = _with_replay_keys(sc, set_)
+    from schedsim.cli.from_measured import check_nproc, contended_default, warn_contention
+
+    sc = _with_replay_keys(sc, set_, steps=steps, warmup=warmup)
     semantics = _compare_flags(compare, costs_file, semantics, isolated)
+    if contended is not None and not compare:
+        fail("--contended / --no-contended go with --compare (they set how it calibrates)")
     if compare and out_dir is None:
         out_dir = Path(".")
     spec = _replay_spec(sc, json_out, gantt, out_dir, profile_dir, compare=compare,
                         calibrate=compare and costs_file is None, backend=backend,
                         timeout=timeout, check_grads=check_grads, calib_isolated=isolated,
                         fault=inject_fault, precheck=not no_precheck)
+    spec.calib_contended = contended_default(spec, contended, isolated)
+    warn_contention(check_nproc(spec, nproc))
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    n = _check_nproc(spec, nproc)
+    n = check_nproc(spec, nproc)
     with Phases() as ph:
         ph.step(f"{'calibrating, then ' if compare and costs_file is None else ''}replaying "
                 f"on {n} ranks")
@@ -292,7 +295,6 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     from schedsim.cli.outputs import write_errors
     from schedsim.plot.overlay import write_overlay
     from schedsim.program.ir import Program
-    from schedsim.replay.calibrate import Calibration
     from schedsim.replay.check import two_errors
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate
@@ -305,14 +307,19 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     name = prog.name
     files = _compare_files(out_dir, name, True, calibrated)
     if calibrated:
-        cal = Calibration.model_validate(res["calibration"])
-        costs, link, comm = cal.cost_model(), cal.link_model(), cal.comm_model(semantics)
-        outs.path(files[2]).write_text(cal.to_toml(name))
+        from schedsim.replay.contended import calibrated_model
+
+        costs, link, comm, text, spread = calibrated_model(res["calibration"], prog,
+                                                           semantics, name)
+        outs.path(files[2]).write_text(text)
+        for line in spread:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     else:
         costs, link = sc.costs, sc.link
         comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost,
                          host_cost=sc.comm.host_cost)
     errors = two_errors(measured, prog, semantics=semantics, model=(costs, link, comm))
+    errors.step_makespans = getattr(measured, "step_makespans", None)
     pred = errors.cost_prediction
     measured.write_json(outs.path(files[0]))
     pred.write_json(outs.path(files[1]))
@@ -347,6 +354,7 @@ def calibrate(
     out: CostsOutOpt = None,
     repeats: RepeatsOpt = None,
     isolated: IsolatedOpt = False,
+    contended: ContendedOpt = None,
     from_timeline: FromTimelineOpt = None,
     from_trace: FromTraceOpt = None,
     exact: ExactOpt = False,
@@ -374,7 +382,8 @@ def calibrate(
         return calibrate_from_trace(from_trace, out)
     if isinstance(sc, TimelineInput):
         given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
-                 repeats), ("--isolated", isolated or None), ("--timeout", timeout),
+                 repeats), ("--isolated", isolated or None), ("--contended", contended),
+                 ("--timeout", timeout),
                  ("--set", set_)) if v is not None]
         if given:
             fail(f"{', '.join(given)} cannot apply to --from-timeline (nothing is run)")
@@ -383,35 +392,11 @@ def calibrate(
         return calibrate_timeline(sc, out, exact)
     if exact:
         fail("--exact goes with --from-timeline (a run's own durations)")
-    from schedsim.replay.calibrate import Calibration
-    from schedsim.replay.config import spec_from_scenario
-    from schedsim.replay.launch import launch
+    from schedsim.cli.from_measured import calibrate_run
 
-    sc = _with_replay_keys(sc, set_)
-    check_outputs(out)
-    repeats = repeats or 5
-    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
-                              replay=False, calib_repeats=repeats, calib_isolated=isolated)
-    with Phases() as ph:
-        n = _check_nproc(spec, nproc)
-        ph.step(f"calibrating on {n} ranks")
-        res = launch(spec, n)
-    cal = Calibration.model_validate(res["calibration"])
-    t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
-                    f"{cal.world_size} ranks{', one at a time' if isolated else ''}")
-    for col in ("stage", "F", "B", "W", "BW", "FB"):
-        t.add_column(col, justify="right")
-    for s in sorted(cal.stages):
-        c = cal.stages[s]
-        t.add_row(str(s), *(f"{c[k]:.4g}" for k in ("F", "B", "W", "BW", "FB")))
-    lat, bw = cal.link()
-    name = spec.program.get("name", "")
-    if out is not None:
-        console.print(t)
-        console.print(f"link: latency {lat:.4g} ms, bandwidth "
-                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
-                      f"cost {cal.launch_cost():.4g} ms per batch", highlight=False)
-    write_text_out(out, cal.to_toml(name))
+    calibrate_run(_with_replay_keys(sc, set_), out, nproc=nproc, backend=backend,
+                  timeout=timeout, repeats=repeats or 5, isolated=isolated,
+                  contended=contended)
 
 
 @app.command("import-trace")

@@ -50,7 +50,7 @@ from typing import Any
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.program.tokens import parse_comm
-from schedsim.replay.calibrate import fit_link
+from schedsim.replay.calibrate import fit_link, toml_number
 from schedsim.sim.costs import (
     CommModel,
     CostModel,
@@ -112,7 +112,8 @@ class TimelineFit:
                          host=self.host, host_cost=self.host_cost, **fields)
 
     def to_toml(self, title: str = "") -> str:
-        """The cost file text (module docstring)."""
+        """The cost file text (module docstring); every number exactly (``repr``), so a
+        simulation with the file gives the same timeline as with the models."""
         lines = [f"# schedsim calibrate --from-timeline{' --exact' if self.exact else ''}"
                  + (f": {title}" if title else ""),
                  f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
@@ -123,28 +124,29 @@ class TimelineFit:
         cm = self.cost_model()
         for k in ("F", "B", "W", "BW"):
             if any(k in c for c in self.stages.values()):
-                lines.append(f"{k} = {getattr(cm, k):.6g}")
+                lines.append(f"{k} = {toml_number(getattr(cm, k))}")
         lines.append(f"message_bytes = {self.message_bytes:.0f}")
         for s in sorted(self.stages):
             lines += ["", f"[costs.stage.{s}]"]
-            lines += [f"{k} = {v:.6g}" for k, v in self.stages[s].items()]
+            lines += [f"{k} = {toml_number(v)}" for k, v in self.stages[s].items()]
         for o in self.overrides:
             lines += ["", "[[costs.overrides]]",
                       f'stage = {o.stage}\nmb = {o.mb}\nkind = "{o.kind}"\ncost = {o.cost!r}']
         lat, bw = self.link()
-        lines += ["", "[link]", f"latency = {lat:.6g}   # ms ({len(self.samples)} message "
-                  "samples)"]
+        lines += ["", "[link]", f"latency = {toml_number(lat)}   # ms "
+                  f"({len(self.samples)} message samples)"]
         if math.isinf(bw):
             lines.append("# bandwidth: not fitted (one message size): infinite")
         else:
-            lines.append(f"bandwidth = {bw:.6g}   # bytes per ms")
+            lines.append(f"bandwidth = {toml_number(bw)}   # bytes per ms")
         for t in self.transfers:
             lines += ["", "[[link.messages]]",
                       f'kind = "{t.kind}"\nstage = {t.stage}\nmb = {t.mb}\ntime = {t.time!r}'
                       + ("" if t.send is None else f"\nsend = {t.send!r}")]
-        lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launch "
-                  f"(mean of {len(self.launches)})",
-                  f"host_cost = {self.host_cost:.6g}   # ms before each instruction (mean)"]
+        lines += ["", "[comm]", f"launch_cost = {toml_number(self.launch_cost())}   # ms "
+                  f"per launch (mean of {len(self.launches)})",
+                  f"host_cost = {toml_number(self.host_cost)}   # ms before each "
+                  "instruction (mean)"]
         for x in self.host:
             lines += ["", "[[comm.host]]", f"rank = {x.rank}\nindex = {x.index}\n"
                       f"before = {x.before!r}" + ("" if x.launch is None else
