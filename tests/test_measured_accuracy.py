@@ -38,6 +38,22 @@ def test_host_cost_closed_form():
     assert one.makespan == 6 + 4 * 0.25          # 4 instructions, each 0.25 before it
 
 
+def test_bubble_breakdown_closed_form():
+    """1F1B, 2 ranks, 1 microbatch, F = 1, BW = 2, latency 0.5, rendezvous. Rank 0: F0
+    [0, 1], waits B0 [1, 5] of which the B message moves [4.5, 5]: transfer 0.5, waiting
+    3.5, BW0 [5, 7], host 0. Rank 1: waits F0 [0, 1.5] (moving [1, 1.5]: 0.5 transfer,
+    1 waiting), F0 and BW0 [1.5, 4.5], its END waits its send [4.5, 5] (moving: 0.5),
+    then nothing until 7: host 2. Bubble 4 on both, predicted (itself) 4."""
+    from schedsim.analysis.bubble import bubble_breakdown
+
+    tl = simulate(build_program("1f1b", 2, 1), CostModel(F=1, B=1, W=1, BW=2),
+                  LinkModel(latency=0.5), CommModel(semantics="rendezvous"))
+    rows = bubble_breakdown(tl, tl)
+    assert [(x["compute"], x["transfer"], x["waiting"], x["host"], x["bubble"],
+             x["predicted_bubble"]) for x in rows] == [(3, 0.5, 3.5, 0, 4, 4),
+                                                        (3, 1.0, 1.0, 2.0, 4, 4)]
+
+
 def check(files, tmp_path, *extra):
     out = tmp_path / "e.json"
     r = runner.invoke(app, ["check-trace", *map(str, files), "--json", str(out), *extra])
@@ -55,6 +71,10 @@ def test_shipped_traces_within_10_percent_from_the_same_trace(name, expect, tmp_
     assert e["semantics_error"]["makespan"] == pytest.approx(0.0, abs=1e-9)
     mk = e["cost_model_error"]["makespan"]
     assert abs(mk) <= 0.10 and mk == pytest.approx(expect, abs=0.001)
+    for x in e["bubble"]:           # the parts add up to the wall time, per rank
+        parts = x["compute"] + x["transfer"] + x["waiting"] + x["host"]
+        assert parts == pytest.approx(x["wall"]) and min(x["transfer"], x["waiting"]) >= 0
+        assert x["predicted_bubble"] > 0
     tj, cf = tmp_path / "t.json", tmp_path / "c.toml"
     assert runner.invoke(app, ["import-trace", *map(str, files), "--json", str(tj)]
                          ).exit_code == 0
