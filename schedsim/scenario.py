@@ -334,16 +334,33 @@ def _fmt_validation(e: ValidationError, source: str) -> str:
             hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
             msgs.append(f"unknown key '{loc}'{hint}")
         else:
-            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}")
+            got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
+                   if err["type"].endswith(("_type", "_parsing")) else "")
+            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}{got}")
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
     return f"{source}: " + "; ".join(msgs) + more
 
 
+def _index_keys(data: Any) -> Any:
+    """``data`` with every table key that is a whole number (``[costs.stage.3]``: TOML
+    keys are strings) as an int, the per-stage tables' index; the rest as given."""
+    if isinstance(data, dict):
+        return {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k:
+                _index_keys(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_index_keys(v) for v in data]
+    return data
+
+
 def parse_scenario(data: dict[str, Any], source: str = "scenario",
                    base_dir: str = ".") -> Scenario:
-    """Validate a scenario dict. Raises :class:`ScenarioError` naming the bad key."""
+    """Validate a scenario dict in pydantic's strict mode: a quoted number or a boolean
+    where a number goes (``F = "1"``, ``F = true``, ``ranks = "2"``) is refused with the
+    type expected and the one given, as the trace loader already did. Raises
+    :class:`ScenarioError` naming the bad key."""
     try:
-        sc = Scenario.model_validate({**data, "base_dir": base_dir})
+        sc = Scenario.model_validate({**_index_keys(data), "base_dir": base_dir},
+                                     strict=True)
     except ValidationError as e:
         raise ScenarioError(_fmt_validation(e, source)) from None
     except SchedsimError as e:

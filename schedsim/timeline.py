@@ -293,7 +293,8 @@ class Timeline(LazyFields):
 
         with loading(path, "timeline JSON"):
             try:
-                tl = cls.model_validate_json(read_input_text(path, "timeline JSON"))
+                tl = cls.model_validate_json(read_input_text(path, "timeline JSON"),
+                                            strict=True)
             except ValidationError as e:
                 more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
                 raise ScenarioError(f"{path}: not a schedsim timeline JSON: "

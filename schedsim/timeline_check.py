@@ -8,6 +8,7 @@ imports this module)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,6 +54,7 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
     for name in ("schedule", "semantics", "comm_stream", "unit", "placement"):
         if (n := len(getattr(tl, name))) > MAX_NAME:
             raise bad(f"{name} has {n:,} characters (at most {MAX_NAME})")
+    _check_names(tl, bad)
     if not (math.isfinite(tl.makespan) and tl.makespan >= 0):
         raise bad(f"makespan {tl.makespan!r}: must be a finite number >= 0")
     if len(tl.per_rank) != P or any(
@@ -98,6 +100,32 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
     if tl.deadlock is not None and any(not 0 <= b.rank < P for b in tl.deadlock.blocked):
         raise bad(f"deadlock names a rank outside 0..{P - 1}")
     _check_extras(tl, bad)
+
+
+#: what a measured timeline's ``semantics`` holds: the backend that ran it (``gloo``,
+#: ``nccl``, ``cpu:gloo,cuda:nccl``) or ``trace``
+_BACKEND = re.compile(r"[a-z][a-z0-9_]*(:[a-z0-9_]+)?(,[a-z][a-z0-9_]*(:[a-z0-9_]+)?)*")
+
+
+def _check_names(tl: Any, bad: Any) -> None:
+    """The named fields hold names schedsim knows: ``comm_stream`` and ``placement`` one
+    of theirs, a simulated timeline's ``semantics`` one of the engine's, a measured one's
+    a backend name. Raises ``bad(...)`` naming the field, its value and the choices."""
+    from schedsim.program.ir import PLACEMENTS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
+    from schedsim.util.text import clip
+
+    for name, ok in (("comm_stream", COMM_STREAMS), ("placement", PLACEMENTS)):
+        if getattr(tl, name) not in ok:
+            raise bad(f"unknown {name} {clip(repr(getattr(tl, name)), 40)}: expected one of "
+                      f"{', '.join(ok)}")
+    sem = tl.semantics
+    if tl.source == "simulated" and sem not in SEMANTICS:
+        raise bad(f"unknown semantics {clip(repr(sem), 40)} of a simulated timeline: "
+                  f"expected one of {', '.join(SEMANTICS)}")
+    if tl.source == "measured" and not _BACKEND.fullmatch(sem):
+        raise bad(f"semantics {clip(repr(sem), 40)} of a measured timeline: expected the "
+                  f"backend that ran it (gloo, nccl, ...) or trace")
 
 
 _FINITE = ConfigDict(allow_inf_nan=False)

@@ -96,7 +96,18 @@ def test_result_replays_on_gloo_with_grad_check(tmp_path: Path):
     (("--placement", "dual"), "unknown --placement 'dual'"),
     (("--backward", "both"), "unknown --backward 'both'"),
     (("--cost", "W=0"), "costs 0"),
-    (("--time-limit", "0"), "--time-limit must be > 0"),
+    (("--time-limit", "0"), "--time-limit must be a finite number of seconds > 0"),
+    (("--time-limit", "nan"), "--time-limit must be a finite number of seconds > 0"),
+    (("--time-limit", "inf"), "--time-limit must be a finite number of seconds > 0"),
+    (("--workers", "0"), "--workers must be in 1..256"),
+    (("--workers", "1000000"), "--workers must be in 1..256"),
+    (("--chunks", "0"), "--chunks must be >= 1"),
+    (("--seed", str(2 ** 64)), "--seed must be in 0..2147483647"),
+    (("--seed", "-1"), "--seed must be in 0..2147483647"),
+    (("--comm-policy", "bogus"), "unknown --comm-policy 'bogus': expected one of async"),
+    (("--cost", "F=1e30"), "costs too large for the solver"),
+    (("-p", "5000"), "above the limit of 4,096 ranks"),
+    (("--max", "instructions=1"), "above the limit of 1 instructions"),
     (("--chunks", "3", "--placement", "v"), "v placement has 2 chunks"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, args, needle):
@@ -126,3 +137,45 @@ def test_missing_ortools_says_how_to_install(monkeypatch):
     assert install_hint("search", "ortools") in r.output.replace("\n", "")
     assert "[search]" in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+#: each bounded search flag at the edges of what it takes: (flag, value, accepted)
+FLAG_BOUNDS = [
+    ("--workers", "1", True), ("--workers", "256", True), ("--workers", "257", False),
+    ("--seed", "0", True), ("--seed", str(2 ** 31 - 1), True), ("--seed", str(2 ** 31), False),
+    ("--chunks", "1", True), ("--chunks", "0", False),
+    ("--time-limit", "1e-9", True), ("--time-limit", "-0.0", False),
+    ("--cost", "F=1e12", True), ("--cost", "F=1e16", False),
+]
+
+
+@pytest.mark.parametrize("flag,value,accepted", FLAG_BOUNDS,
+                         ids=[f"{f}={v}" for f, v, _ in FLAG_BOUNDS])
+def test_every_search_flag_at_its_bounds(flag, value, accepted):
+    """Inside the bound: the search runs (exit 0); one past it: one line, exit 2, before
+    any work."""
+    r = run("search", "-p", "2", "-m", "2", "--time-limit", "1", "-q",
+            *([] if flag == "--time-limit" else []), flag, value)
+    if accepted:
+        assert r.exit_code == 0, r.output
+        assert "best: makespan" in r.output
+    else:
+        assert r.exit_code == 2, r.output
+        assert len(r.output.strip().splitlines()) == 1 and r.output.startswith("error: ")
+
+
+def test_a_million_ranks_is_refused_before_any_work():
+    """``search -p 1000000 -m 8`` built until 6 GB before failing: now the limit refuses it
+    before anything is built. A fresh wrapper process runs the CLI and reports that one
+    child's peak resident memory (``RUSAGE_CHILDREN`` of a process that waited for it
+    alone)."""
+    probe = ("import resource, subprocess, sys\n"
+             "p = subprocess.run([sys.executable, '-m', 'schedsim', 'search', '-p', "
+             "'1000000', '-m', '8'], capture_output=True, text=True)\n"
+             "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(p.stdout + p.stderr)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    rc, kb = map(int, out.split("\n", 1)[0].split())
+    assert rc == 2 and "above the limit of 4,096 ranks" in out
+    assert kb / 1024 < 200, kb

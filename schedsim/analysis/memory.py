@@ -82,8 +82,11 @@ class MemoryModel(BaseModel):
         if isinstance(spec, dict):
             kw = dict(spec)
             name = kw.pop("model", None)
-            try:
-                return cls.preset(name, **kw) if name else cls(**kw)
+            try:          # strict: a quoted number or a boolean is not a delta
+                if name:
+                    cls.preset(name)        # an unknown preset: ScenarioError
+                    kw = {**PRESETS[name], **kw}
+                return cls.model_validate(kw, strict=True)
             except ValidationError as e:
                 err = e.errors()[0]
                 loc = clip(".".join(str(x) for x in err["loc"]))

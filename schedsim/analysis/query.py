@@ -30,9 +30,8 @@ from schedsim.analysis.select import Target, select
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
+from schedsim.program.vocab import SEMANTICS
 from schedsim.timeline import Message, Timeline
-
-SEMANTICS = ("data", "eager", "rendezvous")
 
 
 def simulate_free(program: Program, costs: CostModel, link: LinkModel, comm: CommModel,

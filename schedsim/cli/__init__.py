@@ -27,6 +27,34 @@ for _mod in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_mod}")
 
 
+def _usage_error_types() -> tuple[type, type]:
+    """click's ``UsageError`` and ``Abort`` as typer raises them (typer may vendor its own
+    click: found through the public ``typer.BadParameter`` and ``typer.Abort``)."""
+    usage = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    return usage, typer.Abort
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. A usage error typer would print as a multi-line box
+    (``-p abc``, an unknown or missing option) is one ``error:`` line naming what is wrong
+    and the command's ``--help``, exit 2, like every other bad input; a bare command with
+    no arguments still prints its help."""
+    import sys
+
+    usage, abort = _usage_error_types()
+    try:
+        code = app(standalone_mode=False)
+    except usage as e:
+        if type(e).__name__ == "NoArgsIsHelpError":     # `schedsim` alone: the help
+            e.show()
+            sys.exit(e.exit_code)
+        sub = e.ctx.command_path if e.ctx is not None else "schedsim"
+        from schedsim.util.text import terminal_safe
+
+        msg = terminal_safe(" ".join(e.format_message().split()))
+        print(f"error: {msg} (see '{sub} --help')", file=sys.stderr)
+        sys.exit(2)
+    except abort:               # Ctrl-C at a prompt
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -33,11 +33,6 @@ def check_semantics(semantics: str) -> str:
     return semantics
 
 
-def out_files(out_dir: Path, name: str, kinds: tuple[str, ...]) -> list[Path]:
-    """``out_dir/NAME-KIND`` for each kind (``measured.json``, ...)."""
-    return [out_dir / f"{name}-{k}" for k in kinds]
-
-
 def report(errors: Any, measured: Any) -> None:
     """Print the two errors (:class:`~schedsim.replay.check.TwoErrors`) and what the
     measured sends say about the backend's semantics."""
@@ -96,7 +91,14 @@ def check_trace(
     Example:
       schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
     """
-    from schedsim.cli.outputs import check_folder, check_outputs, folder, write_errors
+    from schedsim.cli.outputs import (
+        check_folder,
+        check_outputs,
+        check_outputs_in,
+        folder,
+        out_dir_files,
+        write_errors,
+    )
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto import import_traces
     from schedsim.replay.check import two_errors
@@ -106,13 +108,14 @@ def check_trace(
     check_semantics(semantics)
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
-    check_outputs(json_out)
     kinds = ("measured.json", "exact.json", "predicted.json", "errors.json", "program.txt",
              "overlay.png")
+    files = out_dir_files(out_dir, name, kinds) if out_dir is not None else []
+    check_outputs_in(out_dir, json_out)
     if out_dir is not None:
         check_folder(out_dir, "--out-dir")
         if out_dir.is_dir():
-            check_outputs(*out_files(out_dir, name, kinds))
+            check_outputs(*files)
     tl = import_traces(list(traces), placement=placement, name=name, step=step)
     prog = timeline_program(tl)
     if prog is None:
@@ -143,7 +146,7 @@ def check_trace(
         if json_out is not None:
             write_errors(json_out, errors, outs)
         if out_dir is not None:
-            _write_all(out_files(out_dir, name, kinds), tl, prog, errors, outs)
+            _write_all(files, tl, prog, errors, outs)
 
 
 def _write_all(f: list[Path], tl: Any, prog: Any, errors: Any, outs: Any) -> None:

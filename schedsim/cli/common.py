@@ -16,9 +16,21 @@ from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
 
+class _TerminalSafeConsole(Console):
+    """A rich console that writes every string it renders (printed text, table cells,
+    titles, status lines) terminal-safe (:func:`schedsim.util.text.terminal_safe`): names
+    that are valid data (a schedule ``name``, a ``title``, a file name) never reach the
+    terminal as control sequences."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        from schedsim.util.text import terminal_safe
+
+        return super().render_str(terminal_safe(text), **kwargs)
+
+
 # emoji=False: ``:x:`` in a schedule name or quoted input stays text (schedsim.util.text)
-console = Console(emoji=False)
-err_console = Console(stderr=True, emoji=False)
+console = _TerminalSafeConsole(emoji=False)
+err_console = _TerminalSafeConsole(stderr=True, emoji=False)
 
 
 #: characters of an error message printed at most (a message never copies bulk input)
@@ -145,7 +157,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
 
 #: command parameters that name output files, with their flags (checked by handle_errors)
 OUTPUT_PARAMS = {"json_out": "--json", "gantt": "--gantt", "trace": "--trace",
-                 "out": "--out"}
+                 "out": "--out", "program_out": "--program-out", "html_out": "--html"}
 #: command parameters that name input files
 INPUT_PARAMS = ("scenario", "program", "schedule_file", "costs_file", "timeline", "overlay",
                 "traces")
@@ -403,11 +415,11 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
 def _check_choices(**flags: str | None) -> None:
     """Refuse a flag value outside its choices, with a typo suggestion."""
+    from schedsim.program.ir import PLACEMENTS
+    from schedsim.program.vocab import COMM_STREAMS, SEMANTICS
     from schedsim.util.suggest import did_you_mean
 
-    choices = {"semantics": ("data", "eager", "rendezvous"),
-               "comm_stream": ("none", "per-peer", "per-rank"),
-               "placement": ("loop", "v", "dual", "custom")}
+    choices = {"semantics": SEMANTICS, "comm_stream": COMM_STREAMS, "placement": PLACEMENTS}
     for name, value in flags.items():
         ok = choices[name]
         if value is not None and value.replace("_", "-") not in ok \

@@ -21,6 +21,7 @@ import typer
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement, Program
 from schedsim.sim.costs import CommModel, LinkModel
+from schedsim.program.vocab import SEMANTICS
 from schedsim.timeline import Timeline
 
 #: the positional input of a command that takes a scenario or a timeline
@@ -95,8 +96,7 @@ def timeline_input(path: Path, flags: dict[str, Any]) -> TimelineInput:
     elif flags.get("placement") or flags.get("stages"):
         raise ScenarioError("--placement and --stages go with --program FILE for a timeline")
     measured = tl.source == "measured"
-    sem = "rendezvous" if measured or tl.semantics not in ("data", "eager", "rendezvous") \
-        else tl.semantics
+    sem = "rendezvous" if measured or tl.semantics not in SEMANTICS else tl.semantics
     comm = CommModel(semantics=sem, comm_stream="none" if measured else tl.comm_stream)
     return TimelineInput(path, tl, prog, comm=comm)
 

@@ -26,6 +26,36 @@ def check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) ->
             check_output_path(f)
 
 
+def out_dir_files(out_dir: Path, name: str, kinds: "list[str] | tuple[str, ...]"
+                  ) -> list[Path]:
+    """The files ``--out-dir`` receives: ``out_dir/NAME-KIND`` for each kind
+    (``measured.json``, ...), with ``NAME`` (a schedule's ``name``, ``--name``) made one
+    plain file name (:func:`schedsim.util.files.safe_file_name`: ``../../x`` or an
+    absolute name never leaves ``out_dir``). Each is claimed as an output of
+    ``--out-dir`` in the command's I/O session, so ``--json od/NAME-errors.json
+    --out-dir od`` is refused (two flags writing one file) before any work."""
+    from schedsim.util.files import claim_output, safe_file_name
+
+    stem = safe_file_name(name)
+    files = [out_dir / f"{stem}-{k}" for k in kinds]
+    for f in files:
+        claim_output(f, "--out-dir")
+    return files
+
+
+def check_outputs_in(out_dir: Path | None, *files: Path | None) -> None:
+    """:func:`check_outputs` for files of other flags (``--json``) that may lie inside an
+    ``--out-dir`` the command creates: a file whose folder is ``out_dir`` (or below it)
+    and does not exist yet is checked when the folder is made, not refused now as in a
+    missing folder."""
+    def later(f: Path) -> bool:
+        if out_dir is None or f.parent.exists():
+            return False
+        top, parent = os.path.abspath(out_dir), os.path.abspath(f.parent)
+        return parent == top or parent.startswith(top + os.sep)
+    check_outputs(*(f for f in files if f is not None and not later(f)))
+
+
 def check_folder(path: Path, flag: str) -> None:
     """Raise :class:`ScenarioError` unless ``path`` is a folder or can be made one: its
     nearest existing ancestor is a writable folder (a file in the way is named)."""

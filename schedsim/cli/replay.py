@@ -45,7 +45,7 @@ from schedsim.cli.common import (
     scenario_command,
     write_text_out,
 )
-from schedsim.cli.outputs import check_folder, check_outputs, folder
+from schedsim.cli.outputs import check_folder, check_outputs, folder, out_dir_files
 from schedsim.cli.replay_options import (
     BackendOpt,
     CheckGradsOpt,
@@ -280,7 +280,7 @@ def _compare_files(out_dir: Path, name: str, compare: bool = True,
     if compare:
         kinds += ["predicted.json"] + (["costs.toml"] if calibrated else []) + \
             ["errors.json", "overlay.png"]
-    return [out_dir / f"{name}-{k}" for k in kinds]
+    return out_dir_files(out_dir, name, kinds)
 
 
 def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Path,

@@ -133,7 +133,7 @@ def search(
     """
     from schedsim.search import search as run_search
 
-    _check_flags(backward, workers, out, json_out)
+    _check_flags(backward, out, json_out)
     limit = parse_mem_limit(mem_limit)
     sc = build_scenario(scenario, ranks=ranks, microbatches=microbatches, cost=cost,
                         semantics=semantics, comm_stream=comm_stream,
@@ -149,14 +149,12 @@ def search(
     _write(res, out, json_out)
 
 
-def _check_flags(backward: str, workers: int, out: Path | None,
+def _check_flags(backward: str, out: Path | None,
                  json_out: Path | None) -> None:
     """Refuse bad ``search`` flags and unwritable outputs before any work. Raises
     :class:`ScenarioError`."""
     if backward not in ("split", "fused"):
         raise ScenarioError(f"unknown --backward {backward!r}: expected split or fused")
-    if workers < 1:
-        raise ScenarioError(f"--workers must be >= 1 (got {workers})")
     _check_out(out)
     if json_out is not None:
         from schedsim.util.files import check_output_path
@@ -177,7 +175,8 @@ def _settings(sc: Any, placement: str, chunks: int | None, backward: str, limit:
                             "with them)")
     return SearchSettings(
         ranks=p, microbatches=m, placement=placement,
-        chunks=chunks or (2 if placement == "v" else 1), fused=backward == "fused",
+        chunks=(2 if placement == "v" else 1) if chunks is None else chunks,
+        fused=backward == "fused",
         costs=sc.costs, link=sc.link, comm=sc.comm, policy=sc.schedule.comm_policy or "async",
         memory=memory, limit=limit, **solver)
 

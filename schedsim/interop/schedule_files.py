@@ -86,9 +86,9 @@ def _load_json(path: Path) -> Schedule:
         if isinstance(data, dict) and any(
                 isinstance(t, str) and not _is_compute(t)
                 for row in data.get("ranks", []) for t in row):
-            sched = Program.model_validate(data).schedule()
+            sched = Program.model_validate(data, strict=True).schedule()
         else:
-            sched = Schedule.model_validate(data)
+            sched = Schedule.model_validate(data, strict=True)
     except ValidationError as e:
         err = e.errors()[0]
         loc = clip(".".join(str(x) for x in err["loc"]))

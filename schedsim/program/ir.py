@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -63,6 +63,10 @@ __all__ = [
 ]
 
 
+#: how stages are placed on ranks (see :class:`Placement`); the one home of these names
+PlacementKind = Literal["loop", "v", "dual", "custom"]
+PLACEMENTS: tuple[str, ...] = get_args(PlacementKind)
+
 class Placement(BaseModel):
     """Which rank holds which stage.
 
@@ -79,7 +83,7 @@ class Placement(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["loop", "v", "dual", "custom"] = "loop"
+    kind: PlacementKind = "loop"
     ranks: int = Field(ge=1)
     stages: int = Field(ge=1)
     microbatches: int | None = None

@@ -234,6 +234,25 @@ def lower_bound(pb: SearchProblem) -> int:
     return lower
 
 
+#: the largest horizon (integer time units) the CP-SAT model is built with: every start,
+#: end and sum of the model stays exact in a float64 and far inside CP-SAT's int64 domains
+MAX_HORIZON = 2 ** 53
+
+
+def _check_int_range(pb: SearchProblem) -> None:
+    """Refuse a problem whose horizon (every op one after another plus every lag, in the
+    solver's integer units) exceeds :data:`MAX_HORIZON`: CP-SAT cannot hold its variables
+    (costs of 1e30 crashed the solver process). Raises :class:`ScenarioError`."""
+    d = pb.int_dur()
+    horizon = sum(d) + sum(lag for row in pb.int_lags() for _, lag in row)
+    if horizon > MAX_HORIZON:
+        big = max(pb.dur)
+        raise ScenarioError(f"costs too large for the solver: one op costs up to {big:.3g} "
+                            f"and all ops in a row {horizon / pb.time_scale:.3g} (at most "
+                            f"{MAX_HORIZON / pb.time_scale:.3g} in this cost unit): give the "
+                            f"costs in a larger unit")
+
+
 def solve(pb: SearchProblem, hint: list[list[int]] | None, time_limit: float, *,
           seed: int = 0, workers: int = 2,
           on_progress: Callable[[float, float | None, float], None] | None = None,
@@ -250,6 +269,7 @@ def solve(pb: SearchProblem, hint: list[list[int]] | None, time_limit: float, *,
     Raises :class:`ScenarioError` when OR-Tools is missing.
     """
     require_ortools()
+    _check_int_range(pb)
     t0 = time.perf_counter()
     k = pb.time_scale
     hint_start = asap(pb, hint, integer=True) if hint is not None else None

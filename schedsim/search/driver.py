@@ -48,6 +48,13 @@ SOLVER_SHARE_EXACT = 0.9
 Progress = Callable[[str, dict[str, Any]], None]
 
 
+#: the most CP-SAT worker threads ``search`` starts (more is refused: CP-SAT answers
+#: MODEL_INVALID far above the core count)
+MAX_WORKERS = 256
+#: the largest seed: CP-SAT's ``random_seed`` parameter is an int32
+MAX_SEED = 2 ** 31 - 1
+
+
 @dataclass
 class SearchSettings:
     """What to search. ``limit``: activation memory per rank in ``memory``'s unit: one
@@ -69,6 +76,38 @@ class SearchSettings:
     seed: int = 0
     workers: int = 2
     restarts: int = 8
+
+    def check(self) -> None:
+        """Refuse settings no search can run, before any work: the size against the work
+        limits (ranks; stages x microbatches as instructions,
+        :func:`schedsim.util.limits.check_program_size`), ``chunks`` >= 1, a finite
+        ``time_limit`` > 0, ``workers`` in 1..:data:`MAX_WORKERS`, a ``seed`` CP-SAT takes
+        (0..2**31 - 1, its ``random_seed`` is an int32) and a known comm policy. Raises
+        :class:`ScenarioError` (:class:`~schedsim.errors.LimitError` for the size) naming
+        the flag."""
+        import math
+
+        from schedsim.program.lower import policy_names
+        from schedsim.util.limits import check_program_size
+
+        if self.chunks < 1:
+            raise ScenarioError(f"--chunks must be >= 1 (got {self.chunks})")
+        stages = self.ranks * (2 if self.placement == "v" else self.chunks)
+        check_program_size("search", ranks=self.ranks, stages=stages,
+                           microbatches=self.microbatches)
+        if not (isinstance(self.time_limit, (int, float)) and math.isfinite(self.time_limit)
+                and self.time_limit > 0):
+            raise ScenarioError(f"--time-limit must be a finite number of seconds > 0 (got "
+                                f"{self.time_limit!r})")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ScenarioError(f"--workers must be in 1..{MAX_WORKERS} (got "
+                                f"{self.workers:,}): CP-SAT threads on this machine")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ScenarioError(f"--seed must be in 0..{MAX_SEED} (CP-SAT's random_seed is a "
+                                f"32-bit integer; got {self.seed})")
+        if self.policy not in policy_names():
+            raise ScenarioError(f"unknown --comm-policy {self.policy!r}: expected one of "
+                                f"{', '.join(policy_names())}")
 
     def make_placement(self) -> Placement:
         """The placement. Raises :class:`ScenarioError` for a bad kind or chunk count."""
@@ -163,9 +202,8 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     t0 = time.perf_counter()
     deadline = t0 + st.time_limit
     note = progress or (lambda phase, info: None)
+    st.check()
     require_ortools()
-    if st.time_limit <= 0:
-        raise ScenarioError(f"--time-limit must be > 0 seconds (got {st.time_limit:g})")
     pl = st.make_placement()
     limit = st.resolve_limit()
     pb = build_problem(pl, st.microbatches, st.costs, st.link, st.memory, limit, st.fused)

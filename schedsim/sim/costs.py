@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Op
+from schedsim.program.vocab import CommStream, Semantics
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
@@ -375,8 +376,6 @@ class HostTime(BaseModel):
     launch: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
-Semantics = Literal["data", "eager", "rendezvous"]
-CommStream = Literal["none", "per-peer", "per-rank"]
 
 
 class CommModel(BaseModel):

@@ -137,7 +137,29 @@ class StageModel(BaseModel):
         if not self.moe and (self.ep > 1 or self.topk > 1):
             raise ValueError(f"ep = {self.ep} and topk = {self.topk} describe an MoE "
                              f"layer: set moe = true (or drop them)")
+        from schedsim.util.limits import check
+
+        # a group's GPUs count against the ranks limit (tp = 10**30 was accepted)
+        check("ranks", self.tp * self.ep, f"[model] tp = {self.tp:,} x ep = {self.ep:,}: a "
+                                          f"group of {self.tp * self.ep:,} GPUs")
+        self._check_inter_link()
         return self
+
+    def _check_inter_link(self) -> None:
+        """A TP group (``tp`` GPUs) or EP group (``tp x ep``) wider than a node runs on the
+        inter-node link: with ``[model.links] intra`` set and ``inter`` not, its
+        collectives would silently cost nothing (tp = 8 ran 105.6 and tp = 9 30). Raises
+        ValueError naming the group and the key to set."""
+        lk = self.links
+        if "intra" not in lk.model_fields_set or "inter" in lk.model_fields_set:
+            return
+        for name, gpus, n in (("TP", self.tp, self.tp), ("EP", self.tp * self.ep, self.ep)):
+            if n > 1 and gpus > lk.gpus_per_node:
+                raise ValueError(f"the {name} group spans {gpus} GPUs, more than "
+                                 f"gpus_per_node = {lk.gpus_per_node}, so it runs on the "
+                                 f"inter-node link, which [model.links] does not set (its "
+                                 f"collectives would be free): set [model.links] inter = "
+                                 f"{{ bandwidth = ..., latency = ... }}")
 
     def message_bytes(self) -> float | None:
         """Bytes of one P2P activation/gradient message (None without

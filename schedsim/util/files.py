@@ -112,6 +112,17 @@ def io_session() -> Iterator[None]:
         _session.reset(token)
 
 
+def safe_file_name(name: str) -> str:
+    """``name`` (a schedule's ``name``, ``--name``) as one plain file name for outputs
+    built from it: path separators and NUL become ``_``, a name that is empty, ``.`` or
+    ``..`` or starts with ``.`` gets a leading ``_``, so ``../../escaped`` and
+    ``/etc/x`` stay inside the output folder (``_.._.._escaped``, ``_etc_x``)."""
+    out = name.replace("/", "_").replace("\\", "_").replace("\x00", "_")
+    if os.altsep:
+        out = out.replace(os.altsep, "_")
+    return f"_{out}" if not out or out.startswith(".") else out
+
+
 def claim_output(path: str | Path | None, label: str) -> None:
     """Register output ``path`` of the flag ``label`` (e.g. ``--json``) in the current
     :func:`io_session` (nothing outside one; ``-`` is stdout). Raises

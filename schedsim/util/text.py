@@ -61,6 +61,19 @@ def looks_like_program_text(token: str) -> bool:
     return _PROGRAM_CHARS.fullmatch(token) is not None
 
 
+#: control characters a terminal acts on: C0 but tab and newline, DEL and C1 (ESC starts
+#: the sequences that set a window title, clear the screen or move the cursor)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character a terminal or a font would act on written as
+    its escape (``\\x1b``), tab and newline kept: a schedule named ``"\\x1b]0;x\\x07"``
+    prints as that text instead of setting the window title, and matplotlib draws it
+    without a missing-glyph warning."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def rich_escape(text: Any) -> str:
     """``text`` (any object, via ``str``) with rich markup escaped, for a string that
     rich renders as markup (``console.print``, a ``Table`` title or cell)."""
@@ -77,7 +90,8 @@ def mpl_escape(text: Any) -> str:
 
 def literal_text(fig: Any) -> Any:
     """Make every text of the matplotlib figure ``fig`` literal (no mathtext: a ``$`` in
-    a schedule name, title, unit or file name is drawn as ``$``); returns ``fig``.
+    a schedule name, title, unit or file name is drawn as ``$``; control characters as
+    their escapes, :func:`terminal_safe`); returns ``fig``.
 
     Called on each figure schedsim builds (:mod:`schedsim.plot`) and before saving one,
     so user text needs no escaping at each ``set_title``/``text`` call."""
@@ -85,4 +99,7 @@ def literal_text(fig: Any) -> Any:
 
     for t in fig.findobj(Text):
         t.set_parse_math(False)
+        s = t.get_text()
+        if _CONTROL.search(s):
+            t.set_text(terminal_safe(s))
     return fig

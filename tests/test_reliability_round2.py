@@ -1,0 +1,272 @@
+"""Reliability, second round (issue 23): each reproducer of the campaign as a regression
+test, and a property test per class of defect: every Timeline JSON field mutated, typer's
+own usage errors as one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_or_ok(r) -> None:
+    """Exit 0, or exit 2 with one ``error:`` line: never a traceback (exit 1)."""
+    assert r.exit_code in (0, 2), (r.exit_code, r.output, r.exception)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    if r.exit_code == 2:
+        err = r.stderr.strip()
+        assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+
+
+@pytest.fixture(scope="module")
+def timeline(tmp_path_factory) -> dict:
+    p = tmp_path_factory.mktemp("tl") / "tl.json"
+    r = run("simulate", "-s", "1f1b", "-p", "2", "-m", "4", "--semantics", "rendezvous",
+            "-q", "--json", p)
+    assert r.exit_code == 0, r.output
+    return json.loads(p.read_text())
+
+
+# -- class 1: Timeline JSON fields validated at load -----------------------------------
+@pytest.mark.parametrize("field,value,want", [
+    ("comm_stream", "bogus", "unknown comm_stream 'bogus': expected one of none, per-peer"),
+    ("placement", "bogus", "unknown placement 'bogus': expected one of loop, v, dual"),
+    ("semantics", "bogus", "unknown semantics 'bogus' of a simulated timeline"),
+])
+@pytest.mark.parametrize("command", ["stalls", "align", "memory", "critical-path", "render"])
+def test_unknown_names_are_refused_at_load(tmp_path, timeline, field, value, want, command):
+    """The campaign's reproducers: an unknown ``comm_stream`` made five commands exit 1
+    with a pydantic traceback, an unknown ``placement`` crashed ``memory``, an unknown
+    ``semantics`` was accepted and printed."""
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({**timeline, field: value}))
+    extra = ["-o", tmp_path / "x.png"] if command == "render" else []
+    r = run(command, p, *extra)
+    assert r.exit_code == 2, r.output
+    assert want in r.stderr and str(p) in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_measured_timeline_names_its_backend(tmp_path, timeline):
+    ok = {**timeline, "source": "measured", "semantics": "gloo"}
+    (tmp_path / "ok.json").write_text(json.dumps(ok))
+    assert run("stalls", tmp_path / "ok.json").exit_code == 0
+    (tmp_path / "bad.json").write_text(json.dumps({**ok, "semantics": "\x1b[2J"}))
+    r = run("stalls", tmp_path / "bad.json")
+    assert r.exit_code == 2 and "expected the backend that ran it" in r.stderr
+
+
+#: values a hand edit or a fuzzer puts in a field
+HOSTILE = [None, True, -1, 0, 2 ** 63, -1e308, 1e308, float("nan"), "", "bogus",
+           "\x1b]0;pwned\x07", [], {}, [1, 2], {"a": 1}]
+
+
+def _paths(d: dict) -> list[tuple]:
+    """Every scalar field of a Timeline JSON (top level, and the first record of each
+    list) as a key path."""
+    out = []
+    for k, v in d.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            out += [(k, 0, f) for f in v[0]]
+        out.append((k,))
+    return out
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_timeline_field_mutated_is_ok_or_one_line(tmp_path, timeline, data):
+    """Property: any one field of a valid Timeline JSON set to any hostile value gives exit
+    0 or one line with exit 2 in the commands that read a Timeline JSON, never a
+    traceback."""
+    d = json.loads(json.dumps(timeline))
+    path = data.draw(st.sampled_from(_paths(d)))
+    value = data.draw(st.sampled_from(HOSTILE))
+    node = d
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    p = tmp_path / "mut.json"
+    p.write_text(json.dumps(d))
+    command = data.draw(st.sampled_from(["stalls", "memory", "align", "render"]))
+    extra = ["-o", tmp_path / "m.png"] if command == "render" else []
+    one_line_or_ok(run(command, p, *extra))
+
+
+# -- class 9: typer's usage errors -----------------------------------------------------
+@pytest.mark.parametrize("args,want", [
+    (["simulate", "-s", "1f1b", "-p", "abc", "-m", "4"], "Invalid value for '--ranks' / '-p'"),
+    (["simulate", "--bogus-flag"], "No such option: --bogus-flag"),
+    (["report", "schedules/1f1b.toml"], "Missing option '--html'"),
+])
+def test_usage_errors_are_one_line(args, want):
+    """``-p abc`` printed typer's boxed multi-line usage error: now one ``error:`` line
+    naming the flag and pointing to ``--help``, exit 2."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "schedsim", *args], capture_output=True,
+                       text=True, timeout=60, cwd=root, check=False)
+    assert p.returncode == 2, p.stderr
+    err = p.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert want in err and "--help" in err and "╭" not in err
+
+
+# -- class 8: loose types --------------------------------------------------------------
+#: (table, key, a value of the wrong type that lax parsing took): quoted numbers and
+#: booleans where a number goes, a quoted boolean where a boolean goes
+LOOSE = [
+    ("schedule", "ranks", '"2"'), ("schedule", "microbatches", "true"),
+    ("costs", "F", "true"), ("costs", "F", '"1"'), ("costs", "message_bytes", '"1e6"'),
+    ("link", "latency", '"0.5"'), ("link", "bandwidth", "true"),
+    ("comm", "launch_cost", '"0.1"'), ("comm", "lazy_init", '"true"'),
+    ("comm", "eager_threshold_bytes", "false"),
+    ("model", "layers", '"2"'), ("model", "tp", "true"), ("model", "activation_bytes", '"1"'),
+    ("model", "sequence_parallel", '"yes"'), ("model", "topk", "1.5"),
+    ("memory", "F", '"1"'), ("memory", "B", "true"),
+]
+
+
+@pytest.mark.parametrize("table,key,value", LOOSE, ids=[f"{t}.{k}={v}" for t, k, v in LOOSE])
+def test_loose_types_are_refused_with_the_type_expected(tmp_path, table, key, value):
+    """``F = true`` was 1, ``F = "1"`` and ``ranks = "2"`` numbers: each key of the scenario
+    is now read strictly, the message naming the key, the type expected and the value."""
+    body = {"schedule": 'name = "1f1b"\nranks = 2\nmicrobatches = 4\n', "costs": "",
+            "link": "", "comm": 'semantics = "rendezvous"\n', "model": "", "memory": ""}
+    body[table] = "\n".join(line for line in body[table].splitlines()
+                            if not line.startswith(f"{key} ")) + f"\n{key} = {value}\n"
+    text = "".join(f"[{t}]\n{b}\n" for t, b in body.items() if b.strip() or t == table)
+    p = tmp_path / "loose.toml"
+    p.write_text(text)
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 2, (text, r.output)
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and key in err, err
+    assert "should be a valid" in err or "Input should be" in err, err
+
+
+def test_integer_table_keys_and_whole_numbers_still_read(tmp_path):
+    """Strictness refuses the wrong type, not TOML's own forms: per-stage tables keyed by
+    number and whole numbers where a float goes."""
+    p = tmp_path / "ok.toml"
+    p.write_text('[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n'
+                 '[costs]\nF = 1\nBW = 2\n[costs.stage.1]\nF = 2\n[link]\nlatency = 0\n')
+    r = run("simulate", p, "-q")
+    assert r.exit_code == 0, r.output
+
+
+# -- class 7: silent modelling defaults ------------------------------------------------
+def _model_scenario(tmp_path, tp: str, links: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(f'[schedule]\nname = "1f1b"\nranks = 2\nmicrobatches = 4\n[model]\nlayers = 2\n'
+                 f'tp = {tp}\nactivation_bytes = 1e6\n[model.links]\n{links}\n')
+    return p
+
+
+def test_a_tp_group_wider_than_a_node_needs_the_inter_link(tmp_path):
+    """tp = 8 ran 105.6 and tp = 9 30: the 9-GPU group fell on the unset inter-node link,
+    free. Now it is refused, naming the key to set; with it set, tp = 9 costs more than 8."""
+    intra = "intra = { bandwidth = 1e5 }"
+    r = run("simulate", _model_scenario(tmp_path, "9", intra), "-q")
+    assert r.exit_code == 2 and "set [model.links] inter" in r.stderr, r.output
+
+    def makespan(tp: str, links: str) -> float:
+        p = tmp_path / "tl.json"
+        assert run("simulate", _model_scenario(tmp_path, tp, links), "-q", "--json",
+                   p).exit_code == 0
+        return json.loads(p.read_text())["makespan"]
+
+    both = intra + "\ninter = { bandwidth = 2e4 }"
+    assert makespan("9", both) > makespan("8", both) > 0
+
+
+def test_absurd_group_sizes_are_bounded_by_the_work_limits(tmp_path):
+    r = run("simulate", _model_scenario(tmp_path, str(10 ** 30), ""), "-q")
+    assert r.exit_code == 2 and "above the limit of 4,096 ranks" in r.stderr, r.output
+
+
+# -- class 5: terminal control sequences -----------------------------------------------
+#: ESC sequences a name may carry: OSC (window title), CSI (clear screen), a bare ESC and
+#: a C1 control
+CONTROL_NAMES = ["a\x1b]0;pwned\x07b", "\x1b[2Jcleared", "x\x1bcy", "z\x9bq"]
+
+
+@pytest.mark.parametrize("name", CONTROL_NAMES, ids=["osc", "csi", "esc", "c1"])
+@pytest.mark.parametrize("field", ["schedule", "unit"])
+@pytest.mark.parametrize("command", ["stalls", "memory", "align", "render"])
+def test_control_sequences_in_names_never_reach_the_terminal(tmp_path, timeline, name,
+                                                             field, command):
+    """A Timeline's texts are valid data with ESC sequences in them: every command prints
+    them as escapes (``\\x1b``), and matplotlib draws them without a glyph warning."""
+    import warnings
+
+    p = tmp_path / "esc.json"
+    p.write_text(json.dumps({**timeline, field: name}))
+    extra = ["-o", tmp_path / "esc.png"] if command == "render" else []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(command, p, *extra)
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x9b" not in r.output and "\x07" not in r.output
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+
+
+def test_a_file_name_with_control_characters_is_printed_escaped(tmp_path, timeline):
+    p = tmp_path / "we\x1b[2Jird.json"
+    p.write_text(json.dumps({**timeline, "semantics": "bogus"}))
+    r = run("stalls", p)
+    assert r.exit_code == 2 and "\\x1b" in r.stderr and "\x1b" not in r.stderr
+
+
+# -- class 4: outputs ------------------------------------------------------------------
+def _traces(tmp_path):
+    from test_trace_import import runtime_traces
+
+    return runtime_traces(tmp_path)
+
+
+def test_import_trace_json_and_program_out_on_one_path(tmp_path):
+    a, b = _traces(tmp_path)
+    x = tmp_path / "x"
+    r = run("import-trace", a, b, "--json", x, "--program-out", x)
+    assert r.exit_code == 2 and "both write" in r.stderr, r.output
+    assert not x.exists()
+
+
+def test_json_inside_the_out_dir_it_creates(tmp_path):
+    """``check-trace --json od/x.json --out-dir od`` said the folder did not exist though
+    --out-dir creates it; ``--json od/NAME-errors.json`` overwrote the out-dir's own
+    file. Now the first runs and the second is refused before any work."""
+    a, b = _traces(tmp_path)
+    od = tmp_path / "od"
+    r = run("check-trace", a, b, "--json", od / "x.json", "--out-dir", od, "--name", "pp")
+    assert r.exit_code == 0, r.output
+    assert (od / "x.json").exists() and (od / "pp-errors.json").exists()
+    od2 = tmp_path / "od2"
+    r = run("check-trace", a, b, "--json", od2 / "pp-errors.json", "--out-dir", od2,
+            "--name", "pp")
+    assert r.exit_code == 2 and "--json and --out-dir both write" in r.stderr, r.output
+    assert not od2.exists()
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/abs/name", "..", ".hidden"])
+def test_names_never_leave_the_out_dir(tmp_path, name):
+    a, b = _traces(tmp_path)
+    od = tmp_path / "deep" / "od"
+    before = set(tmp_path.rglob("*"))
+    r = run("check-trace", a, b, "--out-dir", od, "--name", name)
+    assert r.exit_code == 0, r.output
+    made = sorted(p for p in set(tmp_path.rglob("*")) - before if p.is_file())
+    assert len(made) == 6 and all(p.parent == od for p in made), made
