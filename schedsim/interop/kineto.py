@@ -380,7 +380,9 @@ def _notes(ev: dict[int, RankEvents], runs: dict[int, RankRun], missing: list[in
 
 def import_traces(paths: list[str | Path], *, placement: str | None = None,
                   name: str = "imported", step: int | None = None) -> Timeline:
-    """One measured Timeline from per-rank traces (module docstring for the rules).
+    """One measured Timeline from per-rank traces (module docstring for the rules); also
+    Megatron timer dumps (:mod:`.megatron_timers`), nsys SQLite exports (:mod:`.nsys`)
+    and a stage-internal piece trace (:mod:`.kineto_pieces`).
 
     ``placement`` (loop | v | dual) is inferred from where stages ran when None. ``step``
     keeps the events of one profiler step (``ProfilerStep#N``) of traces that hold
@@ -392,6 +394,14 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
 
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
+    given = [Path(p) for p in paths]
+    from schedsim.interop.megatron_timers import import_timer_dumps, is_timer_dump
+    from schedsim.interop.nsys import import_nsys, is_nsys_export
+
+    if is_timer_dump(given):
+        return import_timer_dumps(given, name)
+    if any(is_nsys_export(p) for p in given):
+        return import_nsys(given, name=name, placement=placement)
     traces, world = _by_rank(paths)
     names = ", ".join(str(t.path) for t in traces.values())
     with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
