@@ -119,3 +119,28 @@ def test_contended_calibration_and_errors_over_steps(tmp_path):
     assert (got["min"], got["max"]) == (pytest.approx(min(per)), pytest.approx(max(per)))
     assert got["median"] == pytest.approx(sorted(per)[1])
     assert "cost-model error over the 3 measured steps (makespan): median" in text
+
+
+def test_contention_warning(monkeypatch):
+    """More ranks than CPUs, or a load average above the CPUs the run leaves free: one
+    warning saying why; neither: none."""
+    import os
+
+    from schedsim.replay.launch import contention
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    assert contention(2) == ""
+    assert contention(4).startswith("4 ranks on 2 CPUs: ranks share cores")
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 0.0, 0.0))
+    assert contention(2).startswith("load average 7.5 on 2 CPUs before starting 2 ranks")
+
+
+def test_contended_and_isolated_conflict(tmp_path):
+    pytest.importorskip("torch")
+    r = runner.invoke(app, ["calibrate", "--schedule", "1f1b", "--ranks", "2",
+                            "--microbatches", "2", "--contended", "--isolated"])
+    assert r.exit_code == 2 and "give one" in r.output
+    r = runner.invoke(app, ["replay", "--schedule", "1f1b", "--ranks", "2",
+                            "--microbatches", "2", "--contended"])
+    assert r.exit_code == 2 and "go with --compare" in " ".join(r.output.split())
