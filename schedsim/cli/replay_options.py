@@ -86,7 +86,7 @@ FromTimelineOpt = Annotated[Optional[Path], typer.Option(
 FromTraceOpt = Annotated[Optional[Path], typer.Option(
     "--from-trace", help="Per-piece costs for the stage model from a stage-internal piece "
     "trace (Kineto 'BLOCK(F|B|W)' ranges with their kernels, e.g. DeepSeek's profile-data): "
-    "write a [model] table instead of running the ranks.")]
+    "write a \\[model] table instead of running the ranks.")]
 ExactOpt = Annotated[bool, typer.Option(
     "--exact", help="With --from-timeline: write every op's own measured duration, every "
     "message's measured transfer and every instruction's host time, so that a simulation "
