@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schedsim.program.routing import MESSAGE_KINDS
+
 
 def first_error(e: Any) -> str:
     """``loc: msg`` of a pydantic ValidationError's first error (the key clipped)."""
@@ -89,7 +91,7 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
     for i, m in enumerate(tl.messages):
         times = (m.send_posted, m.recv_posted, m.start, m.arrival, m.send_done, m.recv_done)
         if not (0 <= m.src < P and 0 <= m.dst < P and 0 <= m.stage < S and m.mb >= 0
-                and m.kind in ("F", "B") and math.isfinite(m.bytes) and m.bytes >= 0
+                and m.kind in MESSAGE_KINDS and math.isfinite(m.bytes) and m.bytes >= 0
                 and all(t is None or math.isfinite(t) for t in times)):
             raise bad(f"messages[{i}] ({clip(str(m.kind), 8)} mb {m.mb} {m.src}->{m.dst}) "
                       f"has a rank, stage, kind, size or time out of range")

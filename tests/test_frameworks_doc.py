@@ -35,8 +35,8 @@ def test_commands_print_what_the_doc_shows(cmds: list[str], shown: list[str]) ->
 
 
 def test_every_example_is_checked() -> None:
-    """Seven command blocks, each followed by the output it prints."""
-    assert len(BLOCKS) == 7 and all(shown for _, shown in BLOCKS)
+    """Eight command blocks, each followed by the output it prints."""
+    assert len(BLOCKS) == 8 and all(shown for _, shown in BLOCKS)
 
 
 ROWS = {
@@ -53,6 +53,15 @@ ROWS = {
                                      "megatron", {"batch_p2p_comm": False}),
     "same, `overlap_p2p_comm=true`": ("interleaved-1f1b", {"variant": "megatron"},
                                       "megatron", {"overlap_p2p_comm": True}),
+    "same, and `deallocate_pipeline_outputs=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"overlap_p2p_comm": True, "deallocate_pipeline_outputs": True}),
+    "same, and `overlap_p2p_comm_warmup_flush=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"overlap_p2p_comm": True, "overlap_p2p_comm_warmup_flush": True}),
+    "same as the batched row, `variable_seq_lengths=true`": (
+        "interleaved-1f1b", {"variant": "megatron"}, "megatron",
+        {"variable_seq_lengths": True}),
 }
 
 

@@ -5,6 +5,7 @@ Grammar (terms separated by spaces or commas, in any order, case-insensitive)::
     selector := term { term }
     term     := rank=N | mb=N | stage=N | chunk=N | index=N
               | F | B | W | BW | FB | SEND_F | RECV_F | SEND_B | RECV_B
+              | SEND_FS | RECV_FS | SEND_BS | RECV_BS  (shape messages)
               | a program token: 5W0  5SEND_B0  (2F15;5BW1)
 
 ``rank`` is the rank that runs the instruction, ``index`` its position in that rank's
@@ -29,10 +30,10 @@ from dataclasses import dataclass
 from schedsim.analysis._rows import rank_rows
 from schedsim.errors import ParseError, ScenarioError
 from schedsim.program.ir import Comm, Compute, Op, Post, Program
-from schedsim.program.ops import launched
+from schedsim.program.ops import COMM_KINDS, COMPUTE_KINDS, launched
 from schedsim.program.tokens import format_instr, parse_instr
 
-KINDS = ("F", "B", "W", "BW", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B")
+KINDS = COMPUTE_KINDS + COMM_KINDS
 _KEYS = ("rank", "mb", "stage", "chunk", "index")
 _TERM = re.compile(r"(rank|mb|stage|chunk|index)\s*=\s*(\d+)", re.IGNORECASE)
 

@@ -77,6 +77,10 @@ def format_torch_action(x: Action) -> str:
 
     Raises :class:`ScheduleError` for an op kind torch cannot express."""
     if isinstance(x, Comm):
+        if x.kind.endswith("S"):
+            raise ScheduleError(f"comm op {x}: a shape message (Megatron's "
+                                f"variable_seq_lengths) has no torch action; write the "
+                                f"program without --param variable_seq_lengths=true")
         return f"{x.stage}{x.kind}{x.mb}"
     if x.kind == "FB":
         f, b = x.parts

@@ -70,12 +70,18 @@ class OpKind(IntEnum):
 
 class CommKind(IntEnum):
     """P2P op kinds, in :data:`~schedsim.program.ops.COMM_KINDS` order: bit 0 is the
-    side (0 send, 1 recv), bit 1 the message kind (0 activation F, 1 gradient B)."""
+    side (0 send, 1 recv), bits 1-2 the message kind (its code in
+    :data:`~schedsim.program.routing.MESSAGE_KINDS`: 0 activation F, 1 gradient B, 2 and 3
+    their shape messages)."""
 
     SEND_F = 0
     RECV_F = 1
     SEND_B = 2
     RECV_B = 3
+    SEND_FS = 4
+    RECV_FS = 5
+    SEND_BS = 6
+    RECV_BS = 7
 
 
 assert tuple(k.name for k in OpKind) == COMPUTE_KINDS

@@ -64,10 +64,23 @@ POLICIES: dict[str, CommPolicy] = {p.name: p for p in (
                "Megatron-LM p2p_communication._communicate calls of 1F1B and interleaved "
                "1F1B",
                {"batch_p2p_comm": "one batch_isend_irecv per call, waited at once "
-                                  "(default: true unless overlap_p2p_comm)",
+                                  "(false: one launch and one WAIT per op; default: true "
+                                  "unless overlap_p2p_comm)",
                 "overlap_p2p_comm": "interleaved only: steady-state calls launched "
                                     "unbatched, waits deferred to the consumer "
-                                    "(default false)"}),
+                                    "(default false)",
+                "overlap_p2p_comm_warmup_flush": "with overlap_p2p_comm: warmup and "
+                                                 "cooldown overlapped too, receives "
+                                                 "prefetched an iteration ahead "
+                                                 "(default false)",
+                "deallocate_pipeline_outputs": "each overlapped forward send waited "
+                                               "right after its launch, before the "
+                                               "output is freed (default false; "
+                                               "Megatron-LM's training sets it true)",
+                "variable_seq_lengths": "each call preceded by its shape round "
+                                        "(_communicate_shapes: one batch of 3-int64 "
+                                        "shape messages, SEND_FS/RECV_FS/SEND_BS/"
+                                        "RECV_BS, waited at once; default false)"}),
 )}
 
 

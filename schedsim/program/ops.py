@@ -18,8 +18,10 @@ from schedsim.program.routing import Key, message_key, recv_parts, send_parts
 
 #: compute op kinds, in the order the summary tables list them
 COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
-#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream
-COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+#: comm op kinds: ``_F`` moves activations downstream, ``_B`` input gradients upstream;
+#: ``_FS``/``_BS`` the shape messages announcing them (Megatron's variable_seq_lengths)
+COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "SEND_FS", "RECV_FS", "SEND_BS",
+              "RECV_BS")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,26 @@ from typing import Any, Callable
 
 Key = tuple[str, int, int]
 
+#: message kinds, by code: activations ``F`` and input gradients ``B``, and the shape
+#: messages that announce them (``FS``, ``BS``: Megatron-LM's ``_communicate_shapes`` under
+#: ``variable_seq_lengths``, three int64, sent ahead of the tensor between the same ranks).
+#: Bit 0 of the code is the direction: 0 downstream (to stage s+1), 1 upstream.
+MESSAGE_KINDS = ("F", "B", "FS", "BS")
+#: bytes of a shape message (``torch.int64`` x 3)
+SHAPE_BYTES = 24.0
+
 #: comm kind -> (message kind, side: 0 send / 1 recv, producing stage - issuing stage)
 COMM_SIDES: dict[str, tuple[str, int, int]] = {
     "SEND_F": ("F", 0, 0), "RECV_F": ("F", 1, -1),
     "SEND_B": ("B", 0, 0), "RECV_B": ("B", 1, 1),
+    "SEND_FS": ("FS", 0, 0), "RECV_FS": ("FS", 1, -1),
+    "SEND_BS": ("BS", 0, 0), "RECV_BS": ("BS", 1, 1),
 }
+
+
+def is_shape(kind: str) -> bool:
+    """Whether message kind ``kind`` is a shape message (``FS``/``BS``)."""
+    return kind.endswith("S")
 
 
 def message_key(comm_kind: str, stage: int, mb: int) -> Key:
@@ -41,7 +56,7 @@ def message_key(comm_kind: str, stage: int, mb: int) -> Key:
 
 def consumer_stage(key: Key) -> int:
     """Stage that receives output ``key`` from another stage (may be out of range)."""
-    return key[1] + 1 if key[0] == "F" else key[1] - 1
+    return key[1] + 1 if key[0][0] == "F" else key[1] - 1
 
 
 def send_parts(key: Key) -> tuple[str, int, int]:
@@ -104,7 +119,7 @@ def consumer_atoms(key: Key) -> tuple[Key, ...]:
 
 
 # -- array forms (numpy; for the flat program form, :mod:`schedsim.program.flat`) -------
-# The same rules as above, over integer arrays: message kind 0 is "F", 1 is "B"; a comm
+# The same rules as above, over integer arrays: message kind k is MESSAGE_KINDS[k]; a comm
 # kind code is 2 * message kind + side (0 send, 1 recv), as
 # :class:`schedsim.program.flat.CommKind`; compute kind codes are
 # :class:`schedsim.program.flat.OpKind` (F 0, B 1, W 2, BW 3).
@@ -117,15 +132,15 @@ def comm_message_arrays(ckind, cstage):
     ck = np.asarray(ckind)
     mk = ck >> 1
     side = ck & 1
-    # RECV_F (1): -1, RECV_B (3): +1, sends: 0  ==  side * (mk * 2 - 1)
-    return mk, side, np.asarray(cstage) + side * (2 * mk - 1)
+    # RECV_F (1), RECV_FS (5): -1; RECV_B (3), RECV_BS (7): +1; sends: 0
+    return mk, side, np.asarray(cstage) + side * (2 * (mk & 1) - 1)
 
 
 def consumer_stages(mkind, pstage):
     """Array form of :func:`consumer_stage`."""
     import numpy as np
 
-    return np.asarray(pstage) + 1 - 2 * np.asarray(mkind)
+    return np.asarray(pstage) + 1 - 2 * (np.asarray(mkind) & 1)
 
 
 def cross_stage_inputs(kind, stage, stages: int):

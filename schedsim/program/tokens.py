@@ -7,6 +7,8 @@ Grammar (one token, no spaces)::
     comm      {stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}      one launch of its own
                                               (dist.isend / dist.irecv); the stage is the one
                                               that sends or receives, as torch writes it
+              {stage}{SEND_FS|RECV_FS|SEND_BS|RECV_BS}{mb}  the shape message of that
+                                              tensor (Megatron's variable_seq_lengths)
     batch     BATCH[{comm}+{comm}...]         one launch of several (batch_isend_irecv)
     commit    COMMIT                          wait for all launched since the last COMMIT
     wait      WAIT[{comm}+{comm}...]          wait for the named posted comm ops
@@ -39,7 +41,7 @@ __all__ = ["parse_op", "parse_comm", "parse_instr", "parse_program_text", "forma
            "format_instr"]
 
 _COMPUTE = re.compile(r"(\d+)(BW|F|B|W)(\d+)")
-_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
+_COMM = re.compile(r"(\d+)((?:SEND|RECV)_[FB]S?)(\d+)")
 _FB = re.compile(r"\((\d+)F(\d+);(\d+)(BW|B)(\d+)\)(?:OVERLAP_F_B)?")
 _WAIT = re.compile(r"WAIT\[([^\]]*)\]")
 _BATCH = re.compile(r"BATCH\[([^\]]*)\]")

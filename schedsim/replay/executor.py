@@ -190,7 +190,16 @@ class RankExecutor:
         """(P2POp, tensor, message key) of a post."""
         k = c.kind
         s, mb = c.stage, c.mb
-        if k == "SEND_F":
+        if k.endswith("S"):         # a shape message (Megatron's _communicate_shapes)
+            peer = self.rank_of(s + 1 if k[-2] == "F" else s - 1, mb) if c.is_send else \
+                self.rank_of(s - 1 if k[-2] == "F" else s + 1, mb)
+            if c.is_send:
+                t, op = torch.tensor(list(self.cfg.activation_shape), dtype=torch.int64,
+                                     device=self.wire), dist.isend
+            else:
+                t, op = torch.empty(len(self.cfg.activation_shape), dtype=torch.int64,
+                                    device=self.wire), dist.irecv
+        elif k == "SEND_F":
             t, peer, op = self.acts.pop((s, mb)).contiguous(), self.rank_of(s + 1, mb), \
                 dist.isend
         elif k == "SEND_B":

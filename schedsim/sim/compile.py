@@ -25,7 +25,7 @@ from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
-from schedsim.program.routing import cross_stage_inputs
+from schedsim.program.routing import SHAPE_BYTES, cross_stage_inputs
 from schedsim.sim.compile_data import compile_data
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
@@ -119,9 +119,10 @@ def _host_delays(cp: Compiled, comm: CommModel) -> None:
 def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compact ids of every key code the program names: ``(keys, member ids, atom input
     ids, atom output ids)`` (-1 stays -1). When the code space (2 x stages x
-    microbatches) is small next to the program, the codes are their own ids."""
+    microbatches, x 2 with shape messages) is small next to the program, the codes are their
+    own ids."""
     n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
-    space = 2 * pr.S * pr.M
+    space = (4 if len(pr.mk) and int(pr.mk.max()) >= 2 else 2) * pr.S * pr.M
     if space <= max(4 * n, 1 << 16):
         return np.arange(space, dtype=I64), pr.mcode, pr.a_in, pr.a_out
     allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
@@ -169,6 +170,11 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
          "link_posts": xs.full(2 * P * P, 0), "hord": xs.full(2 * nk, -1),
          "msg_src": xs.empty(nk), "msg_dst": xs.empty(nk),
          "counts": xs.full(4, 0), "err": xs.full(4, 0)}
+    # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
+    # program's order puts its launch after the op whose tensor it announces)
+    shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
+    for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
+        a["made_rank"][k] = r
     K.compile_comm_kernel(
         P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),
         xs.ints(pr.side), xs.ints(mowner), xs.ints(mlocal), xs.ints(mpeer), xs.ints(pr.aptr),
@@ -286,6 +292,7 @@ def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommM
     P, S = cp.ranks, cp.stages
     ps = (cp.mcode // cp.microbatches) % S
     nbytes = np.array([costs.bytes_of(s) for s in range(S)], dtype=np.float64)[ps]
+    nbytes[cp.mcode // (cp.microbatches * S) >= 2] = SHAPE_BYTES     # shape messages
     lk = cp.msrc * P + cp.mdst
     used = np.zeros(P * P, bool)
     used[lk] = True

@@ -14,6 +14,7 @@ import numpy as np
 from schedsim.program.flat import FlatProgram
 from schedsim.program.ir import Op, Program
 from schedsim.program.ops import recv_comm, send_comm
+from schedsim.program.routing import MESSAGE_KINDS
 from schedsim.sim.kernels import Step, WaitKind
 
 I64 = np.int64
@@ -95,7 +96,7 @@ class Compiled:
         """``(kind, producing stage, mb)`` of every message."""
         S, M = self.stages, self.microbatches
         code = self.mcode
-        kinds = ("F", "B")
+        kinds = MESSAGE_KINDS
         return list(zip([kinds[k] for k in (code // (S * M)).tolist()],
                         ((code // M) % S).tolist(), (code % M).tolist()))
 

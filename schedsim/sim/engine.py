@@ -27,6 +27,7 @@ from functools import partial
 import numpy as np
 
 from schedsim.program.flat import COMPUTE_KINDS
+from schedsim.program.routing import MESSAGE_KINDS
 from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel
 from schedsim.sim.kernels import Step, WaitKind
@@ -138,8 +139,8 @@ def handle_tokens(cp: Compiled, hs: np.ndarray) -> list[str]:
     code = cp.mcode[hs >> 1]
     mk, ps, mb = code // (S * M), (code // M) % S, code % M
     recv = (hs & 1) == 1
-    stage = np.where(recv, np.where(mk == 0, ps + 1, ps - 1), ps)
-    names = (("SEND_F", "RECV_F"), ("SEND_B", "RECV_B"))
+    stage = np.where(recv, np.where(mk & 1 == 0, ps + 1, ps - 1), ps)
+    names = [("SEND_" + k, "RECV_" + k) for k in MESSAGE_KINDS]
     return [f"{s}{names[k][r]}{m}" for s, k, r, m in
             zip(stage.tolist(), mk.tolist(), recv.tolist(), mb.tolist())]
 
@@ -180,7 +181,7 @@ def _chunks(pl, stage: np.ndarray, mb: np.ndarray) -> np.ndarray:
 def _messages(cp: Compiled, st: RunState) -> list[Message]:
     S, M = cp.stages, cp.microbatches
     code = cp.mcode
-    kinds = ("F", "B")
+    kinds = MESSAGE_KINDS
     kind = [kinds[k] for k in (code // (S * M)).tolist()]
     sact = _opt(st.hact[0::2])
     if cp.data_mode:
