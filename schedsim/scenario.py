@@ -506,9 +506,8 @@ def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenari
         bad = sorted(set(comm) - {"launch_cost", "host", "host_cost"})
         if bad:
             raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost, "
-                                f"host_cost and host (got "
-                                f"{', '.join(map(clip, bad))}; set semantics and streams in the "
-                                f"scenario or with --semantics / --comm-stream)")
+                                f"host_cost and host (got {', '.join(map(clip, bad))}; set "
+                                f"semantics and streams with --semantics / --comm-stream)")
         merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)
     return parse_scenario(merged, str(path), scenario.base_dir)
