@@ -1,7 +1,7 @@
 """schedsim's replay vs torch.distributed.pipelining's ``Schedule1F1B``: same model, same
 1F1B schedule, same gloo process group, side by side.
 
-Each rank holds the same stage module (:func:`schedsim.replay.workload.build_stage`, an
+Each rank holds the same stage module (:func:`schedsim.replay.stage_modules.build_stage`, an
 MLP block stack). Per iteration, after a barrier, rank r times its own step; the step
 time is the max over ranks (``all_reduce(MAX)``). The two executors alternate step by
 step (so drift and noise from other processes hit both alike); after ``--warmup``
@@ -37,7 +37,7 @@ def _rank_main(rank: int, a: argparse.Namespace, port: int) -> None:
     from schedsim import build_program
     from schedsim.replay.config import ReplayConfig
     from schedsim.replay.executor import RankExecutor
-    from schedsim.replay.workload import build_stage, loss_fn, microbatch_input, microbatch_target
+    from schedsim.replay.stage_modules import build_stage, loss_fn, microbatch_input, microbatch_target
 
     torch.set_num_threads(1)
     P, M = a.ranks, a.microbatches

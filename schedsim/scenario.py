@@ -33,6 +33,9 @@ Example (``schedules/dualpipe-figure.toml``)::
     # FB (and message_bytes) from the layers and their TP/EP collectives; a kind typed
     # in [costs] still wins (docs/stage-model.md)
 
+    [workload]                 # optional: a model on GPUs (docs/workload.md): costs in ms,
+    # model = "llama3.1-70b", gpu = "h100-sxm", seq = 8192, tp = 8, pp = 4, ...: links, bytes
+
     [comm]                     # schedsim.sim.costs.CommModel
     semantics = "data"         # data | eager | rendezvous
     comm_stream = "none"       # none | per-peer | per-rank
@@ -54,13 +57,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from schedsim.errors import ParseError, ScenarioError, SchedsimError
+from schedsim.errors import ScenarioError, SchedsimError
 from schedsim.program.ir import Placement, Program
+from schedsim.program.text_file import load_program_file, program_from_rows  # noqa: F401
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.stage_model import StageCosts, StageModel
 
@@ -102,7 +107,9 @@ class Scenario(BaseModel):
     memory: dict[str, Any] = Field(default_factory=dict)
     replay: dict[str, Any] = Field(default_factory=dict)
     model: StageModel | None = None
+    workload: dict[str, Any] | None = None
     base_dir: str = Field(default=".", exclude=True)
+    _workload: Any = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -125,11 +132,26 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _derive_costs(self) -> "Scenario":
-        """With a ``[model]``, the kinds ``[costs]`` leaves untyped come from it."""
-        if self.model is not None:
-            self.costs = self.costs.with_derived(StageCosts(self.model),
+        """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
+        kinds ``[costs]`` leaves untyped come from it."""
+        if self.workload is not None:
+            from schedsim.workload.table import apply_workload
+
+            self._workload = apply_workload(self)
+        elif self.model is not None:
+            self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
         return self
+
+    def workload_model(self) -> Any:
+        """The checked :class:`~schedsim.workload.layout.Workload` (None without one)."""
+        return self._workload
+
+    def derived_workload(self, placement: Placement) -> Any:
+        """:func:`schedsim.workload.table.derive_scenario` (None without a workload)."""
+        from schedsim.workload.table import derive_scenario
+
+        return None if self._workload is None else derive_scenario(self, placement)
 
     def stage_costs(self) -> StageCosts | None:
         """The derived costs of ``[model]`` (None without one)."""
@@ -252,14 +274,14 @@ class Scenario(BaseModel):
                                 "file or a schedule_file")
         if s.ranks is None or s.microbatches is None:
             raise ScenarioError(f"[schedule] {s.name}: set ranks and microbatches")
-        from schedsim.generators import build_program, get as get_generator
+        from schedsim.generators import build_program, generated_stages, get as get_generator
 
         params = s.generator_params()
         gen = get_generator(s.name)
         from schedsim.util.limits import check_program_size
 
         check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,
-                           stages=_generated_stages(gen, s.ranks, params))
+                           stages=generated_stages(gen, s.ranks, params))
         # planners whose order depends on the costs (zb-1p, zb-2p, zbv) take the
         # scenario's cost and link models as the `costs` / `link` parameters
         takes = gen.accepted()
@@ -274,25 +296,6 @@ class Scenario(BaseModel):
 PIECES_PER_LAYER = 8
 
 
-def _generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
-    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
-    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
-    many per rank, else 1; ``dual``: 1), before anything is generated."""
-    import inspect
-
-    if gen.placement.startswith("v"):
-        return 2 * ranks
-    if "chunks" in gen.accepted():
-        chunks = params.get("chunks")
-        if chunks is None:
-            chunks = inspect.signature(gen.fn).parameters["chunks"].default
-        try:
-            return ranks * max(1, int(chunks))
-        except (TypeError, ValueError, OverflowError):
-            return ranks        # the generator names the bad value
-    return ranks
-
-
 def _no_policy_params(params: dict[str, Any], path: Path) -> None:
     """A file that brings its own sends and recvs is not lowered: refuse comm policy
     parameters for it rather than ignore them (ScenarioError naming them)."""
@@ -302,67 +305,19 @@ def _no_policy_params(params: dict[str, Any], path: Path) -> None:
                             f"them, or add --comm-policy to re-lower its compute order")
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
-    """Field names allowed at the parent of ``loc`` in the Scenario model tree."""
-    import typing
-
-    model: object = Scenario
-    for part in loc[:-1]:
-        fields = getattr(model, "model_fields", None)
-        if fields is None or not isinstance(part, str) or part not in fields:
-            if isinstance(part, int) or fields is None:
-                continue
-            return []
-        ann = fields[part].annotation
-        for arg in (ann, *typing.get_args(ann)):
-            for sub in (arg, *typing.get_args(arg)):
-                if isinstance(sub, type) and hasattr(sub, "model_fields"):
-                    model = sub
-                    break
-    fields = getattr(model, "model_fields", {})
-    return [k for k in fields if k != "base_dir"]
-
-
-def _fmt_validation(e: ValidationError, source: str) -> str:
-    msgs = []
-    from schedsim.util.text import clip, shorten_quotes
-
-    for err in e.errors()[:3]:
-        loc = clip(".".join(str(x) for x in err["loc"]))
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(tuple(err["loc"]))
-            hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
-            msgs.append(f"unknown key '{loc}'{hint}")
-        else:
-            got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
-                   if err["type"].endswith(("_type", "_parsing")) else "")
-            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}{got}")
-    more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
-    return f"{source}: " + "; ".join(msgs) + more
-
-
-def _index_keys(data: Any) -> Any:
-    """``data`` with every table key that is a whole number (``[costs.stage.3]``: TOML
-    keys are strings) as an int, the per-stage tables' index; the rest as given."""
-    if isinstance(data, dict):
-        return {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k:
-                _index_keys(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_index_keys(v) for v in data]
-    return data
-
-
 def parse_scenario(data: dict[str, Any], source: str = "scenario",
                    base_dir: str = ".") -> Scenario:
     """Validate a scenario dict in pydantic's strict mode: a quoted number or a boolean
     where a number goes (``F = "1"``, ``F = true``, ``ranks = "2"``) is refused with the
     type expected and the one given, as the trace loader already did. Raises
     :class:`ScenarioError` naming the bad key."""
+    from schedsim.scenario_keys import format_validation, index_keys
+
     try:
-        sc = Scenario.model_validate({**_index_keys(data), "base_dir": base_dir},
+        sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
                                      strict=True)
     except ValidationError as e:
-        raise ScenarioError(_fmt_validation(e, source)) from None
+        raise ScenarioError(format_validation(e, source, Scenario)) from None
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
     return sc
@@ -385,89 +340,6 @@ def load_scenario(path: str | Path) -> Scenario:
                                     f"--schedule-file)") from None
             raise ScenarioError(f"{path}: malformed TOML: {e}") from None
         return parse_scenario(data, str(path), str(path.parent))
-
-
-def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
-                      stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None,
-                      policy_params: dict[str, Any] | None = None) -> Program:
-    """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
-
-    ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
-    ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
-    comm instruction is a compute-only schedule and is lowered with ``comm_policy``
-    (default ``async``) and its ``policy_params``. Raises
-    :class:`ScenarioError`/:class:`ParseError`.
-    """
-    from schedsim.program.bounds import check_program_text
-    from schedsim.program.tokens import parse_program_text
-    from schedsim.util.inputs import loading, read_input_text
-    from schedsim.util.text import shorten_quotes
-
-    path = Path(path)
-    with loading(path, "program text file"):
-        text = read_input_text(path, "program text file")
-        check_program_text(text, path)
-        try:
-            rows = parse_program_text(text)
-        except ParseError as e:
-            raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None
-        return program_from_rows(rows, placement, ranks=ranks, stages=stages,
-                                 microbatches=microbatches, comm_policy=comm_policy,
-                                 name=path.stem, policy_params=policy_params)
-
-
-def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
-                      stages: int | None = None, microbatches: int | None = None,
-                      comm_policy: str | None = None, name: str = "custom",
-                      policy_params: dict[str, Any] | None = None) -> Program:
-    """Build a :class:`Program` from parsed instruction rows (see
-    :func:`load_program_file` for the defaults)."""
-    from schedsim.program.ir import Compute, Wait
-    from schedsim.program.ops import launched
-    from schedsim.util.limits import check_program_size
-
-    ranks = ranks or len(rows)
-    check_program_size(name, ranks=max(ranks, len(rows)))
-    if len(rows) != ranks:
-        raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
-    if placement not in ("loop", "v", "dual"):
-        raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
-    used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
-            for a in i.op.atoms()]
-    used += [(c.stage, c.mb) for row in rows for i in row for c in launched(i)]
-    used += [(c.stage, c.mb) for row in rows for i in row if isinstance(i, Wait)
-             for c in i.comms]
-    top_mb = max((mb for _, mb in used), default=0)
-    top_stage = max((st for st, _ in used), default=0)
-    if microbatches is not None and top_mb >= microbatches:
-        raise ScenarioError(f"the program uses microbatch {top_mb} but microbatches = "
-                            f"{microbatches}: pass --microbatches {top_mb + 1} or more")
-    m = microbatches or top_mb + 1
-    if stages is None:
-        if placement == "loop":     # the fewest stages, a multiple of ranks, that fit
-            stages = ranks * max(1, -(-(top_stage + 1) // ranks))
-        else:
-            stages = 2 * ranks if placement == "v" else ranks
-    # every per-stage, per-microbatch table is bounded before it is built
-    check_program_size(name, stages=max(stages, top_stage + 1), microbatches=m,
-                       instructions=sum(len(row) for row in rows))
-    if top_stage >= stages:
-        raise ScenarioError(f"the program uses stage {top_stage} but the {placement} "
-                            f"placement has {stages} stages on {ranks} ranks: pass --stages "
-                            f"{ranks * -(-(top_stage + 1) // ranks)} (or another placement)")
-    pl = Placement(kind=placement, ranks=ranks, stages=stages,
-                   microbatches=m if placement == "dual" else None)
-    prog = Program(name=name, placement=pl, microbatches=m, ranks=rows)
-    if not prog.has_comm():
-        from schedsim.program.lower import lower
-
-        return lower(prog.schedule(), comm_policy or "async", **(policy_params or {}))
-    if policy_params:
-        raise ScenarioError(f"the program {name!r} has its own sends/recvs, so no comm "
-                            f"policy lowers it and {', '.join(sorted(policy_params))} would "
-                            f"do nothing: drop them")
-    return prog
 
 
 def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:

@@ -26,7 +26,8 @@ from typing import Callable
 from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_run
 from schedsim.analysis.metrics import bubble_metrics
 from schedsim.errors import SchedsimError
-from schedsim.scenario import _generated_stages, parse_scenario
+from schedsim.generators import generated_stages
+from schedsim.scenario import parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 
 
@@ -153,7 +154,7 @@ def run_job(job: _Job) -> CompareRow | str:
         # the stages (hence the cost scale) come from the generator's placement before
         # anything is generated: a cost-aware planner plans once, at its op costs
         gen = get(job.name)
-        stages = _generated_stages(gen, job.ranks, job.params)
+        stages = generated_stages(gen, job.ranks, job.params)
         for _ in range(2):      # twice only if the placement's stage count was wrong
             k = job.ranks / stages if job.per_rank_costs else 1.0
             costs = scaled_costs(job.costs, k)

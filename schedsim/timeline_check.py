@@ -155,6 +155,28 @@ class _PieceRecord(BaseModel):    # one piece inside an op (``pieces``, schedsim
     tp_rank: int | None = Field(default=0, ge=0)
 
 
+class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, schedsim.workload)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", strict=True)
+    step_ms: float = Field(ge=0)
+    makespan_ms: float = Field(ge=0)
+    step_boundary_ms: float = Field(ge=0)
+    tokens_per_step: int = Field(ge=0)
+    tokens_per_s_per_gpu: float = Field(ge=0)
+    model_flops_per_step: float = Field(ge=0)
+    mfu: float = Field(ge=0)
+    peak_flops: float = Field(gt=0)
+    peak_memory_bytes: list[float]
+    hbm_bytes: float = Field(gt=0)
+    fits: bool
+    gpu: str = Field(max_length=MAX_NAME)
+    model: str = Field(max_length=MAX_NAME)
+    gpus: int = Field(ge=1)
+    stage_bytes: list[list[float]] = Field(default_factory=list)
+    static_bytes: list[float] = Field(default_factory=list)
+    recv_bytes: list[float] = Field(default_factory=list)
+    stage_held: list[list[float]] | None = None
+
+
 class _Extras(BaseModel):         # the extra fields analyses, figures and commands read
     model_config = _FINITE
     posts: list[_PostRecord] | None = None
@@ -164,6 +186,7 @@ class _Extras(BaseModel):         # the extra fields analyses, figures and comma
     p2p: dict[str, int] | None = None
     trace_source: str | None = Field(default=None, max_length=MAX_NAME)
     program: dict[str, Any] | None = None
+    workload: _WorkloadRecord | None = None
 
 
 def _check_extras(tl: Any, bad: Any) -> None:
@@ -183,6 +206,15 @@ def _check_extras(tl: Any, bad: Any) -> None:
              + list(ex.missing_ranks or ()))
     if any(not 0 <= r < P for r in ranks):
         raise bad(f"posts, pieces or missing_ranks name a rank outside 0..{P - 1}")
+    wl = ex.workload
+    if wl is not None and (
+            tl.unit != "ms" or any(len(v) != P or any(b < 0 for b in v) for v in (
+                wl.peak_memory_bytes, wl.static_bytes or [0] * P, wl.recv_bytes or [0] * P))
+            or (wl.stage_bytes and (len(wl.stage_bytes) != tl.stages or any(
+                len(row) != 3 or any(b < 0 for b in row) for row in wl.stage_bytes)))):
+        raise bad(f"workload: needs the unit ms (got {clip(tl.unit, 20)}), "
+                  f"peak_memory_bytes, static_bytes and recv_bytes of one number >= 0 per "
+                  f"rank ({P}) and stage_bytes of three per stage ({tl.stages})")
     if ex.program is not None:
         from schedsim.program.ir import Program
 

@@ -56,7 +56,7 @@ def test_shards_reassemble_and_partial_sums_add_up(workload):
 
     from schedsim.replay.config import ReplayConfig
     from schedsim.replay.tensor_parallel import TPBlock, shard, unshard
-    from schedsim.replay.workload import build_stage
+    from schedsim.replay.stage_modules import build_stage
 
     cfg = ReplayConfig(workload=workload, hidden=8, heads=4, ffn_mult=2, dtype="float64",
                        tp=2)

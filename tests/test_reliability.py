@@ -93,7 +93,7 @@ def test_estimate_bounds_every_generator() -> None:
     from schedsim.errors import ScheduleError
     from schedsim.generators import build_program, get, names
     from schedsim.program.lower import POLICIES
-    from schedsim.scenario import _generated_stages
+    from schedsim.generators import generated_stages as _generated_stages
 
     for name in names():
         for p, m in ((2, 4), (4, 8), (3, 9), (8, 16), (8, 2)):

@@ -32,7 +32,7 @@ def test_cuda_clock_orders_events():
 
 @needs_gpu
 def test_split_backward_on_gpu():
-    from schedsim.replay.workload import (
+    from schedsim.replay.stage_modules import (
         WEIGHT_GRADS,
         build_stage,
         microbatch_input,

@@ -25,7 +25,7 @@ from schedsim.program.tokens import parse_program_text  # noqa: E402
 from schedsim.program.validate import validate_schedule  # noqa: E402
 from schedsim.replay.calibrate import Calibration, fit_link  # noqa: E402
 from schedsim.replay.config import Fault, ReplayConfig  # noqa: E402
-from schedsim.replay.workload import (  # noqa: E402
+from schedsim.replay.stage_modules import (  # noqa: E402
     WEIGHT_GRADS,
     build_stage,
     loss_fn,

@@ -251,10 +251,9 @@ def test_dualpipe_csv_round_trip(fmt: str, policy: str, tmp_path: Path) -> None:
         assert loaded["spans"] == direct["spans"] and loaded["makespan"] == direct["makespan"]
     back = read_torch_csv(f, placement="dual")
     assert back.placement == Placement(kind="dual", ranks=4, stages=4, microbatches=8)
-    want = generate("dualpipe", 4, 8).schedule()
-    if policy == "torch":        # torch's runtime runs each F&B pair as F then B
-        want = lower(want, "torch").schedule()
-    assert back.ranks == want.ranks
+    # the file is torch's action list under both policies: each F&B pair one
+    # OVERLAP_F_B action (the torch runtime runs it as F then B, which it reads back as)
+    assert back.ranks == generate("dualpipe", 4, 8).schedule().ranks
     r = runner.invoke(app, ["simulate", "--schedule-file", str(f)])     # loop by default
     assert r.exit_code == 2 and "row 1 (rank 0) runs stage 3, which the loop placement " \
         "puts on rank 3; the file follows the dual placement: pass --placement dual" \
@@ -404,3 +403,28 @@ def test_every_generated_schedule_is_validated() -> None:
 def test_comm_tokens_in_csv_are_our_comm_ops() -> None:
     rows, _ = parse_torch_csv("0F0,0SEND_F0\n1RECV_F0,1F0\n")
     assert rows[0][1] == Comm("SEND_F", 0, 0) and rows[1][0] == Comm("RECV_F", 1, 0)
+
+
+@pytest.mark.parametrize("extra", [[], ["--param", "overlap_f_b=true"]])
+def test_dualpipev_comms_csv_is_torchs_action_list(extra: list[str], tmp_path: Path) -> None:
+    """``generate dualpipev --comm-policy torch --format torch-csv-comms`` writes torch's
+    own action list: each overlapped pair one ``(a;b)OVERLAP_F_B`` cell, cell for cell
+    what ``ScheduleDualPipeV._dump_csv(format="compute_comms")`` writes (bookkeeping
+    dropped), whether or not a custom function runs the pair (``overlap_f_b`` changes how
+    the runtime runs it, not the list). Since the torch policy split each pair into its
+    two parts (commit 9822bf8) the file held the parts and torch read back a list without
+    ``OVERLAP_F_B``. Reading the file back gives the torch policy's program."""
+    p, m = 4, 8
+    f, g = tmp_path / "ours.csv", tmp_path / "torch.csv"
+    r = runner.invoke(app, ["generate", "dualpipev", "-p", str(p), "-m", str(m),
+                            "--comm-policy", "torch", *extra, "--format", "torch-csv-comms",
+                            "--out", str(f)])
+    assert r.exit_code == 0, r.output
+    torch_ref.torch_schedule("DualPipeV", p, m, 2)._dump_csv(str(g), format="compute_comms")
+    theirs = [[c for c in row.split(",") if c and not any(b in c for b in torch_ref.BOOKKEEPING)]
+              for row in g.read_text().splitlines()]
+    ours_rows = [row.split(",") for row in f.read_text().splitlines()]
+    assert ours_rows == theirs
+    assert sum(c.endswith("OVERLAP_F_B") for row in ours_rows for c in row) > 0
+    s = ours("dualpipev", {}, p, m)
+    assert read_torch_csv_program(f, placement="v").ranks == lower(s, "torch").ranks

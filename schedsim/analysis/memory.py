@@ -189,3 +189,27 @@ def peak_activation_run(cp: Compiled, st: RunState, model: MemoryModel | None = 
         lv = np.cumsum(d[bounds[r]:bounds[r + 1]])   # sequential: the same sums
         out.append(max(0.0, float(lv.max())) if len(lv) else 0.0)
     return out
+
+
+def workload_memory(tl: Timeline) -> list | None:
+    """Bytes per rank over ``tl`` when it carries a ``workload`` object with its byte
+    model (``stage_bytes``, ``static_bytes``, ``recv_bytes``, ``stage_held`` when the
+    workload has stage-held bytes; :mod:`schedsim.workload`):
+    :class:`~schedsim.workload.run.RankMemory` per rank (curves in bytes of
+    activations, ``peak`` with the static bytes), by the workload's event rules
+    (:func:`schedsim.workload.run.byte_levels`); None otherwise."""
+    from schedsim.workload.run import byte_levels
+
+    wl = getattr(tl, "workload", None)
+    if not isinstance(wl, dict) or not wl.get("stage_bytes"):
+        return None
+    kinds = list(COMPUTE_KINDS)
+    cols: list[list[float]] = [[] for _ in range(7)]
+    for s in tl.spans:
+        f, b = (s.parts[0], s.parts[1]) if s.parts else (s, s)
+        for col, v in zip(cols, (s.rank, kinds.index(s.kind), f.stage, kinds.index(b.kind),
+                                 b.stage, s.start, s.end)):
+            col.append(v)
+    base = [a + b for a, b in zip(wl["static_bytes"], wl.get("recv_bytes") or
+                                  [0.0] * tl.ranks)]
+    return byte_levels(wl["stage_bytes"], base, tl.ranks, *cols, wl.get("stage_held"))

@@ -21,7 +21,7 @@ app = typer.Typer(
 
 #: command modules, imported in this order (each adds its commands to ``app``)
 COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",
-                   "check", "search", "report")
+                   "check", "search", "report", "workload", "plan")
 
 for _mod in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_mod}")
@@ -39,8 +39,12 @@ def main() -> None:
     (``-p abc``, an unknown or missing option) is one ``error:`` line naming what is wrong
     and the command's ``--help``, exit 2, like every other bad input; a bare command with
     no arguments still prints its help."""
+    import os
     import sys
 
+    from schedsim.util.signals import stop_at_exit, stop_requested
+
+    stop_at_exit()      # outside a command's work a stop signal is one line, 128 + N
     usage, abort = _usage_error_types()
     try:
         code = app(standalone_mode=False)
@@ -57,4 +61,14 @@ def main() -> None:
     except abort:               # Ctrl-C at a prompt
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if stop_requested() is not None:
+        # stopped (the line is printed, temp files removed): skip the interpreter's
+        # shutdown, which a signal taken inside a C extension's callback can crash
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)

@@ -103,14 +103,7 @@ def check_trace(
     Example:
       schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
     """
-    from schedsim.cli.outputs import (
-        check_folder,
-        check_outputs,
-        check_outputs_in,
-        folder,
-        out_dir_files,
-        write_errors,
-    )
+    from schedsim.cli.outputs import folder, write_errors
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto import import_traces
     from schedsim.replay.check import two_errors
@@ -120,14 +113,7 @@ def check_trace(
     check_semantics(semantics)
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
-    kinds = ("measured.json", "exact.json", "predicted.json", "errors.json", "program.txt",
-             "overlay.png")
-    files = out_dir_files(out_dir, name, kinds) if out_dir is not None else []
-    check_outputs_in(out_dir, json_out)
-    if out_dir is not None:
-        check_folder(out_dir, "--out-dir")
-        if out_dir.is_dir():
-            check_outputs(*files)
+    files = _out_dir_files(out_dir, name, json_out)
     tl = import_traces(list(traces), placement=placement, name=name, step=step)
     prog = timeline_program(tl)
     if prog is None:
@@ -148,6 +134,22 @@ def check_trace(
             write_errors(json_out, errors, outs)
         if out_dir is not None:
             _write_all(files, tl, prog, errors, outs)
+
+
+def _out_dir_files(out_dir: Path | None, name: str, json_out: Path | None) -> list[Path]:
+    """check-trace's --out-dir files (claimed and checked before any work, with the
+    --json beside or inside them), [] without --out-dir."""
+    from schedsim.cli.outputs import check_folder, check_outputs, check_outputs_in, out_dir_files
+
+    kinds = ("measured.json", "exact.json", "predicted.json", "errors.json", "program.txt",
+             "overlay.png")
+    files = out_dir_files(out_dir, name, kinds) if out_dir is not None else []
+    check_outputs_in(out_dir, json_out)
+    if out_dir is not None:
+        check_folder(out_dir, "--out-dir")
+        if out_dir.is_dir():
+            check_outputs(*files)
+    return files
 
 
 def _write_all(f: list[Path], tl: Any, prog: Any, errors: Any, outs: Any) -> None:

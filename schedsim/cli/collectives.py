@@ -21,9 +21,11 @@ from schedsim.timeline import Timeline
 
 
 def model_summary(sc: Scenario) -> str:
-    """One line describing ``sc``'s stage model."""
-    m = sc.model
-    assert m is not None
+    """One line describing ``sc``'s stage model (typed in ``[model]`` or derived from
+    ``[workload]``)."""
+    sco = sc.stage_costs()
+    assert sco is not None
+    m = sco.model
     moe = f", MoE ep {m.ep} top-{m.topk}" if m.moe else ""
     per = "" if not m.stage else (" (stage " + ", ".join(
         f"{s}: {o.layers}" for s, o in sorted(m.stage.items()) if o.layers is not None)
@@ -84,10 +86,15 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
     if data.get("model") is None:
         raise ScenarioError("--model-overlap needs a scenario with a [model] table "
                             "(--scenario FILE)")
-    bad = [o for o in modes if o not in ("none", "domino", "fb")]
+    from typing import get_args
+
+    from schedsim.sim.stage_model import Overlap
+
+    known = get_args(Overlap)
+    bad = [o for o in modes if o not in known]
     if bad or len(modes) < 2:
-        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of none, "
-                            f"domino, fb, e.g. none,fb")
+        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of "
+                            f"{', '.join(known)}, e.g. none,fb")
     runs = []
     for mode in modes:
         sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},

@@ -10,31 +10,19 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
-from rich.console import Console
 
+from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-exported)
+    MAX_MESSAGE,
+    console,
+    err_console,
+    fail,
+    warn,
+    with_suggestion,
+)
+from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import parse_cost_string
-
-class _TerminalSafeConsole(Console):
-    """A rich console that writes every string it renders (printed text, table cells,
-    titles, status lines) terminal-safe (:func:`schedsim.util.text.terminal_safe`): names
-    that are valid data (a schedule ``name``, a ``title``, a file name) never reach the
-    terminal as control sequences."""
-
-    def render_str(self, text: str, **kwargs: Any) -> Any:
-        from schedsim.util.text import terminal_safe
-
-        return super().render_str(terminal_safe(text), **kwargs)
-
-
-# emoji=False: ``:x:`` in a schedule name or quoted input stays text (schedsim.util.text)
-console = _TerminalSafeConsole(emoji=False)
-err_console = _TerminalSafeConsole(stderr=True, emoji=False)
-
-
-#: characters of an error message printed at most (a message never copies bulk input)
-MAX_MESSAGE = 900
 
 
 def _tidy_help() -> None:
@@ -94,32 +82,6 @@ def _tidy_help() -> None:
 _tidy_help()
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Print ``error: message`` on stderr (one line, no traceback) and exit with ``code``.
-    Quoted input in ``message`` is cut to a short excerpt, the message to
-    :data:`MAX_MESSAGE` characters, and it is printed as text (no markup, no emoji)."""
-    from rich.markup import escape
-
-    from schedsim.util.text import shorten_quotes
-
-    message = with_suggestion(message)
-    if code == 2:               # bad input: one line, short quotes, of bounded length
-        message = " ".join(shorten_quotes(message, 80).splitlines())
-        if len(message) > MAX_MESSAGE:
-            message = message[:MAX_MESSAGE] + f"... ({len(message)} chars)"
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True,
-                      highlight=False)
-    raise typer.Exit(code)
-
-
-def warn(message: str) -> None:
-    """Print ``warning: message`` on stderr (one line; the command goes on)."""
-    from rich.markup import escape
-
-    err_console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True,
-                      highlight=False)
-
-
 def warn_costs(sc: Scenario, tl: Any) -> None:
     """A warning (stderr) for each cost of ``sc`` that is probably not what the user
     meant for the program ``tl`` ran (:func:`schedsim.report.advice.cost_warnings`)."""
@@ -127,22 +89,6 @@ def warn_costs(sc: Scenario, tl: Any) -> None:
 
     for w in cost_warnings(run_kinds(tl), sc.costs, tl.schedule) + sc.comm.unused(tl.semantics):
         warn(w)
-
-
-_UNKNOWN = re.compile(r"unknown ([\w -]+?) '([^']+)': expected one of ([^()]+?)(?: \(|$)")
-
-
-def with_suggestion(message: str) -> str:
-    """``message`` with a typo suggestion added when it is an "unknown X 'v': expected one
-    of a, b, c" error (schedule names, comm policies, ...) that has a close match."""
-    m = _UNKNOWN.search(message)
-    if not m or "did you mean" in message:
-        return message
-    from schedsim.util.suggest import did_you_mean
-
-    choices = [c.strip() for c in re.split(r",| or ", m.group(3)) if c.strip()]
-    hint = did_you_mean(m.group(2), choices)
-    return message[:m.end(2) + 1] + hint + message[m.end(2) + 1:] if hint else message
 
 
 def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
@@ -183,6 +129,20 @@ def _claim_paths(kwargs: dict[str, Any]) -> None:
             claim_output(kwargs[name], flag)
 
 
+def _stopped() -> bool:
+    """If a stop signal arrived (:func:`schedsim.util.signals.stop_requested`), exit as
+    :class:`~schedsim.errors.Stopped` does (one line, 128 + N): the exception at hand is
+    the signal's, wrapped by the library it was raised in (pydantic's serialiser, a
+    matplotlib callback). Else False."""
+    from schedsim.util.signals import stop_message, stop_requested
+
+    signum = stop_requested()
+    if signum is None:
+        return False
+    fail(stop_message(signum), 128 + signum)
+    return True     # not reached: fail exits
+
+
 def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callable:
     """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
     a one-line message and exit code (2 bad input, 3 deadlock, 128 + N when stopped by
@@ -218,12 +178,15 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True) -> Callabl
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
         except (RecursionError, OverflowError, MemoryError, UnicodeError) as e:
+            _stopped()          # a stop signal inside a loader, wrapped by it
             inputs = [str(v) for n in INPUT_PARAMS for v in
                       (kwargs.get(n) if isinstance(kwargs.get(n), list) else [kwargs.get(n)])
                       if v is not None]
             fail(f"cannot use the input{'s' if len(inputs) > 1 else ''} "
                  f"{', '.join(inputs) or 'given'}: {decoding_reason(e)}", 2)
-
+        except Exception:
+            _stopped()          # a stop signal inside a library callback, wrapped by it
+            raise
     if limits:
         sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -364,7 +327,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
                    cost: str | None = None, semantics: str | None = None,
                    comm_stream: str | None = None, eager_threshold: float | None = None,
                    launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None,
+                   init_cost: float | None = None, connections: int | None = None,
                    message_bytes: float | None = None, latency: float | None = None,
                    bandwidth: float | None = None, comm_policy: str | None = None,
                    program: Path | None = None, schedule_file: Path | None = None,
@@ -400,7 +363,7 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     comm = data.setdefault("comm", {})
     for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
                  ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost)):
+                 ("lazy_init", lazy_init), ("init_cost", init_cost), ("connections", connections)):
         if v is not None:
             comm[k] = v
     if message_bytes is not None:
@@ -448,10 +411,10 @@ _SCENARIO_PARAMS: list[tuple[str, Any]] = [
     ("mem_limit", MemLimitOpt), ("param", ParamOpt), ("cost", CostOpt),
     ("semantics", SemanticsOpt), ("comm_stream", StreamOpt),
     ("eager_threshold", ThresholdOpt), ("launch_cost", LaunchCostOpt),
-    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("message_bytes", BytesOpt),
-    ("latency", LatencyOpt), ("bandwidth", BandwidthOpt), ("comm_policy", PolicyOpt),
-    ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt), ("stages", StagesOpt),
-    ("placement", PlacementOpt),
+    ("lazy_init", LazyInitOpt), ("init_cost", InitCostOpt), ("connections", ConnectionsOpt),
+    ("message_bytes", BytesOpt), ("latency", LatencyOpt), ("bandwidth", BandwidthOpt),
+    ("comm_policy", PolicyOpt), ("program", ProgramOpt), ("schedule_file", ScheduleFileOpt),
+    ("stages", StagesOpt), ("placement", PlacementOpt),
 ]
 #: the flags that only say which program to run (no costs, links or semantics)
 PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "variant",

@@ -124,6 +124,10 @@ def compare(
              "sets them)")
     mm = _memory_model(base.memory or None, memory_model, fb_order)
     names = [n.strip() for n in schedules.split(",") if n.strip()] if schedules else None
+    if base.workload is not None:          # a model on GPUs: step ms, tokens/s/GPU, GiB
+        from schedsim.cli.workload import compare_workload
+
+        return compare_workload(base, names, json_out)
     if model_overlap is not None:
         from schedsim.cli.collectives import compare_overlaps
 
@@ -317,7 +321,8 @@ def memory(
     json_out: JsonOpt = None,
 ) -> None:
     """Peak activation memory and parameter memory per rank (--json adds the activation
-    level over time per rank: a list of \\[time, level after] points).
+    level over time per rank: a list of \\[time, level after] points); for a scenario
+    with a \\[workload] (or its Timeline JSON), bytes per rank in GiB against the HBM.
 
     The model comes from the scenario's \\[memory] table (model = "zb" | "inflight", or
     deltas F, B, W, BW, fb_order, scale), then --memory-model/--fb-order. Units: one
@@ -332,6 +337,10 @@ def memory(
     prog, tl = run_scenario(sc)
     if tl.deadlock is not None:
         fail_deadlock(tl, sc)
+    from schedsim.cli.workload import print_memory_gib
+
+    if memory_model is None and fb_order is None and print_memory_gib(tl, json_out):
+        return          # a workload's timeline: bytes per rank in GiB
     mm = _memory_model(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))

@@ -122,8 +122,23 @@ def run_input(sc: Any, comm: CommModel | None = None) -> tuple[Program | None, T
     raised) under ``comm`` (default: the scenario's)."""
     if isinstance(sc, TimelineInput):
         return sc.program, sc.timeline
-    from schedsim.sim.simulate import simulate
-
     prog = sc.build_program()
-    tl = simulate(prog, sc.costs, sc.link, comm or sc.comm, raise_on_deadlock=False)
-    return prog, tl
+    return prog, simulate_scenario(prog, sc, comm)[0]
+
+
+def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
+                      ) -> tuple[Timeline, Any]:
+    """Simulate ``prog`` with the scenario's models (deadlocks returned, not raised);
+    with a ``[workload]`` also its :class:`~schedsim.workload.run.WorkloadResult` (None
+    without one or on a deadlock), whose summary the timeline carries as its
+    ``workload`` object."""
+    from schedsim.sim.simulate import simulate_run
+
+    tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
+                              raise_on_deadlock=False)
+    d = sc.derived_workload(prog.placement)
+    if d is None or tl.deadlock is not None:
+        return tl, None
+    from schedsim.workload.run import result_of
+
+    return tl, result_of(d, tl, cp, st)

@@ -1,9 +1,10 @@
 """Options that several command modules declare alike (one home each): the Gantt chart
-flags of ``simulate`` and ``render``. The scenario flags live in
-:mod:`schedsim.cli.common`; an option one module alone uses is declared in that module."""
+flags of ``simulate`` and ``render``, and ``--connections``. The other scenario flags live
+in :mod:`schedsim.cli.common`; an option one module alone uses is declared in that
+module."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,3 +19,6 @@ DetailOpt = Annotated[bool, typer.Option(
     "--detail", help="Gantt: draw each op's compute and collective pieces (a scenario "
     "with a \\[model], or a timeline with pieces: 'simulate --json' with a \\[model], a "
     "TP replay).")]
+ConnectionsOpt = Annotated[Optional[int], typer.Option(
+    "--connections", help="CUDA_DEVICE_MAX_CONNECTIONS of every rank (1..32, default 8): 1 "
+    "= one hardware queue, the kernels of all its streams start in launch order.")]

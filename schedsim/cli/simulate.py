@@ -33,9 +33,16 @@ from schedsim.cli.common import (
     write_text_out,
 )
 from schedsim.cli.options import ArrowsOpt, DetailOpt, MemoryOpt, StallsOpt
+from schedsim.cli.inputs import simulate_scenario
+from schedsim.cli.workload import (
+    GpuOpt,
+    ModelOpt,
+    print_workload,
+    with_workload,
+    workload_line,
+)
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
-from schedsim.sim.simulate import simulate as run_simulation
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
 from schedsim.util.text import rich_escape
@@ -106,8 +113,11 @@ def simulate(
     stalls: StallsOpt = False,
     detail: DetailOpt = False,
     quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
 ) -> None:
-    """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio.
+    """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio (with
+    a \\[workload]: step ms, tokens/s/GPU, MFU and GiB per rank).
 
     Examples:
       schedsim simulate schedules/dualpipe-figure.toml --gantt dualpipe.png
@@ -120,6 +130,7 @@ def simulate(
     3 deadlock (the wait-for cycle is printed with a fix when one is found; --json is
     still written).
     """
+    sc = with_workload(sc, model=model, gpu=gpu)
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
@@ -129,8 +140,8 @@ def simulate(
         ph.step("building the program")
         prog = sc.build_program()
         ph.step(f"simulating {prog.num_instructions():,} instructions")
-        tl = run_simulation(prog, sc.costs, sc.link, sc.comm, raise_on_deadlock=False)
-        if sc.model is not None and (json_out or trace or detail):
+        tl, wres = simulate_scenario(prog, sc)
+        if sc.stage_costs() is not None and (json_out or trace or detail):
             from schedsim.sim.pieces import attach_pieces
 
             ph.step("attaching the compute and collective pieces")
@@ -143,12 +154,16 @@ def simulate(
     warn_costs(sc, tl)
     if quiet:
         console.print(result_line(tl), highlight=False)
+        if wres is not None:
+            console.print(workload_line(wres), highlight=False)
         return
     print_summary(tl)
-    if sc.model is not None:
+    if sc.stage_costs() is not None:
         from schedsim.cli.collectives import print_stage_costs
 
         print_stage_costs(sc, prog.placement.stages, tl)
+    if wres is not None:
+        print_workload(wres)
 
 
 def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
@@ -162,7 +177,7 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
     elif drawing:
         raise ScenarioError("--arrows, --memory, --stalls and --detail draw on the Gantt "
                             "chart: add --gantt FILE.png")
-    if detail and sc.model is None:
+    if detail and sc.stage_costs() is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
     if trace is not None and trace.suffix.lower() != ".json":
@@ -334,8 +349,31 @@ def generate(
         from schedsim.interop.torch_format import (
             program_to_torch_csv,
             schedule_to_torch_csv,
+            torch_actions_to_csv,
         )
 
+        actions = _torch_actions(sc) if fmt == "torch-csv-comms" else None
         text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
-                else program_to_torch_csv(prog))
+                else program_to_torch_csv(prog) if actions is None
+                else torch_actions_to_csv(actions))
     write_text_out(out, text)
+
+
+def _torch_actions(sc: Scenario) -> list | None:
+    """Under ``--comm-policy torch``: torch's own action list of the scenario's compute
+    order (:func:`~schedsim.program.torch_runtime.torch_actions`, ``OVERLAP_F_B`` pairs
+    kept), built from the order before lowering (the lowered program runs a pair as its
+    two parts unless ``overlap_f_b``); None for another policy or a schedule torch runs
+    as ``Schedule1F1B``/``ScheduleGPipe``."""
+    from schedsim.program.lower import get_policy
+    from schedsim.program.torch_runtime import torch_actions
+
+    s = sc.schedule
+    if s.comm_policy != "torch":
+        return None
+    names = get_policy("torch").params
+    params = s.generator_params()
+    bare = s.model_copy(update={"comm_policy": None})
+    bare = type(s)(**{k: v for k, v in bare.model_dump().items() if k not in names})
+    sched = sc.model_copy(update={"schedule": bare}).build_program().schedule()
+    return torch_actions(sched, **{k: params[k] for k in names if k in params})

@@ -136,7 +136,7 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
 
 #: generator modules, imported on first use (each registers its generators)
 _MODULES = ("basic", "dualpipe", "dualpipev", "zerobubble", "zerobubble_v", "torch_family",
-            "variants")
+            "variants", "overlapped")
 
 
 def _load_all() -> None:
@@ -150,3 +150,22 @@ def names() -> list[str]:
     """Registered generator names, in registration order."""
     _load_all()
     return list(GENERATORS)
+
+
+def generated_stages(gen: Any, ranks: int, params: dict[str, Any]) -> int:
+    """The stages generator ``gen`` builds on ``ranks`` ranks with ``params``, from its
+    registered placement (``v``: 2 per rank; ``loop`` with a ``chunks`` parameter: that
+    many per rank, else 1; ``dual``: 1), before anything is generated."""
+    import inspect
+
+    if gen.placement.startswith("v"):
+        return 2 * ranks
+    if "chunks" in gen.accepted():
+        chunks = params.get("chunks")
+        if chunks is None:
+            chunks = inspect.signature(gen.fn).parameters["chunks"].default
+        try:
+            return ranks * max(1, int(chunks))
+        except (TypeError, ValueError, OverflowError):
+            return ranks        # the generator names the bad value
+    return ranks

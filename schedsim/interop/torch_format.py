@@ -153,6 +153,13 @@ def program_to_torch_csv(program: Program) -> str:
     return _write_rows(rows)
 
 
+def torch_actions_to_csv(rows: list[list[Action]]) -> str:
+    """A compute+comms torch CSV of torch's own action rows
+    (:func:`schedsim.program.torch_runtime.torch_actions`): an ``FB`` op is written as
+    ``(a;b)OVERLAP_F_B``, as torch's ``_dump_csv`` writes it."""
+    return _write_rows([[format_torch_action(a) for a in row] for row in rows])
+
+
 def _read(path: str | Path) -> tuple[Path, str]:
     """The text of a torch CSV file through the bounded reader
     (:mod:`schedsim.util.inputs`), refused before parsing when a number has more than

@@ -12,6 +12,11 @@ Drawn over each op box of a timeline that has ``pieces``
   stream has nothing to run — it waits for a collective: the *exposed* collective time —
   are hatched over the op's colour (:data:`EXPOSED_HATCH`).
 
+Under one hardware queue (``[comm] connections = 1``) the time a piece waited behind the
+head of the queue (ready, its stream free, but an earlier-launched kernel not yet
+started) is cross-hatched in orange on its stream (:data:`QUEUED_COLOR`, gid
+``detail-queued``).
+
 Measured timelines (a TP replay) carry collective pieces only (per TP rank; those of TP
 rank 0 are drawn). Collections have gids ``detail-lane``, ``detail-collectives``,
 ``detail-splits`` and ``detail-exposed`` (what the tests count).
@@ -35,6 +40,8 @@ COLL_COLORS = {"all-reduce": "#2b2b2b", "all-gather": "#17becf",
 LANE_COLOR = "#e9e9e9"
 EXPOSED_HATCH = "////"
 EXPOSED_COLOR = "#1a1a1a"
+QUEUED_COLOR = "#ff7f0e"
+QUEUED_HATCH = "xxxx"
 
 
 def _free(span: tuple[float, float], busy: list[tuple[float, float]]
@@ -63,7 +70,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
     for p in recs:
         by_op.setdefault((p["rank"], p["index"]), []).append(p)
     spans = {(s.rank, s.index): s for s in tl.spans}
-    lanes, bars, colors, splits, exposed = [], [], [], [], []
+    lanes, bars, colors, splits, exposed, queued = [], [], [], [], [], []
     used: set[str] = set()
     for key, ps in by_op.items():
         s = spans.get(key)
@@ -78,6 +85,10 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
                 colors.append(COLL_COLORS.get(p.get("collective") or "", "#888888"))
                 used.add(p.get("collective") or "collective")
         top = y0 + h
+        for p in ps:                    # waited behind the head of the one hardware queue
+            if p.get("queued") is not None and p["start"] > p["queued"]:
+                lo, hi = (y0, h) if p["stream"] == "collective" else (top, n - s.rank - pad - top)
+                queued.append(Rectangle((p["queued"], lo), p["start"] - p["queued"], hi))
         for a, _b in comp[1:]:
             if s.start < a < s.end:
                 splits.append([(a, top), (a, n - s.rank - pad)])
@@ -89,7 +100,9 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
             ("detail-collectives", bars, dict(facecolors=colors, edgecolors="white",
                                               linewidths=0.3)),
             ("detail-exposed", exposed, dict(facecolors="none", edgecolors=EXPOSED_COLOR,
-                                             hatch=EXPOSED_HATCH, linewidths=0.0))):
+                                             hatch=EXPOSED_HATCH, linewidths=0.0)),
+            ("detail-queued", queued, dict(facecolors="none", edgecolors=QUEUED_COLOR,
+                                           hatch=QUEUED_HATCH, linewidths=0.8))):
         if rects:
             pc = PatchCollection(rects, zorder=3.6, **kw)
             pc.set_gid(gid)
@@ -104,4 +117,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
         handles.append(Patch(facecolor="#9aa8c7", edgecolor=EXPOSED_COLOR,
                              hatch=EXPOSED_HATCH, linewidth=0.0,
                              label="compute waits for a collective (exposed)"))
+    if queued:
+        handles.append(Patch(facecolor="none", edgecolor=QUEUED_COLOR, hatch=QUEUED_HATCH,
+                             label="waits behind the one hardware queue (connections = 1)"))
     return handles

@@ -2,7 +2,9 @@
 
 Memory comes from :func:`schedsim.analysis.memory.memory_curves`, in **microbatches'
 worth of activations**: 1 is what one microbatch leaves on one rank's 1/P share of the
-model (``M_B`` in the zero-bubble paper; see :mod:`schedsim.analysis.memory`).
+model (``M_B`` in the zero-bubble paper; see :mod:`schedsim.analysis.memory`). A timeline
+of a workload (:mod:`schedsim.workload`) is drawn in **GiB** instead: each rank's whole
+memory (static bytes and activations) against the GPU's HBM (a dashed line).
 
 Up to :data:`MAX_LINES` ranks every rank is a line. With more, lines would hide each other
 (8 lines already did), so the panel shows the **min-max band over all ranks** (shaded)
@@ -30,6 +32,7 @@ MAX_LINES = 4
 #: the unit, as every memory figure and ``schedsim memory`` states it
 UNIT = "microbatches' worth"
 YLABEL = f"activations\n({UNIT})"
+GIB_YLABEL = "memory per rank\n(GiB)"
 BAND_COLOR = "#9ecae1"
 
 Curves = list[tuple[np.ndarray, np.ndarray]]
@@ -47,15 +50,32 @@ def memory_px(n: int) -> float:
     return 190.0 if n <= 16 else 230.0
 
 
+def in_gib(tl: Timeline) -> bool:
+    """Whether ``tl``'s memory is drawn in GiB: it carries a workload's byte model
+    (:func:`schedsim.analysis.memory.workload_memory`); else in microbatches' worth."""
+    wl = getattr(tl, "workload", None)
+    return isinstance(wl, dict) and bool(wl.get("stage_bytes"))
+
+
 def memory_curves_of(tl: Timeline, model: MemoryModel | None = None) -> Curves:
     """Per rank ``(times, levels)`` arrays of the step function: the level after all
     events at each distinct time. (At one instant frees come before allocations, so the
     level after the instant is also the highest within it: peaks are kept, and the
-    zero-width dips a step line would draw there are not.)"""
+    zero-width dips a step line would draw there are not.) With a workload
+    (:func:`in_gib`): the rank's whole memory in GiB (static bytes, receive buffers and
+    activations, by the workload's byte model; ``model`` is not used)."""
+    if in_gib(tl):
+        from schedsim.analysis.memory import workload_memory
+
+        pairs = []
+        for m in workload_memory(tl) or ():
+            ts, lv = (np.asarray(x, float) for x in m.curve)
+            pairs.append((np.append(0.0, ts), (m.static + np.append(0.0, lv)) / 2 ** 30))
+    else:
+        pairs = [(np.asarray([t for t, _ in c], float), np.asarray([v for _, v in c], float))
+                 for c in memory_curves(tl, model)]
     out = []
-    for c in memory_curves(tl, model):
-        ts = np.asarray([t for t, _ in c], float)
-        vs = np.asarray([v for _, v in c], float)
+    for ts, vs in pairs:
         last = np.append(ts[1:] != ts[:-1], True)
         out.append((ts[last], vs[last]))
     return out
@@ -112,15 +132,22 @@ def draw_memory(ax: Axes, tl: Timeline, model: MemoryModel | None = None, *,
         ax.fill_between(times, lo, hi, step="post", color=BAND_COLOR, alpha=0.55,
                         linewidth=0, label=f"min-max over all {n} ranks", zorder=1)
     styles = ["-", "--", "-.", ":"]
+    gib = in_gib(tl)
     for j, (r, color) in enumerate(zip(show, _colors(len(show)))):
         ts, vs = curves[r]
+        peak = f"{peaks[r]:.1f} GiB" if gib else fmt_time(peaks[r])
         ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color,
                 linewidth=1.6 if j == 0 else 1.3, linestyle=styles[j % 4], zorder=2,
-                label=f"rank {r}" + (f" (peak {fmt_time(peaks[r])})" if peaks_in_legend
-                                     else ""))
-    ax.set_ylabel(YLABEL, fontsize=7.5)
+                label=f"rank {r}" + (f" (peak {peak})" if peaks_in_legend else ""))
+    top = max(peaks)
+    if gib:
+        hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
+        ax.axhline(hbm, color="#c0392b", linestyle=(0, (4, 2)), linewidth=1.0, zorder=3,
+                   label=f"HBM {hbm:.0f} GiB")
+        top = max(top, hbm)
+    ax.set_ylabel(GIB_YLABEL if gib else YLABEL, fontsize=7.5)
     low = min(0.0, min(float(vs.min()) for _, vs in curves))
-    ax.set_ylim(low, max(max(peaks), low + 1e-9) * 1.1)
+    ax.set_ylim(low, max(top, low + 1e-9) * 1.1)
     ax.set_xlim(t0, t1)
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(axis="y", color="#e3e3e3", linewidth=0.4)
@@ -155,7 +182,8 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
         peaks = draw_memory(ax, tl, mm, legend=False, ranks=ranks)
         worst = max(range(len(peaks)), key=lambda r: peaks[r])
         name = titles[i] if titles else tl.schedule
-        ax.set_title(wrap_title(f"{name}: peak {fmt_time(peaks[worst])} on rank {worst}",
+        peak = f"{peaks[worst]:.1f} GiB" if in_gib(tl) else fmt_time(peaks[worst])
+        ax.set_title(wrap_title(f"{name}: peak {peak} on rank {worst}",
                                 width / cols, 9), fontsize=9)
         time_axis(ax, tl, max(tl.makespan, 1e-9), is_integral(tl), fontsize=6,
                   px=width / cols * dpi * 0.8)
@@ -166,9 +194,11 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
             ax.set_ylabel("")
     top = max(ax.get_ylim()[1] for ax in axes[:k])
     axes[0].set_ylim(top=top)
-    fig.suptitle(wrap_title(f"activation memory per rank ({_model_name(mm)} model; 1 = one "
-                            f"microbatch's activations on one rank's 1/P of the model)",
-                            width), fontsize=10)
+    what = ("memory per rank in GiB (parameters, gradients, optimizer states, buffers and "
+            "activations of the workload)" if all(in_gib(t) for t in tls) else
+            f"activation memory per rank ({_model_name(mm)} model; 1 = one microbatch's "
+            f"activations on one rank's 1/P of the model)")
+    fig.suptitle(wrap_title(what, width), fontsize=10)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 
 

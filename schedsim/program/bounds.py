@@ -1,5 +1,5 @@
 """Bounds on a program text before it is parsed (:mod:`schedsim.program.tokens`): the
-thin layer every program file goes through (:func:`schedsim.scenario.load_program_file`),
+thin layer every program file goes through (:func:`schedsim.program.text_file.load_program_file`),
 so the parser never sees a number of thousands of digits, a token of megabytes, more
 tokens than the work limit, or a file that is not a program at all."""
 from __future__ import annotations

@@ -89,6 +89,23 @@ def lower_torch(schedule: Schedule, *, overlap_f_b: bool = False,
                                              overlap_f_b=overlap_f_b))
 
 
+def torch_actions(schedule: Schedule, *, overlap_f_b: bool = False,
+                  defer_pp_recv: bool = False) -> list[list[Op | Comm]] | None:
+    """torch's own action list of ``schedule`` with its comms (what
+    ``_PipelineScheduleRuntime.pipeline_order_with_comms`` holds and ``_dump_csv(...,
+    format="compute_comms")`` writes): compute actions, an ``FB`` op kept as one
+    ``OVERLAP_F_B`` action whether or not a custom function runs it (``overlap_f_b`` only
+    changes how the runtime executes it), and the SEND/RECV actions of ``_add_send_recv``
+    (moved by ``defer_pp_recv``). None when torch runs the schedule as ``Schedule1F1B`` or
+    ``ScheduleGPipe``, which build no action list with comms. Raises
+    :class:`ScheduleError` as :func:`lower_torch`."""
+    del overlap_f_b                  # the action list is the same; only its execution differs
+    if torch_runtime_kind(schedule) != "runtime":
+        return None
+    rows = add_send_recv(schedule)
+    return defer_recv_ops(schedule.placement, rows) if defer_pp_recv else rows
+
+
 def torch_runtime_kind(schedule: Schedule) -> str:
     """Which torch executor runs ``schedule``: ``1F1B`` (``Schedule1F1B``), ``GPipe``
     (``ScheduleGPipe``) or ``runtime`` (``_PipelineScheduleRuntime``)."""

@@ -5,13 +5,13 @@ Same program in, same :class:`~schedsim.timeline.Timeline` out (with ``source =
 launched as one ``batch_isend_irecv`` (one ``isend``/``irecv`` per post), ``COMMIT`` waits
 for every op posted since the previous ``COMMIT``, ``WAIT[...]`` waits for the named ops and
 the implicit ``END`` for everything still outstanding; compute ops run a real model chunk
-(:mod:`schedsim.replay.workload`) with B (input gradient) and W (weight gradient) split.
+(:mod:`schedsim.replay.stage_modules`) with B (input gradient) and W (weight gradient) split.
 
 Modules (only those marked *torch* import torch; the rest, and this package, import
 without it so the CLI can give a clear message when torch is missing):
 
 - :mod:`.config` — the ``[replay]`` scenario table, job specs, :class:`ReplayError`;
-- :mod:`.workload` (*torch*) — MLP / transformer stage modules, deferred weight grads,
+- :mod:`.stage_modules` (*torch*) — MLP / transformer stage modules, deferred weight grads,
   data, loss and the single-process reference;
 - :mod:`.executor` (*torch*) — :class:`~.executor.RankExecutor`, one rank's program;
 - :mod:`.timing` (*torch*) — clocks (perf_counter_ns, CUDA events), clock offsets,

@@ -12,7 +12,7 @@ Instruction mapping (DESIGN.md, "Executors share the program"):
 - ``COMMIT`` waits for every op posted since the previous ``COMMIT`` (DualPipe's
   ``batch_isend_irecv`` + ``wait()``); ``WAIT[...]`` waits for the named ops; the implicit
   ``END`` waits for everything still outstanding;
-- compute ops run the rank's model chunks (:mod:`schedsim.replay.workload`): ``F`` the
+- compute ops run the rank's model chunks (:mod:`schedsim.replay.stage_modules`): ``F`` the
   forward (plus the loss on the last stage), ``B`` the input gradient with the weight
   gradient deferred, ``W`` the deferred weight gradient, ``BW`` both, ``FB`` its forward
   part then its backward part (sequentially).
@@ -41,7 +41,7 @@ from schedsim.program.ir import Batch, Comm, Commit, Compute, Op, Post, Program
 from schedsim.program.tokens import format_instr
 from schedsim.replay.config import Fault, ReplayConfig
 from schedsim.replay.timing import Clock
-from schedsim.replay.workload import (
+from schedsim.replay.stage_modules import (
     DTYPES,
     WEIGHT_GRADS,
     build_stage,
@@ -67,7 +67,7 @@ class InjectedFault(RuntimeError):
 class RankExecutor:
     """Runs rank ``rank``'s instruction list of ``program`` on torch.distributed.
 
-    Holds one :class:`~schedsim.replay.workload.StageModule` per (stage, direction) the
+    Holds one :class:`~schedsim.replay.stage_modules.StageModule` per (stage, direction) the
     rank computes — DualPipe's ``dual`` placement gives a rank two copies of stage
     parameters, one per direction — built on ``device`` from the shared seed. ``step()``
     runs the program once and returns the raw timing records; ``grads()``/``losses``

@@ -1,5 +1,5 @@
 """Gradient check: the replay's loss and parameter gradients against the single-process
-reference (:func:`schedsim.replay.workload.reference_step`).
+reference (:func:`schedsim.replay.stage_modules.reference_step`).
 
 Per stage the replay's gradient is the sum over every copy of the stage's parameters
 (DualPipe's ``dual`` placement holds stage s twice, on rank s for direction 0 and on rank
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from schedsim.replay.config import ReplayConfig
-from schedsim.replay.workload import reference_step
+from schedsim.replay.stage_modules import reference_step
 
 #: max relative error allowed, per dtype
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}

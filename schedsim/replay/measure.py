@@ -47,7 +47,7 @@ from schedsim.program.ir import Program
 from schedsim.replay.calibrate import composition_key, post_runs
 from schedsim.replay.config import JobSpec
 from schedsim.replay.executor import RankExecutor
-from schedsim.replay.workload import (
+from schedsim.replay.stage_modules import (
     WEIGHT_GRADS,
     loss_fn,
     microbatch_input,

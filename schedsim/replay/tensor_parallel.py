@@ -12,12 +12,12 @@ waited before use; f as ``_CopyToModelParallelRegionA``, whose backward launches
 input-gradient all-reduce asynchronously, and ``NoOper``, whose backward waits for it).
 
 A TP stage holds exactly the shards of the single-process stage's parameters
-(:func:`schedsim.replay.workload.build_stage`), with the same names and order, so the
+(:func:`schedsim.replay.stage_modules.build_stage`), with the same names and order, so the
 gradient check reassembles them (:func:`unshard`) and compares with the unchanged
 reference. Sharding (``n`` = tp, rank ``r``): ``fc1`` and ``qkv`` column-parallel (rows;
 ``qkv`` by attention heads), ``fc2`` and ``proj`` row-parallel (columns) with their bias
 replicated (:data:`REPLICATED`). Every weight and bias gradient goes through the replay's
-B/W split (:data:`~schedsim.replay.workload.WEIGHT_GRADS`): W has no collective.
+B/W split (:data:`~schedsim.replay.stage_modules.WEIGHT_GRADS`): W has no collective.
 
 Each collective is logged (:class:`CollectiveLog`) with its instruction, op part, layer,
 Domino half and its start and end on the executor's clock (an async one: launch to the
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from schedsim.replay.config import ReplayConfig
-from schedsim.replay.workload import WEIGHT_GRADS, _accumulate, _SplitLinearFn, build_stage
+from schedsim.replay.stage_modules import WEIGHT_GRADS, _accumulate, _SplitLinearFn, build_stage
 
 #: parameter-name suffixes whose tensors are replicated on every TP rank
 REPLICATED = ("fc2.bias", "proj.bias")
@@ -176,7 +176,7 @@ class DominoWait(torch.autograd.Function):
 
 class _BiasFn(torch.autograd.Function):
     """``z + bias`` whose bias gradient is deferred to W like
-    :class:`~schedsim.replay.workload.SplitLinear`'s."""
+    :class:`~schedsim.replay.stage_modules.SplitLinear`'s."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, bias: torch.Tensor):  # type: ignore[override]
@@ -381,6 +381,6 @@ class TPStage(nn.Module):
 def build_tp_stage(cfg: ReplayConfig, stage: int, tp: TPContext,
                    device: torch.device | str = "cpu") -> TPStage:
     """Stage ``stage``'s shards for TP rank ``tp.rank`` (dtype ``cfg.dtype``)."""
-    from schedsim.replay.workload import DTYPES
+    from schedsim.replay.stage_modules import DTYPES
 
     return TPStage(cfg, stage, tp, device).to(dtype=DTYPES[cfg.dtype])

@@ -42,7 +42,7 @@ def resolve_collectives(raw: list[tuple], resolve: Any, offset_ns: int) -> list[
 def param_names(cfg: ReplayConfig) -> list[str]:
     """A stage's parameter names in ``named_parameters`` order (the same for every
     stage, and for its TP shards)."""
-    from schedsim.replay.workload import StageModule
+    from schedsim.replay.stage_modules import StageModule
 
     return [n for n, _ in StageModule(cfg).named_parameters()]
 

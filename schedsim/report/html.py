@@ -206,13 +206,16 @@ def _message_layer(fig: Any, tl: Timeline) -> tuple[list[Any], int]:
 def _memory(tl: Timeline, model: Any, x_range: Any, width: int) -> Any:
     from bokeh.plotting import figure
 
+    from schedsim.plot.memory import in_gib
+
     curves = memory_curves_of(tl, model)
     peaks = [float(v.max()) for _, v in curves]
+    gib = in_gib(tl)
     fig = figure(frame_width=width - LEGEND_PX, frame_height=200, x_range=x_range,
-                 tools="xpan,xwheel_zoom,reset",
-                 active_scroll="xwheel_zoom", title="activation memory per rank",
+                 tools="xpan,xwheel_zoom,reset", active_scroll="xwheel_zoom",
+                 title="memory per rank (GiB)" if gib else "activation memory per rank",
                  x_axis_label=f"time ({tl.unit})",
-                 y_axis_label=f"activations ({UNIT})")
+                 y_axis_label="GiB" if gib else f"activations ({UNIT})")
     show = selected_ranks(peaks)
     end = max(tl.makespan, 1e-9)
     if len(show) < len(curves):
@@ -228,10 +231,29 @@ def _memory(tl: Timeline, model: Any, x_range: Any, width: int) -> Any:
         fig.step(x=np.append(ts, end), y=np.append(vs, vs[-1]), mode="after",
                  line_color=palette[j % 4], line_dash=dashes[j % 4], line_width=2,
                  legend_label=f"rank {r} (peak {_fmt(peaks[r])})")
+    if gib:
+        hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
+        fig.line(x=[0, end], y=[hbm, hbm], line_color="#c0392b", line_dash="dashed",
+                 legend_label=f"HBM {hbm:.0f} GiB")
     fig.legend.click_policy = "hide"
     fig.legend.label_text_font_size = "8pt"
     fig.add_layout(fig.legend[0], "right")
     return fig
+
+
+def _workload_html(tl: Timeline) -> str:
+    """The workload's step line (empty without one)."""
+    w = getattr(tl, "workload", None)
+    if not isinstance(w, dict):
+        return ""
+    peak = max(w["peak_memory_bytes"]) / 2 ** 30
+    fit = "fits" if w["fits"] else "does NOT fit"
+    return (f"<p class='big'><b>step {w['step_ms']:.1f} ms</b> (makespan "
+            f"{w['makespan_ms']:.1f} + step boundary {w['step_boundary_ms']:.1f}) &nbsp; "
+            f"<b>{w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU</b> &nbsp; <b>MFU "
+            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{peak:.1f} GiB</b> of "
+            f"{w['hbm_bytes'] / 2 ** 30:.0f} ({fit}) &nbsp; {html.escape(w['model'])} on "
+            f"{w['gpus']} x {html.escape(w['gpu'])}</p>")
 
 
 def _summary_html(tl: Timeline, warnings: Sequence[str], notes: Sequence[str]) -> str:
@@ -249,7 +271,7 @@ def _summary_html(tl: Timeline, warnings: Sequence[str], notes: Sequence[str]) -
  {tl.bubble_ratio():.3f} (idle / (ranks x makespan)) &nbsp; span-based bubble rate
  {bubble_rate_paper(tl):.3f} (zero-bubble paper) &nbsp; {e(tl.semantics)} semantics,
  {e(stream)}, {e(tl.source)}</p>
-{warn}{dead}{extra}
+{_workload_html(tl)}{warn}{dead}{extra}
 <p class='note'>Gantt: scroll to zoom along time, drag to pan, box-zoom from the toolbar,
 double-click or reset to go back; hover an op for its rank, microbatch, stage, times and
 the stall before it; click a legend entry to hide it.</p>

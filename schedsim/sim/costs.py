@@ -194,6 +194,10 @@ class CostModel(BaseModel):
         kind = np.asarray(kind)
         stage = np.asarray(stage)
         n = len(kind)
+        if self._derived is not None and not self.overrides:
+            from schedsim.sim.cost_arrays import derived_op_costs
+
+            return derived_op_costs(self, kind, stage, np.asarray(bkind), np.asarray(bstage))
         if self._derived is not None:        # a stage model's costs: op by op
             fn = self.cost_fn()
             names = ("F", "B", "W", "BW", "FB")
@@ -405,6 +409,11 @@ class CommModel(BaseModel):
       other rank reaches its own first bare post to it, then ``init_cost`` more (in the
       cost unit). A ``BATCH`` uses the group's communicator, taken as already created.
       Not used under ``data`` semantics. See ``docs/comm-semantics.md``.
+    - ``connections``: the rank's hardware work queues (``CUDA_DEVICE_MAX_CONNECTIONS``,
+      1..32, CUDA's default 8). With 1, the kernels of all its streams dispatch in host
+      launch order, so a kernel waiting at the head blocks the others; the stage model's
+      pieces inside an op are placed so (:func:`schedsim.sim.overlap.schedule`). With 2
+      or more its streams are independent. Used under every semantics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -417,6 +426,7 @@ class CommModel(BaseModel):
     host_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     lazy_init: bool = False
     init_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    connections: int = Field(default=8, ge=1, le=32)
 
     @field_validator("comm_stream", mode="before")
     @classmethod

@@ -11,7 +11,9 @@ those of the op's part (an ``FB``'s forward or backward part); ``collective``
 (``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all``), ``group`` (``tp`` or
 ``ep``) and ``bytes`` are null for compute pieces; ``half`` is the Domino half or null;
 ``tp_rank`` the tensor-parallel rank that recorded it (measured timelines; 0 when
-simulated). Times are in the timeline's unit.
+simulated). Under one hardware queue (``[comm] connections = 1``) a piece that could have
+started earlier but waited behind the head of the queue has ``queued``: the time its
+inputs and its stream were ready (absent otherwise). Times are in the timeline's unit.
 
 Simulated timelines get them from the stage model (:func:`simulated_pieces`), measured
 ones from the TP replay's collective records.
@@ -54,6 +56,8 @@ def simulated_pieces(tl: Timeline, stage_costs: Any, rel_tol: float = 1e-9
                         "group": p.group, "bytes": p.nbytes if p.collective else None,
                         "start": s.start + pl.start, "end": s.start + pl.end,
                         "tp_rank": 0})
+            if pl.queued is not None:          # held by the one hardware queue
+                out[-1]["queued"] = s.start + pl.queued
     return out
 
 

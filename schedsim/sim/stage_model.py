@@ -37,7 +37,16 @@ conventions). Overlap (``overlap``):
   (Domino's ``async_linear.py``, Megatron's async dgrad all-reduce). W and FB as ``none``
   (FB = its two parts back to back);
 - ``fb``: F, B, W, BW as ``none``; in an FB pair each part's collectives overlap the other
-  part's compute (DualPipe, DeepSeek-V3 section 3.2.1 and its figure 4).
+  part's compute (DualPipe, DeepSeek-V3 section 3.2.1 and its figure 4);
+- ``megatron``: as ``fb``, but the pair's pieces are launched in Megatron-LM's
+  combined-1F1B order, layer by layer (:mod:`schedsim.sim.combined`), and each stream
+  runs them in that order (``delay_wgrad``: Megatron's ``delay_wgrad_compute``, the
+  weight gradients launched after the next all-to-all instead of inside their backward).
+
+Device options of the rank (:func:`schedsim.sim.overlap.schedule`): ``connections``
+(``[comm] connections``, ``CUDA_DEVICE_MAX_CONNECTIONS``; 1 = one in-order hardware
+queue for both streams) and ``comm_slowdown`` (compute this many times slower while a
+collective runs; per stage with ``[model.stage.N]``, i.e. per rank).
 
 The compute costs are those of one rank (one GPU's share of the layer), in the unit of
 ``[costs]``; ``activation_bytes`` is one microbatch's activation (``seq x mb x hidden x
@@ -55,6 +64,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedsim.sim.collectives import ModelLinks
+from schedsim.sim.combined import combined_order
 from schedsim.sim.overlap import (
     COLLECTIVE,
     COMPUTE,
@@ -66,7 +76,7 @@ from schedsim.sim.overlap import (
     union,
 )
 
-Overlap = Literal["none", "domino", "fb"]
+Overlap = Literal["none", "domino", "fb", "megatron"]
 KINDS = ("F", "B", "W", "BW")
 
 
@@ -81,13 +91,28 @@ class BlockCosts(BaseModel):
 
 
 class StageOverride(BaseModel):
-    """``[model.stage.N]``: stage N's layers and block costs (unset: the model's)."""
+    """``[model.stage.N]``: stage N's layers and block costs (unset: the model's).
+
+    ``embedding`` / ``head``: the costs of the stage's input embedding (its F first, its
+    W last; an embedding has no input gradient, so its B is usually 0) and of its final
+    norm, LM head and loss (F last, B and W first), with their tensor-parallel
+    collectives (Megatron's ``VocabParallelEmbedding`` reduces its output; the LM head is
+    a column-parallel layer: an all-gather of its input under sequence parallelism, the
+    input gradient's all-reduce or reduce-scatter in B); in Megatron's combined FB order
+    they belong to the attention block. ``dense_layers``: with ``moe``, how many of the
+    stage's layers (its first ones, as DeepSeek-V3's ``first_k_dense_replace`` puts them)
+    have a dense MLP costing ``dense_mlp`` with the TP collectives of a dense layer."""
 
     model_config = ConfigDict(extra="forbid")
 
     layers: int | None = Field(default=None, ge=0)
     attention: BlockCosts | None = None
     mlp: BlockCosts | None = None
+    comm_slowdown: float | None = Field(default=None, ge=1, allow_inf_nan=False)
+    embedding: BlockCosts | None = None
+    head: BlockCosts | None = None
+    dense_layers: int | None = Field(default=None, ge=0)
+    dense_mlp: BlockCosts | None = None
 
 
 class StageModel(BaseModel):
@@ -103,7 +128,9 @@ class StageModel(BaseModel):
         ep = 8                           # ... on an expert-parallel group of 8
         topk = 2                         # experts per token (all-to-all bytes x topk)
         activation_bytes = 16e6          # one microbatch's activation, bytes
-        overlap = "fb"                   # none | domino | fb
+        overlap = "fb"                   # none | domino | fb | megatron
+        delay_wgrad = false              # megatron: Megatron's delay_wgrad_compute
+        comm_slowdown = 1.0              # compute x this while a collective runs
         attention = { F = 1.0, B = 1.0, W = 0.6 }   # per layer, one rank
         mlp = { F = 1.2, B = 1.2, W = 0.8 }
         [model.links]                    # bus bandwidth (bytes / unit), latency (unit)
@@ -129,6 +156,8 @@ class StageModel(BaseModel):
     topk: int = Field(default=1, ge=1)
     activation_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     overlap: Overlap = "none"
+    delay_wgrad: bool = False
+    comm_slowdown: float = Field(default=1.0, ge=1, allow_inf_nan=False)
     links: ModelLinks = Field(default_factory=ModelLinks)
     stage: dict[int, StageOverride] = Field(default_factory=dict)
 
@@ -178,6 +207,18 @@ class _Stage:
         self.layers = o.layers if o is not None and o.layers is not None else m.layers
         self.attn = o.attention if o is not None and o.attention is not None else m.attention
         self.mlp = o.mlp if o is not None and o.mlp is not None else m.mlp
+        self.slowdown = (o.comm_slowdown if o is not None and o.comm_slowdown is not None
+                         else m.comm_slowdown)
+        self.embedding = o.embedding if o is not None else None
+        self.head = o.head if o is not None else None
+        dense = (o.dense_layers or 0) if o is not None and m.moe else 0
+        self.dense = min(dense, self.layers)
+        self.dense_mlp = (o.dense_mlp if o is not None and o.dense_mlp is not None
+                          else self.mlp)
+
+    def moe_at(self, m: StageModel, layer: int) -> bool:
+        """Whether the stage's layer ``layer`` has an expert MLP."""
+        return m.moe and layer >= self.dense
 
 
 class _Builder:
@@ -186,10 +227,17 @@ class _Builder:
     def __init__(self, m: StageModel, frac: float, half: int | None) -> None:
         self.m, self.frac, self.half = m, frac, half
         self.out: list[Piece] = []
+        self.block = ""                 # the block the next pieces belong to
+        self.blocks: list[str] = []     # per piece: its block (combined.BLOCKS)
+
+    def at(self, block: str) -> "_Builder":
+        self.block = block
+        return self
 
     def compute(self, name: str, cost: float, part: str, layer: int) -> int:
         self.out.append(Piece(name, COMPUTE, cost * self.frac, part=part, layer=layer,
                               half=self.half))
+        self.blocks.append(self.block)
         return len(self.out) - 1
 
     def coll(self, name: str, kind: str, group: str, part: str, layer: int) -> None:
@@ -205,71 +253,107 @@ class _Builder:
         self.out.append(Piece(name, COLLECTIVE, m.links.time(kind, n, nbytes, span),
                               part=part, layer=layer, half=self.half, collective=kind,
                               group=group, nbytes=nbytes))
+        self.blocks.append(self.block)
 
 
-def _forward(m: StageModel, st: _Stage, frac: float, half: int | None) -> list[Piece]:
-    """F of one half as a chain (deps: the previous piece)."""
+def _forward(m: StageModel, st: _Stage, frac: float, half: int | None,
+             blocks: list[str] | None = None) -> list[Piece]:
+    """F of one half as a chain (deps: the previous piece); ``blocks`` (if given)
+    receives each piece's block (attention, dispatch, mlp, combine)."""
     b = _Builder(m, frac, half)
     sp = m.sequence_parallel
+    if st.embedding is not None:
+        b.at("attention").compute("embedding", st.embedding.F, "F", -1)
+        b.coll("embedding reduce-scatter" if sp else "embedding all-reduce",
+               "reduce-scatter" if sp else "all-reduce", "tp", "F", -1)
     for ly in range(st.layers):
         if sp:
-            b.coll("qkv all-gather", "all-gather", "tp", "F", ly)
-        b.compute("attention", st.attn.F, "F", ly)
+            b.at("attention").coll("qkv all-gather", "all-gather", "tp", "F", ly)
+        b.at("attention").compute("attention", st.attn.F, "F", ly)
         b.coll("proj reduce-scatter" if sp else "proj all-reduce",
                "reduce-scatter" if sp else "all-reduce", "tp", "F", ly)
-        if m.moe:
-            b.coll("dispatch all-to-all", "all-to-all", "ep", "F", ly)
-            b.compute("experts", st.mlp.F, "F", ly)
-            b.coll("combine all-to-all", "all-to-all", "ep", "F", ly)
+        if st.moe_at(m, ly):
+            b.at("dispatch").coll("dispatch all-to-all", "all-to-all", "ep", "F", ly)
+            b.at("mlp").compute("experts", st.mlp.F, "F", ly)
+            b.at("combine").coll("combine all-to-all", "all-to-all", "ep", "F", ly)
         else:
             if sp:
-                b.coll("fc1 all-gather", "all-gather", "tp", "F", ly)
-            b.compute("mlp", st.mlp.F, "F", ly)
+                b.at("mlp").coll("fc1 all-gather", "all-gather", "tp", "F", ly)
+            b.at("mlp").compute("mlp", st.dense_mlp.F if m.moe else st.mlp.F, "F", ly)
             b.coll("fc2 reduce-scatter" if sp else "fc2 all-reduce",
                    "reduce-scatter" if sp else "all-reduce", "tp", "F", ly)
+    if st.head is not None:
+        if sp:
+            b.at("attention").coll("head all-gather", "all-gather", "tp", "F", st.layers)
+        b.at("attention").compute("head", st.head.F, "F", st.layers)
+    if blocks is not None:
+        blocks += b.blocks
     return chained(b.out)
 
 
 def _backward(m: StageModel, st: _Stage, frac: float, half: int | None,
-              with_w: bool) -> list[Piece]:
+              with_w: bool, blocks: list[str] | None = None) -> list[Piece]:
     """B of one half as a chain, plus (``with_w``) the W pieces, each depending only on
-    the B compute piece of its block (the output gradient it needs)."""
+    the B compute piece of its block (the output gradient it needs); ``blocks`` (if
+    given) receives each piece's block (a W piece's: ``mlp-w``, ``attention-w``)."""
     b = _Builder(m, frac, half)
     sp = m.sequence_parallel
     wdeps: list[tuple[str, float, int, int]] = []     # (name, cost, layer, B piece)
+    if st.head is not None:
+        i = b.at("attention").compute("head", st.head.B, "B", st.layers)
+        b.coll("head dgrad reduce-scatter" if sp else "head dgrad all-reduce",
+               "reduce-scatter" if sp else "all-reduce", "tp", "B", st.layers)
+        wdeps.append(("head", st.head.W, st.layers, i))
     for ly in reversed(range(st.layers)):
-        if m.moe:
-            b.coll("combine all-to-all", "all-to-all", "ep", "B", ly)
-            i = b.compute("experts", st.mlp.B, "B", ly)
-            b.coll("dispatch all-to-all", "all-to-all", "ep", "B", ly)
+        if st.moe_at(m, ly):
+            b.at("combine").coll("combine all-to-all", "all-to-all", "ep", "B", ly)
+            i = b.at("mlp").compute("experts", st.mlp.B, "B", ly)
+            b.at("dispatch").coll("dispatch all-to-all", "all-to-all", "ep", "B", ly)
             wdeps.append(("experts", st.mlp.W, ly, i))
         else:
+            mlp = st.dense_mlp if m.moe else st.mlp
             if sp:
-                b.coll("fc2 grad all-gather", "all-gather", "tp", "B", ly)
-            i = b.compute("mlp", st.mlp.B, "B", ly)
+                b.at("mlp").coll("fc2 grad all-gather", "all-gather", "tp", "B", ly)
+            i = b.at("mlp").compute("mlp", mlp.B, "B", ly)
             b.coll("fc1 dgrad reduce-scatter" if sp else "fc1 dgrad all-reduce",
                    "reduce-scatter" if sp else "all-reduce", "tp", "B", ly)
-            wdeps.append(("mlp", st.mlp.W, ly, i))
+            wdeps.append(("mlp", mlp.W, ly, i))
         if sp:
-            b.coll("proj grad all-gather", "all-gather", "tp", "B", ly)
-        i = b.compute("attention", st.attn.B, "B", ly)
+            b.at("attention").coll("proj grad all-gather", "all-gather", "tp", "B", ly)
+        i = b.at("attention").compute("attention", st.attn.B, "B", ly)
         b.coll("qkv dgrad reduce-scatter" if sp else "qkv dgrad all-reduce",
                "reduce-scatter" if sp else "all-reduce", "tp", "B", ly)
         wdeps.append(("attention", st.attn.W, ly, i))
+    if st.embedding is not None:
+        i = b.at("attention").compute("embedding", st.embedding.B, "B", -1)
+        wdeps.append(("embedding", st.embedding.W, -1, i))
     pieces = chained(b.out)
     if with_w:
         pieces += [Piece(name, COMPUTE, cost * frac, (dep,), part="W", layer=ly, half=half)
                    for name, cost, ly, dep in wdeps]
+    if blocks is not None:
+        blocks += b.blocks
+        if with_w:
+            blocks += [("attention-w" if name == "attention" else "mlp-w")
+                       for name, _c, _l, _d in wdeps]
     return pieces
 
 
 def _weight(m: StageModel, st: _Stage, frac: float, half: int | None) -> list[Piece]:
     """W of one half: the weight-gradient pieces, last layer first (no collective)."""
     out = []
+    if st.head is not None:
+        out.append(Piece("head", COMPUTE, st.head.W * frac, part="W", layer=st.layers,
+                         half=half))
     for ly in reversed(range(st.layers)):
-        out.append(Piece("experts" if m.moe else "mlp", COMPUTE, st.mlp.W * frac, part="W",
+        moe = st.moe_at(m, ly)
+        mlp = st.mlp if moe or not m.moe else st.dense_mlp
+        out.append(Piece("experts" if moe else "mlp", COMPUTE, mlp.W * frac, part="W",
                          layer=ly, half=half))
         out.append(Piece("attention", COMPUTE, st.attn.W * frac, part="W", layer=ly,
+                         half=half))
+    if st.embedding is not None:
+        out.append(Piece("embedding", COMPUTE, st.embedding.W * frac, part="W", layer=-1,
                          half=half))
     return chained(out)
 
@@ -318,8 +402,9 @@ class StageCosts:
     true when stages differ (per-stage overrides).
     """
 
-    def __init__(self, model: StageModel) -> None:
+    def __init__(self, model: StageModel, connections: int = 8) -> None:
         self.model = model
+        self.connections = connections
         self.varies = bool(model.stage)
         self._ops: dict[tuple[str, int | None], OpCost] = {}
         self._fbs: dict[tuple[int | None, int | None, str], OpCost] = {}
@@ -335,7 +420,7 @@ class StageCosts:
         if c is None:
             domino = self.model.overlap == "domino" and kind != "W"
             c = schedule(phase_pieces(self.model, key[1], kind, split=domino,
-                                      free_w=domino))
+                                      free_w=domino), **self._device(key[1]))
             self._ops[key] = c
         return c
 
@@ -348,10 +433,18 @@ class StageCosts:
         if c is None:
             if back not in ("B", "BW"):
                 raise ValueError(f"an FB pair's backward part is B or BW (got {back!r})")
-            if self.model.overlap == "fb":
-                m = self.model
+            m = self.model
+            if m.overlap == "fb":
                 c = schedule(union(phase_pieces(m, key[0], "F"),
-                                   phase_pieces(m, key[1], back, free_w=True)))
+                                   phase_pieces(m, key[1], back, free_w=True)),
+                             **self._device(key[1]))
+            elif m.overlap == "megatron":
+                fbl: list[str] = []
+                bbl: list[str] = []
+                f = _forward(m, _Stage(m, key[0]), 1.0, None, fbl)
+                b = _backward(m, _Stage(m, key[1]), 1.0, None, back == "BW", bbl)
+                c = schedule(combined_order(f, fbl, b, bbl, m.delay_wgrad), in_order=True,
+                             **self._device(key[1]))
             else:
                 f, b = self.op("F", key[0]), self.op(back, key[1])
                 pieces = (tuple(Placed(replace(p.piece, which=0), p.start, p.end)
@@ -362,6 +455,12 @@ class StageCosts:
                            f.collective + b.collective, f.exposed + b.exposed, pieces)
             self._fbs[key] = c
         return c
+
+    def _device(self, stage: int | None) -> dict:
+        """The device options of :func:`~schedsim.sim.overlap.schedule` on ``stage``'s
+        rank: its hardware queues and its compute slowdown under a collective."""
+        return {"connections": self.connections,
+                "slowdown": _Stage(self.model, stage).slowdown}
 
     def kind_cost(self, kind: str, stage: int) -> float:
         return self.op(kind, stage).cost

@@ -223,17 +223,25 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     from schedsim.errors import ScenarioError
 
+    from schedsim.util.signals import deferred_signals, note_written
+
     path = check_output_path(path)
-    tmp = _temp_beside(path)
+    tmp = ""
     try:
+        with deferred_signals():        # made and known, or not made
+            tmp = _temp_beside(path)
         yield Path(tmp)
-        try:
-            os.replace(tmp, path)
-        except OSError as e:
-            raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
+        with deferred_signals():        # renamed whole, and recorded, or not at all
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
+            if TMP_MARK not in path.name:     # a writer's own temp file is no output
+                note_written(str(path))
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with deferred_signals():
+            if tmp and os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -254,24 +262,36 @@ class OutputGroup:
         self._files: list[tuple[Path, Path]] = []
 
     def path(self, final: str | Path) -> Path:
+        from schedsim.util.signals import deferred_signals
+
         final = check_output_path(final)
-        tmp = _temp_beside(final)
-        os.unlink(tmp)          # writers create it; an unwritten output is simply skipped
-        self._files.append((Path(tmp), final))
+        with deferred_signals():     # the name is recorded before a stop can leave it
+            tmp = _temp_beside(final)
+            os.unlink(tmp)      # writers create it; an unwritten output is simply skipped
+            self._files.append((Path(tmp), final))
         return Path(tmp)
 
     def commit(self) -> None:
-        for tmp, final in self._files:
-            if tmp.exists():
-                os.chmod(tmp, 0o666 & ~_umask())
-                os.replace(tmp, final)
-        self._files = []
+        """Rename every written temporary file into place, as one critical section (a
+        stop signal waits until all are renamed: :mod:`schedsim.util.signals`)."""
+        from schedsim.util.signals import deferred_signals, note_written
+
+        with deferred_signals():
+            for tmp, final in self._files:
+                if tmp.exists():
+                    os.chmod(tmp, 0o666 & ~_umask())
+                    os.replace(tmp, final)
+                    note_written(str(final))
+            self._files = []
 
     def discard(self) -> None:
-        for tmp, _ in self._files:
-            if tmp.exists():
-                tmp.unlink()
-        self._files = []
+        from schedsim.util.signals import deferred_signals
+
+        with deferred_signals():
+            for tmp, _ in self._files:
+                if tmp.exists():
+                    tmp.unlink()
+            self._files = []
 
 
 def _temp_beside(path: Path) -> str:

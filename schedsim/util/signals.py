@@ -1,16 +1,34 @@
-"""SIGTERM and SIGHUP as an exception, so ``finally`` blocks remove temporary files.
+"""SIGTERM, SIGHUP and SIGINT as an exception, so ``finally`` blocks remove temporary files,
+and never at a moment that would break an output or print a traceback.
 
-What ``timeout``, Slurm, ``kill`` and a closed terminal send would otherwise end the
-process at once and leave the temporary files of its outputs behind. Inside
-:func:`stop_signals` they raise :class:`~schedsim.errors.Stopped` (exit 128 + the signal
-number) in the main thread instead; every ``finally`` and ``with`` on the way out runs
-(:mod:`schedsim.util.files` removes its temporary files there). SIGKILL cannot be
-caught: the next run that writes the same output removes what it left
+What ``timeout``, Slurm, ``kill``, a closed terminal and Ctrl-C send would otherwise end
+the process at once (or raise ``KeyboardInterrupt`` anywhere, even inside a ``finally``
+that removes a temporary file) and leave temporary files or a traceback behind. Three
+rules, one per moment of a run:
+
+- **During a command's work** (:func:`stop_signals`) a stop signal raises
+  :class:`~schedsim.errors.Stopped` (exit 128 + the signal number: 143 SIGTERM, 129
+  SIGHUP, 130 SIGINT) in the main thread; every ``finally`` and ``with`` on the way out
+  runs (:mod:`schedsim.util.files` removes its temporary files there).
+- **Inside a critical section** (:func:`deferred_signals`: renaming outputs into place,
+  removing temporary files, serialising a Timeline) the signal waits and is raised when
+  the section ends, so a group of outputs is renamed whole or not at all and no clean-up
+  is cut short. A wrapped exception (pydantic's serialiser wraps what a callback raised)
+  is recognised through :func:`stop_requested`.
+- **Outside a command** (start-up, after the outputs were written, interpreter exit:
+  :func:`stop_at_exit`, installed by the CLI's entry point) one line is printed and the
+  process exits with 128 + N at once (``os._exit``: no "Exception ignored" from a
+  half-finished interpreter shutdown).
+
+The message names what was written (:func:`stop_message`). SIGKILL cannot be caught: the
+next run that writes the same output removes what it left
 (:func:`schedsim.util.files.sweep_stale`).
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -18,31 +36,107 @@ from typing import Any, Iterator
 from schedsim.errors import Stopped
 
 #: the signals turned into :class:`Stopped`
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT")
+                     if hasattr(signal, n))
 
 
-def _raise(signum: int, frame: Any) -> None:
-    raise Stopped(signum)
+class _State:
+    critical = 0                 # depth of deferred_signals blocks
+    pending: int | None = None   # a signal that arrived inside one
+    seen: int | None = None      # the last stop signal of this process
+    written: list[str] = []      # outputs renamed into place by this process
+
+
+def note_written(path: str) -> None:
+    """Record that output ``path`` is in place, whole (:mod:`schedsim.util.files` calls
+    it after each rename), for :func:`stop_message`."""
+    _State.written.append(path)
+
+
+def stop_requested() -> int | None:
+    """The stop signal this process received (pending or raised), or None: an exception
+    that wraps :class:`Stopped` (raised inside a library callback) is that stop."""
+    return _State.pending or _State.seen
+
+
+def stop_message(signum: int) -> str:
+    """``stopped by NAME: ...`` saying what the run left: the outputs already renamed
+    into place (whole), or that none was written and temporary files were removed."""
+    name = signal.Signals(signum).name
+    done = _State.written
+    if done:
+        shown = ", ".join(done[:4]) + (f" (+{len(done) - 4} more)" if len(done) > 4 else "")
+        return f"stopped by {name} after writing {shown} (whole); temporary files removed"
+    return f"stopped by {name}: temporary files removed, no output written"
+
+
+def _stop(signum: int, frame: Any) -> None:
+    _State.seen = signum
+    if _State.critical:
+        _State.pending = _State.pending or signum
+        return
+    raise Stopped(signum, stop_message(signum))
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """A critical section: a stop signal arriving inside waits until the block ends and is
+    raised then (as :class:`Stopped`), unless the block raised first. Nests."""
+    _State.critical += 1
+    try:
+        yield
+    finally:
+        _State.critical -= 1
+    if not _State.critical and _State.pending is not None:
+        signum, _State.pending = _State.pending, None
+        raise Stopped(signum, stop_message(signum))
 
 
 @contextmanager
 def stop_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise :class:`Stopped` inside the block, and a KeyboardInterrupt
-    (Ctrl-C) leaving it becomes one (exit 130) (main thread only: elsewhere
-    Python cannot install handlers and the block runs unchanged). A signal the caller
-    ignores (``SIG_IGN``, e.g. under ``nohup``) stays ignored; the previous handlers are
-    restored at the end."""
+    """SIGTERM/SIGHUP/SIGINT raise :class:`Stopped` inside the block (main thread only:
+    elsewhere Python cannot install handlers and the block runs unchanged). A signal the
+    caller ignores (``SIG_IGN``, e.g. under ``nohup``) stays ignored; the previous
+    handlers are restored at the end, inside a critical section."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _State.pending = _State.seen = None      # a new run (in-process callers run many)
+    _State.written = []
     previous = {}
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
-            previous[s] = signal.signal(s, _raise)
+            previous[s] = signal.signal(s, _stop)
     try:
         yield
-    except KeyboardInterrupt:   # Ctrl-C: the same clean-up and one line, exit 130
-        raise Stopped(signal.SIGINT) from None
+    except KeyboardInterrupt:   # a KeyboardInterrupt raised by other code: exit 130
+        raise Stopped(signal.SIGINT, stop_message(signal.SIGINT)) from None
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        with deferred_signals():
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    """Outside a command: one line and exit 128 + N at once."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    msg = f"error: {stop_message(signum)}\n".encode()
+    try:
+        os.write(2, msg)
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+def stop_at_exit() -> None:
+    """Install :func:`_exit_now` for the stop signals outside :func:`stop_signals` (the
+    CLI's entry point calls it first: start-up, the time after a command, interpreter
+    exit). Main thread only; ignored signals stay ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, _exit_now)

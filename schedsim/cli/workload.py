@@ -1,0 +1,268 @@
+"""A scenario's ``[workload]`` on the command line: ``simulate``'s step line and bytes
+per rank (:func:`print_workload`; the run: :func:`schedsim.cli.inputs.simulate_scenario`),
+``memory`` in GiB (:func:`print_memory_gib`), the ``--model``/``--gpu`` flags
+(:func:`with_workload`) and ``schedsim costs`` (the per-stage breakdown)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from schedsim.cli import app
+from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
+from schedsim.cli.inputs import simulate_scenario
+from schedsim.errors import ScenarioError
+from schedsim.program.ir import Program
+from schedsim.scenario import Scenario, parse_scenario
+from schedsim.util.text import rich_escape
+
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="The \\[workload]'s model: a preset (llama3.1-8b, llama3.1-70b, "
+    "llama3.1-405b, deepseek-v3, qwen3-30b-a3b, mixtral-8x7b) or a config.json path.")]
+GpuOpt = Annotated[Optional[str], typer.Option(
+    "--gpu", help="The \\[workload]'s GPU preset (a100-80gb, h100-sxm, h800, h200, b200, "
+    "mi300x).")]
+GiB = 2 ** 30
+
+
+def with_workload(sc: Scenario, **changes: Any) -> Scenario:
+    """``sc`` read again with ``changes`` (``model``, ``gpu``; None: unchanged) in its
+    ``[workload]`` (everything it derived is derived again). Raises
+    :class:`ScenarioError` when it has none."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return sc
+    if sc.workload is None:
+        raise ScenarioError(f"--{' and --'.join(changes)} change the scenario's [workload]: "
+                            f"add a [workload] table (model, gpu, seq, global_batch_size, "
+                            f"tp, pp, ...; docs/workload.md)")
+    from schedsim.workload.presets import MODELS
+
+    m = changes.get("model")
+    if m is not None and m.lower() not in MODELS:      # a config.json from the cwd
+        changes["model"] = str(Path(m).resolve())
+    data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
+    data["workload"] = {**data["workload"], **changes}
+    return parse_scenario(data, "command line", sc.base_dir)
+
+
+def print_workload(res: Any) -> None:
+    """The step line and a table of bytes per pipeline rank (GiB)."""
+    w = res.derived.workload
+    t = Table(title=rich_escape(
+        f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
+        f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
+        f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
+    for col in ("rank", "params", "grads", "optimizer", "fsdp", "held", "recv",
+                "activations", "peak", "at ms", "headroom"):
+        t.add_column(col, justify="right")
+    for r, m in enumerate(res.memory):
+        sb = res.derived.static[r]
+        t.add_row(str(r), *(f"{x / GiB:.2f}" for x in (
+            sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
+            m.peak_activations, m.peak)), f"{m.peak_at:.1f}", f"{(res.hbm_bytes - m.peak) / GiB:.2f}")
+    console.print(t)
+    console.print(workload_line(res), highlight=False)
+
+
+def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
+    """``schedsim memory`` of a workload's timeline (True; False when ``tl`` has no byte
+    model): per rank the static bytes, the peak activations, the peak and when, the
+    headroom against HBM (GiB); ``json_out`` gets the bytes and the curves (``[ms,
+    bytes of activations]`` points)."""
+    from schedsim.analysis.memory import workload_memory
+
+    mem = workload_memory(tl)
+    if mem is None:
+        return False
+    hbm = float(tl.workload["hbm_bytes"])
+    if json_out is not None:
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps({
+            "unit": "bytes", "hbm_bytes": hbm,
+            "ranks": [{"rank": r, "static": m.static, "held": m.held,
+                       "peak_activations": m.peak_activations,
+                       "peak": m.peak, "peak_at_ms": m.peak_at,
+                       "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
+                      for r, m in enumerate(mem)]}, indent=1) + "\n")
+    t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
+                                f"{tl.workload['gpu']} (GiB)"))
+    for col in ("rank", "static", "held", "activations", "peak", "at ms", "headroom"):
+        t.add_column(col, justify="right")
+    for r, m in enumerate(mem):
+        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.held / GiB:.2f}",
+                  f"{m.peak_activations / GiB:.2f}",
+                  f"{m.peak / GiB:.2f}", f"{m.peak_at:.1f}", f"{(hbm - m.peak) / GiB:.2f}")
+    console.print(t)
+    worst = max(m.peak for m in mem)
+    verdict = "fits" if worst <= hbm else "does NOT fit"
+    console.print(f"static: parameters, gradients, optimizer states, FSDP copies and P2P "
+                  f"receive buffers; held: what a stage keeps between its first and last "
+                  f"op (torchtitan's FSDP copies, retained outputs) at the peak; "
+                  f"activations per the recompute policy (Korthikanti et al. 2022); peak "
+                  f"{worst / GiB:.1f} of {hbm / GiB:.0f} GiB HBM: {verdict}", highlight=False)
+    return True
+
+
+def workload_line(res: Any) -> str:
+    """:meth:`WorkloadResult.line` with the step's parts."""
+    return (f"{res.line()}; makespan {res.makespan_ms:.1f} ms + step boundary "
+            f"{res.step_boundary_ms:.1f} ms")
+
+
+def costs_breakdown(sc: Scenario, prog: Program) -> dict[str, Any]:
+    """Per stage: layers, embedding/head, FLOPs per microbatch on one rank, ms per op kind
+    and per piece, activation bytes; per rank: static bytes and the step boundary."""
+    from schedsim.program.ir import Op
+
+    d = sc.derived_workload(prog.placement)
+    stages = []
+    for s, p in enumerate(d.pieces):
+        st, sb = p.layout, d.stage_bytes[s]
+        pieces = {"attention": p.attention.model_dump(), "mlp" if not d.workload.model.experts
+                  else "experts": p.mlp.model_dump()}
+        if p.dense_mlp is not None:
+            pieces["mlp"] = p.dense_mlp.model_dump()
+        for name, b in (("embedding", p.embedding), ("head", p.head)):
+            if b is not None:
+                pieces[name] = b.model_dump()
+        stages.append({
+            "stage": s, "rank": prog.placement.rank_of(s), "layers": st.layers,
+            "first_layer": st.first, "embedding": st.embedding, "head": st.head,
+            "flops": p.flops,
+            "ms": {k: d.costs.cost(Op(k, s, 0)) for k in ("F", "B", "W", "BW")},
+            "piece_ms_per_layer": pieces,
+            "activation_bytes": {"stored": sb.stored, "stash_w": sb.stash_w,
+                                 "working": sb.working, "rows": list(sb.rows)}})
+    ranks = [{"rank": r, "params": x.params, "grads": x.grads, "optimizer": x.optimizer,
+              "fsdp_unsharded": x.unsharded, "recv_buffers": d.recv_bytes[r],
+              "step_boundary_ms": d.step_boundary[r]} for r, x in enumerate(d.static)]
+    return {"unit": "ms", "model": d.workload.model.name, "gpu": d.workload.gpu.name,
+            "message_bytes": d.costs.message_bytes,
+            "model_flops_per_step": d.model_flops_per_step,
+            "tokens_per_step": d.tokens_per_step, "stages": stages, "ranks": ranks}
+
+
+def _print_breakdown(b: dict[str, Any]) -> None:
+    t = Table(title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
+                                f"rank"))
+    for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
+                "stash GiB"):
+        t.add_column(col, justify="right")
+    for s in b["stages"]:
+        layers = str(s["layers"]) + ("+E" if s["embedding"] else "") + (
+            "+L" if s["head"] else "")
+        fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
+        a = s["activation_bytes"]
+        t.add_row(str(s["stage"]), str(s["rank"]), layers,
+                  *(f"{s['ms'][k]:.2f}" for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
+                  f"{a['stored'] / GiB:.2f}", f"{a['stash_w'] / GiB:.2f}")
+    console.print(t)
+    seen: set[str] = set()
+    for s in b["stages"]:
+        line = "; ".join(f"{n} {v['F']:.3f}/{v['B']:.3f}/{v['W']:.3f}"
+                         for n, v in s["piece_ms_per_layer"].items())
+        if line not in seen:
+            seen.add(line)
+            console.print(f"stage {s['stage']} pieces, F/B/W ms (per layer): "
+                          f"{rich_escape(line)}", highlight=False)
+    rows = b["stages"][0]["activation_bytes"]["rows"]
+    console.print(f"activations: Korthikanti et al. 2022 Table 2, {'; '.join(rows)}; P2P "
+                  f"message {b['message_bytes'] / 2 ** 20:.1f} MiB; model FLOPs per step "
+                  f"{b['model_flops_per_step']:.4g} (Megatron-LM's count); TFLOP: F + B + "
+                  f"W + recompute", highlight=False)
+    for r in b["ranks"]:
+        static = (r["params"] + r["grads"] + r["optimizer"] + r["fsdp_unsharded"]) / GiB
+        console.print(f"rank {r['rank']}: static {static:.2f} GiB (params "
+                      f"{r['params'] / GiB:.2f}, grads {r['grads'] / GiB:.2f}, optimizer "
+                      f"{r['optimizer'] / GiB:.2f}, fsdp {r['fsdp_unsharded'] / GiB:.2f}), "
+                      f"recv buffers {r['recv_buffers'] / GiB:.2f} GiB, step boundary "
+                      f"{r['step_boundary_ms']:.1f} ms", highlight=False)
+
+
+@app.command()
+@handle_errors
+@scenario_command
+def costs(
+    sc: Scenario,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the breakdown as JSON ('-': stdout).")] = None,
+) -> None:
+    """Print the derived costs of a scenario's \\[workload] per stage: layers, FLOPs, ms per
+    op kind and per piece, activation bytes; per rank the static bytes and the step
+    boundary.
+
+    Examples:
+      schedsim costs schedules/llama3-70b-h100.toml
+      schedsim costs schedules/llama3-70b-h100.toml --gpu h200 --json costs.json
+    """
+    sc = with_workload(sc, model=model, gpu=gpu)
+    if sc.workload_model() is None:
+        raise ScenarioError("schedsim costs reads a [workload] table (model, gpu, seq, "
+                            "global_batch_size, tp, pp, ...; docs/workload.md)")
+    if json_out is not None and str(json_out) != "-":
+        from schedsim.util.files import check_output_path
+
+        check_output_path(json_out)
+    b = costs_breakdown(sc, sc.build_program())
+    if json_out is not None:
+        write_text_out(json_out, json.dumps(b, indent=1) + "\n")
+        if str(json_out) == "-":
+            return
+    _print_breakdown(b)
+
+
+def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None) -> None:
+    """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
+    (or ``names``) simulated on the workload, each with the stages per rank its
+    generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
+    one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
+    sizes or layers do not fit is skipped with the reason."""
+    from schedsim.errors import SchedsimError
+    from schedsim.generators import generated_stages, get, names as all_names
+    from schedsim.workload.layout import workload_from_dict
+    from schedsim.workload.run import simulate_workload
+
+    table = dict(sc.workload or {})
+    rows, skipped = [], {}
+    semantics = sc.comm.semantics
+    for n in names or all_names():
+        try:
+            gen = get(n)
+            data = dict(table)
+            pp = sc.workload_model().pp
+            if "chunks" not in table or "chunks" not in gen.accepted():
+                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
+            res = simulate_workload(workload_from_dict(data), n, semantics=semantics)
+        except SchedsimError as e:
+            skipped[n] = str(e)
+            continue
+        rows.append((n, res))
+    if json_out is not None:
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(
+            [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
+              "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
+    w = sc.workload_model()
+    t = Table(title=rich_escape(f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, "
+                                f"pp {w.pp}, dp {w.data_parallel}, {w.microbatches} "
+                                f"microbatches, {semantics} semantics"))
+    for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
+                "peak GiB", "fits"):
+        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for n, r in rows:
+        lo, hi = min(r.peak_memory_bytes) / GiB, max(r.peak_memory_bytes) / GiB
+        t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
+                  f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
+                  f"{r.bubble_ratio:.3f}", f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05
+                  else f"{hi:.1f}", "yes" if r.fits else "NO")
+    console.print(t)
+    for n, why in skipped.items():
+        console.print(f"skipped {n}: {rich_escape(why)}", highlight=False, soft_wrap=True)

@@ -1,0 +1,94 @@
+"""Program text files: a file of per-rank instruction lines (:mod:`schedsim.program.tokens`)
+read into a :class:`~schedsim.program.ir.Program` with a placement, the sizes checked and
+bounded before anything is built (a compute-only file is lowered by a comm policy).
+Re-exported by :mod:`schedsim.scenario`, whose ``[schedule] program = FILE`` reads one."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from schedsim.errors import ParseError, ScenarioError
+from schedsim.program.ir import Placement, Program
+
+
+def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
+                      stages: int | None = None, microbatches: int | None = None,
+                      comm_policy: str | None = None,
+                      policy_params: dict[str, Any] | None = None) -> Program:
+    """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
+
+    ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
+    ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
+    comm instruction is a compute-only schedule and is lowered with ``comm_policy``
+    (default ``async``) and its ``policy_params``. Raises
+    :class:`ScenarioError`/:class:`ParseError`.
+    """
+    from schedsim.program.bounds import check_program_text
+    from schedsim.program.tokens import parse_program_text
+    from schedsim.util.inputs import loading, read_input_text
+    from schedsim.util.text import shorten_quotes
+
+    path = Path(path)
+    with loading(path, "program text file"):
+        text = read_input_text(path, "program text file")
+        check_program_text(text, path)
+        try:
+            rows = parse_program_text(text)
+        except ParseError as e:
+            raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None
+        return program_from_rows(rows, placement, ranks=ranks, stages=stages,
+                                 microbatches=microbatches, comm_policy=comm_policy,
+                                 name=path.stem, policy_params=policy_params)
+
+
+def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
+                      stages: int | None = None, microbatches: int | None = None,
+                      comm_policy: str | None = None, name: str = "custom",
+                      policy_params: dict[str, Any] | None = None) -> Program:
+    """Build a :class:`Program` from parsed instruction rows (see
+    :func:`load_program_file` for the defaults)."""
+    from schedsim.program.ir import Compute, Wait
+    from schedsim.program.ops import launched
+    from schedsim.util.limits import check_program_size
+
+    ranks = ranks or len(rows)
+    check_program_size(name, ranks=max(ranks, len(rows)))
+    if len(rows) != ranks:
+        raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
+    if placement not in ("loop", "v", "dual"):
+        raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
+    used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
+            for a in i.op.atoms()]
+    used += [(c.stage, c.mb) for row in rows for i in row for c in launched(i)]
+    used += [(c.stage, c.mb) for row in rows for i in row if isinstance(i, Wait)
+             for c in i.comms]
+    top_mb = max((mb for _, mb in used), default=0)
+    top_stage = max((st for st, _ in used), default=0)
+    if microbatches is not None and top_mb >= microbatches:
+        raise ScenarioError(f"the program uses microbatch {top_mb} but microbatches = "
+                            f"{microbatches}: pass --microbatches {top_mb + 1} or more")
+    m = microbatches or top_mb + 1
+    if stages is None:
+        if placement == "loop":     # the fewest stages, a multiple of ranks, that fit
+            stages = ranks * max(1, -(-(top_stage + 1) // ranks))
+        else:
+            stages = 2 * ranks if placement == "v" else ranks
+    # every per-stage, per-microbatch table is bounded before it is built
+    check_program_size(name, stages=max(stages, top_stage + 1), microbatches=m,
+                       instructions=sum(len(row) for row in rows))
+    if top_stage >= stages:
+        raise ScenarioError(f"the program uses stage {top_stage} but the {placement} "
+                            f"placement has {stages} stages on {ranks} ranks: pass --stages "
+                            f"{ranks * -(-(top_stage + 1) // ranks)} (or another placement)")
+    pl = Placement(kind=placement, ranks=ranks, stages=stages,
+                   microbatches=m if placement == "dual" else None)
+    prog = Program(name=name, placement=pl, microbatches=m, ranks=rows)
+    if not prog.has_comm():
+        from schedsim.program.lower import lower
+
+        return lower(prog.schedule(), comm_policy or "async", **(policy_params or {}))
+    if policy_params:
+        raise ScenarioError(f"the program {name!r} has its own sends/recvs, so no comm "
+                            f"policy lowers it and {', '.join(sorted(policy_params))} would "
+                            f"do nothing: drop them")
+    return prog

@@ -1,0 +1,131 @@
+"""GPU presets: dense peak TFLOP/s per dtype, HBM capacity and bandwidth, NVLink and
+network bandwidth per GPU, GPUs per node; each from its vendor's datasheet (``source``).
+
+Conventions: peaks are *dense* tensor-core figures (the datasheets' sparsity figures
+halved); ``hbm_bytes`` is the datasheet's "GB" read as GiB (the capacity ``nvidia-smi``
+reports, e.g. 81,559 MiB on an H100 SXM, is within 1% of 80 GiB); ``nvlink_bandwidth``
+is bytes/s per GPU per direction (half the datasheets' bidirectional figure);
+``network_bandwidth`` is bytes/s per GPU per direction of the scale-out NIC the vendor's
+reference system gives each GPU (one 400 Gb/s ConnectX-7 per H100/H200/B200/MI300X, one
+200 Gb/s HDR per A100). Every field can be overridden (:func:`gpu_preset`).
+
+Plain Python + pydantic.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schedsim.errors import ScenarioError
+
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: bytes per element of each dtype (tf32 is stored as fp32)
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+GiB = 2 ** 30
+_T, _G = 1e12, 1e9
+
+
+class Hardware(BaseModel):
+    """One GPU type (module docstring). ``peak_tflops``: dense TFLOP/s per dtype (a dtype
+    the GPU lacks is absent: asking for it raises :class:`ScenarioError`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    peak_tflops: dict[Dtype, float]
+    hbm_bytes: float = Field(gt=0, allow_inf_nan=False)
+    hbm_bandwidth: float = Field(gt=0, allow_inf_nan=False)
+    nvlink_bandwidth: float = Field(gt=0, allow_inf_nan=False)
+    network_bandwidth: float = Field(gt=0, allow_inf_nan=False)
+    gpus_per_node: int = Field(default=8, ge=1)
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _positive(self) -> "Hardware":
+        bad = [k for k, v in self.peak_tflops.items() if not 0 < v < float("inf")]
+        if bad:
+            raise ValueError(f"peak_tflops {bad[0]} must be a finite number > 0")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s of ``dtype``. Raises ScenarioError when the GPU has none."""
+        v = self.peak_tflops.get(dtype)      # type: ignore[call-overload]
+        if v is None:
+            raise ScenarioError(f"{self.name} has no {dtype} tensor-core peak (it has "
+                                f"{', '.join(self.peak_tflops)}): pick another gemm dtype "
+                                f"or set gpu peak_tflops.{dtype}")
+        return v * _T
+
+
+def _tf(fp32: float, tf32: float, bf16: float, fp8: float | None) -> dict[str, float]:
+    d = {"fp32": fp32, "tf32": tf32, "bf16": bf16, "fp16": bf16}
+    if fp8:
+        d["fp8"] = fp8
+    return d
+
+
+#: name -> fields (see the module docstring for the conventions)
+GPUS: dict[str, dict[str, Any]] = {
+    "a100-80gb": dict(
+        name="a100-80gb", peak_tflops=_tf(19.5, 156, 312, None), hbm_bytes=80 * GiB,
+        hbm_bandwidth=2039 * _G, nvlink_bandwidth=300 * _G, network_bandwidth=25 * _G,
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB: 312 TFLOPS BF16 dense, "
+               "2,039 GB/s, NVLink 600 GB/s); DGX A100: 1x 200 Gb/s HDR per GPU"),
+    "h100-sxm": dict(
+        name="h100-sxm", peak_tflops=_tf(67, 494.7, 989.4, 1978.9), hbm_bytes=80 * GiB,
+        hbm_bandwidth=3350 * _G, nvlink_bandwidth=450 * _G, network_bandwidth=50 * _G,
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM: 1,979 TFLOPS BF16 and 3,958 "
+               "FP8 with sparsity, 3.35 TB/s, NVLink 900 GB/s); DGX H100: 1x 400 Gb/s "
+               "ConnectX-7 per GPU"),
+    "h800": dict(
+        name="h800", peak_tflops=_tf(67, 494.7, 989.4, 1978.9), hbm_bytes=80 * GiB,
+        hbm_bandwidth=3350 * _G, nvlink_bandwidth=200 * _G, network_bandwidth=50 * _G,
+        source="NVIDIA H800 SXM5 (H100 compute and HBM, NVLink 400 GB/s); DeepSeek-V3 "
+               "report section 3.1: 8 GPUs per node, 400 Gb/s InfiniBand per GPU"),
+    "h200": dict(
+        name="h200", peak_tflops=_tf(67, 494.7, 989.4, 1978.9), hbm_bytes=141 * GiB,
+        hbm_bandwidth=4800 * _G, nvlink_bandwidth=450 * _G, network_bandwidth=50 * _G,
+        source="NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB, 4.8 TB/s, H100 "
+               "compute, NVLink 900 GB/s); HGX H200: 1x 400 Gb/s per GPU"),
+    "b200": dict(
+        name="b200", peak_tflops=_tf(75, 1100, 2250, 4500), hbm_bytes=180 * GiB,
+        hbm_bandwidth=7700 * _G, nvlink_bandwidth=900 * _G, network_bandwidth=50 * _G,
+        source="NVIDIA HGX B200 datasheet per GPU (4.5 PFLOPS BF16, 9 FP8, 2.2 TF32 with "
+               "sparsity; 1,440 GB and 62 TB/s per 8 GPUs; NVLink 5 1.8 TB/s); DGX B200: "
+               "1x 400 Gb/s per GPU"),
+    "mi300x": dict(
+        name="mi300x", peak_tflops=_tf(163.4, 653.7, 1307.4, 2614.9), hbm_bytes=192 * GiB,
+        hbm_bandwidth=5300 * _G, nvlink_bandwidth=448 * _G, network_bandwidth=50 * _G,
+        source="AMD Instinct MI300X datasheet (1,307.4 TFLOPS BF16 dense, 2,614.9 FP8, "
+               "192 GB HBM3 at 5.3 TB/s, Infinity Fabric 896 GB/s peer-to-peer); 1x 400 "
+               "Gb/s NIC per GPU"),
+}
+
+
+def gpu_preset(name: str | Hardware, **overrides: Any) -> Hardware:
+    """The preset ``name`` (or a :class:`Hardware` as is) with ``overrides`` applied
+    (``peak_tflops`` entries merge into the preset's). Raises :class:`ScenarioError` for
+    an unknown name or a bad override (named)."""
+    from schedsim.util.suggest import did_you_mean
+
+    if isinstance(name, Hardware):
+        base = name.model_dump()
+    else:
+        key = str(name).lower()
+        if key not in GPUS:
+            raise ScenarioError(f"unknown gpu {name!r}{did_you_mean(key, GPUS)}: expected one "
+                                f"of {', '.join(GPUS)}")
+        base = dict(GPUS[key])
+    if "peak_tflops" in overrides and isinstance(overrides["peak_tflops"], dict):
+        overrides = {**overrides, "peak_tflops": {**base["peak_tflops"],
+                                                  **overrides["peak_tflops"]}}
+    try:
+        return Hardware.model_validate({**base, **overrides})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ScenarioError(f"gpu {base['name']}: {loc!r}: {what} (keys: "
+                            f"{', '.join(Hardware.model_fields)})") from None

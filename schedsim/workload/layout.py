@@ -1,0 +1,362 @@
+"""The workload of a training step: model, GPUs, batch, parallel degrees, sharding,
+recompute, dtypes; the stage layout; and the rules a runnable configuration obeys.
+
+:class:`Workload` is the ``[workload]`` table of a scenario and the Python object;
+:meth:`Workload.check` refuses what Megatron-LM would refuse, one rule at a time, with a
+:class:`WorkloadError` whose ``.rule`` names it (:data:`RULES`).
+
+**Stages and layout.** The model is cut into ``pp x chunks`` stages (a stage is one
+model chunk; stage ``s`` runs on the rank the schedule's placement gives it: ``s % pp``
+for the loop placement of 1F1B and interleaved schedules, the V of ZB-V/DualPipeV, whose
+last stage — the LM head — lands on rank 0 next to the embedding). ``layout`` says which
+decoder layers each stage holds:
+
+- ``None``: an even split (``num_hidden_layers`` must be a multiple of the stages), the
+  embedding on the first stage, the LM head and loss on the last — Megatron-LM's default;
+- a string in Megatron-LM's ``pipeline_model_parallel_layout`` syntax (``E`` embedding,
+  ``t`` a decoder layer, ``L`` the final norm, LM head and loss, ``|`` between stages,
+  ``x*n`` and ``(...)*n`` repeat; commas are cosmetic), e.g. ``"Et*3|(tt|)*29m|L"`` — from
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+  (``PipelineParallelLayerLayout.parse_str_to_list``); its stages are listed in stage
+  order (virtual stage ``v`` of rank ``r`` is stage ``v x pp + r``), as here. MTP layers
+  (``m``) are not built;
+- a list of decoder-layer counts per stage (the embedding on the first stage, the head on
+  the last);
+- ``"torchtitan"``: torchtitan's automatic split for any stage count (:func:`torchtitan_split`,
+  ``torchtitan/parallelisms/pipelining_utils.py::generate_split_points`` @9dec370), so one
+  workload serves a 1-stage-per-rank and a looped schedule alike.
+
+Plain Python + pydantic.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schedsim.errors import ScenarioError
+from schedsim.workload.hardware import Dtype, Hardware, gpu_preset
+from schedsim.workload.model import ModelConfig, load_model
+
+Recompute = Literal["none", "selective", "full"]
+
+#: every rule :meth:`Workload.check` applies (``WorkloadError.rule``)
+RULES = ("heads % tp", "kv_heads % tp", "experts % ep", "ep divides tp x dp",
+         "layers fill pp x chunks stages", "global_batch_size % (micro_batch_size x dp)",
+         "tp within a node", "gpus = tp x cp x dp x pp", "cp not built", "seq % tp",
+         "layout", "gemm dtype on gpu", "moe needs ep")
+
+
+class WorkloadError(ScenarioError):
+    """A workload that cannot run: one line naming the rule and the fix; ``rule`` is one
+    of :data:`RULES` (what ``schedsim plan`` counts rejections by)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """What stage ``stage`` holds: ``embedding``, decoder layers ``first`` to
+    ``first + layers - 1``, and ``head`` (final norm, LM head, loss)."""
+
+    stage: int
+    first: int
+    layers: int
+    embedding: bool
+    head: bool
+
+
+class Workload(BaseModel):
+    """One training step's setup (module docstring).
+
+    ``model``: a preset name, a config.json path, a dict of its keys or a
+    :class:`ModelConfig`; ``gpu``: a preset name, or a table ``{name = "h100-sxm", ...}``
+    of overrides on it, or a :class:`Hardware`. ``seq``: tokens per sample;
+    ``micro_batch_size``: samples per microbatch; ``global_batch_size``: samples per step.
+    ``dp`` follows from ``num_gpus`` when unset (else 1). ``zero``: data-parallel sharding
+    of optimizer states (1), plus gradients (2), plus parameters (3 = FSDP).
+    ``efficiency``: achieved fraction of the roofline (compute peak and HBM bandwidth);
+    ``comm_efficiency``: achieved fraction of the link bandwidths (collectives and P2P);
+    ``overhead_ms``: fixed time per compute piece (kernel launches, dispatch).
+    ``framework``: whose memory rules (:mod:`schedsim.workload.lifetimes`):
+    ``megatron`` (gradients and FSDP copies held for the step) or ``torchtitan`` (FSDP2 +
+    torch.distributed.pipelining: the sharded parameter is the fp32 master, a stage's
+    gathered parameters and unsharded gradients live from its first forward / first
+    weight gradient to its last backward under PP, every stage keeps its outputs and input
+    gradients to the step end). ``fp8_param_gather``: FSDP all-gathers the fp8-GEMM decoder
+    weights in fp8 (torchao's float8 all-gather; 1 byte a weight gathered).
+    ``recv_buffers``: ``transient`` (a P2P receive buffer lives until its op consumes it;
+    Megatron-LM) or ``per-microbatch`` (torch.distributed.pipelining allocates one input
+    buffer per microbatch per stage, and one gradient buffer per microbatch, for the whole
+    step). ``overlap_grad_reduce``: the DP gradient reduce overlaps the backward (only
+    the optimizer step stays at the step boundary). ``overlap``: the stage model's
+    overlap of collectives with compute (``none``, ``domino``, ``fb``;
+    docs/stage-model.md). ``vocab_divisor``: the vocabulary is padded to a multiple of
+    ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
+    padding, as torchtitan).
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+
+    model: ModelConfig
+    gpu: Hardware
+    seq: int = Field(ge=1)
+    micro_batch_size: int = Field(default=1, ge=1)
+    global_batch_size: int = Field(ge=1)
+    num_gpus: int | None = Field(default=None, ge=1)
+    tp: int = Field(default=1, ge=1)
+    sequence_parallel: bool | None = None
+    ep: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    dp: int | None = Field(default=None, ge=1)
+    pp: int = Field(default=1, ge=1)
+    chunks: int = Field(default=1, ge=1)
+    zero: Literal[0, 1, 2, 3] = 1
+    recompute: Recompute = "none"
+    params_dtype: Dtype = "bf16"
+    grad_dtype: Dtype = "fp32"
+    master_dtype: Dtype = "fp32"
+    gemm_dtype: Dtype = "bf16"
+    optimizer: Literal["adam", "sgd"] = "adam"
+    efficiency: float = Field(default=0.5, gt=0, le=1)
+    comm_efficiency: float = Field(default=0.8, gt=0, le=1)
+    overhead_ms: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    layout: str | list[int] | None = None
+    recv_buffers: Literal["transient", "per-microbatch"] = "transient"
+    framework: Literal["megatron", "torchtitan"] = "megatron"
+    fp8_param_gather: bool = False
+    overlap_grad_reduce: bool = False
+    flash_attention: bool = True
+    dropout: bool = False
+    overlap: Literal["none", "domino", "fb"] = "none"
+    vocab_divisor: int = Field(default=128, ge=1)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, v: object) -> object:
+        return load_model(v) if isinstance(v, (str, dict)) else v   # type: ignore[arg-type]
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu(cls, v: object) -> object:
+        if isinstance(v, str):
+            return gpu_preset(v)
+        if isinstance(v, dict):
+            kw = dict(v)
+            name = kw.pop("name", None)
+            if name is None:
+                raise ValueError("a gpu table needs name = one of the presets")
+            return gpu_preset(name, **kw)
+        return v
+
+    # -- derived sizes -----------------------------------------------------------------
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism: as set, else on whenever ``tp > 1``."""
+        return self.tp > 1 if self.sequence_parallel is None else self.sequence_parallel
+
+    @property
+    def data_parallel(self) -> int:
+        """``dp``, else ``num_gpus / (tp x cp x pp)``, else 1."""
+        if self.dp is not None:
+            return self.dp
+        if self.num_gpus is not None:
+            return max(1, self.num_gpus // (self.tp * self.cp * self.pp))
+        return 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the run: ``tp x cp x dp x pp``."""
+        return self.tp * self.cp * self.data_parallel * self.pp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per step per pipeline: ``global_batch_size / (micro_batch_size x
+        dp)`` (floor; :meth:`check` refuses a remainder)."""
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel)
+
+    @property
+    def stages(self) -> int:
+        return self.pp * self.chunks
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq
+
+    # -- checks ------------------------------------------------------------------------
+    def check(self) -> "Workload":
+        """Raise :class:`WorkloadError` for the first rule broken (:data:`RULES`);
+        returns self."""
+        from schedsim.util.limits import check as check_limit
+
+        m, tp, dp = self.model, self.tp, self.data_parallel
+        # every per-layer loop (FLOPs, pieces, bytes) is bounded before it runs
+        check_limit("instructions", 8 * m.num_hidden_layers,
+                    f"a model of {m.num_hidden_layers:,} layers")
+
+        def need(ok: bool, rule: str, msg: str) -> None:
+            if not ok:
+                raise WorkloadError(rule, msg)
+
+        need(self.cp == 1, "cp not built", f"cp = {self.cp}: context parallelism is not "
+             f"built in the workload model; use cp = 1")
+        if self.num_gpus is not None:
+            mp = tp * self.cp * self.pp
+            need(self.num_gpus % mp == 0 and (self.dp is None or self.num_gpus == mp * dp),
+                 "gpus = tp x cp x dp x pp", f"num_gpus = {self.num_gpus} is not tp x cp x "
+                 f"dp x pp = {tp} x {self.cp} x {dp} x {self.pp}: change num_gpus or the "
+                 f"degrees")
+        need(m.num_attention_heads % tp == 0, "heads % tp",
+             f"{m.num_attention_heads} attention heads do not split over tp = {tp}: pick a "
+             f"tp that divides them")
+        need(m.mla or m.kv_heads % tp == 0, "kv_heads % tp",
+             f"{m.kv_heads} key/value heads do not split over tp = {tp}: pick a tp that "
+             f"divides them (Megatron needs num_query_groups % tp == 0)")
+        need(tp <= self.gpu.gpus_per_node and self.gpu.gpus_per_node % tp == 0,
+             "tp within a node", f"tp = {tp} does not fit the {self.gpu.gpus_per_node} GPUs "
+             f"of a {self.gpu.name} node: use a tp dividing {self.gpu.gpus_per_node}")
+        need(not (self.sp and self.seq % tp), "seq % tp",
+             f"seq = {self.seq} does not split over tp = {tp} for sequence parallelism: "
+             f"pick a seq that tp divides")
+        if m.experts:
+            need(m.experts % self.ep == 0, "experts % ep", f"{m.experts} experts do not "
+                 f"split over ep = {self.ep}: pick an ep that divides them")
+            need((tp * dp) % self.ep == 0, "ep divides tp x dp", f"ep = {self.ep} does not "
+                 f"divide tp x dp = {tp * dp}: expert-parallel ranks come from the "
+                 f"tensor- and data-parallel ones")
+        else:
+            need(self.ep == 1, "moe needs ep", f"ep = {self.ep} on the dense model "
+                 f"{m.name}: expert parallelism needs experts; use ep = 1")
+        mb = self.micro_batch_size * dp
+        need(self.global_batch_size % mb == 0, "global_batch_size % (micro_batch_size x dp)",
+             f"global_batch_size = {self.global_batch_size} is not a multiple of "
+             f"micro_batch_size x dp = {self.micro_batch_size} x {dp} = {mb}: use "
+             f"{max(mb, self.global_batch_size // mb * mb)} or {-(-self.global_batch_size // mb) * mb}")
+        for what, dt in (("gemm_dtype", self.gemm_dtype), ("params_dtype", self.params_dtype)):
+            need(dt in self.gpu.peak_tflops, "gemm dtype on gpu",
+                 f"{self.gpu.name} has no {dt} tensor-core peak: set {what} to one of "
+                 f"{', '.join(self.gpu.peak_tflops)}")
+        self.stage_layout()
+        return self
+
+    def stage_layout(self) -> list[StageLayout]:
+        """What each of the :attr:`stages` holds (module docstring). Raises
+        :class:`WorkloadError` (rule ``layers fill pp x chunks stages`` or ``layout``)."""
+        return _stage_layout(self.layout, self.model.num_hidden_layers, self.pp, self.chunks)
+
+
+def _stage_layout(layout: str | list[int] | None, layers: int, pp: int, chunks: int
+                  ) -> list[StageLayout]:
+    stages = pp * chunks
+    fill = "layers fill pp x chunks stages"
+    if layout is None:
+        if layers % stages:
+            raise WorkloadError(fill, f"{layers} layers do not fill pp x chunks = {pp} x "
+                                f"{chunks} = {stages} stages evenly: give a layout (a "
+                                f"per-stage list or a Megatron layout string such as "
+                                f"'Et*{layers // stages}|...|L') or other pp/chunks")
+        per = [layers // stages] * stages
+        return _from_counts(per, [0], [stages - 1])
+    if layout == "torchtitan":
+        if stages > layers:
+            raise WorkloadError(fill, f"{stages} stages for {layers} layers: torchtitan "
+                                f"needs at least one layer a stage; use fewer stages")
+        return _from_counts(torchtitan_split(layers, stages), [0], [stages - 1])
+    if isinstance(layout, str):
+        rows = parse_layout(layout)
+        if len(rows) != stages:
+            raise WorkloadError(fill, f"layout {layout!r} has {len(rows)} stages but pp x "
+                                f"chunks = {pp} x {chunks} = {stages}")
+        emb = [i for i, r in enumerate(rows) if "E" in r]
+        head = [i for i, r in enumerate(rows) if "L" in r]
+        if emb != [0] or head != [stages - 1] or rows[0].count("E") != 1 or rows[-1].count("L") != 1:
+            raise WorkloadError("layout", f"layout {layout!r}: E must open the first stage "
+                                f"and L close the last, once each (Megatron's rule)")
+        if any(r.index("E") != 0 for r in rows if "E" in r) or rows[-1][-1] != "L":
+            raise WorkloadError("layout", f"layout {layout!r}: E comes first, L last")
+        per = [r.count("t") for r in rows]
+    else:
+        per = list(layout)
+        if len(per) != stages or any(not isinstance(n, int) or n < 0 for n in per):
+            raise WorkloadError(fill, f"layout lists {len(per)} stages but pp x chunks = "
+                                f"{pp} x {chunks} = {stages} (one layer count >= 0 each)")
+    if sum(per) != layers:
+        raise WorkloadError(fill, f"the layout places {sum(per)} decoder layers but the "
+                            f"model has {layers}")
+    return _from_counts(per, [0], [stages - 1])
+
+
+def torchtitan_split(layers: int, stages: int) -> list[int]:
+    """Decoder layers per stage as torchtitan splits them when no split points are given
+    (``pipelining_utils.py::generate_split_points`` @9dec370): ``base = layers // stages``,
+    the first stage gets ``base``, the next ``layers % stages`` stages ``base + 1``, the
+    rest ``base``, and the last whatever remains (126 layers: 8 stages ``[15, 16 x 6, 15]``,
+    16 stages ``[7, 8 x 14, 7]``). ``1 <= stages <= layers``."""
+    base, extra = divmod(layers, stages)
+    per = [base] + [base + 1] * min(extra, stages - 2) + [base] * max(0, stages - 2 - extra)
+    per = per[:stages - 1] if stages > 1 else []
+    return per + [layers - sum(per)]
+
+
+def _from_counts(per: list[int], emb: list[int], head: list[int]) -> list[StageLayout]:
+    out, first = [], 0
+    for s, n in enumerate(per):
+        out.append(StageLayout(s, first, n, s in emb, s in head))
+        first += n
+    return out
+
+
+_REPEAT_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
+_REPEAT_ONE = re.compile(r"(.)\*(\d+)")
+
+
+def parse_layout(text: str) -> list[str]:
+    """Megatron's ``pipeline_model_parallel_layout`` string → one string of layer
+    symbols per stage (``E``, ``t``, ``L``), as ``parse_str_to_list`` unrolls it (commas
+    dropped, ``(...)*n`` then ``x*n`` expanded, split at ``|``). Raises
+    :class:`WorkloadError` (rule ``layout``) for another symbol (``m``: MTP is not built)
+    or a repeat count past 10,000."""
+    s = text.replace(",", "").replace(" ", "")
+    for pat in (_REPEAT_GROUP, _REPEAT_ONE):
+        def rep(mt: re.Match) -> str:
+            n = int(mt.group(2))
+            if n > 10_000:
+                raise WorkloadError("layout", f"layout {text!r}: repeat count {n} > 10000")
+            return mt.group(1) * n
+        s = pat.sub(rep, s)
+    rows = s.split("|")
+    bad = sorted({c for c in s if c not in "EtL|"})
+    if bad:
+        what = ("m (multi-token prediction) is not built" if bad == ["m"] else
+                f"unknown symbol {bad[0]!r}")
+        raise WorkloadError("layout", f"layout {text!r}: {what}; symbols are E (embedding), t "
+                            f"(decoder layer), L (head and loss), | (next stage), x*n repeats")
+    return rows
+
+
+def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Workload:
+    """A :class:`Workload` from a ``[workload]`` table, not yet :meth:`checked
+    <Workload.check>`. Raises :class:`ScenarioError` naming the bad key or value."""
+    from pydantic import ValidationError
+
+    from schedsim.errors import SchedsimError
+    from schedsim.util.suggest import did_you_mean
+
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ScenarioError(f"{source}: unknown key {loc!r}"
+                                f"{did_you_mean(loc, Workload.model_fields)} (keys: "
+                                f"{', '.join(Workload.model_fields)})") from None
+        if err["type"] == "missing":
+            raise ScenarioError(f"{source}: {loc!r} is required") from None
+        raise ScenarioError(f"{source}: {loc!r}: {err['msg']}") from None
+    except SchedsimError as e:
+        raise ScenarioError(f"{source}: {e}") from None

@@ -1,0 +1,305 @@
+"""One call from a workload and a schedule to its numbers: :func:`simulate_workload`
+builds the schedule on ``pp`` ranks with the workload's microbatches, derives the models
+(:func:`schedsim.workload.derive.derive`), simulates, and reads step time, tokens/s per
+GPU, MFU and bytes per rank over time (:func:`memory_run`) from the run's arrays.
+
+Plain Python + numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schedsim.program.flat import COMPUTE_KINDS
+from schedsim.sim.compiled import Compiled
+from schedsim.sim.engine import RunState
+from schedsim.timeline import Timeline
+from schedsim.workload.derive import DerivedWorkload, derive, placement_free_models
+from schedsim.workload.hardware import GiB
+from schedsim.workload.layout import Workload, WorkloadError
+from schedsim.workload.lifetimes import HELD_FIELDS, StageHeld, held_row, lifetime_events
+
+
+@dataclass
+class RankMemory:
+    """Bytes of one pipeline rank: ``static`` (parameters, gradients, optimizer, FSDP
+    copies), ``recv`` (P2P receive buffers held for the step), ``peak_activations`` and
+    ``peak`` (the sum at the worst moment), ``peak_at`` (ms), ``curve``: ``(times,
+    activation bytes after each event)`` arrays (held bytes included), ``held``: the
+    stage-held bytes at the peak (:mod:`schedsim.workload.lifetimes`; ``peak_activations``
+    excludes them)."""
+
+    static: float
+    recv: float
+    peak_activations: float
+    peak: float
+    peak_at: float
+    curve: tuple[Any, Any] = field(repr=False, default=((), ()))
+    held: float = 0.0
+
+
+def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
+            bstage: Any, start: Any, end: Any) -> list[RankMemory]:
+    """Per rank, the activation level over the ops given as columns (``kind``/``stage``:
+    the op, or an FB's forward part; ``bkind``/``bstage``: an FB's backward part, else
+    equal to ``kind``/``stage``; ``start``/``end``: its times or any numbers in the
+    rank's op order): F allocates its stage's stored activations at its start; B
+    allocates its working set at its start and frees it, and all but the W-stash, at its
+    end; W frees the stash at its end; BW frees everything at its end; an FB does both
+    parts. Frees before allocations at one instant. With ``d.stage_held`` the level also
+    carries the stage-held bytes (:func:`~schedsim.workload.lifetimes.lifetime_events`:
+    FSDP copies, torch pipelining's kept outputs and input gradients)."""
+    sb = [[b.stored, b.stash_w, b.working] for b in d.stage_bytes]
+    base = [x.total + r for x, r in zip(d.static, d.recv_bytes)]
+    held = None if d.stage_held is None else [held_row(h) for h in d.stage_held]
+    return [RankMemory(x.total, rv, m.peak_activations, m.peak, m.peak_at, m.curve, m.held)
+            for x, rv, m in zip(d.static, d.recv_bytes,
+                                byte_levels(sb, base, ranks, rank, kind, stage, bkind,
+                                            bstage, start, end, held))]
+
+
+def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, stage: Any,
+                bkind: Any, bstage: Any, start: Any, end: Any, held: Any = None
+                ) -> list[RankMemory]:
+    """:func:`_levels` from plain numbers: ``stage_bytes`` rows ``[stored, stash_w,
+    working]`` per stage, ``base`` the bytes each rank holds all step (static +
+    receive buffers), ``held`` None or rows of :data:`HELD_FIELDS` per stage (the
+    stage-held bytes, :func:`~schedsim.workload.lifetimes.lifetime_events`, freed at the
+    latest ``end``); the columns as :func:`_levels` takes them. The one home of the
+    event rules (also :func:`schedsim.analysis.memory.workload_memory`)."""
+    sbt = np.asarray(stage_bytes, dtype=np.float64).reshape(-1, 3)
+    stored, stash, work = sbt[:, 0], sbt[:, 1], sbt[:, 2]
+    rank, kind, stage = (np.asarray(x, dtype=np.int64) for x in (rank, kind, stage))
+    bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    F, B, W, BW, FB = (COMPUTE_KINDS.index(k) for k in ("F", "B", "W", "BW", "FB"))
+    fb = kind == FB
+    kind = np.where(fb, F, kind)
+    ev_t, ev_r, ev_d = [], [], []
+
+    def add(mask: Any, t: Any, dv: Any) -> None:
+        ev_t.append(t[mask])
+        ev_r.append(rank[mask])
+        ev_d.append(np.broadcast_to(dv, t.shape)[mask])
+
+    add(kind == F, start, stored[stage])
+    for k_arr, s_arr, sel in ((kind, stage, ~fb), (bkind, bstage, fb)):
+        isb = sel & (k_arr == B)
+        add(isb, start, work[s_arr])
+        add(isb, end, -(work[s_arr] + stored[s_arr] - stash[s_arr]))
+        isbw = sel & (k_arr == BW)
+        add(isbw, start, work[s_arr])
+        add(isbw, end, -(work[s_arr] + stored[s_arr]))
+        add(sel & (k_arr == W), end, -stash[s_arr])
+    n_act = sum(len(x) for x in ev_t)
+    if held is not None:        # FSDP copies and retention over spans of the step
+        rk, sg, kd, a0, a1 = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))
+        kd[len(kind):], sg[len(kind):] = bkind[fb], bstage[fb]
+        hs = [StageHeld(*map(float, row)) for row in held]
+        lt = lifetime_events(rk, sg, kd, a0, a1, hs, float(np.max(end)) if len(end) else 0.0)
+        ev_t.append(lt[0]), ev_r.append(lt[1]), ev_d.append(lt[2])
+    t, r, dv = (np.concatenate(x) for x in (ev_t, ev_r, ev_d))
+    hv = np.where(np.arange(len(dv)) >= n_act, dv, 0.0)
+    o = np.lexsort((dv >= 0, t, r))
+    t, r, dv, hv = t[o], r[o], dv[o], hv[o]
+    bounds = np.searchsorted(r, np.arange(ranks + 1))
+    out = []
+    for q in range(ranks):
+        tq, lv = t[bounds[q]:bounds[q + 1]], np.cumsum(dv[bounds[q]:bounds[q + 1]])
+        i = int(np.argmax(lv)) if len(lv) else -1
+        act = max(0.0, float(lv[i])) if i >= 0 else 0.0
+        hq = float(np.sum(hv[bounds[q]:bounds[q] + i + 1])) if i >= 0 else 0.0
+        b = float(base[q])
+        out.append(RankMemory(b, 0.0, act - hq, b + act, float(tq[i]) if i >= 0 else 0.0,
+                              (tq, lv), hq))
+    return out
+
+
+def _fb_parts(fl: Any, gi: Any, kind: Any, stage: Any) -> tuple[Any, Any]:
+    """(backward kind, backward stage) of the instructions ``gi``: an FB's backward
+    part, else the op's own."""
+    bkind, bstage = kind.copy(), stage.copy()
+    fb = kind == COMPUTE_KINDS.index("FB")
+    if fb.any():
+        at = np.searchsorted(fl.fb_at, gi[fb])
+        bkind[fb], bstage[fb] = fl.fb_kind[at], fl.fb_stage[at]
+    return bkind, bstage
+
+
+def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
+    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs (:func:`_levels`; times
+    in ms)."""
+    fl = cp.flat
+    ran = np.flatnonzero(np.asarray(st.send) >= 0.0)
+    gi = np.asarray(cp.span_gi)[ran]
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    bkind, bstage = _fb_parts(fl, gi, kind, stage)
+    return _levels(d, cp.ranks, fl.rank_of_instr()[gi].astype(np.int64), kind, stage,
+                   bkind, bstage, np.asarray(st.sstart)[ran], np.asarray(st.send)[ran])
+
+
+def peak_bytes(d: DerivedWorkload, program: Any) -> list[float]:
+    """Per pipeline rank, the peak bytes :func:`memory_run` reports for any finished run
+    of ``program``, from its compute order alone (a rank's ops do not overlap, so the
+    events in time order are the events in program order): for pruning before a
+    simulation."""
+    from schedsim.program.flat import Opcode
+
+    fl = program.flat()
+    gi = np.flatnonzero(fl.code == Opcode.COMPUTE)
+    kind = fl.kind[gi].astype(np.int64)
+    stage = fl.stage[gi].astype(np.int64)
+    bkind, bstage = _fb_parts(fl, gi, kind, stage)
+    pos = gi.astype(np.float64) * 2
+    return [m.peak for m in _levels(d, fl.ranks, fl.rank_of_instr()[gi].astype(np.int64),
+                                    kind, stage, bkind, bstage, pos, pos + 1)]
+
+
+@dataclass
+class WorkloadResult:
+    """The numbers of one simulated step (:func:`simulate_workload`): ``step_ms``
+    (makespan + step boundary), ``makespan_ms``, ``step_boundary_ms``,
+    ``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_step``, ``mfu``,
+    ``peak_flops`` (per-GPU FLOP/s MFU is measured against), ``peak_memory_bytes`` (per
+    pipeline rank), ``memory`` (:class:`RankMemory` per rank), ``hbm_bytes``, ``fits``,
+    ``bubble_ratio``, ``timeline``, ``derived``."""
+
+    step_ms: float
+    makespan_ms: float
+    step_boundary_ms: float
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_flops_per_step: float
+    mfu: float
+    peak_flops: float
+    peak_memory_bytes: list[float]
+    memory: list[RankMemory]
+    hbm_bytes: float
+    fits: bool
+    bubble_ratio: float
+    timeline: Timeline = field(repr=False)
+    derived: DerivedWorkload = field(repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        """The Timeline JSON's ``workload`` object (docs/formats.md)."""
+        return {"step_ms": self.step_ms, "makespan_ms": self.makespan_ms,
+                "step_boundary_ms": self.step_boundary_ms,
+                "tokens_per_step": self.tokens_per_step,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "model_flops_per_step": self.model_flops_per_step, "mfu": self.mfu,
+                "peak_flops": self.peak_flops,
+                "peak_memory_bytes": list(self.peak_memory_bytes),
+                "hbm_bytes": self.hbm_bytes, "fits": self.fits,
+                "gpu": self.derived.workload.gpu.name,
+                "model": self.derived.workload.model.name,
+                "gpus": self.derived.workload.gpus,
+                "stage_bytes": [[b.stored, b.stash_w, b.working]
+                                for b in self.derived.stage_bytes],
+                "static_bytes": [m.static for m in self.memory],
+                "recv_bytes": [m.recv for m in self.memory],
+                **({"stage_held": [held_row(h) for h in self.derived.stage_held]}
+                   if self.derived.stage_held is not None else {})}
+
+    def line(self) -> str:
+        """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
+        peak = max(self.peak_memory_bytes)
+        fit = ("fits" if self.fits else
+               f"does NOT fit ({peak / GiB:.1f} > {self.hbm_bytes / GiB:.0f} GiB)")
+        return (f"step {self.step_ms:.1f} ms, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                f"MFU {self.mfu * 100:.1f}%, peak {peak / GiB:.1f} GiB of "
+                f"{self.hbm_bytes / GiB:.0f} ({fit})")
+
+
+def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> WorkloadResult:
+    """The :class:`WorkloadResult` of a finished run of ``d``'s models; sets the
+    timeline's ``workload`` object (:meth:`WorkloadResult.summary`)."""
+    w = d.workload
+    mem = memory_run(cp, st, d)
+    step = tl.makespan + d.step_boundary_ms
+    gpus = w.gpus
+    tps = d.tokens_per_step / (step / 1e3) / gpus if step > 0 else 0.0
+    mfu = d.model_flops_per_step / (step / 1e3 * gpus * d.peak_flops) if step > 0 else 0.0
+    peaks = [m.peak for m in mem]
+    res = WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
+                         d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
+                         w.gpu.hbm_bytes, max(peaks) <= w.gpu.hbm_bytes,
+                         tl.bubble_ratio(), tl, d)
+    tl.workload = res.summary()        # the Timeline JSON's optional workload object
+    return res
+
+
+def workload_program(workload: Workload, schedule_name: str, comm_policy: str | None = None,
+                     overlap: str | None = None, **generator_params: Any) -> Any:
+    """The program :func:`simulate_workload` runs: ``schedule_name`` on ``pp`` ranks and
+    the workload's microbatches, with the workload's ``chunks`` for a generator that
+    takes them and, for a cost-aware planner (zb-1p, zb-2p, zbv), the derived costs and
+    pipeline links (they depend on the stages, not on which rank holds them). Raises
+    what :func:`~schedsim.generators.build_program` raises."""
+    from schedsim.generators import build_program, get
+
+    w = workload
+    spec = get(schedule_name)
+    params = dict(generator_params)
+    takes = spec.accepted()
+    if "chunks" in takes:
+        params.setdefault("chunks", w.chunks)
+    if "costs" in takes or "link" in takes:
+        costs, link = placement_free_models(w, overlap)
+        if "costs" in takes:
+            params.setdefault("costs", costs)
+        if "link" in takes:
+            params.setdefault("link", link)
+    return build_program(schedule_name, w.pp, w.microbatches, comm_policy, **params)
+
+
+def simulate_workload(workload: Workload, schedule_name: str, comm_policy: str | None = None,
+                      semantics: str = "rendezvous", overlap: str | None = None,
+                      **generator_params: Any) -> WorkloadResult:
+    """Simulate one step of ``workload`` under schedule ``schedule_name`` (any name of
+    ``schedsim list``) on ``pp`` ranks and the workload's microbatches; a generator that
+    takes ``chunks`` gets the workload's. Raises :class:`WorkloadError` for a broken
+    rule (also when the schedule's stages are not ``pp x chunks``),
+    :class:`~schedsim.errors.ScheduleError` for a schedule that cannot run these sizes."""
+    from schedsim.sim.costs import CommModel
+    from schedsim.sim.simulate import simulate_run
+
+    w = workload.check()
+    prog = workload_program(w, schedule_name, comm_policy, overlap=overlap,
+                            **generator_params)
+    d = derive(w, prog.placement, overlap)
+    tl, cp, st = simulate_run(prog, d.costs, d.link, CommModel(semantics=semantics))  # type: ignore[arg-type]
+    return result_of(d, tl, cp, st)
+
+
+def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
+                         **kw: Any) -> float:
+    """The ``efficiency`` at which :func:`simulate_workload` (``schedule_name``, ``kw``)
+    predicts ``step_ms`` (a measured step time, ms): bisection, the step time falling as
+    the efficiency grows (every roofline term scales with 1 / efficiency; overheads and
+    links do not), to a relative 1e-6. Raises :class:`~schedsim.errors.ScenarioError`
+    when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
+    from schedsim.errors import ScenarioError
+
+    def step(eff: float) -> float:
+        return simulate_workload(workload.model_copy(update={"efficiency": eff}),
+                                 schedule_name, **kw).step_ms
+
+    fastest = step(1.0)
+    if fastest > step_ms:
+        raise ScenarioError(f"a step of {step_ms:g} ms is faster than this workload runs at "
+                            f"efficiency 1 ({fastest:.1f} ms): check the measurement, the "
+                            f"GPU's peaks, the overhead and the links")
+    lo, hi = 1e-4, 1.0
+    if step(lo) < step_ms:
+        return lo
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if step(mid) <= step_ms else (mid, hi)
+    return hi
+
+
+__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+           "simulate_workload", "workload_program", "WorkloadError"]

@@ -1,0 +1,100 @@
+"""A scenario's ``[workload]`` table with its ``[schedule]``: what each fills in for the
+other.
+
+- ``[schedule] ranks`` follows from ``pp`` and ``pp`` from ``ranks`` (whichever is given;
+  both: they must agree);
+- ``[schedule] microbatches`` follows from the batch (``global_batch_size /
+  (micro_batch_size x dp)``; given: it must agree);
+- the workload's ``chunks`` is the stages per rank the generator builds (a V schedule:
+  2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it;
+- the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms),
+  the P2P links the pipeline's unless ``[link]`` sets them.
+
+Raises :class:`~schedsim.errors.ScenarioError` (a :class:`WorkloadError` for a broken
+rule) naming the disagreement.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from schedsim.errors import ScenarioError
+from schedsim.workload.layout import Workload, WorkloadError, workload_from_dict
+
+
+def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
+    """The checked :class:`Workload` of ``table`` (the ``[workload]`` dict) given the
+    scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks``,
+    ``microbatches`` and ``chunks`` it fills in place without marking them as set."""
+    from schedsim.generators import generated_stages, get
+
+    data = dict(table)
+    if "pp" not in data and schedule.ranks is not None:
+        data["pp"] = schedule.ranks
+    params = schedule.generator_params()
+    if schedule.name and "chunks" not in data:
+        gen = get(schedule.name)
+        pp = int(data.get("pp", 1)) if str(data.get("pp", 1)).isdigit() else 1
+        data["chunks"] = max(1, generated_stages(gen, pp, params) // pp)
+    w = workload_from_dict(data).check()
+    if schedule.ranks is not None and schedule.ranks != w.pp:
+        raise WorkloadError("layers fill pp x chunks stages",
+                            f"[schedule] ranks = {schedule.ranks} but [workload] pp = {w.pp}: "
+                            f"drop one")
+    if schedule.microbatches is not None and schedule.microbatches != w.microbatches:
+        raise ScenarioError(f"[schedule] microbatches = {schedule.microbatches} but the "
+                            f"workload runs global_batch_size / (micro_batch_size x dp) = "
+                            f"{w.global_batch_size} / ({w.micro_batch_size} x "
+                            f"{w.data_parallel}) = {w.microbatches}: drop microbatches")
+    object.__setattr__(schedule, "ranks", w.pp)
+    object.__setattr__(schedule, "microbatches", w.microbatches)
+    if schedule.name and "chunks" in table:
+        gen = get(schedule.name)
+        if "chunks" in gen.accepted() and "chunks" not in params:
+            extra = schedule.__pydantic_extra__
+            if extra is None:
+                extra = {}
+                object.__setattr__(schedule, "__pydantic_extra__", extra)
+            extra["chunks"] = w.chunks
+    return w
+
+
+def apply_workload(sc: Any) -> Workload:
+    """Fill the scenario ``sc`` from its ``[workload]`` (a ``model`` path relative to the
+    scenario's folder): the schedule's sizes
+    (:func:`resolve_workload`), the derived costs in ms under the kinds ``[costs]``
+    types (their unit ms unless ``[costs] unit`` says otherwise) and, unless ``[link]``
+    sets something, the pipeline links. Returns the workload. Raises
+    :class:`ScenarioError` when ``[model]`` is given too."""
+    from schedsim.workload.derive import placement_free_models
+
+    if sc.model is not None:
+        raise ScenarioError("[workload] and [model] both give the stage model: keep "
+                            "[workload] (it derives the stage model from the model config "
+                            "and the GPU) or [model]")
+    from schedsim.workload.presets import MODELS
+
+    table = dict(sc.workload or {})
+    model = table.get("model")
+    if isinstance(model, str) and model.lower() not in MODELS:
+        table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
+    w = resolve_workload(table, sc.schedule)
+    costs, link = placement_free_models(w, connections=sc.comm.connections)
+    derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
+    if "unit" not in sc.costs.model_fields_set:
+        object.__setattr__(derived, "unit", "ms")      # derived, so left unset in a dump
+    sc.costs = derived
+    if not sc.link.model_fields_set:
+        object.__setattr__(link, "__pydantic_fields_set__", set())   # likewise
+        sc.link = link
+    return w
+
+
+
+def derive_scenario(sc: Any, placement: Any) -> Any:
+    """:func:`schedsim.workload.derive.derive` of the scenario's workload on
+    ``placement``, with the scenario's costs (typed kinds included) and links."""
+    from schedsim.workload.derive import derive
+
+    d = derive(sc.workload_model(), placement)
+    d.costs, d.link = sc.costs, sc.link
+    return d

@@ -1,0 +1,162 @@
+"""The [workload] table through the command line: the step line, costs, memory in GiB,
+the Timeline's workload object, compare, --model/--gpu, and bad input (one line, exit
+2, no traceback, no output file)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SCHEDULES
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.scenario import load_scenario
+from schedsim.timeline import Timeline
+
+runner = CliRunner()
+LLAMA = SCHEDULES / "llama3-70b-h100.toml"
+
+SMALL = """
+[schedule]
+name = "1f1b"
+[workload]
+model = "llama3.1-8b"
+gpu = "h100-sxm"
+seq = 4096
+global_batch_size = 16
+tp = 2
+pp = 4
+"""
+
+
+def run(*args: str) -> object:
+    return runner.invoke(app, [str(a) for a in args], terminal_width=200)
+
+
+def write(tmp_path: Path, text: str, name: str = "w.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_simulate_step_line_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    r = run("simulate", LLAMA, "-q", "--json", out)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "tokens/s/GPU" in text and "MFU" in text and "GiB of 80" in text
+    tl = Timeline.read_json(out)
+    w = tl.workload
+    assert tl.unit == "ms" and w["model"] == "llama3.1-70b" and w["gpus"] == 64
+    assert w["step_ms"] == pytest.approx(w["makespan_ms"] + w["step_boundary_ms"])
+    assert w["makespan_ms"] == pytest.approx(tl.makespan)
+    assert w["tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / (w["step_ms"] / 1e3) / 64)
+    # the byte model in the JSON gives the same peaks (memory in GiB from the file)
+    r2 = run("memory", out, "--json", tmp_path / "m.json")
+    assert r2.exit_code == 0 and "GiB" in r2.output
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert [x["peak"] for x in m["ranks"]] == w["peak_memory_bytes"]
+
+
+def test_timeline_workload_object_checked_strictly(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    assert run("simulate", write(tmp_path, SMALL), "-q", "--json", out).exit_code == 0
+    d = json.loads(out.read_text())
+    for bad in ({"mfu": "high"}, {"peak_memory_bytes": [1.0]}, {"extra_key": 1}):
+        e = dict(d, workload={**d["workload"], **bad})
+        p = tmp_path / "bad.json"
+        p.write_text(json.dumps(e))
+        r = run("render", p, "--out", tmp_path / "x.png")
+        assert r.exit_code == 2 and "workload" in r.output, r.output
+        assert not (tmp_path / "x.png").exists()
+
+
+def test_flags_change_the_workload(tmp_path: Path) -> None:
+    a = run("simulate", LLAMA, "-q")
+    b = run("simulate", LLAMA, "-q", "--gpu", "h200")
+    assert a.exit_code == b.exit_code == 0
+    assert "of 80 " in " ".join(a.output.split()) and "of 141 " in " ".join(b.output.split())
+    r = run("simulate", write(tmp_path, SMALL), "-q", "--model", "mixtral-8x7b")
+    assert r.exit_code == 0, r.output
+    r = run("simulate", "-s", "1f1b", "-p", "2", "-m", "4", "--gpu", "h200")
+    assert r.exit_code == 2 and "[workload]" in r.output
+
+
+def test_costs_command(tmp_path: Path) -> None:
+    r = run("costs", LLAMA, "--json", tmp_path / "c.json")
+    assert r.exit_code == 0, r.output
+    b = json.loads((tmp_path / "c.json").read_text())
+    assert len(b["stages"]) == 20 and b["stages"][0]["embedding"] and b["stages"][-1]["head"]
+    assert [s["rank"] for s in b["stages"][:5]] == [0, 1, 2, 3, 0]
+    assert "tensor + sequence parallel, selective recompute" in " ".join(r.output.split())
+    sc = load_scenario(LLAMA)
+    from schedsim.program.ir import Op
+
+    assert b["stages"][3]["ms"]["F"] == sc.costs.cost(Op("F", 3, 0))
+    assert run("costs", "-s", "1f1b", "-p", "2", "-m", "2").exit_code == 2
+
+
+def test_compare_with_a_workload(tmp_path: Path) -> None:
+    r = run("compare", "--scenario", write(tmp_path, SMALL), "--schedules",
+            "1f1b,zbv,interleaved-1f1b", "--json", tmp_path / "c.json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "c.json").read_text())
+    assert [x["schedule"] for x in rows] == ["1f1b", "zbv", "interleaved-1f1b"]
+    assert [x["stages"] for x in rows] == [4, 8, 8]
+    assert all(x["step_ms"] > 0 and 0 < x["mfu"] < 1 for x in rows)
+
+
+BAD = [
+    ('model = "llama3.1-8b"', 'model = { hidden_size = 64, num_hidden_layer = 2 }',
+     "unknown model config key 'num_hidden_layer'"),
+    ("tp = 2", "tp = 3", "attention heads do not split over tp = 3"),
+    ('model = "llama3.1-8b"', 'model = "mixtral-8x7b"\nep = 3\ndp = 3',
+     "8 experts do not split over ep = 3"),
+    ("pp = 4", "pp = 3", "32 layers do not fill pp x chunks"),
+    ("global_batch_size = 16", "global_batch_size = 10\ndp = 4",
+     "global_batch_size = 10 is not a multiple of micro_batch_size x dp"),
+    ("tp = 2", "tp = 2\ncp = 2", "context parallelism is not built"),
+    ("seq = 4096", "seq = 4096\nsequence_lenght = 1", "unknown key 'sequence_lenght'"),
+    ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100'"),
+]
+
+
+@pytest.mark.parametrize("old,new,msg", BAD)
+def test_bad_workload_one_line_exit_2(tmp_path: Path, old: str, new: str, msg: str) -> None:
+    p = write(tmp_path, SMALL.replace(old, new))
+    out = tmp_path / "t.json"
+    r = run("simulate", p, "--json", out)
+    assert r.exit_code == 2, r.output
+    assert msg in " ".join(r.output.split()) and "Traceback" not in r.output
+    assert r.output.startswith("error: ") and r.output.count("error:") == 1, r.output
+    assert not out.exists()
+
+
+def test_workload_and_model_tables_exclusive(tmp_path: Path) -> None:
+    r = run("simulate", write(tmp_path, SMALL + "\n[model]\nlayers = 2\n"))
+    assert r.exit_code == 2 and "[workload] and [model]" in r.output
+
+
+def test_schedule_sizes_must_agree(tmp_path: Path) -> None:
+    r = run("simulate", write(tmp_path, SMALL.replace('name = "1f1b"',
+                                                      'name = "1f1b"\nmicrobatches = 7')))
+    assert r.exit_code == 2 and "microbatches = 7" in r.output
+    r = run("simulate", write(tmp_path, SMALL), "-p", "8")
+    assert r.exit_code == 2 and "ranks = 8" in r.output
+
+
+def test_model_config_json_beside_the_scenario(tmp_path: Path) -> None:
+    """A Hugging Face config.json path is read relative to the scenario's folder, its
+    bookkeeping keys ignored; the result equals the preset it copies."""
+    from schedsim.workload.presets import MODELS
+
+    cfg = {k: v for k, v in MODELS["llama3.1-8b"].items() if k not in ("name", "source")}
+    cfg.update(architectures=["LlamaForCausalLM"], torch_dtype="bfloat16", rope_theta=5e5,
+               rms_norm_eps=1e-5, max_position_embeddings=131072, bos_token_id=128000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "config.json").write_text(json.dumps(cfg))
+    p = write(tmp_path, SMALL.replace('model = "llama3.1-8b"', 'model = "sub/config.json"'))
+    a, b = run("simulate", p, "-q"), run("simulate", write(tmp_path, SMALL, "p.toml"), "-q")
+    assert a.exit_code == 0, a.output
+    assert a.output.splitlines()[1:] == b.output.splitlines()[1:]
