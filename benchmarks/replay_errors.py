@@ -4,9 +4,10 @@ For 1f1b, gpipe, interleaved-1f1b (2 chunks) and dualpipev, each with the worklo
 ``schedules/replay-1f1b.toml`` (8 microbatches; DualPipeV: its own scenario), runs
 ``schedsim replay --compare`` N times one after another and prints, per schedule, the
 median (and range) of the semantics error and of the cost-model error (makespan signed,
-mean and max op start error; % of the measured makespan), with the machine's load
-average before and after (the figures depend on what else runs: say so when you quote
-them).
+mean and max op start error; % of the measured makespan), the cost-model makespan error
+against every measured step of every run (``cost_model_error_steps``), with the
+machine's load average before and after (the figures depend on what else runs: say so
+when you quote them).
 
     python benchmarks/replay_errors.py [--runs 5] [--out DIR] [--isolated]
 """
@@ -58,7 +59,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--isolated", action="store_true",
-                    help="calibrate the ranks one at a time (default: together)")
+                    help="benchmark calibration, the ranks one at a time (default: "
+                         "contended, steps of the program)")
     ap.add_argument("--only", nargs="*", default=list(CASES))
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="replay-errors-"))
@@ -68,7 +70,7 @@ def main() -> None:
         rows[name] = run_case(name, CASES[name], a.runs, out, a.isolated)
     load1 = os.getloadavg()
     print(f"{a.runs} runs per schedule, 2 gloo ranks, calibration "
-          f"{'one rank at a time' if a.isolated else 'ranks together'}; "
+          f"{'benchmarks, one rank at a time' if a.isolated else 'contended'}; "
           f"{time.time() - t0:.0f} s; load average {load0[0]:.1f} before, {load1[0]:.1f} "
           f"after on {os.cpu_count()} CPUs; outputs in {out}")
     print(f"{'schedule':18s} {'error':12s} {'makespan (median [range])':30s} "
@@ -82,6 +84,11 @@ def main() -> None:
             print(f"{name:18s} {label:12s} {pct([x['makespan'] for x in v]):30s} "
                   f"{pct([x['mean_start'] for x in v]):30s} "
                   f"{pct([x['max_start'] for x in v]):30s}")
+        steps = [x for e in errs for x in e.get("cost_model_error_steps", {}).get(
+            "per_step", [])]
+        if steps:
+            print(f"{name:18s} {'cost model, every measured step of every run':46s} "
+                  f"{pct(steps)} ({len(steps)} steps)")
 
 
 if __name__ == "__main__":

@@ -380,11 +380,11 @@ def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenari
     if comm is not None:
         if not isinstance(comm, dict):
             raise ScenarioError(f"{path}: 'comm' must be a table ([comm] with launch_cost)")
-        bad = sorted(set(comm) - {"launch_cost", "host"})
+        bad = sorted(set(comm) - {"launch_cost", "host", "host_cost"})
         if bad:
-            raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost (got "
-                                f"{', '.join(map(clip, bad))}; set semantics and streams in the "
-                                f"scenario or with --semantics / --comm-stream)")
+            raise ScenarioError(f"{path}: [comm] of a cost file holds only launch_cost, "
+                                f"host_cost and host (got {', '.join(map(clip, bad))}; set "
+                                f"semantics and streams with --semantics / --comm-stream)")
         merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)
     return parse_scenario(merged, str(path), scenario.base_dir)

@@ -100,8 +100,8 @@ def test_cost_file_comm_round_trip_and_closed_form(tmp_path):
 
 
 @pytest.mark.parametrize("comm, match", [
-    ('semantics = "eager"', "holds only launch_cost \\(got semantics;"),
-    ("launch_cost = 0.1\nbandwidth = 3", "holds only launch_cost \\(got bandwidth;"),
+    ('semantics = "eager"', "launch_cost, host_cost and host \\(got semantics;"),
+    ("launch_cost = 0.1\nbandwidth = 3", "launch_cost, host_cost and host \\(got bandwidth;"),
     ("launch_cost = -1", "comm.launch_cost"),
     ('launch_cost = "fast"', "comm.launch_cost"),
 ])

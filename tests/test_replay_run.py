@@ -273,14 +273,16 @@ def test_calibrate_three_ranks_launch_cost():
 
 
 def test_cli_calibrate_writes_cost_file(tmp_path):
-    """schedsim calibrate on DualPipeV: every stage measured (two per rank), FB written
+    """schedsim calibrate --no-contended (the benchmarks) on DualPipeV: every stage
+    measured (two per rank), FB written
     (its pairs are (F;BW)), a link fitted from rank 0 <-> 1, a launch cost from the
     program's batch compositions; simulate reads the file and charges the launches."""
     cmd = [sys.executable, "-m", "schedsim"]
     out = tmp_path / "c.toml"
     sched = ["--schedule", "dualpipev", "--ranks", "2", "--microbatches", "4"]
     p = subprocess.run(cmd + ["calibrate", *sched, "--set", "hidden=16", "--set", "seq=4",
-                              "--repeats", "2", "--timeout", "90", "--out", str(out)],
+                              "--repeats", "2", "--timeout", "90", "--no-contended",
+                              "--out", str(out)],
                        capture_output=True, text=True, timeout=150)
     assert p.returncode == 0, p.stderr
     from schedsim.scenario import tomllib  # tomli on Python 3.10

@@ -109,7 +109,7 @@ def test_fit_medians_link_and_launch():
     assert fit.stages == {0: {"F": 1.0, "BW": 2.0}, 1: {"F": 1.0, "BW": 2.0}}
     assert fit.link() == (pytest.approx(0.5), math.inf)
     assert fit.launch_cost() == 2.0
-    assert "F = 1\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
+    assert "F = 1.0\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
 
 
 def test_exact_calibration_reproduces_a_run():

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 WORLD = 2
 
@@ -39,7 +40,7 @@ def _sleep_layer(seconds: float):
 
 
 def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
-         slow: float = 0.0) -> None:
+         slow: float = 0.0, steps: int = 1) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -71,14 +72,23 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
 
     step()
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
+    if steps == 1:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+    else:       # several profiled steps in one trace: ProfilerStep#1, #2, ...
+        from torch.profiler import schedule as every
+
+        with profile(activities=[ProfilerActivity.CPU],
+                     schedule=every(wait=0, warmup=0, active=steps, repeat=1)) as prof:
+            for _ in range(steps):
+                step()
+                prof.step()
     out.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out / f"rank{rank}.json"))
     dist.barrier()
 
 
-def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int, int]],
+def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[Any, ...]],
          slow: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
@@ -87,22 +97,23 @@ def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[str, int,
     dist.init_process_group("gloo", rank=rank, world_size=WORLD,
                             init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=60))
-    for sched, m, v in runs:
-        _one(rank, sched, m, v, Path(out) / sched, hidden, slow)
+    for sched, m, v, *k in runs:
+        _one(rank, sched, m, v, Path(out) / sched, hidden, slow, *k)
     dist.destroy_process_group()
 
 
-def record(out: Path, runs: list[tuple[str, int, int]], hidden: int = 128,
+def record(out: Path, runs: list[tuple[Any, ...]], hidden: int = 128,
            timeout: float = 240.0, slow: float = 0.0) -> dict[str, list[Path]]:
-    """Record one profiled step of each ``(schedule, microbatches, stages per rank)`` on
-    2 gloo ranks; returns each schedule's two trace files. Raises RuntimeError (with the
-    ranks' stderr) on failure and ``subprocess.TimeoutExpired`` after ``timeout`` s."""
+    """Record one profiled step of each ``(schedule, microbatches, stages per rank)`` (or
+    ``K`` consecutive steps in one trace, ``ProfilerStep#1..K``, with a fourth element K)
+    on 2 gloo ranks; returns each schedule's two trace files. Raises RuntimeError (with
+    the ranks' stderr) on failure and ``subprocess.TimeoutExpired`` after ``timeout`` s."""
     out.mkdir(parents=True, exist_ok=True)
     p = subprocess.run([sys.executable, __file__, str(out), f"{hidden}:{slow}",
-                        *(f"{n}:{m}:{v}" for n, m, v in runs)], capture_output=True,
+                        *(":".join(map(str, r)) for r in runs)], capture_output=True,
                        text=True, timeout=timeout,
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    files = {n: [out / n / f"rank{r}.json" for r in range(WORLD)] for n, _, _ in runs}
+    files = {r[0]: [out / r[0] / f"rank{k}.json" for k in range(WORLD)] for r in runs}
     if p.returncode != 0 or not all(f.exists() for fs in files.values() for f in fs):
         raise RuntimeError(f"recording failed ({p.returncode}): {p.stderr[-2000:]}")
     return files
@@ -113,7 +124,7 @@ if __name__ == "__main__":
 
     out_dir, size_slow = sys.argv[1], sys.argv[2].split(":")
     size, slow = int(size_slow[0]), float(size_slow[1]) if len(size_slow) > 1 else 0.0
-    todo = [(a, int(b), int(c)) for a, b, c in (x.split(":") for x in sys.argv[3:])]
+    todo = [(a, *map(int, rest)) for a, *rest in (x.split(":") for x in sys.argv[3:])]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

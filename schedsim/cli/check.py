@@ -67,6 +67,18 @@ def draw(errors: Any, measured: Any, path: Path, outs: Any) -> None:
                         f"{measured.ranks} ranks)")
 
 
+def costs_file_model(costs_file: Path, semantics: str) -> tuple[Any, Any, Any]:
+    """``(costs, link, comm)`` of a cost file, the comm model with ``semantics`` and the
+    file's launch cost, host cost and host times."""
+    from schedsim.scenario import apply_costs_file, parse_scenario
+    from schedsim.sim.costs import CommModel
+
+    sc = apply_costs_file(parse_scenario({"schedule": {"name": "gpipe", "ranks": 1,
+                                                        "microbatches": 1}}), costs_file)
+    return sc.costs, sc.link, CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost,
+                                        host_cost=sc.comm.host_cost, host=sc.comm.host)
+
+
 @app.command("check-trace")
 @handle_errors
 def check_trace(
@@ -115,7 +127,7 @@ def check_trace(
     if prog is None:
         raise ScenarioError("check-trace needs the traces of every rank (missing: rank(s) "
                             + ", ".join(map(str, getattr(tl, "missing_ranks", []))) + ")")
-    model = None if costs_file is None else _cost_model(costs_file, semantics)
+    model = None if costs_file is None else costs_file_model(costs_file, semantics)
     p2p = getattr(tl, "p2p", {})
     console.print(f"{name}: {tl.ranks} ranks, {tl.stages} stages, {tl.microbatches} "
                   f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "
@@ -130,16 +142,6 @@ def check_trace(
             write_errors(json_out, errors, outs)
         if out_dir is not None:
             _write_all(files, tl, prog, errors, outs)
-
-
-def _cost_model(costs_file: Path, semantics: str) -> tuple[Any, Any, Any]:
-    """``(costs, link, comm)`` of a cost file, for the cost-model error."""
-    from schedsim.scenario import apply_costs_file, parse_scenario
-    from schedsim.sim.costs import CommModel
-
-    sc = apply_costs_file(parse_scenario({"schedule": {"name": "gpipe", "ranks": 1,
-                                                        "microbatches": 1}}), costs_file)
-    return sc.costs, sc.link, CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
 
 
 def _out_dir_files(out_dir: Path | None, name: str, json_out: Path | None) -> list[Path]:

@@ -383,8 +383,8 @@ def scenario_command(fn: Callable | None = None, *,
             from schedsim.cli.inputs import pick_timeline
 
             given = pick_timeline(shared, kw)
-            if given is not None:
-                return fn(given, **kw)
+            if given is not None or kw.get("from_trace") and not any(shared.values()):
+                return fn(given, **kw)      # (--from-trace: an input of its own)
         if not any(shared.get(n) is not None for n in
                    ("scenario", "schedule", "program", "schedule_file")):
             fail("give a scenario file, --schedule NAME, --program FILE or "

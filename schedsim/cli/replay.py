@@ -51,9 +51,11 @@ from schedsim.cli.replay_options import (
     CheckGradsOpt,
     CompareIsolatedOpt,
     CompareOpt,
+    ContendedOpt,
     CostsOutOpt,
     ExactOpt,
     FromTimelineOpt,
+    FromTraceOpt,
     ImportGanttOpt,
     ImportJsonOpt,
     ImportPlacementOpt,
@@ -72,38 +74,25 @@ from schedsim.cli.replay_options import (
     ReplaySemanticsOpt,
     SetOpt,
     StepOpt,
+    StepsOpt,
     TimeoutOpt,
     TracesArg,
+    WarmupOpt,
 )
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario
 from schedsim.util.text import rich_escape
 
 
-def _with_replay_keys(sc: Scenario, set_: list[str] | None) -> Scenario:
-    """``sc`` with ``--set KEY=VALUE`` applied to its ``[replay]`` table (torch needed)."""
+def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scenario:
+    """``sc`` with ``--set KEY=VALUE`` and the given ``keys`` (None: not given) applied
+    to its ``[replay]`` table (torch needed)."""
     from schedsim.replay.config import require_torch
 
     require_torch()
-    table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128")}
+    table = {**sc.replay, **key_values(set_, "--set", ", e.g. hidden=128"),
+             **{k: v for k, v in keys.items() if v is not None}}
     return sc.model_copy(update={"replay": table})
-
-
-def _check_nproc(spec: Any, nproc: int | None) -> int:
-    """The processes of the run (one per rank and TP rank); refuses a --nproc that
-    differs and, under nccl, a machine with fewer CUDA GPUs (exit 2, no rank started)."""
-    ranks, tp = spec.program["placement"]["ranks"], spec.config.tp
-    p = ranks * tp          # one process per rank and TP rank
-    if nproc is not None and nproc != p:
-        what = (f"{ranks} ranks (one process per rank)" if tp == 1 else
-                f"{ranks} ranks x tp {tp} = {p} processes")
-        raise ScenarioError(f"--nproc {nproc} does not match the program's {what}: use "
-                            f"--nproc {p}")
-    if spec.config.backend == "nccl":
-        from schedsim.replay.config import require_gpus
-
-        require_gpus(p)
-    return p
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
@@ -135,6 +124,9 @@ def replay(
     out_dir: OutDirOpt = None,
     semantics: ReplaySemanticsOpt = None,
     isolated: CompareIsolatedOpt = False,
+    contended: ContendedOpt = None,
+    steps: StepsOpt = None,
+    warmup: WarmupOpt = None,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
     profile_dir: ProfileDirOpt = None,
@@ -157,19 +149,25 @@ def replay(
     from schedsim.replay.launch import launch
     from schedsim.timeline import Timeline
 
-    sc = _with_replay_keys(sc, set_)
+    from schedsim.cli.from_measured import check_nproc, contended_default, warn_contention
+
+    sc = _with_replay_keys(sc, set_, steps=steps, warmup=warmup)
     semantics = _compare_flags(compare, costs_file, semantics, isolated)
+    if contended is not None and not compare:
+        fail("--contended / --no-contended go with --compare (they set how it calibrates)")
     if compare and out_dir is None:
         out_dir = Path(".")
     spec = _replay_spec(sc, json_out, gantt, out_dir, profile_dir, compare=compare,
                         calibrate=compare and costs_file is None, backend=backend,
                         timeout=timeout, check_grads=check_grads, calib_isolated=isolated,
                         fault=inject_fault, precheck=not no_precheck)
+    spec.calib_contended = contended_default(spec, contended, isolated)
+    warn_contention(check_nproc(spec, nproc))
     if costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, costs_file)
-    n = _check_nproc(spec, nproc)
+    n = check_nproc(spec, nproc)
     with Phases() as ph:
         ph.step(f"{'calibrating, then ' if compare and costs_file is None else ''}replaying "
                 f"on {n} ranks")
@@ -297,7 +295,6 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     from schedsim.cli.outputs import write_errors
     from schedsim.plot.overlay import write_overlay
     from schedsim.program.ir import Program
-    from schedsim.replay.calibrate import Calibration
     from schedsim.replay.check import two_errors
     from schedsim.sim.costs import CommModel
     from schedsim.sim.simulate import simulate
@@ -310,13 +307,19 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     name = prog.name
     files = _compare_files(out_dir, name, True, calibrated)
     if calibrated:
-        cal = Calibration.model_validate(res["calibration"])
-        costs, link, comm = cal.cost_model(), cal.link_model(), cal.comm_model(semantics)
-        outs.path(files[2]).write_text(cal.to_toml(name))
+        from schedsim.replay.contended import calibrated_model
+
+        costs, link, comm, text, spread = calibrated_model(res["calibration"], prog,
+                                                           semantics, name)
+        outs.path(files[2]).write_text(text)
+        for line in spread:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     else:
         costs, link = sc.costs, sc.link
-        comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost)
+        comm = CommModel(semantics=semantics, launch_cost=sc.comm.launch_cost,
+                         host_cost=sc.comm.host_cost)
     errors = two_errors(measured, prog, semantics=semantics, model=(costs, link, comm))
+    errors.step_makespans = getattr(measured, "step_makespans", None)
     pred = errors.cost_prediction
     measured.write_json(outs.path(files[0]))
     pred.write_json(outs.path(files[1]))
@@ -351,7 +354,9 @@ def calibrate(
     out: CostsOutOpt = None,
     repeats: RepeatsOpt = None,
     isolated: IsolatedOpt = False,
+    contended: ContendedOpt = None,
     from_timeline: FromTimelineOpt = None,
+    from_trace: FromTraceOpt = None,
     exact: ExactOpt = False,
     timeout: TimeoutOpt = None,
     set_: SetOpt = None,
@@ -364,79 +369,34 @@ def calibrate(
       schedsim calibrate schedules/replay-1f1b.toml --out costs.toml
       schedsim simulate schedules/replay-1f1b.toml --costs-file costs.toml
       schedsim calibrate --from-timeline measured.json --exact --out exact.toml
+      schedsim calibrate --from-trace train.json --out model.toml
     """
     from schedsim.cli.inputs import TimelineInput
 
+    if from_trace is not None:
+        from schedsim.cli.from_measured import calibrate_from_trace
+
+        if sc is not None or from_timeline is not None or exact:
+            fail("--from-trace reads a piece trace alone: drop the scenario, "
+                 "--from-timeline and --exact")
+        return calibrate_from_trace(from_trace, out)
     if isinstance(sc, TimelineInput):
         given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
-                 repeats), ("--isolated", isolated or None), ("--timeout", timeout),
+                 repeats), ("--isolated", isolated or None), ("--contended", contended),
+                 ("--timeout", timeout),
                  ("--set", set_)) if v is not None]
         if given:
             fail(f"{', '.join(given)} cannot apply to --from-timeline (nothing is run)")
-        return _calibrate_timeline(sc, out, exact)
+        from schedsim.cli.from_measured import calibrate_timeline
+
+        return calibrate_timeline(sc, out, exact)
     if exact:
         fail("--exact goes with --from-timeline (a run's own durations)")
-    from schedsim.replay.calibrate import Calibration
-    from schedsim.replay.config import spec_from_scenario
-    from schedsim.replay.launch import launch
+    from schedsim.cli.from_measured import calibrate_run
 
-    sc = _with_replay_keys(sc, set_)
-    check_outputs(out)
-    repeats = repeats or 5
-    spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
-                              replay=False, calib_repeats=repeats, calib_isolated=isolated)
-    with Phases() as ph:
-        n = _check_nproc(spec, nproc)
-        ph.step(f"calibrating on {n} ranks")
-        res = launch(spec, n)
-    cal = Calibration.model_validate(res["calibration"])
-    t = Table(title=f"measured costs (ms, median of {repeats}) on {cal.backend}, "
-                    f"{cal.world_size} ranks{', one at a time' if isolated else ''}")
-    for col in ("stage", "F", "B", "W", "BW", "FB"):
-        t.add_column(col, justify="right")
-    for s in sorted(cal.stages):
-        c = cal.stages[s]
-        t.add_row(str(s), *(f"{c[k]:.4g}" for k in ("F", "B", "W", "BW", "FB")))
-    lat, bw = cal.link()
-    name = spec.program.get("name", "")
-    if out is not None:
-        console.print(t)
-        console.print(f"link: latency {lat:.4g} ms, bandwidth "
-                      f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
-                      f"cost {cal.launch_cost():.4g} ms per batch", highlight=False)
-    write_text_out(out, cal.to_toml(name))
-
-
-def _calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
-    """``calibrate --from-timeline``: fit and write the cost file
-    (:func:`schedsim.replay.fit.fit_timeline`)."""
-    from schedsim.replay.fit import fit_timeline
-
-    tl = ti.timeline
-    if tl.source != "measured":
-        fail(f"{ti.path}: a {tl.source} timeline: --from-timeline fits a measured run (a "
-             f"replay's or an imported trace's)")
-    check_outputs(out)
-    fit = fit_timeline(tl, ti.program, exact=exact)
-    if out is not None:
-        t = Table(title=f"fitted costs ({tl.unit}, median over microbatches) of "
-                        f"{tl.schedule}")
-        kinds = [k for k in ("F", "B", "W", "BW", "FB")
-                 if any(k in c for c in fit.stages.values())]
-        for col in ("stage", *kinds):
-            t.add_column(col, justify="right")
-        for st in sorted(fit.stages):
-            t.add_row(str(st), *(f"{fit.stages[st][k]:.4g}" if k in fit.stages[st] else "-"
-                                 for k in kinds))
-        console.print(t)
-        lat, bw = fit.link()
-        console.print(f"link: latency {lat:.4g} {tl.unit} from {len(fit.samples)} messages, "
-                      f"bandwidth {'inf' if bw == float('inf') else f'{bw:.4g}'}; launch "
-                      f"cost {fit.launch_cost():.4g} {tl.unit} (mean of {len(fit.launches)})"
-                      + (f"; exact: {len(fit.overrides)} ops, {len(fit.transfers)} messages, "
-                         f"{len(fit.host)} host times" if exact else ""), highlight=False,
-                      soft_wrap=True)
-    write_text_out(out, fit.to_toml(tl.schedule))
+    calibrate_run(_with_replay_keys(sc, set_), out, nproc=nproc, backend=backend,
+                  timeout=timeout, repeats=repeats or 5, isolated=isolated,
+                  contended=contended)
 
 
 @app.command("import-trace")
@@ -478,6 +438,11 @@ def import_trace(
         fail("--program-out: the traces' placement is a custom stage -> rank table, which "
              "program text cannot carry; use --json (it holds the program)")
     print_summary(tl)
+    if getattr(tl, "trace_source", "") == "pieces":
+        from schedsim.cli.from_measured import print_pieces
+        from schedsim.interop.kineto import read_piece_trace
+
+        print_pieces(read_piece_trace(traces[0]))
     p2p = getattr(tl, "p2p", {})
     console.print(f"{p2p.get('messages', 0)} messages, {p2p.get('paired', 0)} paired (both "
                   f"sides traced), from {p2p.get('calls', 0)} P2P calls; executor: "

@@ -20,6 +20,19 @@ SetOpt = Annotated[Optional[list[str]], typer.Option(
     "--set", help="Override a \\[replay] key, KEY=VALUE (repeatable), e.g. --set hidden=128 "
     "--set dtype=float64.")]
 
+ContendedOpt = Annotated[Optional[bool], typer.Option(
+    "--contended/--no-contended", help="Calibrate by running steps of the program itself "
+    "on the real ranks (messages timed while the ranks compute, compute while messages "
+    "move), fitted like a measured timeline; --no-contended: benchmarks of ops, a "
+    "ping-pong and launches. Default: contended on CPU gloo, benchmarks elsewhere.")]
+StepsOpt = Annotated[Optional[int], typer.Option(
+    "--steps", min=1, help="Measured steps (default: \\[replay] steps or 5); the one with "
+    "the median makespan is kept, and --compare reports the cost-model error over all of "
+    "them (median, min, max).")]
+WarmupOpt = Annotated[Optional[int], typer.Option(
+    "--warmup", min=0, help="Untimed steps before the measured ones (default: \\[replay] "
+    "warmup or 1).")]
+
 # -- replay ----------------------------------------------------------------------------
 CheckGradsOpt = Annotated[bool, typer.Option(
     "--check-grads", help="Compare loss and every parameter gradient with a "
@@ -62,13 +75,18 @@ InjectFaultOpt = Annotated[Optional[str], typer.Option(
 CostsOutOpt = Annotated[Optional[Path], typer.Option(
     "--out", "-o", help="Cost file to write (default: stdout).")]
 RepeatsOpt = Annotated[Optional[int], typer.Option(
-    "--repeats", min=1, help="Timed rounds per op and per message size (default 5).")]
+    "--repeats", min=1, help="Contended: calibration steps of the program; benchmarks: "
+    "timed rounds per op and per message size (default 5).")]
 IsolatedOpt = Annotated[bool, typer.Option(
     "--isolated", help="Measure the ranks' op costs one rank at a time (uncontended); "
     "default: all ranks together, as the replay runs them.")]
 FromTimelineOpt = Annotated[Optional[Path], typer.Option(
     "--from-timeline", help="Fit the costs to a measured Timeline JSON (a replay's --json, "
     "import-trace's --json) instead of running the ranks.")]
+FromTraceOpt = Annotated[Optional[Path], typer.Option(
+    "--from-trace", help="Per-piece costs for the stage model from a stage-internal piece "
+    "trace (Kineto 'BLOCK(F|B|W)' ranges with their kernels, e.g. DeepSeek's profile-data): "
+    "write a \\[model] table instead of running the ranks.")]
 ExactOpt = Annotated[bool, typer.Option(
     "--exact", help="With --from-timeline: write every op's own measured duration, every "
     "message's measured transfer and every instruction's host time, so that a simulation "

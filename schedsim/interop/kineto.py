@@ -127,6 +127,15 @@ def read_trace(path: str | Path) -> Trace:
         return _trace(path, _load(path))
 
 
+def read_piece_trace(path: str | Path) -> Any:
+    """The :class:`~schedsim.interop.kineto_pieces.PieceTrace` of a stage-internal piece
+    trace file (:func:`read_trace`, then
+    :func:`~schedsim.interop.kineto_pieces.pieces_from_trace`)."""
+    from schedsim.interop.kineto_pieces import pieces_from_trace
+
+    return pieces_from_trace(read_trace(path))
+
+
 def _trace(path: Path, data: Any) -> Trace:
     """The :class:`Trace` of a decoded trace file (:func:`read_trace`), within the limits
     (:mod:`schedsim.util.limits`: world size and rank, event count)."""
@@ -201,6 +210,11 @@ def _check_recognised(ev: dict[int, RankEvents], traces: dict[int, Trace]) -> st
         if calls:
             raise ScenarioError(f"{files}: {calls} P2P calls (c10d::send/c10d::recv_) but no "
                                 f"compute ranges: {_NO_COMPUTE}")
+        coll = collective_kernels(traces)
+        if coll:
+            raise ScenarioError(f"{files}: not a trace of a pipeline-parallel step: {coll}, "
+                                f"and no pipeline ranges ({RECOGNISED}) or P2P calls "
+                                f"(c10d::send/c10d::recv_)")
         names = sorted({n for e in ev.values() for n in e.other})
         held = (f"it holds {sum(len(e.other) for e in ev.values())} other events, e.g. "
                 + ", ".join(repr(n) for n in names[:4]) if names else "it holds no events")
@@ -217,6 +231,40 @@ def _check_recognised(ev: dict[int, RankEvents], traces: dict[int, Trace]) -> st
         raise ScenarioError(f"the traces mix executors ({', '.join(sorted(sources))}): give "
                             f"the traces of one run")
     return sources.pop()
+
+
+def collective_kernels(traces: dict[int, Trace]) -> str:
+    """What the NCCL ``SendRecv`` kernels of traces without pipeline P2P calls came
+    from: each kernel's launch (``cudaLaunchKernel`` with its ``correlation``) lies inside
+    a collective's host range (``nccl:all_to_all``, ``nccl:all_reduce``...; NCCL runs an
+    all-to-all as grouped sends and recvs, hence the kernel's name). Returns e.g. ``"its
+    43 NCCL SendRecv kernels were launched by nccl:all_to_all (42)"``, or "" when the
+    traces hold no such kernel."""
+    from bisect import bisect_right
+
+    from schedsim.interop.kineto_events import SENDRECV_KERNELS
+
+    kernels, by = 0, {}
+    for tr in traces.values():
+        colls = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in tr.events
+                       if e["name"].startswith("nccl:") and isinstance(e.get("ts"), (int, float))
+                       and isinstance(e.get("dur", 0), (int, float)))
+        launch = {(e.get("args") or {}).get("correlation"): e["ts"] for e in tr.events
+                  if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+        starts = [c[0] for c in colls]
+        for e in tr.events:
+            if e.get("cat") != "kernel" or not e["name"].startswith(SENDRECV_KERNELS):
+                continue
+            kernels += 1
+            t = launch.get((e.get("args") or {}).get("correlation"))
+            i = bisect_right(starts, t) - 1 if isinstance(t, (int, float)) else -1
+            what = colls[i][2] if i >= 0 and t <= colls[i][1] else "no collective range"
+            by[what] = by.get(what, 0) + 1
+    if not kernels:
+        return ""
+    return (f"its {kernels} NCCL SendRecv kernels were launched by "
+            + ", ".join(f"{k} ({n})" for k, n in sorted(by.items(), key=lambda x: -x[1]))
+            + " (collectives, not pipeline send/recv)")
 
 
 def _survey(ev: dict[int, RankEvents], traces: dict[int, Trace], stepped: bool
@@ -337,7 +385,9 @@ def _notes(ev: dict[int, RankEvents], runs: dict[int, RankRun], missing: list[in
 
 def import_traces(paths: list[str | Path], *, placement: str | None = None,
                   name: str = "imported", step: int | None = None) -> Timeline:
-    """One measured Timeline from per-rank traces (module docstring for the rules).
+    """One measured Timeline from per-rank traces (module docstring for the rules); also
+    Megatron timer dumps (:mod:`.megatron_timers`), nsys SQLite exports (:mod:`.nsys`)
+    and a stage-internal piece trace (:mod:`.kineto_pieces`).
 
     ``placement`` (loop | v | dual) is inferred from where stages ran when None. ``step``
     keeps the events of one profiler step (``ProfilerStep#N``) of traces that hold
@@ -349,6 +399,14 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
 
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
+    given = [Path(p) for p in paths]
+    from schedsim.interop.megatron_timers import import_timer_dumps, is_timer_dump
+    from schedsim.interop.nsys import import_nsys, is_nsys_export
+
+    if is_timer_dump(given):
+        return import_timer_dumps(given, name)
+    if any(is_nsys_export(p) for p in given):
+        return import_nsys(given, name=name, placement=placement)
     traces, world = _by_rank(paths)
     names = ", ".join(str(t.path) for t in traces.values())
     with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
@@ -362,6 +420,16 @@ def _import(traces: dict[int, Trace], world: int | None, placement: str | None, 
 
     ev = {r: classify_rank(select_step(tr.events, step, tr.path), r, tr.path,
                            tr.base_ns / 1e3) for r, tr in traces.items()}
+    if not any(rg.what == "compute" for e in ev.values() for rg in e.ranges) and \
+            not any(e.calls for e in ev.values()):
+        from schedsim.interop.kineto_pieces import has_pieces, pieces_from_trace, pieces_timeline
+
+        with_pieces = [tr for tr in traces.values() if has_pieces(tr.events)]
+        if len(with_pieces) == len(traces) == 1:
+            return pieces_timeline(pieces_from_trace(with_pieces[0]), name)
+        if with_pieces:
+            raise ScenarioError(f"{with_pieces[0].path}: a stage-internal piece trace "
+                                f"('BLOCK(F)' ranges, one op's pieces): import it alone")
     source = _check_recognised(ev, traces)
     stepped = any(e["name"].startswith("ProfilerStep#") for tr in traces.values()
                   for e in tr.events)

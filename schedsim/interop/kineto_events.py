@@ -51,7 +51,8 @@ _SEND_CALLS = ("c10d::send",)
 _RECV_CALLS = ("c10d::recv_", "c10d::recv_any_source_")
 _WORKS = {"gloo:send": True, "gloo:recv": False, "nccl:send": True, "nccl:recv": False,
           "nccl:recv_any_source": False}
-_KERNELS = ("ncclDevKernel_SendRecv", "ncclKernel_SendRecv")
+SENDRECV_KERNELS = ("ncclDevKernel_SendRecv", "ncclKernel_SendRecv")
+_KERNELS = SENDRECV_KERNELS
 _BACKWARD_NODE = "autograd::engine::evaluate_function"
 _ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
              "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1}

@@ -46,7 +46,7 @@ from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
 _KINDS = ("F", "B", "W", "BW", "FB")
 
 
-def _num(x: float) -> str:
+def toml_number(x: float) -> str:
     """``x`` as a TOML number that reads back as exactly ``x`` (``repr`` of the float;
     ``inf`` and ``nan`` are TOML too)."""
     return repr(float(x))
@@ -172,8 +172,8 @@ class Calibration(BaseModel):
                  "sends/recvs, averaged over the program's batches",
                  "", "[costs]", f'unit = "{self.unit}"']
         for k in ("F", "B", "W", "BW"):
-            lines.append(f"{k} = {_num(self.mean(k))}")
-        lines.append(f"message_bytes = {_num(self.message_bytes)}")
+            lines.append(f"{k} = {toml_number(self.mean(k))}")
+        lines.append(f"message_bytes = {toml_number(self.message_bytes)}")
         if not self.write_fb and self.fb_backward_kinds:
             lines.append("# FB left unset: the program's FB pairs are not all (F;BW), so "
                          "FB = its forward + its backward part")
@@ -184,18 +184,19 @@ class Calibration(BaseModel):
                 if k == "FB" and not self.write_fb:
                     lines.append(f"# FB = {c[k]:.6g}   (measured: F then BW)")
                 else:
-                    lines.append(f"{k} = {_num(c[k])}")
+                    lines.append(f"{k} = {toml_number(c[k])}")
         lat, bw = self.link()
-        lines += ["", "[link]", f"latency = {_num(lat)}   # ms"]
+        lines += ["", "[link]", f"latency = {toml_number(lat)}   # ms"]
         if math.isinf(bw):
             lines.append("# bandwidth: not measurable (one rank, or time did not grow with "
                          "size): infinite")
         else:
-            lines.append(f"bandwidth = {_num(bw)}   # bytes per ms ({bw * 1e3 / 1e9:.3g} GB/s)")
+            lines.append(f"bandwidth = {toml_number(bw)}   # bytes per ms "
+                         f"({bw * 1e3 / 1e9:.3g} GB/s)")
         if self.link_samples:
             lines.append("# samples (bytes: one-way ms): " + ", ".join(
                 f"{b:.0f}: {t:.4g}" for b, t in self.link_samples))
-        lines += ["", "[comm]", f"launch_cost = {_num(self.launch_cost())}   # ms per "
+        lines += ["", "[comm]", f"launch_cost = {toml_number(self.launch_cost())}   # ms per "
                   "launch (a bare post or a BATCH)"]
         means = self.launch_means()
         if means:

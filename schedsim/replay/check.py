@@ -14,6 +14,7 @@ largest ``|predicted - measured|`` op start (:mod:`schedsim.analysis.accuracy`).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,16 +43,44 @@ class TwoErrors:
     exact_prediction: Timeline
     cost_prediction: Timeline
     comm_semantics: str
+    #: every measured step's makespan (a replay's ``step_makespans``), or None
+    step_makespans: list[float] | None = None
+    #: the measurement (for the per-rank bubble breakdown), or None
+    measured: Timeline | None = None
+
+    def bubble(self) -> list[dict[str, Any]]:
+        """Per rank: wall, compute, transfer, waiting, host, the measured bubble and the
+        cost-model prediction's (:func:`schedsim.analysis.bubble.bubble_breakdown`)."""
+        from schedsim.analysis.bubble import bubble_breakdown
+
+        return [] if self.measured is None else bubble_breakdown(self.measured,
+                                                                 self.cost_prediction)
+
+    def step_errors(self) -> list[float]:
+        """The cost-model makespan error against each measured step (fractions)."""
+        p = self.cost_prediction.makespan
+        return [(p - m) / m for m in self.step_makespans or () if m > 0]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"semantics_error": {makespan, mean_start, max_start}, "cost_model_error":
         {...}}`` plus ``semantics`` (the prediction's), ``makespan_measured``, ``unit``
-        and ``ops``."""
-        return {"semantics_error": fractions(self.semantics),
-                "cost_model_error": fractions(self.cost_model),
-                "semantics": self.comm_semantics,
-                "makespan_measured": self.semantics.makespan_measured,
-                "unit": self.exact_prediction.unit, "ops": self.semantics.ops}
+        and ``ops``; ``bubble``, one ``{rank, wall, compute, transfer, waiting, host,
+        bubble, predicted_bubble}`` per rank (:meth:`bubble`); with several measured
+        steps also ``cost_model_error_steps``: ``{median, min, max, per_step}`` of the
+        makespan error against each step."""
+        out = {"semantics_error": fractions(self.semantics),
+               "cost_model_error": fractions(self.cost_model),
+               "semantics": self.comm_semantics,
+               "makespan_measured": self.semantics.makespan_measured,
+               "unit": self.exact_prediction.unit, "ops": self.semantics.ops}
+        if self.measured is not None:
+            out["bubble"] = self.bubble()
+        errs = self.step_errors()
+        if len(errs) > 1:
+            out["cost_model_error_steps"] = {"median": statistics.median(errs),
+                                             "min": min(errs), "max": max(errs),
+                                             "per_step": errs}
+        return out
 
     def lines(self) -> list[str]:
         """Two lines for a terminal, one per error."""
@@ -62,6 +91,15 @@ class TwoErrors:
             out.append(f"{what:16s}: makespan {100 * f['makespan']:+.1f}%, op start mean "
                        f"{100 * f['mean_start']:.1f}% / max {100 * f['max_start']:.1f}% of "
                        f"the measured makespan ({pe.worst_op}; {pe.ops} ops)")
+        if self.measured is not None:
+            from schedsim.analysis.bubble import breakdown_lines
+
+            out += breakdown_lines(self.bubble(), self.measured.unit)
+        errs = self.step_errors()
+        if len(errs) > 1:
+            out.append(f"cost-model error over the {len(errs)} measured steps (makespan): "
+                       f"median {100 * statistics.median(errs):+.1f}% [{100 * min(errs):+.1f}"
+                       f", {100 * max(errs):+.1f}]")
         return out
 
 
@@ -80,7 +118,7 @@ def two_errors(measured: Timeline, program: Program, *, semantics: Semantics = "
         model = (fit.cost_model(), fit.link_model(), fit.comm_model(semantics))
     cm = simulate(program, *model)
     return TwoErrors(prediction_error(ex, measured), prediction_error(cm, measured), ex, cm,
-                     semantics)
+                     semantics, measured=measured)
 
 
 def send_waits_before_recv(tl: Timeline) -> tuple[int, int]:

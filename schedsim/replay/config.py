@@ -17,7 +17,7 @@ and the replay's error type. Imports without torch.
                               # ranks share the GPUs, P2P staged through host memory)
     timeout = 120             # seconds for the whole run, process start included
     warmup = 1                # untimed steps before the measured steps
-    steps = 1                 # measured steps; the one with the median makespan is kept
+    steps = 5                 # measured steps; the one with the median makespan is kept
     threads = 1               # torch threads per rank
     tp = 1                    # tensor-parallel size: pp x tp processes
     tp_comm = "megatron-fg"   # megatron-fg (f/g autograd functions) | domino
@@ -93,7 +93,7 @@ class ReplayConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     timeout: float = Field(default=120.0, gt=0)
     warmup: int = Field(default=1, ge=0)
-    steps: int = Field(default=1, ge=1)
+    steps: int = Field(default=5, ge=1)
     threads: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
     tp_comm: Literal["megatron-fg", "domino"] = "megatron-fg"
@@ -214,6 +214,10 @@ class JobSpec(BaseModel):
     calib_repeats: int = Field(default=5, ge=1)
     #: measure op costs one rank at a time (uncontended) instead of all ranks together
     calib_isolated: bool = False
+    #: calibrate by running ``calib_repeats`` steps of the program itself (contended:
+    #: messages move while the ranks compute), fitted like a measured timeline
+    #: (:mod:`schedsim.replay.contended`), instead of the op/ping-pong/launch benchmarks
+    calib_contended: bool = False
     calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
     clock: Literal["auto", "shared", "estimate"] = "auto"
     profile_dir: str | None = None

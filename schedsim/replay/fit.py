@@ -8,15 +8,29 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
 - **op costs**: per stage and kind (F, B, W, BW, FB; an FB span counts at its forward
   part's stage), the median of the span durations over microbatches (ms); the global
   F/B/W/BW are the means over the stages that ran the kind;
-- **link**: each paired message whose receiver was already waiting when the transfer
-  could start (so its arrival was seen) gives one sample ``arrival - start`` (both sides
-  posted -> receiver done, :class:`~schedsim.timeline.Message`); the median per message
-  size is fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth;
-  one size: latency only). No sample: latency 0;
+- **link** (contended: the run's own messages, moving while both hosts computed): each
+  paired message whose receiver waited for it gives one sample, the time its wait took
+  once the message could move, ``recv_done - max(start, wait start)`` (``start``: both
+  sides posted, :class:`~schedsim.timeline.Message`; :func:`observed_transfer`): the
+  transfer itself when the receiver was already waiting, else how long the wait took to
+  let go (on shared cores the comm thread must get the CPU first). The **mean** per
+  message size (the simulator must get the summed waits right; the samples have a heavy
+  tail) is fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth;
+  one size: latency only). No sample: latency 0. (The median of the transfers seen
+  with the receiver already waiting, the earlier rule, left the real torch traces and
+  replays of this project 10-57% short: the fast ones are the ones seen waiting.)
 - **launch cost**: the mean host time of the run's launches (the Timeline's ``posts``:
   one ``isend``/``irecv``/``batch_isend_irecv`` call each; the mean because the
   simulator charges one constant per launch and must get a rank's summed launch time
-  right, :mod:`schedsim.replay.calibrate`).
+  right, :mod:`schedsim.replay.calibrate`);
+- **host cost** (``[comm] host_cost``, when the program is known): the mean host time
+  before an instruction (:func:`host_times`' ``before``, over every instruction of every
+  rank): the interpreter's and the profiler's work between the actions, measured in the
+  run itself, so contended as the run was. Its samples are heavy-tailed (a rank that
+  loses the CPU for 10-20 ms at one instruction): the mean gets each rank's summed host
+  time about right, not where the long pauses fall. On the real torch traces of
+  ``docs/examples/traces`` it is 0.3 - 1.2 ms per instruction, 45-51% of the makespan
+  summed over a rank; without it the fitted model predicts them 40% short.
 
 With ``exact``, every op's own measured duration becomes a ``(stage, mb, kind)``
 override, every paired message's measured transfer a ``[[link.messages]]`` entry
@@ -36,7 +50,7 @@ from typing import Any
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Program
 from schedsim.program.tokens import parse_comm
-from schedsim.replay.calibrate import fit_link
+from schedsim.replay.calibrate import fit_link, toml_number
 from schedsim.sim.costs import (
     CommModel,
     CostModel,
@@ -70,13 +84,14 @@ class TimelineFit:
     transfers: list[MessageTime] = field(default_factory=list)
     host: list[HostTime] = field(default_factory=list)
     source: str = ""
+    host_cost: float = 0.0
 
     def link(self) -> tuple[float, float]:
         """``(latency, bandwidth)``: the per-size medians fitted (module docstring)."""
         by: dict[float, list[float]] = {}
         for b, t in self.samples:
             by.setdefault(b, []).append(t)
-        return fit_link([[b, statistics.median(v)] for b, v in sorted(by.items())])
+        return fit_link([[b, statistics.fmean(v)] for b, v in sorted(by.items())])
 
     def launch_cost(self) -> float:
         return statistics.fmean(self.launches) if self.launches else 0.0
@@ -94,40 +109,44 @@ class TimelineFit:
 
     def comm_model(self, semantics: Semantics = "rendezvous", **fields: Any) -> CommModel:
         return CommModel(semantics=semantics, launch_cost=self.launch_cost(),
-                         host=self.host, **fields)
+                         host=self.host, host_cost=self.host_cost, **fields)
 
     def to_toml(self, title: str = "") -> str:
-        """The cost file text (module docstring)."""
+        """The cost file text (module docstring); every number exactly (``repr``), so a
+        simulation with the file gives the same timeline as with the models."""
         lines = [f"# schedsim calibrate --from-timeline{' --exact' if self.exact else ''}"
                  + (f": {title}" if title else ""),
                  f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
                  ": op costs = median over microbatches per stage (ms); link = fit of the "
-                 "paired messages' transfer times; launch cost = mean launch host time",
+                 "paired messages' receiver waits (mean per size); launch cost = mean launch "
+                 "host time; host cost = mean host time before an instruction",
                  "", "[costs]", f'unit = "{self.unit}"']
         cm = self.cost_model()
         for k in ("F", "B", "W", "BW"):
             if any(k in c for c in self.stages.values()):
-                lines.append(f"{k} = {getattr(cm, k):.6g}")
+                lines.append(f"{k} = {toml_number(getattr(cm, k))}")
         lines.append(f"message_bytes = {self.message_bytes:.0f}")
         for s in sorted(self.stages):
             lines += ["", f"[costs.stage.{s}]"]
-            lines += [f"{k} = {v:.6g}" for k, v in self.stages[s].items()]
+            lines += [f"{k} = {toml_number(v)}" for k, v in self.stages[s].items()]
         for o in self.overrides:
             lines += ["", "[[costs.overrides]]",
                       f'stage = {o.stage}\nmb = {o.mb}\nkind = "{o.kind}"\ncost = {o.cost!r}']
         lat, bw = self.link()
-        lines += ["", "[link]", f"latency = {lat:.6g}   # ms ({len(self.samples)} message "
-                  "samples)"]
+        lines += ["", "[link]", f"latency = {toml_number(lat)}   # ms "
+                  f"({len(self.samples)} message samples)"]
         if math.isinf(bw):
             lines.append("# bandwidth: not fitted (one message size): infinite")
         else:
-            lines.append(f"bandwidth = {bw:.6g}   # bytes per ms")
+            lines.append(f"bandwidth = {toml_number(bw)}   # bytes per ms")
         for t in self.transfers:
             lines += ["", "[[link.messages]]",
                       f'kind = "{t.kind}"\nstage = {t.stage}\nmb = {t.mb}\ntime = {t.time!r}'
                       + ("" if t.send is None else f"\nsend = {t.send!r}")]
-        lines += ["", "[comm]", f"launch_cost = {self.launch_cost():.6g}   # ms per launch "
-                  f"(mean of {len(self.launches)})"]
+        lines += ["", "[comm]", f"launch_cost = {toml_number(self.launch_cost())}   # ms "
+                  f"per launch (mean of {len(self.launches)})",
+                  f"host_cost = {toml_number(self.host_cost)}   # ms before each "
+                  "instruction (mean)"]
         for x in self.host:
             lines += ["", "[[comm.host]]", f"rank = {x.rank}\nindex = {x.index}\n"
                       f"before = {x.before!r}" + ("" if x.launch is None else
@@ -193,13 +212,15 @@ def host_times(tl: Timeline, program: Program) -> list[HostTime]:
 
 
 def observed_transfer(m: Message, waiting_since: float | None) -> float | None:
-    """The transfer time of a measured message, ``arrival - start``, when it was seen:
-    both sides posted and the receiver's wait had begun by ``start`` (else None)."""
-    if m.start is None or m.arrival is None or waiting_since is None:
+    """How long the receiver's wait for a measured message took once the message could
+    move: ``recv_done - max(start, waiting_since)`` (``waiting_since``: when the wait
+    covering it began), at least 0; None when a time is unknown or the wait began only
+    after the message was done (it did not wait for it; module docstring)."""
+    if m.start is None or m.recv_done is None or waiting_since is None:
         return None
-    if waiting_since > m.start + 1e-9:
+    if waiting_since > m.recv_done:
         return None
-    return m.arrival - m.start
+    return max(m.recv_done - max(m.start, waiting_since), 0.0)
 
 
 def _recv_wait_starts(tl: Timeline) -> dict[tuple[str, int, int], float]:
@@ -252,10 +273,13 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
                                          time=max(m.arrival - m.start, 0.0), send=send))
     sizes = [m.bytes for m in tl.messages if m.bytes]
     posts = getattr(tl, "posts", None) or []
-    host = host_times(tl, program) if exact else []
+    known = program if program is not None else timeline_program(tl)
+    every = host_times(tl, known) if known is not None else []
+    host = every if exact else []
     return TimelineFit(unit=tl.unit, stages=stages,
                        message_bytes=statistics.median(sizes) if sizes else 0.0,
                        samples=samples, launches=[p["end"] - p["start"] for p in posts],
                        exact=exact, overrides=overrides, transfers=transfers,
-                       host=host,
+                       host=host, host_cost=0.0 if exact or not every else
+                       statistics.fmean(h.before for h in every),
                        source=f"{tl.schedule}, {tl.ranks} ranks, {tl.semantics}")

@@ -48,6 +48,22 @@ POLL_S = 0.02
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def contention(procs: int) -> str:
+    """Why measured times will include waiting for a CPU, or "": more processes than
+    CPUs (``os.cpu_count``), or a 1-minute load average above the CPUs the run leaves
+    free (other processes compete for the cores)."""
+    cpus = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if procs > cpus:
+        return (f"{procs} ranks on {cpus} CPUs: ranks share cores, so the measured times "
+                f"include waiting for a CPU (use at most {cpus} ranks, or a larger machine)")
+    if load > cpus - procs + 0.5:
+        return (f"load average {load:.1f} on {cpus} CPUs before starting {procs} ranks: "
+                f"other processes compete for the cores, so the measured times include "
+                f"waiting for a CPU and vary from run to run")
+    return ""
+
+
 class Interrupted(ReplayError):
     """The launcher got SIGTERM or SIGHUP; every rank was stopped. ``exit_code`` is the
     shell's convention for a death by that signal (128 + its number: 143 for SIGTERM)."""

@@ -148,7 +148,10 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
         ex = RankExecutor(program, rank // tp, cfg, device, clock,
                           profile=spec.profile_dir is not None, tp=tpc)
         calib = None
-        if spec.calibrate:
+        if spec.calibrate and spec.calib_contended:
+            calib = _calibration_steps(spec, ex, deadline, clock, offset, rank, program,
+                                       world)
+        elif spec.calibrate:
             from schedsim.replay.measure import calibrate_rank
 
             calib = calibrate_rank(ex, spec)
@@ -227,6 +230,38 @@ def _measure_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: 
             recs[-1]["collectives"] = resolve_collectives(rec["collectives"],
                                                           clock.resolve, offset)
     return recs
+
+
+def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: int,
+                       rank: int, program: Any, world: int) -> dict[str, Any] | None:
+    """Contended calibration (``spec.calib_contended``): one untimed step, then
+    ``calib_repeats`` steps of the program itself, each after a barrier; rank 0 returns
+    ``{"contended": True, "steps": [Timeline JSON, ...], "backend", "world_size"}``
+    (fitted by :mod:`schedsim.replay.contended`), the other ranks None."""
+    import torch.distributed as dist
+
+    from schedsim.replay.timing import measured_timeline, resolve_records
+
+    dist.barrier()
+    ex.step(deadline)
+    recs = []
+    for _ in range(spec.calib_repeats):
+        ex.zero_grad()
+        dist.barrier()
+        recs.append(resolve_records(ex.step(deadline), clock, offset))
+    ex.zero_grad()
+    got: list[Any] = [None] * world if rank == 0 else []
+    dist.gather_object(recs, got if rank == 0 else None, dst=0)
+    if rank != 0:
+        return None
+    backend = spec.config.backend
+    steps = [json.loads(measured_timeline(program, [g[k] for g in got],
+                                          backend=backend).to_json())
+             for k in range(spec.calib_repeats)]
+    return {"contended": True, "steps": steps, "backend": backend, "world_size": world,
+            "workload": spec.config.model_dump(include={"workload", "hidden",
+                                                        "layers_per_stage", "seq",
+                                                        "microbatch_size", "dtype"})}
 
 
 def _profiled_step(profile_dir: str, ex: Any, deadline: float, fault: Any,

@@ -76,7 +76,7 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     _message_arrays(cp, costs, link, comm)
     if link.messages:
         _measured_messages(cp, link)
-    if comm.host and not data_mode:
+    if (comm.host or comm.host_cost) and not data_mode:
         _host_delays(cp, comm)
     return cp
 
@@ -98,11 +98,18 @@ def _measured_messages(cp: Compiled, link: LinkModel) -> None:
 
 def _host_delays(cp: Compiled, comm: CommModel) -> None:
     """Fill ``cp.delay`` from ``comm.host``: per step, the host time before it plus, for
-    a launch, its own time (``launch_cost`` unless given); ``launch_cost`` becomes 0."""
+    a launch, its own time (``launch_cost`` unless given); ``launch_cost`` becomes 0.
+    ``comm.host_cost`` is the host time before each instruction ``comm.host`` does not
+    list (charged at the instruction's first step)."""
     own = {(x.rank, x.index): x for x in comm.host}
     cp.delay = np.zeros(len(cp.cop))
+    if comm.host_cost:
+        first = np.ones(len(cp.cop), dtype=bool)
+        first[1:] = cp.cipc[1:] != cp.cipc[:-1]
+        first[cp.crptr[:-1][cp.crptr[:-1] < len(first)]] = True
+        cp.delay[first] = comm.host_cost
     is_l = cp.cop == Step.LAUNCH
-    cp.delay[is_l] = cp.launch_cost
+    cp.delay[is_l] += cp.launch_cost
     for r in range(cp.ranks):
         for g in range(int(cp.crptr[r]), int(cp.crptr[r + 1])):
             x = own.get((r, int(cp.cipc[g])))

@@ -400,6 +400,10 @@ class CommModel(BaseModel):
       calibrate`` measures it. Not used under ``data`` semantics.
     - ``host``: measured host time of single instructions (:class:`HostTime`): time spent
       before an instruction, and a launch's own time. Not used under ``data`` semantics.
+    - ``host_cost``: host time spent before every instruction that ``host`` does not list
+      (the interpreter's and the profiler's work between a run's actions), in the cost
+      unit; ``calibrate --from-timeline`` fits the run's mean. Default 0. Not used under
+      ``data`` semantics.
     - ``lazy_init``: NCCL creates a 2-rank communicator at the first *bare* post
       (``isend``/``irecv``) between two ranks: both hosts block at that launch until the
       other rank reaches its own first bare post to it, then ``init_cost`` more (in the
@@ -424,6 +428,7 @@ class CommModel(BaseModel):
     eager_threshold_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     launch_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     host: list[HostTime] = Field(default_factory=list)
+    host_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     lazy_init: bool = False
     init_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     connections: int = Field(default=8, ge=1, le=32)
@@ -444,7 +449,8 @@ class CommModel(BaseModel):
             flags = [f for f, on in (
                 ("--comm-stream", self.comm_stream != "none"),
                 ("--eager-threshold", self.eager_threshold_bytes is not None),
-                ("--launch-cost", self.launch_cost > 0 or bool(self.host)),
+                ("--launch-cost", self.launch_cost > 0 or bool(self.host)
+                 or self.host_cost > 0),
                 ("--lazy-init", self.lazy_init), ("--init-cost", self.init_cost > 0),
                 ("--group-semantics", self.group_semantics != "independent")) if on]
             return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "

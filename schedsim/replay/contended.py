@@ -1,0 +1,115 @@
+"""Contended calibration: costs fitted to steps of the program itself. No torch.
+
+The benchmark calibration (:mod:`schedsim.replay.measure`) times ops, a ping-pong and
+launches apart; on shared cores a message then moves in 0.07 ms where, inside the run,
+with both hosts computing, it takes 1-3 ms (and compute slows while messages move). The
+contended calibration (``calibrate --contended``, the default on CPU gloo, and
+``replay --compare``'s default there) runs one untimed step and then ``repeats`` steps
+of the program on the real ranks (:func:`schedsim.replay.worker._calibration_steps`), so
+every number is measured under the contention of the run; each step is fitted like a
+measured timeline (:func:`schedsim.replay.fit.fit_timeline`: op medians, receiver waits,
+launches, host time per instruction) and the steps are merged (:func:`merge_fits`):
+
+- op cost of each stage and kind: the median over the steps of each step's median;
+- link: every step's samples together (their mean per size, as in one step);
+- launch cost: every launch of every step (their mean); host cost: the steps' mean.
+
+The calibration's own spread (:meth:`StepsFit.spread_lines`): the calibration steps'
+measured makespans, the makespan each step's own fit predicts, and each kind's cost,
+as min .. max over the steps. Nothing here is the measured step that ``replay
+--compare`` then checks: those run after the calibration steps.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from schedsim.program.ir import Program
+from schedsim.replay.fit import TimelineFit, fit_timeline
+from schedsim.timeline import Timeline
+
+
+def merge_fits(fits: list[TimelineFit]) -> TimelineFit:
+    """One :class:`TimelineFit` of several steps' fits (module docstring)."""
+    per: dict[tuple[int, str], list[float]] = {}
+    for f in fits:
+        for s, kinds in f.stages.items():
+            for k, v in kinds.items():
+                per.setdefault((s, k), []).append(v)
+    stages: dict[int, dict[str, float]] = {}
+    for (s, k), v in sorted(per.items()):
+        stages.setdefault(s, {})[k] = statistics.median(v)
+    return replace(fits[0], stages=stages,
+                   samples=[x for f in fits for x in f.samples],
+                   launches=[x for f in fits for x in f.launches],
+                   host_cost=statistics.fmean(f.host_cost for f in fits),
+                   source=f"{fits[0].source}; {len(fits)} contended calibration steps")
+
+
+@dataclass
+class StepsFit:
+    """The merged fit of the calibration steps and what it is made of (ms)."""
+
+    fit: TimelineFit
+    steps: list[TimelineFit]
+    measured: list[float]       # each calibration step's measured makespan
+    predicted: list[float]      # each step's makespan predicted with its own fit
+
+    def spread_lines(self) -> list[str]:
+        """The calibration's spread over its steps (module docstring), one line each."""
+        def span(xs: list[float]) -> str:
+            return (f"{min(xs):.4g} .. {max(xs):.4g} (median {statistics.median(xs):.4g})"
+                    if xs else "-")
+        def kind(f: TimelineFit, k: str) -> list[float]:
+            vals = [c[k] for c in f.stages.values() if k in c]
+            return [statistics.fmean(vals)] if vals else []
+
+        kinds = sorted({k for f in self.steps for c in f.stages.values() for k in c})
+        parts = [f"{k} {span([x for f in self.steps for x in kind(f, k)])}" for k in kinds]
+        parts += [f"link latency {span([f.link()[0] for f in self.steps])}",
+                  f"launch {span([f.launch_cost() for f in self.steps])}",
+                  f"host {span([f.host_cost for f in self.steps])}"]
+        return [f"calibration: {len(self.steps)} contended steps of the program; measured "
+                f"makespan {span(self.measured)} ms; each step's own fit predicts "
+                f"{span(self.predicted)} ms",
+                "calibration spread over the steps (ms, mean over stages): "
+                + "; ".join(parts)]
+
+    def to_toml(self, title: str = "") -> str:
+        """The merged cost file (:meth:`TimelineFit.to_toml`) with the spread as
+        comments."""
+        text = self.fit.to_toml(title)
+        head, _, rest = text.partition("\n")
+        head = head.replace("calibrate --from-timeline", "calibrate --contended")
+        return "\n".join([head, *(f"# {x}" for x in self.spread_lines()), rest])
+
+
+def fit_steps(steps: list[dict[str, Any]], program: Program) -> StepsFit:
+    """Fit the contended calibration's step timelines (Timeline JSON dicts) of
+    ``program`` (module docstring). Raises :class:`~schedsim.errors.ScenarioError` as
+    :func:`fit_timeline`."""
+    from schedsim.sim.simulate import simulate
+
+    tls = [Timeline.model_validate(s) for s in steps]
+    fits = [fit_timeline(t, program) for t in tls]
+    pred = [simulate(program, f.cost_model(), f.link_model(),
+                     f.comm_model("rendezvous")).makespan for f in fits]
+    return StepsFit(merge_fits(fits), fits, [t.makespan for t in tls], pred)
+
+
+def calibrated_model(calibration: dict[str, Any], program: Program, semantics: Any,
+                     title: str = "") -> tuple[Any, Any, Any, str, list[str]]:
+    """``(costs, link, comm, cost file text, spread lines)`` of a calibration result:
+    the contended steps (:func:`fit_steps`) or the benchmark measurements
+    (:class:`~schedsim.replay.calibrate.Calibration`)."""
+    if calibration.get("contended"):
+        sf = fit_steps(calibration["steps"], program)
+        f = sf.fit
+        return (f.cost_model(), f.link_model(), f.comm_model(semantics),
+                sf.to_toml(title), sf.spread_lines())
+    from schedsim.replay.calibrate import Calibration
+
+    cal = Calibration.model_validate(calibration)
+    return (cal.cost_model(), cal.link_model(), cal.comm_model(semantics),
+            cal.to_toml(title), [])
