@@ -124,6 +124,18 @@ def main(out: Path) -> None:
             if pred.exists():
                 write_overlay(Timeline.read_json(pred), m,
                               out / "replay" / f"{name}-overlay.png")
+    # 10. the Pareto plot of docs/plan.md's plan (Llama 3.1 8B on 16 H100)
+    from schedsim.plan import PlanSpace
+    from schedsim.plan.driver import run_plan
+    from schedsim.plan.pareto import pareto_figure
+
+    res = run_plan(PlanSpace(model="llama3.1-8b", gpus=16, gpu="h100-sxm", seq=4096,
+                             global_batch_size=64, tp=[1, 2, 4], pp=[1, 2, 3, 4],
+                             schedules=["1f1b", "interleaved-1f1b", "zbv", "dualpipev"],
+                             recompute=["none", "full"]), top=3)
+    save_figure(pareto_figure(res.rows, mem_limit_gib=res.resolved.mem_limit_bytes / 2**30,
+                              title="llama3.1-8b on 16 x h100-sxm, seq 4096, global batch "
+                                    "64"), out / "plan-pareto.png")
     report_screenshot(out)
 
 

@@ -31,11 +31,17 @@ _EXPORTS = {
     **dict.fromkeys(("Message", "Span", "Timeline"), "schedsim.timeline"),
 }
 
-__all__ = sorted(_EXPORTS)
+#: subpackages exported as themselves: ``schedsim.plan(...)`` is the callable package
+#: :mod:`schedsim.plan` (its :func:`~schedsim.plan.plan`)
+_PACKAGES = ("plan",)
+
+__all__ = sorted([*_EXPORTS, *_PACKAGES])
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
+    if name in _PACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")   # sets the attribute
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'schedsim' has no attribute {name!r}")
@@ -45,7 +51,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_PACKAGES))
 
 
 if TYPE_CHECKING:   # for type checkers and readers: the same names, imported eagerly

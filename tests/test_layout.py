@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.plot",),
     ("schedsim.report",),
     ("schedsim.search",),
+    ("schedsim.plan",),
     ("schedsim.replay",),
     ("schedsim.cli", "schedsim.__main__", "schedsim.replay.__main__"),
 )

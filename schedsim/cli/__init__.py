@@ -21,7 +21,7 @@ app = typer.Typer(
 
 #: command modules, imported in this order (each adds its commands to ``app``)
 COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",
-                   "check", "search", "report", "workload")
+                   "check", "search", "report", "workload", "plan")
 
 for _mod in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_mod}")

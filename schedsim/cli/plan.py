@@ -1,0 +1,334 @@
+"""``schedsim plan``: the best layout and schedule for a model on N GPUs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from schedsim.cli import app
+from schedsim.cli.common import (
+    ParamOpt,
+    PolicyOpt,
+    SemanticsOpt,
+    console,
+    err_console,
+    handle_errors,
+    key_values,
+)
+from schedsim.errors import ScenarioError, Stopped
+from schedsim.util.text import rich_escape as escape
+
+ModelOpt = Annotated[str, typer.Option(
+    "--model", help="Model: a preset (llama3.1-8b, llama3.1-70b, llama3.1-405b, "
+    "deepseek-v3, qwen3-30b-a3b, mixtral-8x7b) or a Hugging Face config.json.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs of the job.")]
+GpuOpt = Annotated[str, typer.Option(
+    "--gpu", help="GPU preset: a100-80gb, h100-sxm, h800, h200, b200, mi300x.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Sequence length (default "
+                                                "4096).")]
+GbsOpt = Annotated[Optional[int], typer.Option(
+    "--global-batch-size", help="Samples per step (default 256).")]
+
+
+def _list_opt(flag: str, what: str) -> Any:
+    return Annotated[Optional[str], typer.Option(flag, help=what)]
+
+
+TpOpt = _list_opt("--tp", "TP degrees: 4,8 or 1..8 (default: powers of two up to a node).")
+PpOpt = _list_opt("--pp", "PP degrees: 4,8 or 4..16 (default: divisors of the GPUs up to "
+                  "the layers).")
+ChunksListOpt = _list_opt("--chunks", "Model chunks per rank for the interleaved "
+                          "schedules (default 2).")
+EpOpt = _list_opt("--ep", "EP degrees (default 1, or powers of two dividing the experts).")
+CpOpt = _list_opt("--cp", "CP degrees (default 1).")
+MbsOpt = _list_opt("--micro-batch-size", "Micro-batch sizes (default 1).")
+SchedulesOpt = _list_opt("--schedules", "Schedules (see 'schedsim list'; default "
+                         "1f1b,interleaved-1f1b,zb-h1,zbv,dualpipev).")
+RecomputeOpt = _list_opt("--recompute", "Recompute modes: none,selective,full (default "
+                         "all).")
+ZeroOpt = _list_opt("--zero", "ZeRO stages 0..3 (default 1: sharded optimizer).")
+PlanMemOpt = Annotated[Optional[float], typer.Option(
+    "--mem-limit", help="GiB per GPU (default: the GPU's HBM minus a 4 GiB reserve).")]
+TopOpt = Annotated[int, typer.Option("--top", help="How many of the best to print.")]
+PlanOutOpt = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", help="Stream every simulated candidate to this .jsonl or .csv file as "
+    "it finishes (--resume continues from it).")]
+ResumeOpt = Annotated[bool, typer.Option(
+    "--resume", help="Keep the candidates already in --out; simulate only the others.")]
+GanttOpt = Annotated[Optional[Path], typer.Option(
+    "--gantt", help="Gantt chart of the best candidate (.png, .svg, .pdf).")]
+ParetoOpt = Annotated[Optional[Path], typer.Option(
+    "--pareto", help="Throughput against peak memory of every simulated candidate, with "
+    "the Pareto front (.png, .svg, .pdf).")]
+HtmlOpt = Annotated[Optional[Path], typer.Option(
+    "--html", help="HTML report: the top candidates, the Pareto plot and the best one's "
+    "timeline (needs bokeh: the 'report' extra).")]
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", help="local (worker processes, -j) | dask (Dask distributed: "
+    "--address, or a local cluster of -j workers; the 'cluster' extra).")]
+AddressOpt = Annotated[Optional[str], typer.Option(
+    "--address", help="Dask scheduler, tcp://HOST:8786 (with --executor dask).")]
+JobsOpt = Annotated[Optional[int], typer.Option(
+    "--jobs", "-j", help="Worker processes (default: the CPUs).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary lines.")]
+
+
+@app.command()
+@handle_errors
+def plan(
+    model: ModelOpt,
+    gpus: GpusOpt,
+    gpu: GpuOpt,
+    seq: SeqOpt = None,
+    global_batch_size: GbsOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    chunks: ChunksListOpt = None,
+    ep: EpOpt = None,
+    cp: CpOpt = None,
+    micro_batch_size: MbsOpt = None,
+    schedules: SchedulesOpt = None,
+    recompute: RecomputeOpt = None,
+    zero: ZeroOpt = None,
+    mem_limit: PlanMemOpt = None,
+    comm_policy: PolicyOpt = None,
+    semantics: SemanticsOpt = None,
+    param: ParamOpt = None,
+    top: TopOpt = 5,
+    out: PlanOutOpt = None,
+    resume: ResumeOpt = False,
+    gantt: GanttOpt = None,
+    pareto: ParetoOpt = None,
+    html_out: HtmlOpt = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """The best parallel layout and schedule for a model on N GPUs.
+
+    Enumerates every legal combination of TP, PP, model chunks, EP, CP, DP (what the GPUs
+    leave), micro-batch size, schedule, recompute and ZeRO; removes those that cannot fit
+    in memory or cannot beat the best found (upper bounds, no simulation); simulates the
+    rest exactly (generator, comm policy, engine) and ranks them by tokens/s/GPU. Prints
+    the top candidates and how many candidates each rule removed. Bad input exits 2;
+    nothing fitting in memory is a result (exit 0) naming the smallest peak found.
+
+    Examples:
+      schedsim plan --model llama3.1-70b --gpus 64 --gpu h100-sxm --seq 8192 \\
+        --global-batch-size 512 --tp 4,8 --pp 4..16 --schedules 1f1b,zbv --top 5
+      schedsim plan --model llama3.1-8b --gpus 16 --gpu h100-sxm \\
+        --out plan.jsonl --resume
+    """
+    from schedsim.plan import PlanSpace
+    from schedsim.plan.space import parse_values
+
+    space = PlanSpace(
+        model=model, gpus=gpus, gpu=gpu, seq=seq, global_batch_size=global_batch_size,
+        tp=parse_values(tp, "--tp"), pp=parse_values(pp, "--pp"),
+        chunks=parse_values(chunks, "--chunks"), ep=parse_values(ep, "--ep"),
+        cp=parse_values(cp, "--cp"),
+        micro_batch_size=parse_values(micro_batch_size, "--micro-batch-size"),
+        schedules=parse_values(schedules, "--schedules", kind=str),
+        recompute=parse_values(recompute, "--recompute", kind=str),
+        zero=parse_values(zero, "--zero", minimum=0), mem_limit_gib=mem_limit,
+        comm_policy=comm_policy, semantics=semantics or "data",
+        params=key_values(param, "--param"))
+    _check_outputs(out, resume, gantt, pareto, html_out)
+    from schedsim.plan.executors import make_executor
+
+    ex = make_executor(executor, jobs, address)
+    from schedsim.plan.driver import run_plan
+
+    try:
+        with ex, _Bar(quiet) as bar:
+            res = run_plan(space, top=top, executor=ex, out=out, resume=resume,
+                           progress=bar.update)
+    except (KeyboardInterrupt, Stopped) as e:
+        raise _stopped(e, out, space) from None
+    _print(res, top, quiet, out)
+    _figures(res, gantt, pareto, html_out, top)
+
+
+def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:
+    """The one line of a sweep stopped by Ctrl-C or a signal: what was kept."""
+    import signal
+
+    signum = getattr(e, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    if out is None:
+        return Stopped(signum, f"stopped by {name}: nothing kept (give --out FILE to keep "
+                               f"each finished candidate, --resume to continue)")
+    from schedsim.plan.rows import read_rows
+
+    try:
+        n = len(read_rows(out, space.identity()))
+    except ScenarioError:
+        n = 0
+    return Stopped(signum, f"stopped by {name}: {n} finished candidates kept in {out}; "
+                           f"run the same command with --resume to continue")
+
+
+def _check_outputs(out: Path | None, resume: bool, *figures: Path | None) -> None:
+    """Refuse bad output paths before any work. Raises :class:`ScenarioError`."""
+    from schedsim.cli.outputs import check_outputs
+    from schedsim.plan.rows import check_out
+
+    if resume and out is None:
+        raise ScenarioError("--resume needs --out (the file of the sweep to continue)")
+    if out is not None:
+        check_out(out)
+    from schedsim.util.files import claim_output
+
+    gantt, pareto, html = figures
+    claim_output(pareto, "--pareto")        # the shared flags are claimed by handle_errors
+    check_outputs(html, figures=(gantt, pareto))
+    if html is not None:
+        from schedsim.report.html import require_bokeh
+
+        require_bokeh()
+
+
+class _Bar:
+    """A progress bar with ETA on stderr when it is a terminal (none otherwise)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.enabled = not quiet and err_console.is_terminal
+        self._p: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> "_Bar":
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._p = Progress(TextColumn("plan: {task.description}"), BarColumn(),
+                               MofNCompleteColumn(), TimeElapsedColumn(),
+                               TextColumn("ETA"), TimeRemainingColumn(),
+                               console=err_console, transient=True)
+            self._p.start()
+            self._task = self._p.add_task("enumerating", total=None)
+        return self
+
+    def update(self, done: int, total: int, phase: str = "simulating") -> None:
+        if self._p is not None:
+            self._p.update(self._task, completed=done, total=total, description=phase)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+
+def layout_text(r: Any) -> str:
+    """``tp4 pp8 dp2`` plus what differs from the plain layout: ``x2`` model chunks per
+    rank, ``ep8``, ``cp2``, ``mbs2``, the ZeRO stage ``z1``."""
+    c = r.candidate
+    per = r.stages // c.pp if c.pp and r.stages else 1
+    parts = [f"tp{c.tp}", f"pp{c.pp}" + (f"x{per}" if per > 1 else ""), f"dp{c.dp}"]
+    parts += [f"ep{c.ep}"] if c.ep > 1 else []
+    parts += [f"cp{c.cp}"] if c.cp > 1 else []
+    parts += [f"mbs{c.micro_batch_size}"] if c.micro_batch_size > 1 else []
+    return " ".join(parts + [f"z{c.zero}"])
+
+
+def _table(t: Table) -> None:
+    """Print a table whole: at the terminal's width, or 160 columns into a file or pipe."""
+    if console.is_terminal:
+        console.print(t)
+    else:
+        from rich.console import Console
+
+        Console(width=160, emoji=False).print(t)
+
+
+def _peaks(gib: list[float]) -> str:
+    if len(gib) <= 4:
+        return " ".join(f"{g:.1f}" for g in gib)
+    return f"{min(gib):.1f}..{max(gib):.1f}"
+
+
+def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
+    """The top table, the rejection counts and the summary lines."""
+    sp = res.space
+    head = (f"plan: {res.resolved.model.name} on {sp.gpus} x {res.resolved.gpu.name}, seq "
+            f"{res.resolved.seq}, global batch {res.resolved.global_batch_size}, memory "
+            f"limit {res.resolved.mem_limit_bytes / 2**30:.1f} GiB, {sp.semantics} semantics")
+    console.print(escape(head), soft_wrap=True)
+    if res.ranking and not quiet:
+        t = Table(title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
+                  f"(by tokens/s/GPU)")
+        for col in ("#", "layout", "schedule", "recompute", "microbatches", "step ms",
+                    "tokens/s/GPU", "bubble", "MFU", "peak GiB per rank"):
+            t.add_column(col, justify="left" if col in ("layout", "schedule", "recompute")
+                         else "right")
+        for i, r in enumerate(res.top(top), 1):
+            t.add_row(str(i), layout_text(r), r.candidate.schedule, r.candidate.recompute,
+                      str(r.microbatches), f"{r.step_ms:.1f}",
+                      f"{r.tokens_per_s_per_gpu:.1f}", f"{r.bubble_ratio:.3f}",
+                      f"{r.mfu:.3f}", _peaks(r.peak_gib))
+        _table(t)
+    if not quiet and res.rejections.counts:
+        t = Table(title="candidates removed, by rule")
+        t.add_column("rule")
+        t.add_column("removed", justify="right")
+        t.add_column("example")
+        for rule, n in res.rejections.counts.items():
+            t.add_row(escape(rule), str(n), escape(res.rejections.examples.get(rule, "")))
+        _table(t)
+    pruned = res.pruned
+    pct = 100.0 * pruned / res.legal if res.legal else 0.0
+    console.print(f"grid {res.grid} candidates: {res.legal} legal, {pruned} pruned before "
+                  f"simulation ({pct:.1f}%), {res.simulated} simulated"
+                  + (f", {res.resumed} resumed from {escape(str(out))}" if res.resumed else ""),
+                  soft_wrap=True)
+    if res.ranking:
+        b = res.ranking[0]
+        console.print(escape(f"best: {b.key}: {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
+                             f"step {b.step_ms:.1f} ms, MFU {b.mfu:.3f}, peak "
+                             f"{b.peak_max_gib:.1f} GiB"), soft_wrap=True)
+    elif res.smallest_peak is not None:
+        gib, key = res.smallest_peak
+        console.print(escape(f"nothing fits in {res.resolved.mem_limit_bytes / 2**30:.1f} "
+                             f"GiB: the smallest peak found is {gib:.1f} GiB ({key}); raise "
+                             f"--mem-limit, add GPUs or allow recompute/ZeRO"), soft_wrap=True)
+
+
+def _figures(res: Any, gantt: Path | None, pareto: Path | None, html: Path | None,
+             top: int) -> None:
+    """Write the Gantt chart of the best, the Pareto plot and the HTML report."""
+    from schedsim.util.text import mpl_escape
+
+    if pareto is not None:
+        from schedsim.plan.pareto import pareto_figure
+        from schedsim.plot import save_figure
+
+        save_figure(pareto_figure(res.rows, mem_limit_gib=res.resolved.mem_limit_bytes
+                                  / 2**30, title=mpl_escape(_title(res))), pareto)
+    if (gantt is None and html is None) or not res.ranking:
+        return
+    from schedsim.plan.model import best_timeline
+
+    tl = best_timeline(res)
+    if gantt is not None:
+        from schedsim.plot import gantt as gantt_figure, save_figure
+
+        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].key}")), gantt)
+    if html is not None:
+        from schedsim.plan.report import plan_html
+        from schedsim.util.files import atomic_write_text
+
+        atomic_write_text(html, plan_html(res, tl, top, title=_title(res)))
+
+
+def _title(res: Any) -> str:
+    r = res.resolved
+    return (f"{r.model.name} on {res.space.gpus} x {r.gpu.name}, seq {r.seq}, global batch "
+            f"{r.global_batch_size}")

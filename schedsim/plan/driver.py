@@ -1,0 +1,250 @@
+"""The planner: enumerate, prune, simulate the survivors in waves, rank.
+
+1. :func:`resolve` fills the space's defaults; :func:`~schedsim.plan.candidates.
+   enumerate_candidates` keeps the legal candidates and counts each rule's rejections.
+2. Per legal candidate, with the workload's costs and bytes and no simulation:
+   - **memory**: a lower bound of its peak per rank (:func:`schedsim.plan.model.
+     bounds_of`: static bytes, receive buffers and one microbatch of its largest
+     stage). A candidate whose bound exceeds the limit cannot fit: removed
+     (``memory``);
+   - **throughput upper bound**: tokens per step over the step time at the makespan's
+     lower bound (:mod:`schedsim.plan.bounds`).
+3. Survivors are sorted by that upper bound (highest first, then by name) and simulated
+   in waves of doubling size (:data:`WAVE`, :data:`WAVE_MAX`). Before each wave,
+   candidates whose upper bound is below the ``top``-th best simulated throughput are
+   removed (``bound``): their true
+   throughput is at most their bound, so none of them can enter the top. Since the bound
+   is strict (``<``) and only waves already finished set the threshold, the set
+   simulated, and so the ranking and every count, is the same on every executor and
+   worker count.
+4. Rows that ran and fit are ranked by :meth:`~schedsim.plan.rows.PlanRow.rank_key`.
+
+Branch and bound: Land and Doig (1960); the lower bounds are closed forms of the
+pipeline's warm-up and cool-down (Narayanan et al., SC'21; Qi et al., ICLR 2024).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from schedsim.errors import ScenarioError
+from schedsim.plan.candidates import (
+    Enumeration,
+    Legal,
+    Resolved,
+    enumerate_candidates,
+)
+from schedsim.plan.rows import GIB, PlanRow, RowStream, rank, read_rows
+from schedsim.plan.space import PlanSpace, Rejections
+
+#: the first wave's size (at least ``top``) and the largest wave: wave ``i`` simulates
+#: ``min(WAVE_MAX, max(top, WAVE) x 2**i)`` candidates, sizes fixed in advance so that
+#: the set simulated does not depend on the executor or its workers
+WAVE = 8
+WAVE_MAX = 256
+
+
+@dataclass
+class Bounded:
+    """A legal candidate with its bounds: ``peak_lb`` per rank (bytes), ``fits_lb``,
+    ``ub`` (tokens/s/GPU at most)."""
+
+    legal: Legal
+    peak_lb: list[float]
+    ub: float
+
+    @property
+    def key(self) -> str:
+        return self.legal.candidate.key
+
+
+@dataclass
+class PlanResult:
+    """What :func:`run_plan` found. ``rows``: every candidate simulated (this run's and
+    resumed ones); ``ranking``: those that fit, best first; ``grid``: candidates before
+    any rule; ``legal``: after the enumeration rules; ``simulated``: simulations run now
+    (``resumed``: rows taken from the ``--out`` file); ``rejections``: per rule, pruning
+    included; ``smallest_peak``: when nothing fits, ``(GiB, candidate key)`` of the
+    smallest peak found."""
+
+    space: PlanSpace
+    resolved: Resolved
+    rows: list[PlanRow] = field(default_factory=list)
+    ranking: list[PlanRow] = field(default_factory=list)
+    grid: int = 0
+    legal: int = 0
+    simulated: int = 0
+    resumed: int = 0
+    rejections: Rejections = field(default_factory=Rejections)
+    smallest_peak: tuple[float, str] | None = None
+
+    @property
+    def pruned(self) -> int:
+        """Legal candidates removed before simulation (memory and bound)."""
+        return sum(self.rejections.counts.get(r, 0) for r in ("memory", "bound"))
+
+    def top(self, k: int) -> list[PlanRow]:
+        return self.ranking[:k]
+
+
+def resolve(space: PlanSpace) -> Resolved:
+    """``space`` with its defaults (:mod:`schedsim.plan.space`, :mod:`schedsim.plan.model`)
+    filled in. Raises :class:`ScenarioError` for an unknown model, GPU, schedule,
+    recompute mode or ZeRO stage."""
+    from schedsim.plan.model import resolve_space
+
+    return resolve_space(space)
+
+
+def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
+             progress: Callable[..., None] | None = None
+             ) -> tuple[list[Bounded], tuple[float, str] | None]:
+    """The legal candidates that may fit, sorted by upper bound (best first, then name);
+    the memory rejections are added to ``rej``. Also the smallest peak bound met among
+    those that cannot fit, ``(bytes, key)``."""
+    from schedsim.plan.model import bounds_of
+
+    keep: list[Bounded] = []
+    smallest: tuple[float, str] | None = None
+    for i, lg in enumerate(enum.legal):
+        if progress is not None and i % 16 == 0:
+            progress(i, len(enum.legal), "bounding")
+        peak, ub = bounds_of(lg, res)
+        b = Bounded(lg, peak, ub)
+        top = max(peak)
+        if top > res.mem_limit_bytes:
+            rej.add("memory", f"{b.key}: at least {top / GIB:.1f} GiB on one rank, over "
+                    f"the {res.mem_limit_bytes / GIB:.1f} GiB limit")
+            if smallest is None or (top, b.key) < smallest:
+                smallest = (top, b.key)
+            continue
+        keep.append(b)
+    keep.sort(key=lambda b: (-b.ub, b.key))
+    return keep, smallest
+
+
+def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
+             out: Path | None = None, resume: bool = False,
+             progress: Callable[..., None] | None = None) -> PlanResult:
+    """Plan ``space`` (module docstring) and return the :class:`PlanResult`.
+
+    ``executor``: an :class:`~schedsim.plan.executors.Executor` (entered by the caller),
+    None to simulate in this process. ``out``: stream each simulated row to this
+    ``.jsonl``/``.csv`` file as it finishes; ``resume``: take the rows already in it
+    instead of simulating them again. ``progress(done, total, phase)`` is called while
+    the legal candidates are bounded (phase ``bounding``) and as they are settled
+    (``simulating``: simulated, resumed or pruned by the bound).
+
+    Raises :class:`ScenarioError` when no candidate is legal (naming the rule that removed
+    most), for a bad space, or a ``--resume`` file of another sweep.
+    """
+    from schedsim.plan.executors import Executor
+
+    if top < 1:
+        raise ScenarioError(f"--top must be >= 1 (got {top})")
+    res = resolve(space)
+    enum = enumerate_candidates(res)
+    result = PlanResult(space, res, grid=enum.grid, legal=len(enum.legal))
+    result.rejections.merge(enum.rejections)
+    if not enum.legal:
+        raise ScenarioError(_nothing_legal(enum))
+    todo, smallest = _bounded(res, enum, result.rejections, progress)
+    done = {r.key: r for r in read_rows(out, space.identity())} if out and resume else {}
+    stream = RowStream(out, space.identity()).open(list(done.values())) if out else None
+    try:
+        _waves(result, todo, done, top, executor or Executor(), stream, progress)
+    finally:
+        if stream is not None:
+            stream.close()
+    _finish(result, smallest)
+    return result
+
+
+def _nothing_legal(enum: Enumeration) -> str:
+    """The one line of a space with no legal candidate: the rule that removed most,
+    with its example, and the others' counts."""
+    rej = enum.rejections
+    rule, example = rej.worst()
+    others = [f"{r} {n}" for r, n in rej.counts.items() if r != rule]
+    return (f"no legal layout: rule '{rule}' removed {rej.counts[rule]} of {enum.grid} "
+            f"candidates ({example})" + (f"; also {', '.join(others)}" if others else ""))
+
+
+def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], top: int,
+           ex: Any, stream: RowStream | None,
+           progress: Callable[..., None] | None) -> None:
+    """Simulate ``todo`` (sorted by upper bound) in waves of doubling size, pruning by the
+    bound before each wave; rows in ``done`` (resumed) are taken, not simulated."""
+    from schedsim.plan.model import evaluate_batch
+
+    sp, limit = result.space, result.resolved.mem_limit_bytes
+    i, settled, wave = 0, 0, max(top, WAVE)
+    while i < len(todo):
+        ranked = rank(result.rows)
+        bar = ranked[top - 1].tokens_per_s_per_gpu if len(ranked) >= top else None
+        if bar is not None and todo[i].ub < bar:
+            # sorted by ub: every later candidate is below the bar too
+            n = len(todo) - i
+            result.rejections.add("bound", f"{todo[i].key}: at most {todo[i].ub:.1f} "
+                                  f"tokens/s/GPU, below the top {top}'s last ({bar:.1f})", n)
+            settled += n
+            break
+        batch = []
+        while i < len(todo) and len(batch) < wave and (bar is None or todo[i].ub >= bar):
+            batch.append(todo[i])
+            i += 1
+        fresh = []
+        for b in batch:
+            if b.key in done:
+                result.rows.append(done[b.key])
+                result.resumed += 1
+                settled += 1
+            else:
+                fresh.append((b.legal.candidate, b.legal.workload, sp.comm_policy,
+                              sp.semantics, dict(sp.params), limit))
+        for _, rows in ex.map_unordered(evaluate_batch, _batches(fresh, ex.workers)):
+            for row in rows:
+                result.rows.append(row)
+                result.simulated += 1
+                settled += 1
+                if stream is not None:
+                    stream.write(row)
+            if progress is not None:
+                progress(settled, len(todo), "simulating")
+        wave = min(WAVE_MAX, 2 * wave)
+    if progress is not None:
+        progress(len(todo), len(todo), "simulating")
+
+
+#: most candidates one executor task simulates
+BATCH_MAX = 16
+
+
+def _batches(tasks: list[tuple], workers: int) -> list[list[tuple]]:
+    """``tasks`` cut into about two batches per worker (at most :data:`BATCH_MAX` each):
+    one executor task per batch pays its dispatch and result transfer once, and the
+    worker's program and cost caches serve the whole batch."""
+    n = max(1, min(BATCH_MAX, -(-len(tasks) // (2 * max(1, workers)))))
+    return [tasks[i:i + n] for i in range(0, len(tasks), n)]
+
+
+def _finish(result: PlanResult, smallest: tuple[float, str] | None) -> None:
+    """Rank the rows; count the simulated misfits and failures; when nothing fits, the
+    smallest peak found (simulated, or the bound of one pruned by memory)."""
+    result.ranking = rank(result.rows)
+    no_fit = [r for r in result.rows if r.status == "ok" and not r.fits]
+    if no_fit:
+        result.rejections.add("memory (simulated)", f"{no_fit[0].key}: "
+                              f"{no_fit[0].peak_max_gib:.1f} GiB", len(no_fit))
+    errors = [r for r in result.rows if r.status != "ok"]
+    if errors:
+        result.rejections.add("simulation failed", f"{errors[0].key}: {errors[0].message}",
+                              len(errors))
+    if not result.ranking:
+        seen = [(r.peak_max_gib * GIB, r.key) for r in result.rows if r.status == "ok"]
+        if smallest is not None:
+            seen.append(smallest)
+        if seen:
+            low = min(seen)
+            result.smallest_peak = (low[0] / GIB, low[1])
