@@ -334,7 +334,8 @@ def _backward(m: StageModel, st: _Stage, frac: float, half: int | None,
     if blocks is not None:
         blocks += b.blocks
         if with_w:
-            blocks += [("attention-w" if name == "attention" else "mlp-w")
+            blocks += [("attention-w" if name in ("attention", "head", "embedding")
+                        else "mlp-w")
                        for name, _c, _l, _d in wdeps]
     return pieces
 

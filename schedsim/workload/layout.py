@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schedsim.errors import ScenarioError
+from schedsim.sim.stage_model import Overlap
 from schedsim.workload.hardware import Dtype, Hardware, gpu_preset
 from schedsim.workload.model import ModelConfig, load_model
 
@@ -94,7 +95,7 @@ class Workload(BaseModel):
     buffer per microbatch per stage, and one gradient buffer per microbatch, for the whole
     step). ``overlap_grad_reduce``: the DP gradient reduce overlaps the backward (only
     the optimizer step stays at the step boundary). ``overlap``: the stage model's
-    overlap of collectives with compute (``none``, ``domino``, ``fb``;
+    overlap of collectives with compute (``none``, ``domino``, ``fb``, ``megatron``;
     docs/stage-model.md). ``vocab_divisor``: the vocabulary is padded to a multiple of
     ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
     padding, as torchtitan).
@@ -132,7 +133,7 @@ class Workload(BaseModel):
     overlap_grad_reduce: bool = False
     flash_attention: bool = True
     dropout: bool = False
-    overlap: Literal["none", "domino", "fb"] = "none"
+    overlap: Overlap = "none"
     vocab_divisor: int = Field(default=128, ge=1)
 
     @field_validator("model", mode="before")
