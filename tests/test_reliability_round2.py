@@ -326,3 +326,52 @@ def test_signals_at_random_moments_leave_all_or_nothing(tmp_path):
             assert len(lines) == 1 and lines[0].startswith("error: stopped by "), what
             assert ("no output written" in lines[0]) == (files == []), what
     assert codes - {0}, "no trial was stopped: the delays missed the run"
+
+
+# -- class 3: trace import trusts numbers ----------------------------------------------
+def test_a_negative_tensor_dimension_is_no_size(tmp_path):
+    """A negative ``Input Dims`` gave negative message bytes (exit 0) and check-trace then
+    crashed building a cost model: such a record's size is unknown, never negative."""
+    from test_trace_import import ev, write
+
+    from schedsim.interop.kineto import import_traces
+
+    dims = {"Input Dims": [[[4, -64]], [], [], []], "Concrete Inputs": ["", "", "1", "0"]}
+    r0 = [ev("PP:0F0", 0, 10), ev("PP:0SEND_F0", 10, 5), ev("c10d::send", 11, 2, **dims),
+          ev("gloo:send", 12, 30, **{"Input type": ["float"]})]
+    tl = import_traces([write(tmp_path / "a.json", 0, r0)])
+    assert all(m.bytes >= 0 for m in tl.messages)
+
+
+#: absurd but finite numbers a corrupt trace holds
+ABSURD = [1e30, -1e308, 1e17 * 1.5, -1.0, 2 ** 64, float("nan"), "12", True, None]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_traces_with_absurd_numbers_are_refused_or_sane(tmp_path, data):
+    """Property: one event's ``ts``, ``dur`` or tensor dimension set to an absurd value:
+    import-trace and check-trace exit 0 with finite times within the makespan and bytes
+    >= 0, or 2 with one line; never a traceback."""
+    from test_trace_import import runtime_traces
+
+    a, b = runtime_traces(tmp_path)
+    path = data.draw(st.sampled_from([a, b]))
+    d = json.loads(path.read_text())
+    i = data.draw(st.integers(0, len(d["traceEvents"]) - 1))
+    key = data.draw(st.sampled_from(["ts", "dur", "dims"]))
+    value = data.draw(st.sampled_from(ABSURD))
+    if key == "dims":
+        d["traceEvents"][i].setdefault("args", {})["Input Dims"] = [[[4, value]]]
+    else:
+        d["traceEvents"][i][key] = value
+    path.write_text(json.dumps(d))
+    out = tmp_path / "tl.json"
+    r = run("import-trace", a, b, "--json", out)
+    one_line_or_ok(r)
+    if r.exit_code == 0:
+        tl = json.loads(out.read_text())
+        assert all(0 <= s["start"] <= s["end"] <= tl["makespan"] < 1e12 for s in tl["spans"])
+        assert all(m["bytes"] >= 0 for m in tl["messages"])
+    one_line_or_ok(run("check-trace", a, b))

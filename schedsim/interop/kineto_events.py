@@ -103,16 +103,26 @@ class RankEvents(NamedTuple):
     ops: list[tuple[float, float, bool]] = []
 
 
+#: the largest |ts| (µs; Kineto's are since the epoch, about 1.8e15 today) and dur (µs: 30
+#: days) a trace event may have; 1e30 or -1e308 is a corrupt file, not a time
+MAX_TS_US = 1e17
+MAX_DUR_US = 30 * 86400 * 1e6
+#: the largest tensor dimension read from a trace's ``Input Dims``
+MAX_DIM = 2 ** 40
+
+
 def event_times(e: dict[str, Any], path: Any) -> tuple[float, float]:
     """``(ts, dur)`` of an event in µs. Raises :class:`ScenarioError` naming ``path``
-    unless both are finite numbers and ``dur >= 0``."""
+    unless both are finite numbers, ``|ts| <=`` :data:`MAX_TS_US` and ``0 <= dur <=``
+    :data:`MAX_DUR_US`."""
     out = []
-    for key, default in (("ts", None), ("dur", 0.0)):
+    for key, default, lo, hi in (("ts", None, -MAX_TS_US, MAX_TS_US),
+                                 ("dur", 0.0, 0.0, MAX_DUR_US)):
         v = e.get(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or (key == "dur" and v < 0):
+                or not lo <= v <= hi:
             raise ScenarioError(f"{path}: event {e['name']!r} has {key} {v!r}: expected a "
-                                f"finite number of µs{' >= 0' if key == 'dur' else ''}")
+                                f"finite number of µs in {lo:g}..{hi:g}")
         out.append(float(v))
     return out[0], out[1]
 
@@ -182,7 +192,9 @@ def _shape_info(args: dict[str, Any]) -> tuple[int | None, int | None]:
     dims = args.get("Input Dims")
     if isinstance(dims, list) and dims and isinstance(dims[0], list):
         first = dims[0][0] if dims[0] and isinstance(dims[0][0], list) else dims[0]
-        if all(isinstance(d, int) for d in first):
+        # a negative or absurd dimension is a corrupt record: its size stays unknown
+        if all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM
+               for d in first):
             elems = math.prod(first)
     return peer, elems
 
