@@ -381,3 +381,27 @@ def test_traces_with_absurd_numbers_are_refused_or_sane(tmp_path, data):
         assert all(0 <= s["start"] <= s["end"] <= tl["makespan"] < 1e12 for s in tl["spans"])
         assert all(m["bytes"] >= 0 for m in tl["messages"])
     one_line_or_ok(run("check-trace", a, b))
+
+
+def test_a_busy_rendezvous_port_is_named_with_the_setting_to_change(monkeypatch):
+    """Under torchrun (env:// rendezvous) a busy MASTER_PORT said only "Address already in
+    use": the error names the port and what sets it."""
+    import socket
+
+    from schedsim.replay.config import ReplayError
+    from schedsim.replay.launch import init_group
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
+                 "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SCHEDSIM_LAUNCHER_PID", raising=False)
+    try:
+        with pytest.raises(ReplayError, match=rf"MASTER_PORT={port} on 127.0.0.1 is "
+                                              rf"already in use.*--master-port"):
+            init_group("gloo", 0, 1, 5.0)
+    finally:
+        held.close()

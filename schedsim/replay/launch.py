@@ -183,7 +183,15 @@ def init_group(backend: str, rank: int, world: int, timeout_s: float,
         kw["store"] = dist.TCPStore(
             os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
             timeout, master_listen_fd=int(fd) if rank == 0 else None)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kw)
+    except (RuntimeError, OSError) as e:
+        if "address already in use" not in str(e).lower():
+            raise
+        addr, port = os.environ.get("MASTER_ADDR", "?"), os.environ.get("MASTER_PORT", "?")
+        raise ReplayError(f"rank {rank}: the rendezvous port MASTER_PORT={port} on {addr} is "
+                          f"already in use (another job holds it): set MASTER_PORT, or "
+                          f"torchrun's --master-port, to a free port") from None
 
 
 def sweep_stale_runs(tmp: str | None = None) -> int:
