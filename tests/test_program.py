@@ -91,7 +91,7 @@ def test_compute_only_text_is_lowered() -> None:
      "loop", 2, r"1st send on link 0->1 is 0SEND_F0 \(rank 0, instr 1\) but the 1st recv "
      r"is 1RECV_F1 \(rank 1, instr 0\)"),
     ("0F0 0SEND_F0 0F1 0SEND_F1\n1RECV_F0 COMMIT 1F0", "loop", 2,
-     r"rank 0, instr 3 \(0SEND_F1\): unmatched send: rank 1 never posts the matching recv"),
+     r"0SEND_F1 \(rank 0, instr 3\): unmatched send: rank 1 never posts the matching recv"),
     ("0F0 0SEND_F0\n1RECV_F0 1F0", "loop", 2, "never waits for 1RECV_F0"),
     ("0F0\n1F0", "loop", 2, "never posts 1RECV_F0"),
     ("0F0 0SEND_F0 1RECV_F0\n1RECV_F0 COMMIT 1F0", "loop", 2, "belongs to rank 1"),

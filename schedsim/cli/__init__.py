@@ -60,7 +60,7 @@ def main() -> None:
     import os
     import sys
 
-    from schedsim.util.signals import stop_at_exit, stop_requested
+    from schedsim.util.signals import stop_at_exit
 
     stop_at_exit()      # outside a command's work a stop signal is one line, 128 + N
     usage, abort = _usage_error_types()
@@ -69,24 +69,25 @@ def main() -> None:
     except usage as e:
         if type(e).__name__ == "NoArgsIsHelpError":     # `schedsim` alone: the help
             e.show()
-            sys.exit(e.exit_code)
-        sub = e.ctx.command_path if e.ctx is not None else "schedsim"
-        from schedsim.util.text import terminal_safe
+            code = e.exit_code
+        else:
+            from schedsim.util.text import terminal_safe
 
-        msg = terminal_safe(" ".join(e.format_message().split()))
-        print(f"error: {msg} (see '{sub} --help')", file=sys.stderr)
-        sys.exit(2)
+            sub = e.ctx.command_path if e.ctx is not None else "schedsim"
+            msg = terminal_safe(" ".join(e.format_message().split()))
+            print(f"error: {msg} (see '{sub} --help')", file=sys.stderr)
+            code = 2
     except abort:               # Ctrl-C at a prompt
         print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        code = 130
     code = code if isinstance(code, int) else 0
-    if stop_requested() is not None:
-        # stopped (the line is printed, temp files removed): skip the interpreter's
-        # shutdown, which a signal taken inside a C extension's callback can crash
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-    sys.exit(code)
+    # the command is done (outputs whole, temp files removed): end here rather than in the
+    # interpreter's shutdown, which resets the signal handlers to the defaults (a SIGTERM
+    # there killed the process silently) and which a signal taken inside a C
+    # extension's callback can crash
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
