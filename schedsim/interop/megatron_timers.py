@@ -80,9 +80,8 @@ def _ops(path: Path, data: Any, vpp: int) -> list[tuple[str, int, int, float, fl
 
 def import_timer_dumps(paths: list[str | Path], name: str = "imported") -> Any:
     """One measured Timeline from Megatron timer dumps (module docstring)."""
-    from schedsim.program.ir import Placement, Program
+    from schedsim.program.ir import Placement
     from schedsim.program.tokens import parse_instr
-    from schedsim.timeline import build_timeline
     from schedsim.util.inputs import decode_text, read_input_bytes
 
     files = _files([Path(p) for p in paths])
@@ -130,10 +129,6 @@ def import_timer_dumps(paths: list[str | Path], name: str = "imported") -> Any:
              "times taken as ms (the unit PP-Schedule-Visualization's plot.py prints)"]
     if skipped:
         notes.append(f"{skipped} dumps of TPxCPxDP ranks other than 0 not read (as plot.py)")
-    prog = Program(name=name, placement=pl, microbatches=mbs, ranks=rows)
-    return build_timeline(pl, name=name, microbatches=mbs, span_rank=cols[0],
-                          span_op=cols[1], span_start=cols[2], span_end=cols[3],
-                          span_index=cols[4], order="rank-start", semantics="trace",
-                          unit="ms", source="measured", trace_source="megatron-timers",
-                          import_notes=notes, program=prog.model_dump(mode="json"),
-                          p2p={"messages": 0, "paired": 0, "one_sided": 0, "calls": 0})
+    from schedsim.interop.ops_timeline import ops_only_timeline
+
+    return ops_only_timeline(pl, name, mbs, rows, cols, "megatron-timers", notes)

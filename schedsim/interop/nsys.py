@@ -127,9 +127,8 @@ def _ops_of(path: Path, ranges: list[tuple], kernels: list[tuple]
 def import_nsys(paths: list[Path], *, name: str = "imported",
                 placement: str | None = None) -> Any:
     """One measured Timeline from nsys SQLite exports (module docstring)."""
-    from schedsim.program.ir import Placement, Program
+    from schedsim.program.ir import Placement
     from schedsim.program.tokens import parse_instr
-    from schedsim.timeline import build_timeline
 
     per_rank: list[list[tuple]] = []
     left: dict[str, int] = {}
@@ -171,10 +170,6 @@ def import_nsys(paths: list[Path], *, name: str = "imported",
     mbs = 1 + max(mb for ops in per_rank for _, mb, *_ in ops)
     notes = [f"ranks: one per (file, GPU) in the order given ({P}); ops span their kernels "
              f"(first start to last end)"] + [f"not read: {n} {k}" for k, n in left.items()]
-    prog = Program(name=name, placement=pl, microbatches=mbs, ranks=rows)
-    return build_timeline(pl, name=name, microbatches=mbs, span_rank=cols[0],
-                          span_op=cols[1], span_start=cols[2], span_end=cols[3],
-                          span_index=cols[4], order="rank-start", semantics="trace",
-                          unit="ms", source="measured", trace_source="nsys",
-                          import_notes=notes, program=prog.model_dump(mode="json"),
-                          p2p={"messages": 0, "paired": 0, "one_sided": 0, "calls": 0})
+    from schedsim.interop.ops_timeline import ops_only_timeline
+
+    return ops_only_timeline(pl, name, mbs, rows, cols, "nsys", notes)
