@@ -109,18 +109,16 @@ def _claim_paths(kwargs: dict[str, Any]) -> None:
             claim_output(kwargs[name], flag)
 
 
-def _stopped() -> bool:
+def _exit_if_stopped() -> None:
     """If a stop signal arrived (:func:`schedsim.util.signals.stop_requested`), exit as
     :class:`~schedsim.errors.Stopped` does (one line, 128 + N): the exception at hand is
     the signal's, wrapped by the library it was raised in (pydantic's serialiser, a
-    matplotlib callback). Else False."""
+    matplotlib callback). Else nothing."""
     from schedsim.util.signals import stop_message, stop_requested
 
     signum = stop_requested()
-    if signum is None:
-        return False
-    fail(stop_message(signum), 128 + signum)
-    return True     # not reached: fail exits
+    if signum is not None:
+        fail(stop_message(signum), 128 + signum)
 
 
 def handle_errors(fn: Callable | None = None, *, limits: bool = True,
@@ -170,14 +168,14 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
         except OSError as e:
             fail(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "), 2)
         except (RecursionError, OverflowError, MemoryError, UnicodeError) as e:
-            _stopped()          # a stop signal inside a loader, wrapped by it
+            _exit_if_stopped()  # a stop signal inside a loader, wrapped by it
             inputs = [str(v) for n in INPUT_PARAMS for v in
                       (kwargs.get(n) if isinstance(kwargs.get(n), list) else [kwargs.get(n)])
                       if v is not None]
             fail(f"cannot use the input{'s' if len(inputs) > 1 else ''} "
                  f"{', '.join(inputs) or 'given'}: {decoding_reason(e)}", 2)
         except Exception:
-            _stopped()          # a stop signal inside a library callback, wrapped by it
+            _exit_if_stopped()  # a stop signal inside a library callback, wrapped by it
             raise
 
     sig = inspect.signature(fn)
