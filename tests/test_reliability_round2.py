@@ -334,6 +334,42 @@ def test_signals_at_random_moments_leave_all_or_nothing(tmp_path):
     assert codes - {0}, "no trial was stopped: the delays missed the run"
 
 
+def test_a_stop_swallowed_by_a_garbage_collector_callback_still_stops_before_commit(
+        tmp_path, capfd):
+    """A stop signal whose handler runs inside a weakref callback (matplotlib's transform
+    tree frees its children so) raises where Python only prints "Exception ignored" and
+    goes on: CI once saw such a run finish with rc 0 and a traceback on stderr. The stop
+    stays pending, silently, and stops the run before its outputs are renamed: none is
+    written, and the command's Stopped names the signal."""
+    import gc
+    import os
+    import signal
+    import weakref
+
+    from schedsim.errors import Stopped
+    from schedsim.util.files import output_group
+    from schedsim.util.signals import stop_signals
+
+    class Node:
+        pass
+
+    out = tmp_path / "a.json"
+    with pytest.raises(Stopped) as stopped:
+        with stop_signals(), output_group() as group:
+            group.path(out).write_text("{}")
+            node = Node()
+            # the signal arrives while the callback runs: its Stopped is unraisable there
+            ref = weakref.ref(node, lambda _: os.kill(os.getpid(), signal.SIGTERM))
+            del node
+            gc.collect()
+            assert ref() is None
+    assert stopped.value.signum == signal.SIGTERM
+    assert "no output written" in str(stopped.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+
+
 # -- class 3: trace import trusts numbers ----------------------------------------------
 def test_a_negative_tensor_dimension_is_no_size(tmp_path):
     """A negative ``Input Dims`` gave negative message bytes (exit 0) and check-trace then

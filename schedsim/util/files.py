@@ -223,7 +223,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     from schedsim.errors import ScenarioError
 
-    from schedsim.util.signals import deferred_signals, note_written
+    from schedsim.util.signals import deferred_signals, note_written, raise_if_stopped
 
     path = check_output_path(path)
     tmp = ""
@@ -231,6 +231,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with deferred_signals():        # made and known, or not made
             tmp = _temp_beside(path)
         yield Path(tmp)
+        raise_if_stopped()              # a stop swallowed by a library callback
         with deferred_signals():        # renamed whole, and recorded, or not at all
             try:
                 _commit(tmp, path)
@@ -274,8 +275,9 @@ class OutputGroup:
     def commit(self) -> None:
         """Rename every written temporary file into place, as one critical section (a
         stop signal waits until all are renamed: :mod:`schedsim.util.signals`)."""
-        from schedsim.util.signals import deferred_signals, note_written
+        from schedsim.util.signals import deferred_signals, note_written, raise_if_stopped
 
+        raise_if_stopped()      # a stop swallowed by a library callback: no rename
         with deferred_signals():
             for tmp, final in self._files:
                 if tmp.exists():

@@ -15,6 +15,12 @@ rules, one per moment of a run:
   the section ends, so a group of outputs is renamed whole or not at all and no clean-up
   is cut short. A wrapped exception (pydantic's serialiser wraps what a callback raised)
   is recognised through :func:`stop_requested`.
+- **Inside a callback whose exceptions Python swallows** (a weakref or ``__del__``
+  callback run by the garbage collector, e.g. matplotlib's transform tree) the raised
+  :class:`Stopped` would be printed as "Exception ignored" and lost: the
+  ``sys.unraisablehook`` installed by :func:`stop_signals` keeps it quiet and pending,
+  and :func:`raise_if_stopped` raises it before the next commit of outputs (and at the
+  end of the command at the latest).
 - **Outside a command** (start-up, after the outputs were written, interpreter exit:
   :func:`stop_at_exit`, installed by the CLI's entry point) one line is printed and the
   process exits with 128 + N at once (``os._exit``: no "Exception ignored" from a
@@ -78,6 +84,28 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stopped(signum, stop_message(signum))
 
 
+def raise_if_stopped() -> None:
+    """Raise the pending :class:`Stopped` of a stop signal that was swallowed (outside a
+    critical section), else nothing: :mod:`schedsim.util.files` calls it before renaming
+    outputs into place, so a stop lost in a garbage-collector callback still stops the run
+    before it commits."""
+    if not _State.critical and _State.pending is not None:
+        signum, _State.pending = _State.pending, None
+        raise Stopped(signum, stop_message(signum))
+
+
+def _quiet_stop_hook(previous: Any) -> Any:
+    """A ``sys.unraisablehook`` that keeps a swallowed :class:`Stopped` pending (silently)
+    and passes every other unraisable exception to ``previous``."""
+    def hook(unraisable: Any) -> None:
+        exc = getattr(unraisable, "exc_value", None)
+        if isinstance(exc, Stopped):
+            _State.pending = _State.pending or exc.signum
+            return
+        previous(unraisable)
+    return hook
+
+
 @contextmanager
 def deferred_signals() -> Iterator[None]:
     """A critical section: a stop signal arriving inside waits until the block ends and is
@@ -104,17 +132,21 @@ def stop_signals() -> Iterator[None]:
     _State.pending = _State.seen = None      # a new run (in-process callers run many)
     _State.written = []
     previous = {}
+    hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_stop_hook(hook)
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             previous[s] = signal.signal(s, _stop)
     try:
         yield
+        raise_if_stopped()      # a stop swallowed after the last commit
     except KeyboardInterrupt:   # a KeyboardInterrupt raised by other code: exit 130
         raise Stopped(signal.SIGINT, stop_message(signal.SIGINT)) from None
     finally:
         with deferred_signals():
             for s, h in previous.items():
                 signal.signal(s, h)
+            sys.unraisablehook = hook
 
 
 def _exit_now(signum: int, frame: Any) -> None:
