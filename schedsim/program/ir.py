@@ -332,6 +332,13 @@ class _PerRank(BaseModel):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()        # the view is rebuilt on demand, not pickled
+        priv = state.get("__pydantic_private__")
+        if priv and priv.get("_rows") is not None:
+            state["__pydantic_private__"] = {**priv, "_rows": None}
+        return state
+
     def __repr_args__(self) -> Any:
         yield from super().__repr_args__()
         yield "ranks", self.ranks
