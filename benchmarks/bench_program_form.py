@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 #: (generator, ranks, microbatches, comm policy, generator parameters)
-CASES = [("dualpipev", 16, 64, None, {}), ("dualpipe", 16, 64, None, {}),
+CASES = [("dualpipev", 16, 64, None, {}), ("dualpipev", 16, 512, None, {}),
+         ("dualpipe", 16, 64, None, {}),
          ("1f1b", 16, 64, "torch", {}), ("interleaved-1f1b", 16, 64, "torch", {"chunks": 2}),
          ("1f1b", 16, 64, "megatron", {})]
 

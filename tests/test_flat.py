@@ -94,8 +94,8 @@ def test_rows_are_a_read_only_view() -> None:
                  lambda: rows[1].__setitem__(0, Commit()), lambda: rows[0].reverse()):
         with pytest.raises(TypeError, match="read-only view"):
             edit()
-    with pytest.raises(ValueError, match="read-only"):
-        prog.flat().code[0] = 1                   # the arrays are the value
+    with pytest.raises(AttributeError):
+        prog.flat().code = prog.flat().code[::-1]  # the arrays are the value
     with pytest.raises(Exception):
         prog.name = "other"                       # a frozen model
     assert prog.ranks == build_program("1f1b", 4, 8).ranks

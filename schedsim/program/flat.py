@@ -110,16 +110,13 @@ class RankRows:
     """Rows of ranks laid end to end in columns: rank r's are ``rptr[r]:rptr[r + 1]``
     (``rptr``: int64, ranks + 1 entries).
 
-    A value: the fields cannot be reassigned and every array is made read-only when the
-    value is built (a program's arrays are the program; see :mod:`schedsim.program.ir`).
+    A value: the fields cannot be reassigned, and no reader writes into the arrays (a
+    program's arrays are the program; see :mod:`schedsim.program.ir`). They are not
+    flagged read-only: the numba kernels would then be compiled a second time, for
+    read-only array types.
     """
 
     rptr: np.ndarray
-
-    def __post_init__(self) -> None:
-        for v in self.__dict__.values():
-            if isinstance(v, np.ndarray):
-                v.flags.writeable = False
 
     @property
     def ranks(self) -> int:

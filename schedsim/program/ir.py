@@ -235,9 +235,9 @@ class _PerRank(BaseModel):
     The flat arrays (:mod:`schedsim.program.flat`) are the value: a schedule or program is
     built from them (:meth:`from_flat`) or from object rows or text tokens (``ranks=``,
     converted once, here). ``ranks`` is a read-only view of the arrays, built on first
-    read; reading it changes nothing. A value is immutable (fields frozen, arrays
-    read-only), and what was checked about it is recorded when it is built
-    (:attr:`validated`), never reset.
+    read; reading it changes nothing. A value is immutable (its fields and its arrays'
+    fields frozen; no reader writes into the arrays), and what was checked about it is
+    recorded when it is built (:attr:`validated`), never reset.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -279,7 +279,8 @@ class _PerRank(BaseModel):
     def from_flat(cls, flat: Any, *, name: str, placement: Placement, microbatches: int,
                   params: dict[str, Any] | None = None, validated: bool = False) -> Any:
         """A schedule or program whose arrays are ``flat`` (``FlatSchedule`` for a
-        :class:`Schedule`, ``FlatProgram`` for a :class:`Program`; they become read-only).
+        :class:`Schedule`, ``FlatProgram`` for a :class:`Program`; not to be written
+        after).
 
         ``validated``: the arrays come from a registered generator or lowering policy
         whose tests prove every rule of :mod:`schedsim.program.validate`, so
@@ -310,7 +311,8 @@ class _PerRank(BaseModel):
         return self._checks >= ALL_RULES
 
     def flat(self) -> Any:
-        """The arrays: the value itself (:mod:`schedsim.program.flat`), read-only."""
+        """The arrays: the value itself (:mod:`schedsim.program.flat`; read them, never
+        write into them)."""
         return self._flat
 
     @property
