@@ -30,16 +30,24 @@ from schedsim.program.ops import TAGS, Batch, Comm, Commit, Compute, Instr, Op, 
 Member = tuple[int, int, int]
 
 
+_POST, _BATCH, _WAIT, _COMMIT = (int(c) for c in (Opcode.POST, Opcode.BATCH, Opcode.WAIT,
+                                                 Opcode.COMMIT))
+
+
 class FlatBuilder:
     """Appends instructions (objects or integer fields) rank by rank into a
-    :class:`FlatProgram`: call :meth:`end_rank` after each rank, then :meth:`build`."""
+    :class:`FlatProgram`: call :meth:`end_rank` after each rank, then :meth:`build`.
+
+    Per instruction it keeps only its opcode and member count (``mptr``); a compute's
+    kind, stage and mb are kept with its position (-1 for the others at :meth:`build`)."""
 
     def __init__(self) -> None:
         self.code: list[int] = []
+        self.mptr: list[int] = [0]
+        self.at: list[int] = []                   # positions of the computes
         self.kind: list[int] = []
         self.stage: list[int] = []
         self.mb: list[int] = []
-        self.mptr: list[int] = [0]
         self.ck: list[int] = []
         self.cs: list[int] = []
         self.cm: list[int] = []
@@ -51,35 +59,31 @@ class FlatBuilder:
     def end_rank(self) -> None:
         self.rptr.append(len(self.code))
 
-    def rank_length(self) -> int:
-        """Instructions appended to the current rank so far."""
-        return len(self.code) - self.rptr[-1]
-
     # -- integer fields ----------------------------------------------------------------
     def compute_op(self, kind: int, stage: int, mb: int,
                    backward: tuple[int, int, int] | None = None) -> None:
         """A COMPUTE of :class:`OpKind` ``kind``; an ``FB`` names its backward part
         ``(OpKind, stage, mb)`` in ``backward`` (its forward is ``stage``, ``mb``)."""
+        n = len(self.code)
         if backward is not None:
-            self.fb.append((len(self.code), *backward))
-        self.code.append(0)
+            self.fb.append((n, *backward))
+        self.at.append(n)
         self.kind.append(kind)
         self.stage.append(stage)
         self.mb.append(mb)
+        self.code.append(0)
         self.mptr.append(len(self.ck))
 
     def instr(self, code: Opcode | int, members: Iterable[Member] = ()) -> None:
         """A POST (one member), BATCH or WAIT (members) or COMMIT (none), members as
         integers (no peer, tag or bytes)."""
+        ck, cs, cm = self.ck, self.cs, self.cm
         for k, s, m in members:
-            self.ck.append(k)
-            self.cs.append(s)
-            self.cm.append(m)
+            ck.append(k)
+            cs.append(s)
+            cm.append(m)
         self.code.append(int(code))
-        self.kind.append(-1)
-        self.stage.append(-1)
-        self.mb.append(-1)
-        self.mptr.append(len(self.ck))
+        self.mptr.append(len(ck))
 
     # -- objects -----------------------------------------------------------------------
     def compute(self, op: Op) -> None:
@@ -88,17 +92,20 @@ class FlatBuilder:
                         None if b is None else (_OPKIND[b.kind], b.stage, b.mb))
 
     def comm_instr(self, code: Opcode | int, comms: Iterable[Comm]) -> None:
-        """A POST (one member), BATCH or WAIT (members) or COMMIT (none)."""
-        ck = _COMMKIND
+        """A POST (one member), BATCH or WAIT (members) or COMMIT (none); a member's peer
+        stage is kept, its tag and bytes unless the instruction is a WAIT."""
+        kinds, ck, cs, cm = _COMMKIND, self.ck, self.cs, self.cm
+        code = int(code)
         for c in comms:
             if c.peer is not None:
-                self.peers[len(self.ck)] = c.peer
-            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
-                self.idents[len(self.ck)] = (c.tag, c.nbytes)
-            self.ck.append(ck[c.kind])
-            self.cs.append(c.stage)
-            self.cm.append(c.mb)
-        self.instr(code)
+                self.peers[len(ck)] = c.peer
+            if (c.tag is not None or c.nbytes is not None) and code != _WAIT:
+                self.idents[len(ck)] = (c.tag, c.nbytes)
+            ck.append(kinds[c.kind])
+            cs.append(c.stage)
+            cm.append(c.mb)
+        self.code.append(code)
+        self.mptr.append(len(ck))
 
     def add(self, ins: Instr) -> None:
         """Append instruction object ``ins``. Raises TypeError for anything else."""
@@ -106,13 +113,13 @@ class FlatBuilder:
         if t is Compute:
             self.compute(ins.op)
         elif t is Post:
-            self.comm_instr(Opcode.POST, (ins.comm,))
+            self.comm_instr(_POST, (ins.comm,))
         elif t is Batch:
-            self.comm_instr(Opcode.BATCH, ins.comms)
+            self.comm_instr(_BATCH, ins.comms)
         elif t is Wait:
-            self.comm_instr(Opcode.WAIT, ins.comms)
+            self.comm_instr(_WAIT, ins.comms)
         elif t is Commit:
-            self.comm_instr(Opcode.COMMIT, ())
+            self.comm_instr(_COMMIT, ())
         else:
             raise TypeError(f"not an instruction: {ins!r}")
 
@@ -127,9 +134,15 @@ class FlatBuilder:
             extra["ctag"], extra["cbytes"] = np.full(n, -1, I32), np.full(n, -1.0)
             extra["ctag"][at] = [-1 if t is None else TAGS.index(t) for t, _ in ids]
             extra["cbytes"][at] = [-1.0 if b is None else b for _, b in ids]
-        return FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
-                           _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
-                           _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb), **extra)
+        pos = np.asarray(self.at, dtype=np.int64)
+        cols = []
+        for vals in (self.kind, self.stage, self.mb):
+            col = np.full(len(self.code), -1, I32)
+            col[pos] = vals
+            cols.append(col)
+        return FlatProgram(_ptr(self.rptr), _arr(self.code), *cols, _ptr(self.mptr),
+                           _arr(self.ck), _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb),
+                           **extra)
 
 
 def flat_program(rows: Iterable[Iterable[Instr]]) -> FlatProgram:
