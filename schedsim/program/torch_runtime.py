@@ -106,7 +106,7 @@ def torch_runtime_kind(schedule: Schedule) -> str:
     if pl.kind != "loop" or pl.stages != p:
         return "runtime"
     rows = schedule.ranks
-    if m >= p and all(rows[r] == _run_1f1b(schedule, r, FlatBuilder()) for r in range(p)):
+    if m >= p and all(rows[r] == _run_1f1b(schedule, r, None) for r in range(p)):
         return "1F1B"
     if all(rows[r] == [Op("F", r, i) for i in range(m)] + [Op("BW", r, i) for i in range(m)]
            for r in range(p)):
@@ -116,9 +116,9 @@ def torch_runtime_kind(schedule: Schedule) -> str:
 
 class _Run:
     """Writes one rank's instructions into a :class:`FlatBuilder` with torch's batch/wait
-    helpers; ``ops``: its compute ops, in order."""
+    helpers (``out`` None: only its compute order); ``ops``: its compute ops, in order."""
 
-    def __init__(self, schedule: Schedule, rank: int, out: FlatBuilder) -> None:
+    def __init__(self, schedule: Schedule, rank: int, out: FlatBuilder | None) -> None:
         self.pl, self.r, self.out = schedule.placement, rank, out
         self.s = rank                      # one stage per rank
         self.bw = has_backward(schedule)
@@ -134,6 +134,8 @@ class _Run:
         """torch's ``_batch_p2p``: an all-send or all-recv list is launched op by op
         (``dist.isend``/``dist.irecv``, to avoid head-of-line blocking), a mixed list as
         one ``batch_isend_irecv``."""
+        if self.out is None:
+            return comms
         if len({c.is_send for c in comms}) > 1:
             self.out.comm_instr(Opcode.BATCH, comms)
         else:
@@ -142,18 +144,19 @@ class _Run:
         return comms
 
     def wait(self, comms: list[Comm]) -> None:
-        if comms:
+        if comms and self.out is not None:
             self.out.comm_instr(Opcode.WAIT, comms)
 
     def compute(self, kind: str, mb: int) -> None:
         op = Op(kind, self.s, mb)
         self.ops.append(op)
-        self.out.compute(op)
+        if self.out is not None:
+            self.out.compute(op)
 
 
-def _run_1f1b(schedule: Schedule, rank: int, out: FlatBuilder) -> list[Op]:
+def _run_1f1b(schedule: Schedule, rank: int, out: FlatBuilder | None) -> list[Op]:
     """``Schedule1F1B._step_microbatches`` for one rank (see module docstring), written
-    into ``out``; returns the rank's compute ops."""
+    into ``out`` (None: not written); returns the rank's compute ops."""
     x, m = _Run(schedule, rank, out), schedule.microbatches
     warmup = min(m, schedule.placement.stages - rank)
     f = b = 0
