@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.generators.dualpipe_trace import ChunkTrace
+from schedsim.generators.dualpipe_trace import ChunkTrace, traced_program
 from schedsim.program.flat_build import FlatBuilder
 from schedsim.program.ir import Placement, Program
 
@@ -136,10 +136,4 @@ def dualpipe(ranks: int, microbatches: int, overlap: bool = True) -> Program:
                             f"{2 * ranks} (got {microbatches}): half go in each direction "
                             f"and each direction needs >= ranks to fill its pipeline")
     pl = Placement(kind="dual", ranks=ranks, stages=ranks, microbatches=microbatches)
-    out = FlatBuilder()
-    for r in range(ranks):
-        _DualPipeTrace(ranks, microbatches, r, overlap, out).step()
-    return Program.from_flat(out.build(), name="dualpipe", placement=pl,
-                             microbatches=microbatches, validated=True,
-                             params={"ranks": ranks, "microbatches": microbatches,
-                                     "overlap": overlap})
+    return traced_program(_DualPipeTrace, "dualpipe", pl, microbatches, overlap)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from schedsim.program.flat import CommKind, Opcode, OpKind
 from schedsim.program.flat_build import FlatBuilder, Member
+from schedsim.program.ir import Placement, Program
 
 #: a compute op as integers: (OpKind, stage, mb)
 _Op = tuple[int, int, int]
@@ -164,3 +165,18 @@ class ChunkTrace:
         assert not self.weight_grads, "WeightGradStore not empty"
         self._commit_and_wait_comm()
         self.out.end_rank()
+
+
+def traced_program(trace: type[ChunkTrace], name: str, placement: Placement,
+                   microbatches: int, overlap: bool) -> Program:
+    """The program of ``trace``'s ``step()`` run on every rank in turn, in the flat form;
+    validated (the generators' tests prove it against deepseek-ai/DualPipe's own
+    order, tests/test_dualpipe.py)."""
+    ranks = placement.ranks
+    out = FlatBuilder()
+    for r in range(ranks):
+        trace(ranks, microbatches, r, overlap, out).step()
+    return Program.from_flat(out.build(), name=name, placement=placement,
+                             microbatches=microbatches, validated=True,
+                             params={"ranks": ranks, "microbatches": microbatches,
+                                     "overlap": overlap})

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.generators.dualpipe_trace import ChunkTrace
-from schedsim.program.flat_build import FlatBuilder
+from schedsim.generators.dualpipe_trace import ChunkTrace, traced_program
 from schedsim.program.ir import Placement, Program
 
 
@@ -112,10 +111,4 @@ def dualpipev(ranks: int, microbatches: int, overlap: bool = True) -> Program:
         raise ScheduleError(f"dualpipev needs microbatches >= 2 x ranks = {2 * ranks} (got "
                             f"{microbatches}) to fill the V")
     pl = Placement(kind="v", ranks=ranks, stages=2 * ranks)
-    out = FlatBuilder()
-    for r in range(ranks):
-        _DualPipeVTrace(ranks, microbatches, r, overlap, out).step()
-    return Program.from_flat(out.build(), name="dualpipev", placement=pl,
-                             microbatches=microbatches, validated=True,
-                             params={"ranks": ranks, "microbatches": microbatches,
-                                     "overlap": overlap})
+    return traced_program(_DualPipeVTrace, "dualpipev", pl, microbatches, overlap)

@@ -30,7 +30,6 @@ from schedsim.errors import ScheduleError
 from schedsim.program.ops import (
     COMM_KINDS,
     COMPUTE_KINDS,
-    LAUNCHES,
     Batch,
     Comm,
     Commit,
