@@ -69,7 +69,8 @@ def test_round_trip_between_objects_and_arrays() -> None:
 @pytest.mark.parametrize("name,policy", [("1f1b", None), ("dualpipe", None),
                                          ("dualpipev", None), ("1f1b", "torch"),
                                          ("interleaved-1f1b", "torch"), ("1f1b", "megatron"),
-                                         ("gpipe", "commit")])
+                                         ("gpipe", "commit"), ("zbv", "commit"),
+                                         ("zb-h1", None)])
 def test_generators_emit_arrays_and_reading_the_rows_changes_nothing(name, policy) -> None:
     """Every generator and policy emits a validated value; reading its rows (the view)
     leaves the arrays, the text and the validation as they were."""

@@ -98,6 +98,9 @@ def get(name: str) -> GeneratorSpec:
 
 def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedule | Program:
     """Run generator ``name``. Unset parameters (None) take the generator's defaults.
+    The result is a validated value: a generator that builds it from arrays proves it by
+    its tests; one built from object rows is checked here, once (over the arrays), and
+    never again.
 
     Raises :class:`ScheduleError` for an unknown schedule, an unknown parameter or a
     combination the schedule does not support (the message names the rule).
@@ -113,7 +116,12 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     if ranks < 1 or microbatches < 1:
         raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
                             f"{microbatches})")
-    return spec.fn(ranks, microbatches, **_coerce(spec, params))
+    out = spec.fn(ranks, microbatches, **_coerce(spec, params))
+    if out.validated:
+        return out
+    from schedsim.program.validate import validate_all
+
+    return validate_all(out)
 
 
 def _coerce(spec: GeneratorSpec, params: dict[str, Any]) -> dict[str, Any]:

@@ -55,19 +55,20 @@ def validate_program(program: Any) -> Any:
     return program._checked(PROGRAM_RULES)
 
 
-def validate_all(program: Any) -> Any:
-    """Check every rule on a :class:`~schedsim.program.ir.Program`'s compute order, as on a
-    complete schedule (:func:`validate_schedule`: every op of every stage and microbatch
-    present), over the arrays first; return it as a validated value. Raises
+def validate_all(value: Any) -> Any:
+    """Check every rule on a :class:`~schedsim.program.ir.Schedule` or on a
+    :class:`~schedsim.program.ir.Program`'s compute order, as on a complete schedule
+    (:func:`validate_schedule`: every op of every stage and microbatch present), over the
+    arrays first; return it as a validated value (as it is when it was one). Raises
     :class:`ScheduleError` naming the first offending op."""
     from schedsim.program.validate_flat import is_valid
 
-    if program.validated:
-        return program
-    if not is_valid(program.flat().schedule(), program.placement, program.microbatches,
-                    complete=True):
-        validate_schedule(program.schedule())
-    return program._checked(ALL_RULES)
+    if value.validated:
+        return value
+    fs = value.flat() if isinstance(value, Schedule) else value.flat().schedule()
+    if not is_valid(fs, value.placement, value.microbatches, complete=True):
+        validate_schedule(value if isinstance(value, Schedule) else value.schedule())
+    return value._checked(ALL_RULES)
 
 
 def validate_schedule(schedule: Schedule,
