@@ -31,8 +31,9 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
 
     Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program (its compute
     order is checked by :func:`~schedsim.program.validate.validate_program` unless the
-    value is validated: built by a registered generator or policy, or checked before), :class:`~schedsim.errors.ScenarioError` for a free
-    op or message the program does not have, and
+    value is a checked one: built by a registered generator or policy, or returned by a
+    validator), :class:`~schedsim.errors.ScenarioError` for a free op or message the
+    program does not have, and
     :class:`~schedsim.errors.DeadlockError` (carrying the partial timeline with its
     ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
     False, in which case the partial timeline is returned.
