@@ -48,6 +48,14 @@ and its gradients unsharded (accumulated across microbatches, reduce-scattered o
 for the step; with it on, two layers' parameters are gathered at a time (the current
 one and the prefetched next).
 
+**Backward transients** (torchtitan's rules; Megatron's stay the paper's tensors): a
+backward also holds what it makes on its way, freed at its end: a layer's largest GEMM
+gradients in flight and, under FSDP2, the layer's weight gradients in the parameter dtype
+(:func:`layer_backward_bytes`); the last stage's loss backward, the fp32 tensors of
+torchtitan's eager cross-entropy over the vocabulary shard (:func:`loss_backward_bytes`).
+They are a stage's ``working`` bytes, so they enter a rank's peak only where the schedule
+puts them on top of everything else live (:mod:`schedsim.workload.run`).
+
 Units: bytes (floats). Plain Python.
 """
 from __future__ import annotations
@@ -135,8 +143,11 @@ def layer_activations(m: ModelConfig, layer: int, seq: int, mbs: int, tp: int = 
     all-gathers them again in the backward); > 0, the bytes per element at which each
     dense layer's GEMMs keep their inputs as torch's DTensor TP and torchao's Float8Linear
     do (torchtitan): the QKV and fc1 GEMMs keep their all-gathered input (``h``
-    elements a token, not ``/tp``: ``ColwiseParallel`` / ``PrepareFloat8ModuleInput``
-    gather it before the GEMM, ``torch/distributed/tensor/parallel/style.py``), fc2 its
+    elements a token, not ``/tp``: torchtitan's plan, ``parallelize_llama.py::apply_tp``
+    @9dec370, redistributes the attention's and the MLP's input from ``Shard(1)`` to
+    ``Replicate()`` with ``PrepareModuleInput``, with Float8 ``PrepareFloat8ModuleInput``,
+    which casts before the all-gather so that the GEMMs sharing the input share one fp8
+    gathered copy: ``torchao/float8/float8_tensor_parallel.py``), fc2 its
     input at ``gemm_inputs`` bytes, and with fp8 (``gemm_inputs`` != ``e``) the output
     projection an fp8 copy beside SDPA's bf16 output (``Float8Linear`` saves its fp8
     input: ``torchao/float8/float8_linear.py``
@@ -223,7 +234,9 @@ def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: 
 
     A GEMM's backward holds its output gradient while it makes its input gradient
     (autograd's ``mm`` backward); with fp8 GEMMs the output gradient's e5m2 cast too
-    (``Float8Linear``'s backward casts ``grad_output``). Per token, at ``e`` bytes: QKV
+    (``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` wrap the outputs in
+    ``NoopFwToFloat8BwDynamic``, a cast of the gradient in the backward). Per token, at
+    ``e`` bytes: QKV
     ``(a d_qk + g d_qk + g d_v) / tp`` out and ``h`` in (the column-parallel input gradient
     is the full sequence's partial sum before its reduce-scatter), the output projection
     ``h`` out (the sequence-parallel output's gradient, all-gathered) and ``a d_v / tp``
