@@ -127,6 +127,8 @@ def _tensors(m: ModelConfig, layer: int, seq: int, flash: bool, dropout: bool, e
         # saved by no op); the row-parallel ones their local input, at g bytes
         full = {"qkv input (gathered)": h * gi, "fc1 input (gathered)": h * gi}
         del rep["qkv input"], rep["fc1 input"]
+        if not m.mla:          # repeat_kv: SDPA keeps K and V at every query head
+            sh["k"], sh["v"] = a * d_qk * e, a * d_v * e
         sh["fc2 input"] = f * gi
         if gi != e:            # SDPA keeps its bf16 output, Float8Linear its fp8 cast
             sh["proj fp8 input"] = a * d_v * gi
@@ -148,7 +150,9 @@ def layer_activations(m: ModelConfig, layer: int, seq: int, mbs: int, tp: int = 
     ``Replicate()`` with ``PrepareModuleInput``, with Float8 ``PrepareFloat8ModuleInput``,
     which casts before the all-gather so that the GEMMs sharing the input share one fp8
     gathered copy: ``torchao/float8/float8_tensor_parallel.py``), fc2 its
-    input at ``gemm_inputs`` bytes, and with fp8 (``gemm_inputs`` != ``e``) the output
+    input at ``gemm_inputs`` bytes, SDPA K and V at every query head (torchtitan's
+    ``Attention.forward`` @9dec370 expands them with ``repeat_kv`` before
+    ``scaled_dot_product_attention``), and with fp8 (``gemm_inputs`` != ``e``) the output
     projection an fp8 copy beside SDPA's bf16 output (``Float8Linear`` saves its fp8
     input: ``torchao/float8/float8_linear.py``
     ``manual_float8_matmul_with_args_in_float8.forward``, torchao 024fe94). Raises
@@ -225,7 +229,7 @@ def loss_backward_bytes(m: ModelConfig, seq: int, mbs: int, tp: int, divisor: in
 def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: float,
                          fp8: bool, weight_grads: float) -> float:
     """Bytes live during the backward of decoder layer ``layer`` on one TP rank beyond its
-    saved (or recomputed) activations, for ``tokens`` tokens: the largest GEMM's gradients
+    saved (or recomputed) activations, for ``tokens`` tokens: the largest op's gradients
     in flight, plus ``weight_grads`` (the layer's weight gradients before they are
     accumulated: FSDP2 computes them in the parameter dtype and upcasts, accumulates or
     reduce-scatters them in the layer group's ``post_backward``, after the layer's
@@ -240,8 +244,9 @@ def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: 
     ``(a d_qk + g d_qk + g d_v) / tp`` out and ``h`` in (the column-parallel input gradient
     is the full sequence's partial sum before its reduce-scatter), the output projection
     ``h`` out (the sequence-parallel output's gradient, all-gathered) and ``a d_v / tp``
-    in, fc1 ``up x f / tp`` out and ``h`` in, fc2 ``h`` out and ``f / tp`` in; MoE layers
-    with ``topk x`` the expert size as ``f``."""
+    in, fc1 ``up x f / tp`` out and ``h`` in, fc2 ``h`` out and ``f / tp`` in; and the
+    core attention's backward, its output gradient and the Q, K, V gradients at every
+    query head (``repeat_kv``); MoE layers with ``topk x`` the expert size as ``f``."""
     h, a, g = m.hidden_size, m.num_attention_heads, m.kv_heads
     d_qk = d_v = m.kv_channels
     if m.mla:
@@ -249,10 +254,11 @@ def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: 
         d_v, g = m.v_head_dim or m.kv_channels, a
     f = m.topk * m.moe_ffn if m.is_moe_layer(layer) else m.intermediate_size
     up = 2 if m.gated else 1
-    out_cast = 1.0 + (1.0 / e if fp8 else 0.0)
-    groups = (((a * d_qk + g * d_qk + g * d_v) / tp, h), (h, a * d_v / tp),
-              (up * f / tp, h), (h, f / tp))
-    worst = max(o * out_cast + i for o, i in groups)
+    cast = 1.0 + (1.0 / e if fp8 else 0.0)       # a GEMM's output gradient and its cast
+    ops = (((a * d_qk + g * d_qk + g * d_v) / tp * cast, h), (h * cast, a * d_v / tp),
+           (up * f / tp * cast, h), (h * cast, f / tp),
+           (a * d_v / tp, (2 * a * d_qk + a * d_v) / tp))    # SDPA: dO in, dQ dK dV out
+    worst = max(o + i for o, i in ops)
     return tokens * worst * e + weight_grads
 
 
