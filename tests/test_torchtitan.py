@@ -272,3 +272,26 @@ def test_the_timeline_json_carries_the_held_bytes(tmp_path):
     again = workload_memory(Timeline.read_json(path))
     assert [m.peak for m in again] == pytest.approx(res.peak_memory_bytes, rel=1e-9)
     assert [m.held for m in again] == pytest.approx([m.held for m in res.memory], rel=1e-9)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_torch_saved_set_is_the_papers_without_tp_gqa_or_fp8(recompute: str):
+    """torch's way of keeping the GEMM inputs differs from Korthikanti's only through TP
+    (the gathered inputs), GQA (repeat_kv) and fp8 (the casts): for an MHA model on one
+    GPU in bf16 the two tensor sets are the same; with TP + SP the column-parallel inputs
+    grow by ``2 x (h - h/t) x 2`` bytes a token, with GQA K and V by ``2 (a - g) d x 2 / t``."""
+    from schedsim.workload.memory import layer_activations
+    from schedsim.workload.model import ModelConfig, load_model
+
+    mha = ModelConfig(hidden_size=4096, num_hidden_layers=2, num_attention_heads=32,
+                      intermediate_size=11008, vocab_size=32000, hidden_act="silu")
+    paper = layer_activations(mha, 0, 4096, 2, recompute=recompute)
+    torch_ = layer_activations(mha, 0, 4096, 2, recompute=recompute, gemm_inputs=2.0)
+    assert torch_.stored == pytest.approx(paper.stored, rel=1e-12)
+    assert torch_.working == pytest.approx(paper.working, rel=1e-12)
+    m = load_model("llama3.1-70b")
+    h, a, g, d, t, T = 8192, 64, 8, 128, 8, 8192.0
+    paper = layer_activations(m, 0, 8192, 1, t, True, "none")
+    torch_ = layer_activations(m, 0, 8192, 1, t, True, "none", gemm_inputs=2.0)
+    grow = T * (2 * (h - h / t) * 2 + 2 * (a - g) * d * 2 / t)
+    assert torch_.stored - paper.stored == pytest.approx(grow, rel=1e-12)
