@@ -44,11 +44,8 @@ from schedsim.sim.compiled import (
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernel_records import PassInput, PassScratch, PassTables
-from schedsim.sim.opcodes import Err, Step
+from schedsim.sim.opcodes import STREAM_MODES, Err, Step
 from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
-
-_STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
-
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
                     comm: CommModel, flat: FlatProgram | None = None,
@@ -181,7 +178,7 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
     cap_h = 3 * nlaunch + (nmem - nlaunch) + 1
     kernel, xs = executor(compile_comm_kernel, n)
     inp = PassInput(
-        ranks=P, stream_mode=_STREAM_MODE[comm.comm_stream], rptr=xs.ints(fl.rptr),
+        ranks=P, stream_mode=int(STREAM_MODES[comm.comm_stream]), rptr=xs.ints(fl.rptr),
         icode=xs.ints(fl.code), mptr=xs.ints(fl.mptr), mkey=xs.ints(mkey),
         mside=xs.ints(pr.side), mowner=xs.ints(np.where(pr.side == 0, pr.msrc, pr.mdst)),
         mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).astype(I64)),

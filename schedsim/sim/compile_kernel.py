@@ -3,7 +3,7 @@ subset of Python that both CPython and numba run (see :mod:`schedsim.sim.kernels
 from __future__ import annotations
 
 from schedsim.program.flat import Opcode
-from schedsim.sim.opcodes import Err, Step, WaitKind
+from schedsim.sim.opcodes import Err, Step, StreamMode, WaitKind
 
 _COMPUTE = int(Step.COMPUTE)
 _LAUNCH = int(Step.LAUNCH)
@@ -21,6 +21,9 @@ _P_POST = int(Opcode.POST)
 _P_BATCH = int(Opcode.BATCH)
 _P_COMPUTE = int(Opcode.COMPUTE)
 _P_COMMIT = int(Opcode.COMMIT)
+_S_NONE = int(StreamMode.NONE)
+_S_PER_RANK = int(StreamMode.PER_RANK)
+
 
 def compile_comm_kernel(inp, tables, code, units, scratch):
     """One pass over every rank's instructions (ranks in order, each in program order):
@@ -144,7 +147,7 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                     ch[nh] = h
                     nh += 1
                 cuptr[n] = nu
-                if stream_mode != 0:
+                if stream_mode != _S_NONE:
                     nu = _units(inp, r, first, npost, mptr[i], nu, posted, units,
                                 scratch.ugroup)
                 n += 1
@@ -239,7 +242,7 @@ def _units(inp, r, first, last, m0, nu, posted, units, ugroup):
     start = unit_hptr[nu]
     ng = 0
     for q in range(first, last):
-        sid = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+        sid = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
         g = -1
         for x in range(ng):
             if ugroup[x] == sid:
@@ -253,7 +256,7 @@ def _units(inp, r, first, last, m0, nu, posted, units, ugroup):
         unit_stream[nu] = sid
         unit_hptr[nu] = pos
         for q in range(first, last):
-            s2 = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+            s2 = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
             if s2 == sid:
                 h = posted[q]
                 unit_h[pos] = h

@@ -127,9 +127,9 @@ class Host(NamedTuple):
 
 class Part(NamedTuple):
     """What a compile pass makes (:func:`schedsim.sim.compile._compile_comm`,
-    :func:`~schedsim.sim.compile_data.compile_data`), before the message costs and the host's rules are
-    added: the :class:`Compiled` records it fills (``messages.mbytes`` still empty) and
-    the identity findings."""
+    :func:`~schedsim.sim.compile_data.compile_data`), before the message costs and the
+    host's rules are added: the :class:`Compiled` records it fills (``messages.mbytes``
+    still empty) and the identity findings."""
 
     code: Code
     span_gi: np.ndarray

@@ -96,7 +96,7 @@ class RunScratch(NamedTuple):
 
 class PassInput(NamedTuple):
     """The compile pass's input (:func:`~schedsim.sim.compile_kernel.
-    compile_comm_kernel`): ``ranks``; ``stream_mode`` (0 none, 1 per-peer, 2 per-rank);
+    compile_comm_kernel`): ``ranks``; ``stream_mode`` (a :class:`~schedsim.sim.opcodes.StreamMode`);
     per instruction (rank r's at ``rptr[r]:rptr[r+1]``) ``icode`` (its
     :class:`~schedsim.program.flat.Opcode`), members ``mptr[i]:mptr[i+1]``, atoms
     ``aptr[i]:aptr[i+1]``, ``icost``, ``ispan``; per member ``mkey`` (key id, -1: no such

@@ -8,7 +8,8 @@ the caller, lists of tuples for the event heap, no dicts, sets, closures or exce
 (every real time is >= 0).
 
 Compiled code (see :mod:`schedsim.sim.compile`) is one array per field over all ranks'
-steps, rank r's steps at ``crptr[r]:crptr[r+1]``; step ``pc`` is a :class:`Step`:
+steps, rank r's steps at ``crptr[r]:crptr[r+1]``; step ``pc`` is a
+:class:`~schedsim.sim.opcodes.Step`:
 
 - ``COMPUTE``: occupies the rank for ``ccost[pc]``, records span ``cspan[pc]``; under
   ``data`` semantics its handles ``ch[chptr[pc]:chptr[pc+1]]`` are the messages it sends

@@ -1,5 +1,6 @@
 """The one home of the compiled code's numbering: step opcodes (:class:`Step`), what a
-recorded wait was (:class:`WaitKind`) and the compile pass's error codes (:class:`Err`).
+recorded wait was (:class:`WaitKind`), the compile pass's error codes (:class:`Err`) and
+comm-stream modes (:class:`StreamMode`).
 
 Every reader compares against these names (``code.cop == Step.COMPUTE``), never against
 their numbers; the kernels (:mod:`schedsim.sim.kernels`,
@@ -41,3 +42,17 @@ class Err(IntEnum):
     SEND_EARLY = 4      # a send before its data was made on this rank
     NEED = 5            # a compute op uses a cross-rank input not received and waited
     WAIT_UNPOSTED = 6   # a WAIT names an op this rank has not posted before
+
+
+class StreamMode(IntEnum):
+    """How launches are split into comm-stream units (``CommModel.comm_stream``): none,
+    one stream per (rank, peer), one stream per rank."""
+
+    NONE = 0
+    PER_PEER = 1
+    PER_RANK = 2
+
+
+#: ``CommModel.comm_stream`` -> :class:`StreamMode`
+STREAM_MODES = {"none": StreamMode.NONE, "per-peer": StreamMode.PER_PEER,
+                "per-rank": StreamMode.PER_RANK}
