@@ -102,8 +102,9 @@ def run(cp: Compiled) -> RunState:
     links = cp.links
     if cp.host.atomic:    # an atomic group's message moves when its groups are armed
         links = links._replace(meager=np.where(matom > 0, 0, links.meager))
-    kernel(code=xs.record(code), links=xs.record(links), units=xs.record(units),
-           host=xs.record(cp.host), groups=groups, out=out, scratch=scratch)
+    kernel(code=xs.record(code, unread=("cipc", "cwk")), links=xs.record(links),
+           units=xs.record(units), host=xs.record(cp.host), groups=groups, out=out,
+           scratch=scratch)
     f, i = np.float64, np.int64
     nrec = int(out.counts[0])
     return RunState(
