@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 from schedsim.errors import DeadlockError, ProgramError, ScenarioError
 from schedsim.program.ir import Program
-from schedsim.sim.compile import Compiled, compile_program
+from schedsim.sim.compile import compile_program
+from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.deadlock import diagnose, unmatched_consequence
 from schedsim.sim.engine import RunState, build_timeline, run
@@ -62,7 +63,7 @@ def simulate_run(program: Program, costs: CostModel | None = None,
                              allow_unmatched=True)
         free_ops, free_messages = list(free_ops), list(free_messages)
         if free_ops or free_messages:
-            make_free(cp, free_ops, free_messages)
+            cp = make_free(cp, free_ops, free_messages)
         st = run(cp)
         if cp.unmatched is not None:
             raise ProgramError(f"{cp.unmatched}; {unmatched_consequence(cp, st)}")
