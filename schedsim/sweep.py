@@ -307,9 +307,9 @@ def _run(work: list[_Job], jobs: int, size: int) -> list[CompareRow | str]:
 
 def spread(values: list[float]) -> str:
     """``6`` when all equal, else ``min..max``."""
-    from schedsim.analysis._index import fmt_t
+    from schedsim.util.units import fmt_time
 
     if not values:
         return "-"
     lo, hi = min(values), max(values)
-    return fmt_t(lo) if abs(hi - lo) < 1e-9 else f"{fmt_t(lo)}..{fmt_t(hi)}"
+    return fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}"

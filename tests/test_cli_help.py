@@ -101,8 +101,8 @@ def test_list_shows_policies_and_semantics():
     key, and every comm semantics the engine accepts."""
     import typing
 
-    from schedsim.cli.simulate import SEMANTICS_SUMMARY
     from schedsim.program.lower import POLICIES
+    from schedsim.program.vocab import SEMANTICS_SUMMARY
     from schedsim.sim.costs import Semantics
 
     r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
+from schedsim.analysis._index import EPS, key_label, span_token
 from schedsim.analysis.graph import DepGraph
 from schedsim.timeline import Message
+from schedsim.util.units import fmt_time
 
 
 @dataclass
@@ -42,10 +43,10 @@ _STEP_FIELDS = tuple(f.name for f in fields(Step))
 
 def message_detail(m: Message) -> str:
     """One line with every time of message ``m``."""
-    return (f"{key_label(m.key)}: send posted {fmt_t(m.send_posted)}, "
-            f"recv posted {fmt_t(m.recv_posted)}, moved {fmt_t(m.start)}-"
-            f"{fmt_t(m.arrival)}, send done {fmt_t(m.send_done)}, recv done "
-            f"{fmt_t(m.recv_done)}")
+    return (f"{key_label(m.key)}: send posted {fmt_time(m.send_posted)}, "
+            f"recv posted {fmt_time(m.recv_posted)}, moved {fmt_time(m.start)}-"
+            f"{fmt_time(m.arrival)}, send done {fmt_time(m.send_done)}, recv done "
+            f"{fmt_time(m.recv_done)}")
 
 
 def condense(G: DepGraph, nodes: list[int]) -> list[Step]:
@@ -114,7 +115,7 @@ class Segment:
             o = self.ops[0]
             return f"{o.what}@r{self.rank}"
         return (f"r{self.rank}: {len(self.ops)} ops {self.ops[0].what}..{self.ops[-1].what} "
-                f"[{fmt_t(self.start)},{fmt_t(self.end)}]")
+                f"[{fmt_time(self.start)},{fmt_time(self.end)}]")
 
 
 def segments(path: list[Step]) -> list[Segment]:
@@ -145,8 +146,8 @@ def path_headline(path: list[Step], makespan: float, zero_slack: int | None = No
     ranks = len({s.rank for s in op_steps})
     slack = ("" if zero_slack is None else
              f"; {zero_slack} of {ops} ops have zero slack")
-    head = (f"makespan {fmt_t(makespan)} = {fmt_t(busy)} compute + "
-            f"{fmt_t(makespan - busy)} waiting along {len(op_steps)} ops on the path "
+    head = (f"makespan {fmt_time(makespan)} = {fmt_time(busy)} compute + "
+            f"{fmt_time(makespan - busy)} waiting along {len(op_steps)} ops on the path "
             f"over {ranks} ranks{slack}")
     segs = segments(path)
     parts = [g.text() for g in segs]

@@ -11,13 +11,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
 from schedsim.cli.common import console, fail, handle_errors
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, parse_scenario
 from schedsim.sim.pieces import exposed_by_kind, fb_op
 from schedsim.timeline import Timeline
+from schedsim.util.units import fmt_time
 
 
 def model_summary(sc: Scenario) -> str:
@@ -60,14 +60,14 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
         st = default_stage if label in ("all", "default") else int(label)
         used = "-" if st is None else _used(sc, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
-            1.0, oc.cost) else f"typed: {fmt_t(used)}")
-        t.add_row(label, kind, fmt_t(oc.cost), fmt_t(oc.compute), fmt_t(oc.collective),
-                  fmt_t(oc.exposed), fmt_t(oc.hidden), how)
+            1.0, oc.cost) else f"typed: {fmt_time(used)}")
+        t.add_row(label, kind, fmt_time(oc.cost), fmt_time(oc.compute), fmt_time(oc.collective),
+                  fmt_time(oc.exposed), fmt_time(oc.hidden), how)
     console.print(t)
     if tl is not None and tl.deadlock is None:
         rows = exposed_by_kind(tl, sco)
         if rows:
-            parts = [f"{k} {fmt_t(v['exposed'])} of {fmt_t(v['collective'])} ({v['ops']:g} "
+            parts = [f"{k} {fmt_time(v['exposed'])} of {fmt_time(v['collective'])} ({v['ops']:g} "
                      f"ops)" for k, v in sorted(rows.items())]
             console.print("exposed collective time over the run, per kind: "
                           + "; ".join(parts), highlight=False, soft_wrap=True)
@@ -110,7 +110,7 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
         for r in res.rows:
             fb = _used(sc, "FB", 0)
             f, bw = _used(sc, "F", 0), _used(sc, "BW", 0)
-            t.add_row(r.schedule, mode, fmt_t(f), fmt_t(bw), fmt_t(fb), fmt_t(r.makespan),
+            t.add_row(r.schedule, mode, fmt_time(f), fmt_time(bw), fmt_time(fb), fmt_time(r.makespan),
                       f"{r.bubble_ratio:.3f}")
             records.append({"schedule": r.schedule, "overlap": mode, "F": f, "BW": bw,
                             "FB": fb, "makespan": r.makespan,
@@ -124,9 +124,9 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
         gain = b - rec["makespan"]
         rec["gain_over_" + modes[0]] = gain
         pct = f" ({100 * gain / b:.1f}%)" if b > 0 else ""
-        console.print(f"{rec['schedule']}: makespan {fmt_t(b)} ({modes[0]}) -> "
-                      f"{fmt_t(rec['makespan'])} ({rec['overlap']}): gain "
-                      f"{fmt_t(gain)}{pct}", highlight=False)
+        console.print(f"{rec['schedule']}: makespan {fmt_time(b)} ({modes[0]}) -> "
+                      f"{fmt_time(rec['makespan'])} ({rec['overlap']}): gain "
+                      f"{fmt_time(gain)}{pct}", highlight=False)
     for _mode, _sc, res in runs[:1]:
         for n, why in res.skipped.items():
             console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)

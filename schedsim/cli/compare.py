@@ -8,7 +8,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schedsim.analysis._index import fmt_t
 from schedsim.analysis.memory import MemoryModel
 from schedsim.cli import app
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
@@ -43,6 +42,7 @@ from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
 from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time, with_unit
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -70,20 +70,6 @@ ModelOverlapOpt = Annotated[Optional[str], typer.Option(
     "--model-overlap", help="With a --scenario that has a \\[model]: compare once per "
     "overlap mode (e.g. none,fb; costs derived by the stage model) and print each "
     "schedule's makespan gain over the first mode.")]
-
-
-def _memory_model(spec: object, model: str | None, fb_order: str | None) -> MemoryModel:
-    mm = MemoryModel.from_spec(spec or None)
-    upd = {}
-    if model is not None:
-        mm = MemoryModel.from_spec({**(spec if isinstance(spec, dict) else {}),
-                                    "model": model})
-    if fb_order is not None:
-        if fb_order not in ("alloc-then-free", "free-then-alloc"):
-            raise ScenarioError(f"bad --fb-order {fb_order!r}: expected alloc-then-free or "
-                                f"free-then-alloc")
-        upd["fb_order"] = fb_order
-    return mm.model_copy(update=upd)
 
 
 CompareArg = Annotated[Optional[Path], typer.Argument(
@@ -159,7 +145,7 @@ def compare(
                           launch_cost=launch_cost, lazy_init=lazy_init, init_cost=init_cost,
                           message_bytes=message_bytes, latency=latency, bandwidth=bandwidth)
     ranks, microbatches = _size(base, ranks, microbatches)
-    mm = _memory_model(base.memory or None, memory_model, fb_order)
+    mm = MemoryModel.with_flags(base.memory or None, memory_model, fb_order)
     names = [schedules] if schedules else None
     if base.workload is not None or model_overlap is not None:
         return _compare_other(base, names, model_overlap, ranks, microbatches, mm, json_out)
@@ -236,7 +222,7 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     if not tls:
         raise ScenarioError(f"--gantt {path}: no schedule ran (all were skipped), nothing "
                             f"to draw")
-    titles = [f"{r.schedule}: makespan {fmt_t(r.makespan)}, bubble {r.bubble_ratio:.3f}"
+    titles = [f"{r.schedule}: makespan {fmt_time(r.makespan)}, bubble {r.bubble_ratio:.3f}"
               for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
@@ -259,10 +245,10 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
     ``quiet`` one line per schedule) and write its --json records."""
     if quiet:
         write_json(json_out, lambda: compare_records(res, ranks, costs))
-        unit = res.unit + ("s" if res.unit == "slot" else "")
         for r in res.rows:
-            console.print(f"{escape(r.schedule)}: makespan {fmt_t(r.makespan)} "
-                          f"{escape(unit)}, bubble ratio {r.bubble_ratio:.3f}",
+            console.print(f"{escape(r.schedule)}: makespan "
+                          f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "
+                          f"{r.bubble_ratio:.3f}",
                           highlight=False, soft_wrap=True)
         return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
@@ -309,11 +295,11 @@ def _table(res, ranks: int) -> Table:
                      else "right", overflow="fold")
     for r in res.rows:
         f = r.formula
-        tidle = "-" if f is None else (f"{f['idle']} = {fmt_t(f['idle_value'])}"
+        tidle = "-" if f is None else (f"{f['idle']} = {fmt_time(f['idle_value'])}"
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
-        tact = "-" if f is None else (f"{f['activation']} = {fmt_t(f['activation_value'])}"
+        tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), fmt_t(r.cost_scale), fmt_t(r.makespan),
+        t.add_row(r.schedule, str(r.stages), fmt_time(r.cost_scale), fmt_time(r.makespan),
                   spread(r.idle), f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
                   spread(r.peak_activation), spread(r.param_memory), tidle, tact)
     return t
@@ -329,7 +315,7 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) ->
         per.setdefault(stages / ranks, []).append(name)
     if len(per) < 2:
         return None
-    parts = "; ".join(f"{fmt_t(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
+    parts = "; ".join(f"{fmt_time(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
     fix = ("for the same model give the schedules with more stages per rank fewer [model] "
            "layers per stage (a scenario each)" if model else "--per-rank-costs costs one "
            "rank's share of the model instead")
@@ -343,17 +329,17 @@ def _cost_text(c: CostModel) -> str:
 
         kinds = [(k, c.cost(Op(k, 0, 0))) for k in ("F", "B", "W", "BW")]
         kinds.append(("FB", c.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))))
-        return ",".join(f"{k}={fmt_t(v)}" for k, v in kinds) + " (stage model)"
-    parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
+        return ",".join(f"{k}={fmt_time(v)}" for k, v in kinds) + " (stage model)"
+    parts = [f"F={fmt_time(c.F)}", f"B={fmt_time(c.B)}", f"W={fmt_time(c.W)}"]
     if c.BW is not None:
-        parts.append(f"BW={fmt_t(c.BW)}")
+        parts.append(f"BW={fmt_time(c.BW)}")
     if c.FB is not None:
-        parts.append(f"FB={fmt_t(c.FB)}")
+        parts.append(f"FB={fmt_time(c.FB)}")
     return ",".join(parts)
 
 
 def _mem_text(m: MemoryModel) -> str:
-    return (f"F {fmt_t(m.F)} B {fmt_t(m.B)} W {fmt_t(m.W)} BW {fmt_t(m.BW)}, FB "
+    return (f"F {fmt_time(m.F)} B {fmt_time(m.B)} W {fmt_time(m.W)} BW {fmt_time(m.BW)}, FB "
             f"{m.fb_order}")
 
 
@@ -413,12 +399,12 @@ def diff(
                 "moved"):
         t.add_column(col, justify="right")
     for o in rows:
-        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_t(o.start_a),
-                  fmt_t(o.start_b), fmt_t(o.delta), "moved" if o.moved else "")
+        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_time(o.start_a),
+                  fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
-    console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
-                  f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
+    console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
+                  f"[bold]{fmt_time(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
 
 
 def moved_line(d: Any) -> str:
@@ -471,7 +457,7 @@ def memory(
 
     if memory_model is None and fb_order is None and print_memory_gib(tl, json_out):
         return          # a workload's timeline: bytes per rank in GiB
-    mm = _memory_model(sc.memory or None, memory_model, fb_order)
+    mm = MemoryModel.with_flags(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
@@ -481,7 +467,7 @@ def memory(
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):
-        t.add_row(str(r), fmt_t(peaks[r]), fmt_t(params[r]))
+        t.add_row(str(r), fmt_time(peaks[r]), fmt_time(params[r]))
     console.print(t)
     console.print("units: activations in microbatches' worth (1 = the activations one "
                   "microbatch leaves on one rank's 1/ranks share of the model); parameters "

@@ -55,6 +55,7 @@ from schedsim.scenario import Scenario
 from schedsim.timeline import Timeline
 from schedsim.util.files import check_output_path, output_group
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time, unit_text
 
 CostsFileOpt = Annotated[Optional[Path], typer.Option(
     "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, e.g. "
@@ -69,18 +70,10 @@ QuietOpt = Annotated[bool, typer.Option(
     "table, no progress.")]
 
 
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)):
-        return str(int(round(x)))
-    return f"{x:.4f}".rstrip("0") if abs(x) < 1e4 else f"{x:.1f}"
-
-
 def result_line(tl: Timeline) -> str:
     """The one-line result: makespan (in the unit) and bubble ratio."""
-    unit = tl.unit + ("s" if tl.unit == "slot" and tl.makespan != 1 else "")
-    return (f"makespan {_fmt(tl.makespan)} {rich_escape(unit)}   bubble ratio "
+    unit = unit_text(tl.unit, tl.makespan)
+    return (f"makespan {fmt_time(tl.makespan)} {rich_escape(unit)}   bubble ratio "
             f"{tl.bubble_ratio():.3f} "
             f"(idle / (ranks x makespan))")
 
@@ -95,15 +88,15 @@ def print_summary(tl: Timeline) -> None:
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
-        t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
-                  _fmt(r.first_start), _fmt(r.last_end))
+        t.add_row(str(r.rank), fmt_time(r.busy), fmt_time(r.idle), f"{r.bubble_ratio:.3f}",
+                  fmt_time(r.first_start), fmt_time(r.last_end))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
     console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
                   f"(span - busy) / span, span "
-                  f"{_fmt(max(stage_spans(tl), default=0.0))})", highlight=False)
+                  f"{fmt_time(max(stage_spans(tl), default=0.0))})", highlight=False)
 
 
 @app.command()
@@ -245,18 +238,6 @@ def _flag(param: str) -> str:
     return f"--param {param}=..."
 
 
-#: what each --semantics value means (the names: schedsim.sim.costs.Semantics; the
-#: engine's rules: CommModel's docstring and docs/comm-semantics.md)
-SEMANTICS_SUMMARY = {
-    "data": "comm instructions are ignored: an op waits only for its producers' outputs "
-            "(producer end + link cost); what papers draw (default)",
-    "eager": "a send completes once its bytes have left; data waits at the receiver",
-    "rendezvous": "a transfer starts once both sides have posted; both complete at "
-                  "arrival (--eager-threshold: small messages eager); how NCCL and gloo "
-                  "sends behave",
-}
-
-
 @app.command("list")
 @handle_errors(limits=False, tables=True)
 def list_schedules() -> None:
@@ -305,6 +286,8 @@ def _param_values(annotation: object) -> str:
 
 def _semantics_table() -> Table:
     """The comm semantics (--semantics NAME) and what each means."""
+    from schedsim.program.vocab import SEMANTICS_SUMMARY
+
     t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
               show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)

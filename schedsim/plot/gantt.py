@@ -53,6 +53,7 @@ from schedsim.plot.style import (
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
+from schedsim.util.units import with_unit
 
 __all__ = ["GanttInfo", "draw_gantt", "gantt", "receiver_waited", "legend_handles",
            "legend_columns", "row_major", "get_stalls", "boxes_integral"]
@@ -344,7 +345,7 @@ def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
         raise ScenarioError(f"time window {t0:g}:{t1:g}: give 0 <= start < end")
     if t0 >= tl.makespan and tl.makespan > 0:
         raise ScenarioError(f"time window {t0:g}:{t1:g} starts after the run's end "
-                            f"({tl.makespan:g} {tl.unit})")
+                            f"({with_unit(tl.makespan, tl.unit)})")
     shown = None
     if ranks is not None:
         shown = [int(r) for r in ranks]

@@ -39,12 +39,12 @@ from schedsim.plot.style import (
     KIND_NAMES,
     chunk_handles,
     default_title,
-    fmt_time,
     per_kind_chunks,
     time_axis,
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
+from schedsim.util.units import fmt_time, unit_text
 
 __all__ = ["overlay", "compare", "error_summary", "op_start_errors", "OpError",
            "write_overlay", "default_threshold", "MOVED"]
@@ -65,7 +65,7 @@ def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
     ``names`` label the two timelines (``tol``: a smaller start difference is no move).
     """
     na, nb = names
-    u = f" {a.unit}{'s' if a.unit == 'slot' else ''}"
+    u = f" {unit_text(a.unit)}"
     dm = a.makespan - b.makespan
     text = (f"makespan {na} {fmt_time(a.makespan)} vs {nb} {fmt_time(b.makespan)}{u}: "
             f"error {dm:+.4g}{u}")
@@ -94,7 +94,7 @@ def default_threshold(a: Timeline, b: Timeline) -> float:
 def _threshold_label(thr: float, b: Timeline, nb: str) -> str:
     if thr <= 0:
         return "start moved (by any amount)"
-    unit = f" {b.unit}{'s' if b.unit == 'slot' and thr != 1 else ''}"
+    unit = f" {unit_text(b.unit, thr)}"
     pct = f" = {100 * thr / b.makespan:.3g}% of {nb} makespan" if b.makespan > 0 else ""
     return f"start moved > {fmt_time(thr)}{unit}{pct}"
 
