@@ -313,3 +313,89 @@ def spread(values: list[float]) -> str:
         return "-"
     lo, hi = min(values), max(values)
     return fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}"
+
+
+# -- one comparison per stage-model overlap mode ------------------------------------------
+def stage_cost(costs: CostModel, kind: str, stage: int = 0) -> float:
+    """The cost a simulation uses for ``kind`` on ``stage`` (microbatch 0; ``FB``: the F
+    and BW pair of that stage, :func:`schedsim.sim.pieces.fb_op`), in ``costs.unit``."""
+    from schedsim.program.ir import Op
+    from schedsim.sim.pieces import fb_op
+
+    return costs.cost(fb_op(stage, stage)) if kind == "FB" else costs.cost(Op(kind, stage, 0))
+
+
+def overlap_modes(modes: str | Sequence[str]) -> list[str]:
+    """The stage-model overlap modes of ``modes`` (``"none,fb"`` or a list), checked: two
+    or more of :data:`schedsim.sim.stage_model.Overlap`. Raises :class:`ScenarioError`
+    naming the known ones."""
+    from typing import get_args
+
+    from schedsim.errors import ScenarioError
+    from schedsim.sim.stage_model import Overlap
+
+    given = modes.split(",") if isinstance(modes, str) else list(modes)
+    out = [m.strip() for m in given if m.strip()]
+    known = get_args(Overlap)
+    if any(m not in known for m in out) or len(out) < 2:
+        text = modes if isinstance(modes, str) else ",".join(modes)
+        raise ScenarioError(f"bad --model-overlap {text!r}: give two or more of "
+                            f"{', '.join(known)}, e.g. none,fb")
+    return out
+
+
+@dataclass
+class OverlapComparison:
+    """:func:`compare_overlap_modes`: one record per (mode, schedule) in mode order,
+    ``{schedule, overlap, F, BW, FB, makespan, bubble_ratio}`` (F, BW, FB: stage 0's
+    costs under that mode, in ``unit``) plus ``gain_over_<first mode>`` (makespan of the
+    first mode minus this one's) on every later mode's record of a schedule the first
+    mode ran; ``skipped``: the schedules the first mode skipped, with the reason."""
+
+    ranks: int
+    microbatches: int
+    semantics: str
+    unit: str
+    modes: list[str]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def gains(self) -> list[dict[str, Any]]:
+        """The records that carry a gain over the first mode, in order."""
+        return [r for r in self.records if "gain_over_" + self.modes[0] in r]
+
+
+def compare_overlap_modes(data: dict[str, Any], modes: str | Sequence[str], ranks: int,
+                          microbatches: int, schedules: list[str] | None = None,
+                          memory: MemoryModel | None = None) -> OverlapComparison:
+    """:func:`compare` once per stage-model overlap mode (:func:`overlap_modes`) of a
+    scenario with a ``[model]`` table: ``data`` is the scenario as a dict (the TOML
+    tables, flags applied), its ``[model] overlap`` set to each mode in turn, the costs
+    derived by the stage model (``compare --model-overlap``). Raises
+    :class:`ScenarioError` without a ``[model]`` or for a bad mode list."""
+    from schedsim.errors import ScenarioError
+
+    if data.get("model") is None:
+        raise ScenarioError("--model-overlap needs a scenario with a [model] table "
+                            "(--scenario FILE)")
+    modes = overlap_modes(modes)
+    out: OverlapComparison | None = None
+    first: dict[str, float] = {}
+    for mode in modes:
+        sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},
+                            f"--model-overlap {mode}")
+        res = compare(ranks, microbatches, sc.costs, sc.link, sc.comm, schedules, memory)
+        if out is None:
+            out = OverlapComparison(ranks, microbatches, res.semantics, res.unit, modes,
+                                    skipped=dict(res.skipped))
+        f, bw, fb = (stage_cost(sc.costs, k) for k in ("F", "BW", "FB"))
+        for r in res.rows:
+            rec = {"schedule": r.schedule, "overlap": mode, "F": f, "BW": bw, "FB": fb,
+                   "makespan": r.makespan, "bubble_ratio": r.bubble_ratio}
+            if mode == modes[0]:
+                first[r.schedule] = r.makespan
+            elif r.schedule in first:
+                rec["gain_over_" + modes[0]] = first[r.schedule] - r.makespan
+            out.records.append(rec)
+    assert out is not None
+    return out

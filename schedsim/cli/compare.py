@@ -173,11 +173,13 @@ def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str |
 
         plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
         return compare_workload(base, plain, json_out)
-    from schedsim.cli.collectives import compare_overlaps
+    from schedsim.cli.collectives import print_overlap_comparison
+    from schedsim.sweep import compare_overlap_modes
 
     data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
                            exclude_unset=True)
-    return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm, json_out)
+    res = compare_overlap_modes(data, model_overlap or "", ranks, microbatches, names, mm)
+    return print_overlap_comparison(res, json_out)
 
 
 def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
