@@ -155,18 +155,18 @@ def compare(sc: Scenario, schedules: str | Sequence[str] | None = None, *,
             jobs: int = 1) -> Comparison:
     """Every schedule (or ``schedules``, ``"interleaved-1f1b:chunks=4,zbv"`` or a list)
     at ``sc``'s ranks and microbatches with its costs, link, comm and memory model
-    (:func:`schedsim.sweep.compare`)."""
+    (:func:`schedsim.sweep.compare_schedules`)."""
     from schedsim.analysis.memory import MemoryModel
-    from schedsim.sweep import compare as run_compare
+    from schedsim.sweep import compare_schedules
 
     s = sc.schedule
     if s.ranks is None or s.microbatches is None:
         raise ScenarioError("compare needs the scenario's ranks and microbatches")
     names = [schedules] if isinstance(schedules, str) else schedules
-    return run_compare(s.ranks, s.microbatches, sc.costs, sc.link, sc.comm, names,
-                       MemoryModel.from_spec(sc.memory or None),
-                       per_rank_costs=per_rank_costs, keep_timelines=keep_timelines,
-                       jobs=jobs)
+    return compare_schedules(s.ranks, s.microbatches, sc.costs, sc.link, sc.comm, names,
+                             MemoryModel.from_spec(sc.memory or None),
+                             per_rank_costs=per_rank_costs, keep_timelines=keep_timelines,
+                             jobs=jobs)
 
 
 def compare_overlaps(sc: Scenario, modes: str | Sequence[str],

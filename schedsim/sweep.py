@@ -7,7 +7,7 @@ computed by simulation, not derived by hand. This is the table DualPipe's README
 schedules that table lists, :data:`TABLE_FORMULAS` gives its closed form to print beside
 the simulated value.
 
-Two readings of the costs (:func:`compare`'s ``per_rank_costs``):
+Two readings of the costs (:func:`compare_schedules`'s ``per_rank_costs``):
 
 - **per rank** (default): the costs are one rank's share of the model, so every schedule
   does equal model work per rank; a schedule with S stages on P ranks runs each op at
@@ -90,7 +90,7 @@ class CompareRow:
     stages: int
     formula: dict | None = None
     cost_scale: float = 1.0
-    #: the run itself (only when :func:`compare` was asked to keep it; not in to_dict)
+    #: the run itself (only when :func:`compare_schedules` was asked to keep it; not in to_dict)
     timeline: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
@@ -241,7 +241,7 @@ def _formula(name: str, ranks: int, costs: CostModel) -> dict | None:
 PARALLEL_WORK = 200_000
 
 
-def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
+def compare_schedules(ranks: int, microbatches: int, costs: CostModel | None = None,
             link: LinkModel | None = None, comm: CommModel | None = None,
             schedules: list[str] | None = None, memory: MemoryModel | None = None,
             params: dict[str, dict] | None = None, *, per_rank_costs: bool = True,
@@ -368,7 +368,7 @@ class OverlapComparison:
 def compare_overlap_modes(data: dict[str, Any], modes: str | Sequence[str], ranks: int,
                           microbatches: int, schedules: list[str] | None = None,
                           memory: MemoryModel | None = None) -> OverlapComparison:
-    """:func:`compare` once per stage-model overlap mode (:func:`overlap_modes`) of a
+    """:func:`compare_schedules` once per stage-model overlap mode (:func:`overlap_modes`) of a
     scenario with a ``[model]`` table: ``data`` is the scenario as a dict (the TOML
     tables, flags applied), its ``[model] overlap`` set to each mode in turn, the costs
     derived by the stage model (``compare --model-overlap``). Raises
@@ -384,7 +384,7 @@ def compare_overlap_modes(data: dict[str, Any], modes: str | Sequence[str], rank
     for mode in modes:
         sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},
                             f"--model-overlap {mode}")
-        res = compare(ranks, microbatches, sc.costs, sc.link, sc.comm, schedules, memory)
+        res = compare_schedules(ranks, microbatches, sc.costs, sc.link, sc.comm, schedules, memory)
         if out is None:
             out = OverlapComparison(ranks, microbatches, res.semantics, res.unit, modes,
                                     skipped=dict(res.skipped))

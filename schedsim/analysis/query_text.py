@@ -137,7 +137,7 @@ def explain(a: Answer) -> list[str]:
 
 
 def step_text(s: dict) -> str:
-    """One chain step (a :class:`~schedsim.analysis.critical.Step` as a dict) in a few
+    """One chain step (a :class:`~schedsim.analysis.critical.PathStep` as a dict) in a few
     characters: ``5W0@r5 [12,13]``, ``msg B mb0 5->4 (12)``, ``r5 COMMIT#28 (12)``."""
     if s["kind"] == "op":
         return f"{s['what']}@r{s['rank']} [{fmt_time(s['start'])},{fmt_time(s['end'])}]"

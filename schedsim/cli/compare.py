@@ -84,9 +84,9 @@ CompareQuietOpt = Annotated[bool, typer.Option(
     "progress.")]
 
 
-@app.command()
+@app.command("compare")
 @handle_errors(tables=True)
-def compare(
+def compare_command(
     scenario_arg: CompareArg = None,
     ranks: RanksOpt = None,
     microbatches: MbOpt = None,
@@ -137,7 +137,7 @@ def compare(
         --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
     from schedsim.cli.common import build_scenario
-    from schedsim.sweep import compare as run_compare
+    from schedsim.sweep import compare_schedules
 
     _check_flags(scenario_arg, scenario, memory, gantt, json_out)
     base = build_scenario(scenario_arg or scenario, cost=cost, semantics=semantics,
@@ -154,9 +154,9 @@ def compare(
     with Phases(quiet) as ph:
         ph.step(f"simulating {'the' if names else 'every'} schedule(s) at {ranks} ranks "
                 f"x {microbatches} microbatches")
-        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
-                          shared, per_rank_costs=per_rank_costs, jobs=jobs,
-                          keep_timelines=gantt is not None)
+        res = compare_schedules(ranks, microbatches, base.costs, base.link, base.comm, names,
+                                mm, shared, per_rank_costs=per_rank_costs, jobs=jobs,
+                                keep_timelines=gantt is not None)
         if gantt is not None:
             ph.step(f"drawing {gantt}")
             _draw_compare(res, gantt, mm if memory else None)
@@ -218,7 +218,7 @@ def _shared_params(**given: Any) -> dict[str, dict]:
 def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     """One Gantt chart per schedule of ``res`` (rows that kept their run) stacked on one
     time axis, to ``path``; ``memory``: with an activation-memory panel each."""
-    from schedsim.plot import compare as draw, save_figure
+    from schedsim.plot import gantt_stack, save_figure
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]
     if not tls:
@@ -228,7 +228,7 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
               for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
-    save_figure(draw(tls, titles=titles, suptitle=sup, memory=memory), path)
+    save_figure(gantt_stack(tls, titles=titles, suptitle=sup, memory=memory), path)
 
 
 def compare_records(res: Any, ranks: int, costs: CostModel) -> list[dict]:

@@ -46,7 +46,7 @@ from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
 from schedsim.util.units import fmt_time, unit_text
 
-__all__ = ["overlay", "compare", "error_summary", "op_start_errors", "OpError",
+__all__ = ["overlay", "gantt_stack", "error_summary", "op_start_errors", "OpError",
            "write_overlay", "default_threshold", "MOVED"]
 
 #: outline colour of ops whose start moved by more than the threshold
@@ -213,10 +213,10 @@ def _name(tl: Timeline) -> str:
     return tl.semantics if tl.source == "simulated" else tl.source
 
 
-def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
-            width: float | None = None, dpi: float = DPI, label_mb: bool = True,
-            shared_time: bool = True, suptitle: str | None = None,
-            memory: Any = None) -> Figure:
+def gantt_stack(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
+                width: float | None = None, dpi: float = DPI, label_mb: bool = True,
+                shared_time: bool = True, suptitle: str | None = None,
+                memory: Any = None) -> Figure:
     """Several Gantt charts stacked on one figure (one per timeline, same time scale when
     ``shared_time``), e.g. 1F1B vs ZB-H1 vs ZB-V vs DualPipeV; at most 2000 px wide (never
     wrapped). Each panel's title is :func:`default_title` unless ``titles`` are given.
@@ -228,7 +228,7 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
 
     tls = list(timelines)
     if not tls:
-        raise ScenarioError("compare needs at least one timeline")
+        raise ScenarioError("gantt_stack needs at least one timeline")
     span_t = max(t.makespan for t in tls)
     bxs = [span_boxes(t) for t in tls]
     durs = np.concatenate([bx.x1 - bx.x0 for bx in bxs])

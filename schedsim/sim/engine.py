@@ -31,7 +31,8 @@ from schedsim.program.routing import MESSAGE_KINDS
 from schedsim.sim.compile import Compiled
 from schedsim.sim.costs import CommModel
 from schedsim.sim.kernels import Step, WaitKind
-from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord, assemble_timeline
+from schedsim.timeline import Message, Part, Span, Timeline, WaitRecord
+from schedsim.timeline_build import TimelineHeader, assemble_timeline
 
 
 @dataclass
@@ -256,16 +257,15 @@ def _waits(cp: Compiled, st: RunState) -> list[WaitRecord]:
 def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Timeline:
     """Turn raw run results into a :class:`Timeline`: the span columns of the ops that
     ran, for the summary, and a deferred builder of the span, message and wait objects,
-    given to :func:`schedsim.timeline.assemble_timeline`."""
+    given to :func:`schedsim.timeline_build.assemble_timeline`."""
     prog = cp.program
     ran = st.send >= 0.0
     rank = cp.flat.rank_of_instr()[cp.span_gi[ran]]     # spans are in rank order
-    tl = assemble_timeline(
-        prog.placement, name=prog.name, microbatches=prog.microbatches,
-        span_rank=rank, span_start=st.sstart[ran], span_end=st.send[ran],
-        semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
-        source="simulated", params=prog.params, build=partial(_objects, cp, st),
-        span_kinds=partial(_span_kinds, cp, st))
+    head = TimelineHeader(prog.placement, prog.name, prog.microbatches, comm.semantics, unit,
+                          "simulated", comm.comm_stream, prog.params)
+    tl = assemble_timeline(head, rank, st.sstart[ran], st.send[ran],
+                           build=partial(_objects, cp, st),
+                           span_kinds=partial(_span_kinds, cp, st))
     if cp.atomic:
         tl.group_semantics = "atomic"
     return tl
