@@ -17,7 +17,7 @@ Every figure fits a page: at most 2000 px wide at 150 dpi; long timelines wrap i
 from __future__ import annotations
 
 from schedsim.plot.figure import FORMATS, save_figure
-from schedsim.plot.gantt import GanttInfo, draw_gantt, gantt, receiver_waited
+from schedsim.plot.gantt import Band, GanttInfo, GanttOptions, draw_gantt, gantt, receiver_waited
 from schedsim.plot.memory import draw_memory, memory_plot, resolve_model
 from schedsim.plot.overlay import (
     OpError,
@@ -56,6 +56,6 @@ compare = gantt_stack
 __all__ = [
     "gantt", "gantt_stack", "compare", "overlay", "memory_plot", "save_figure", "draw_gantt",
     "draw_memory", "resolve_model", "op_start_errors", "error_summary", "OpError",
-    "GanttInfo", "receiver_waited", "default_threshold", "KIND_COLORS",
+    "GanttInfo", "GanttOptions", "Band", "receiver_waited", "default_threshold", "KIND_COLORS",
     "KIND_NAMES", "STALL_STYLES", "default_title", "shade", "FORMATS",
 ]

@@ -26,6 +26,7 @@ from schedsim.plot.boxes import (
     span_boxes,
 )
 from schedsim.plot.gantt import (
+    Band,
     GanttInfo,
     add_legend,
     boxes_integral,
@@ -247,10 +248,10 @@ def gantt_stack(timelines: Sequence[Timeline], *, titles: Sequence[str] | None =
     nch = max(int(bx.chunk.max(initial=0)) + 1 for bx in bxs)    # one shading for all
     for i, (ax, tl) in enumerate(zip(axes[::step], tls)):
         xmax = span_t if shared_time else tl.makespan
-        got = draw_gantt(ax, tl, px_size=(plot_w * xmax / span_t if not shared_time
-                                          else plot_w, (heights[i] - 0.55) * lay.dpi),
-                         label_mb=label_mb, xmax=xmax, boxes=bxs[i],
-                         time_labels=model is None, nchunks=nch)
+        px = (plot_w * xmax / span_t if not shared_time else plot_w,
+              (heights[i] - 0.55) * lay.dpi)
+        got = draw_gantt(ax, tl, Band(px, xmax=xmax, nchunks=nch, time_labels=model is None),
+                         label_mb=label_mb, boxes=bxs[i])
         if model is not None:
             axm = axes[2 * i + 1]
             draw_memory(axm, tl, model, xmax=xmax, legend=True)
