@@ -233,10 +233,6 @@ MANY_PARAMETERS_ALLOWED: set[str] = {
     "schedsim/sim/compile_kernel.py::_units",                   # records
     "schedsim/workload/memory.py::static_bytes",                # titanmem
     "schedsim/cli/replay.py::replay",      # measured changes its body; convert after merge
-    # homes: typer commands being converted to options records
-    "schedsim/cli/compare.py::compare_command", "schedsim/cli/plan.py::plan",
-    "schedsim/cli/render.py::render", "schedsim/cli/search.py::search",
-    "schedsim/cli/simulate.py::simulate", "schedsim/cli/simulate.py::generate",
 }
 
 

@@ -1,6 +1,7 @@
 """``schedsim compare``, ``schedsim diff`` and ``schedsim memory``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -37,6 +38,7 @@ from schedsim.cli.common import (
     scenario_command,
 )
 from schedsim.cli.options import GanttOpt
+from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
 from schedsim.scenario import Scenario, load_scenario, parse_scenario
@@ -84,38 +86,44 @@ CompareQuietOpt = Annotated[bool, typer.Option(
     "progress.")]
 
 
+@dataclass(frozen=True)
+class CompareOptions:
+    """The options of ``schedsim compare`` (each one its flag, in --help order)."""
+
+    scenario_arg: CompareArg = None
+    ranks: RanksOpt = None
+    microbatches: MbOpt = None
+    cost: CostOpt = None
+    schedules: SchedulesOpt = None
+    chunks: ChunksOpt = None
+    variant: VariantOpt = None
+    param: ParamOpt = None
+    comm_policy: PolicyOpt = None
+    semantics: SemanticsOpt = None
+    comm_stream: StreamOpt = None
+    eager_threshold: ThresholdOpt = None
+    launch_cost: LaunchCostOpt = None
+    lazy_init: LazyInitOpt = None
+    init_cost: InitCostOpt = None
+    message_bytes: BytesOpt = None
+    latency: LatencyOpt = None
+    bandwidth: BandwidthOpt = None
+    memory_model: MemModelOpt = None
+    fb_order: FbOrderOpt = None
+    per_rank_costs: PerRankCostsOpt = True
+    jobs: JobsOpt = 0
+    scenario: CompareScenarioOpt = None
+    model_overlap: ModelOverlapOpt = None
+    json_out: JsonOpt = None
+    gantt: GanttOpt = None
+    memory: CompareMemoryOpt = False
+    quiet: CompareQuietOpt = False
+
+
 @app.command("compare")
 @handle_errors(tables=True)
-def compare_command(
-    scenario_arg: CompareArg = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    cost: CostOpt = None,
-    schedules: SchedulesOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    param: ParamOpt = None,
-    comm_policy: PolicyOpt = None,
-    semantics: SemanticsOpt = None,
-    comm_stream: StreamOpt = None,
-    eager_threshold: ThresholdOpt = None,
-    launch_cost: LaunchCostOpt = None,
-    lazy_init: LazyInitOpt = None,
-    init_cost: InitCostOpt = None,
-    message_bytes: BytesOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    memory_model: MemModelOpt = None,
-    fb_order: FbOrderOpt = None,
-    per_rank_costs: PerRankCostsOpt = True,
-    jobs: JobsOpt = 0,
-    scenario: CompareScenarioOpt = None,
-    model_overlap: ModelOverlapOpt = None,
-    json_out: JsonOpt = None,
-    gantt: GanttOpt = None,
-    memory: CompareMemoryOpt = False,
-    quiet: CompareQuietOpt = False,
-) -> None:
+@options_record(CompareOptions)
+def compare_command(o: CompareOptions) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
     peak activation and parameter memory side by side.
 
@@ -139,28 +147,30 @@ def compare_command(
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare_schedules
 
-    _check_flags(scenario_arg, scenario, memory, gantt, json_out)
-    base = build_scenario(scenario_arg or scenario, cost=cost, semantics=semantics,
-                          comm_stream=comm_stream, eager_threshold=eager_threshold,
-                          launch_cost=launch_cost, lazy_init=lazy_init, init_cost=init_cost,
-                          message_bytes=message_bytes, latency=latency, bandwidth=bandwidth)
-    ranks, microbatches = _size(base, ranks, microbatches)
-    mm = MemoryModel.with_flags(base.memory or None, memory_model, fb_order)
-    names = [schedules] if schedules else None
-    if base.workload is not None or model_overlap is not None:
-        return _compare_other(base, names, model_overlap, ranks, microbatches, mm, json_out)
-    shared = _shared_params(chunks=chunks, variant=variant, comm_policy=comm_policy,
-                            **key_values(param, "--param"))
-    with Phases(quiet) as ph:
+    _check_flags(o.scenario_arg, o.scenario, o.memory, o.gantt, o.json_out)
+    base = build_scenario(o.scenario_arg or o.scenario, cost=o.cost, semantics=o.semantics,
+                          comm_stream=o.comm_stream, eager_threshold=o.eager_threshold,
+                          launch_cost=o.launch_cost, lazy_init=o.lazy_init,
+                          init_cost=o.init_cost, message_bytes=o.message_bytes,
+                          latency=o.latency, bandwidth=o.bandwidth)
+    ranks, microbatches = _size(base, o.ranks, o.microbatches)
+    mm = MemoryModel.with_flags(base.memory or None, o.memory_model, o.fb_order)
+    names = [o.schedules] if o.schedules else None
+    if base.workload is not None or o.model_overlap is not None:
+        return _compare_other(base, names, o.model_overlap, ranks, microbatches, mm,
+                              o.json_out)
+    shared = _shared_params(chunks=o.chunks, variant=o.variant, comm_policy=o.comm_policy,
+                            **key_values(o.param, "--param"))
+    with Phases(o.quiet) as ph:
         ph.step(f"simulating {'the' if names else 'every'} schedule(s) at {ranks} ranks "
                 f"x {microbatches} microbatches")
         res = compare_schedules(ranks, microbatches, base.costs, base.link, base.comm, names,
-                                mm, shared, per_rank_costs=per_rank_costs, jobs=jobs,
-                                keep_timelines=gantt is not None)
-        if gantt is not None:
-            ph.step(f"drawing {gantt}")
-            _draw_compare(res, gantt, mm if memory else None)
-    _print_compare(res, base.costs, mm, ranks, microbatches, json_out, quiet)
+                                mm, shared, per_rank_costs=o.per_rank_costs, jobs=o.jobs,
+                                keep_timelines=o.gantt is not None)
+        if o.gantt is not None:
+            ph.step(f"drawing {o.gantt}")
+            _draw_compare(res, o.gantt, mm if o.memory else None)
+    _print_compare(res, base.costs, mm, ranks, microbatches, o.json_out, o.quiet)
 
 
 def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,

@@ -1,6 +1,7 @@
 """``schedsim search``: the best order for your costs, links, semantics and memory."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -30,6 +31,7 @@ from schedsim.cli.common import (
     handle_errors,
 )
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
+from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
 from schedsim.util.units import fmt_time
 
@@ -89,34 +91,40 @@ def _check_out(out: Path | None) -> None:
     check_output_path(out)
 
 
+@dataclass(frozen=True)
+class SearchOptions:
+    """The options of ``schedsim search`` (each one its flag, in --help order)."""
+
+    scenario: ScenarioArg = None
+    ranks: RanksOpt = None
+    microbatches: MbOpt = None
+    placement: SearchPlacementOpt = "loop"
+    chunks: ChunksOpt = None
+    backward: BackwardOpt = "split"
+    cost: CostOpt = None
+    latency: LatencyOpt = None
+    bandwidth: BandwidthOpt = None
+    message_bytes: BytesOpt = None
+    semantics: SemanticsOpt = None
+    comm_stream: StreamOpt = None
+    eager_threshold: ThresholdOpt = None
+    launch_cost: LaunchCostOpt = None
+    comm_policy: PolicyOpt = None
+    mem_limit: SearchMemLimitOpt = None
+    memory_model: MemModelOpt = None
+    fb_order: FbOrderOpt = None
+    time_limit: TimeLimitOpt = 30.0
+    seed: SeedOpt = 0
+    workers: WorkersOpt = 2
+    out: SearchOutOpt = None
+    json_out: SearchJsonOpt = None
+    quiet: SearchQuietOpt = False
+
+
 @app.command()
 @handle_errors(tables=True)
-def search(
-    scenario: ScenarioArg = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    placement: SearchPlacementOpt = "loop",
-    chunks: ChunksOpt = None,
-    backward: BackwardOpt = "split",
-    cost: CostOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    message_bytes: BytesOpt = None,
-    semantics: SemanticsOpt = None,
-    comm_stream: StreamOpt = None,
-    eager_threshold: ThresholdOpt = None,
-    launch_cost: LaunchCostOpt = None,
-    comm_policy: PolicyOpt = None,
-    mem_limit: SearchMemLimitOpt = None,
-    memory_model: MemModelOpt = None,
-    fb_order: FbOrderOpt = None,
-    time_limit: TimeLimitOpt = 30.0,
-    seed: SeedOpt = 0,
-    workers: WorkersOpt = 2,
-    out: SearchOutOpt = None,
-    json_out: SearchJsonOpt = None,
-    quiet: SearchQuietOpt = False,
-) -> None:
+@options_record(SearchOptions)
+def search(o: SearchOptions) -> None:
     """Search the per-rank order of F, B, W (or F, BW) with the least makespan for these
     costs, links, comm semantics and memory limit.
 
@@ -134,20 +142,20 @@ def search(
     """
     from schedsim.search import search as run_search
 
-    _check_flags(backward, out, json_out)
-    limit = parse_mem_limit(mem_limit)
-    sc = build_scenario(scenario, ranks=ranks, microbatches=microbatches, cost=cost,
-                        semantics=semantics, comm_stream=comm_stream,
-                        eager_threshold=eager_threshold, launch_cost=launch_cost,
-                        message_bytes=message_bytes, latency=latency, bandwidth=bandwidth,
-                        comm_policy=comm_policy)
-    st = _settings(sc, placement, chunks, backward, limit,
-                   MemoryModel.with_flags(sc.memory or None, memory_model, fb_order),
-                   time_limit=time_limit, seed=seed, workers=workers)
+    _check_flags(o.backward, o.out, o.json_out)
+    limit = parse_mem_limit(o.mem_limit)
+    sc = build_scenario(o.scenario, ranks=o.ranks, microbatches=o.microbatches,
+                        cost=o.cost, semantics=o.semantics, comm_stream=o.comm_stream,
+                        eager_threshold=o.eager_threshold, launch_cost=o.launch_cost,
+                        message_bytes=o.message_bytes, latency=o.latency,
+                        bandwidth=o.bandwidth, comm_policy=o.comm_policy)
+    st = _settings(sc, o.placement, o.chunks, o.backward, limit,
+                   MemoryModel.with_flags(sc.memory or None, o.memory_model, o.fb_order),
+                   time_limit=o.time_limit, seed=o.seed, workers=o.workers)
     with _Progress() as prog:
         res = run_search(st, prog.update)
-    _print(res, st, quiet)
-    _write(res, out, json_out)
+    _print(res, st, o.quiet)
+    _write(res, o.out, o.json_out)
 
 
 def _check_flags(backward: str, out: Path | None,
