@@ -399,3 +399,45 @@ def compare_overlap_modes(data: dict[str, Any], modes: str | Sequence[str], rank
             out.records.append(rec)
     assert out is not None
     return out
+
+
+# -- a workload's schedules; the parameters given for every schedule -----------------------
+def compare_workload_schedules(sc: Any, schedules: Sequence[str] | None = None
+                               ) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """Every schedule (or ``schedules``) simulated on the ``[workload]`` of scenario
+    ``sc`` under its comm semantics, each with the stages per rank its generator builds
+    (the ``[workload]``'s ``chunks`` for a generator that takes them): ``([(name,
+    WorkloadResult)], {skipped name: why})``, a schedule whose sizes or layers do not fit
+    skipped with the reason (``compare`` of a workload scenario)."""
+    from schedsim.generators import get, names
+    from schedsim.workload.layout import workload_from_dict
+    from schedsim.workload.run import simulate_workload
+
+    table = dict(sc.workload or {})
+    rows, skipped = [], {}
+    for n in schedules or names():
+        try:
+            gen = get(n)
+            data = dict(table)
+            pp = sc.workload_model().pp
+            if "chunks" not in table or "chunks" not in gen.accepted():
+                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
+            res = simulate_workload(workload_from_dict(data), n, semantics=sc.comm.semantics)
+        except SchedsimError as e:
+            skipped[n] = str(e)
+            continue
+        rows.append((n, res))
+    return rows, skipped
+
+
+def params_for_schedules(**given: Any) -> dict[str, dict]:
+    """Per schedule name, the parameters given for every schedule (None: not given): a
+    generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
+    schedules whose generator takes them, the others (the comm policy and its keys) to
+    every schedule; :func:`compare_schedules`'s ``params``."""
+    from schedsim.generators import GENERATORS
+
+    given = {k: v for k, v in given.items() if v is not None}
+    gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
+    return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
+            for n, g in GENERATORS.items()}

@@ -145,7 +145,7 @@ def compare_command(o: CompareOptions) -> None:
         --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
     from schedsim.cli.common import build_scenario
-    from schedsim.sweep import compare_schedules
+    from schedsim.sweep import compare_schedules, params_for_schedules
 
     _check_flags(o.scenario_arg, o.scenario, o.memory, o.gantt, o.json_out)
     base = build_scenario(o.scenario_arg or o.scenario, cost=o.cost, semantics=o.semantics,
@@ -159,8 +159,8 @@ def compare_command(o: CompareOptions) -> None:
     if base.workload is not None or o.model_overlap is not None:
         return _compare_other(base, names, o.model_overlap, ranks, microbatches, mm,
                               o.json_out)
-    shared = _shared_params(chunks=o.chunks, variant=o.variant, comm_policy=o.comm_policy,
-                            **key_values(o.param, "--param"))
+    shared = params_for_schedules(chunks=o.chunks, variant=o.variant,
+                                  comm_policy=o.comm_policy, **key_values(o.param, "--param"))
     with Phases(o.quiet) as ph:
         ph.step(f"simulating {'the' if names else 'every'} schedule(s) at {ranks} ranks "
                 f"x {microbatches} microbatches")
@@ -210,19 +210,6 @@ def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[
         fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
              "sets them)")
     return ranks, microbatches
-
-
-def _shared_params(**given: Any) -> dict[str, dict]:
-    """Per schedule name, the parameters of the flags given for every schedule: a
-    generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
-    schedules whose generator takes them, the others (--comm-policy and its keys) to
-    every schedule."""
-    from schedsim.generators import GENERATORS
-
-    given = {k: v for k, v in given.items() if v is not None}
-    gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
-    return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
-            for n, g in GENERATORS.items()}
 
 
 def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
