@@ -26,7 +26,6 @@ from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
 from schedsim.program.routing import cross_stage_inputs
-from schedsim.program.vocab import COMM_STREAMS
 from schedsim.sim.compile_data import compile_data
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
@@ -34,7 +33,7 @@ from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernels import Err, Step
 from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
 
-_STREAM_MODE = {name: i for i, name in enumerate(COMM_STREAMS)}   # none, per-peer, per-rank
+_STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
 
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
