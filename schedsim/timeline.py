@@ -95,11 +95,11 @@ class Message:
     - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
       timelines (replay, imported traces) cannot observe them; the builder
       (:func:`schedsim.timeline_build.timeline_from_columns`) sets them from what they
-      can: ``start`` = when both sides had posted (gloo and NCCL move the bytes only then; :func:`effective_posts`),
-      ``arrival`` = ``recv_done`` (exact when the receiver was blocked on it, an upper
-      bound otherwise); None when a side was not recorded. So a measured side's time
-      from post to done splits into *waiting for the peer* (post to ``start``) and
-      *transferring* (``start`` to done);
+      can: ``start`` = when both sides had posted (gloo and NCCL move the bytes only
+      then; :func:`effective_posts`), ``arrival`` = ``recv_done`` (exact when the
+      receiver was blocked on it, an upper bound otherwise); None when a side was not
+      recorded. So a measured side's time from post to done splits into *waiting for
+      the peer* (post to ``start``) and *transferring* (``start`` to done);
     - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
       for it returned);
     - ``send_active`` / ``recv_active``: when each side became active, i.e. reached the

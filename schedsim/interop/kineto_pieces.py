@@ -306,6 +306,7 @@ def pieces_timeline(pt: PieceTrace, name: str = "imported") -> Any:
                          "kernels": use.kernels})
     return timeline_from_columns(
         TimelineHeader(pl, name, mbs, "trace", "ms", "measured"),
-        SpanColumns([0], [instr.op], [0.0], [(t1 - t0) / 1e3], [0]), trace_source="pieces", import_notes=list(pt.notes),
+        SpanColumns([0], [instr.op], [0.0], [(t1 - t0) / 1e3], [0]), trace_source="pieces",
+        import_notes=list(pt.notes),
         pieces=recs, program=prog.model_dump(mode="json"),
         p2p={"messages": 0, "paired": 0, "one_sided": 0, "calls": 0})

@@ -173,4 +173,5 @@ def measured_timeline(program: Program, records: list[dict[str, Any]], *,
                           "ms", "measured", params=dict(program.params))
     return timeline_from_columns(
         head, SpanColumns(*cols), sorted(msgs.values(), key=lambda m: (m.src, m.send_index)),
-        waits, order="rank-start", backend=backend, posts=posts, program=program.model_dump(mode="json"), **extra)
+        waits, order="rank-start", backend=backend, posts=posts,
+        program=program.model_dump(mode="json"), **extra)
