@@ -231,7 +231,6 @@ MANY_PARAMETERS_ALLOWED: set[str] = {
     "schedsim/sim/kernels.py::run_kernel",                      # records: kernel records
     "schedsim/sim/compile_kernel.py::compile_comm_kernel",      # records
     "schedsim/sim/compile_kernel.py::_units",                   # records
-    "schedsim/workload/memory.py::static_bytes",                # titanmem
     "schedsim/cli/replay.py::replay",      # measured changes its body; convert after merge
 }
 
