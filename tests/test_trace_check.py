@@ -96,10 +96,10 @@ def test_host_times_and_sender_completion_closed_form():
 
 
 # -- fit and exact calibration --------------------------------------------------------------
-def test_fit_means_link_and_launch():
-    """Op costs: per stage and kind the mean over microbatches (stage 0's F: 1, 1, 7);
-    the link: the wait-matched latency of the messages; the launch cost: the mean
-    launch."""
+def test_fit_medians_link_and_launch():
+    """Op costs: per stage and kind the median over microbatches (stage 0's F: 1, 1, 7;
+    the durations kept); the link: the wait-matched latency of the messages; the launch
+    cost: the mean launch."""
     prog = build_program("gpipe", 2, 3)
     costs = CostModel(F=1, B=1, W=1, BW=2, unit="ms",
                       overrides=[dict(stage=0, mb=2, kind="F", cost=7)])
@@ -107,10 +107,11 @@ def test_fit_means_link_and_launch():
     posts = [{"rank": 0, "index": 0, "last_index": 0, "start": 0.0, "end": 1.0},
              {"rank": 1, "index": 0, "last_index": 0, "start": 0.0, "end": 3.0}]
     fit = fit_timeline(dressed(sim, posts=posts))
-    assert fit.stages == {0: {"F": 3.0, "BW": 2.0}, 1: {"F": 1.0, "BW": 2.0}}
+    assert fit.stages == {0: {"F": 1.0, "BW": 2.0}, 1: {"F": 1.0, "BW": 2.0}}
+    assert sorted(fit.durations[(0, "F")]) == [1.0, 1.0, 7.0]
     assert fit.link() == (pytest.approx(0.5), math.inf)
     assert fit.launch_cost() == 2.0
-    assert "F = 2.0\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
+    assert "F = 1.0\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
 
 
 def test_wait_matched_latency_closed_form():
@@ -125,7 +126,8 @@ def test_wait_matched_latency_closed_form():
 
 
 def test_fit_steps_latency_reproduces_the_steps_makespan():
-    """The contended merge: op means over the steps, and the link latency fitted so that
+    """The contended merge: op means over every step's durations, and the link latency
+    fitted so that
     the simulated program takes the steps' median makespan: on simulated steps (latency
     0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of the median step
     (F 3), the fitted latency, above the waits' 0.5, gives its makespan, the spread line

@@ -12,7 +12,10 @@ measured under the contention of the run; each step is fitted like a measured ti
 (:func:`schedsim.replay.fit.fit_timeline`: op means, wait-matched link, launches, host
 time per instruction) and the steps are merged (:func:`merge_fits`):
 
-- op cost of each stage and kind: the mean over the steps of each step's mean;
+- op cost of each stage and kind: the mean of its durations in every step (over 5
+  steps of 8 microbatches, 40 samples: the mean, which gets each rank's summed compute
+  right on shared cores where an op's durations have a heavy tail, is then stable;
+  one step's fit takes the median, :mod:`schedsim.replay.fit`);
 - link: every step's samples together (wait matching per size, as in one step);
 - launch cost: every launch of every step (their mean); host cost: the steps' mean.
 
@@ -48,13 +51,12 @@ def merge_fits(fits: list[TimelineFit]) -> TimelineFit:
     """One :class:`TimelineFit` of several steps' fits (module docstring)."""
     per: dict[tuple[int, str], list[float]] = {}
     for f in fits:
-        for s, kinds in f.stages.items():
-            for k, v in kinds.items():
-                per.setdefault((s, k), []).append(v)
+        for key, v in f.durations.items():
+            per.setdefault(key, []).extend(v)
     stages: dict[int, dict[str, float]] = {}
     for (s, k), v in sorted(per.items()):
         stages.setdefault(s, {})[k] = statistics.fmean(v)
-    return replace(fits[0], stages=stages,
+    return replace(fits[0], stages=stages, durations=per,
                    samples=[x for f in fits for x in f.samples],
                    launches=[x for f in fits for x in f.launches],
                    host_cost=statistics.fmean(f.host_cost for f in fits),

@@ -6,11 +6,13 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
 ``schedsim simulate --costs-file``):
 
 - **op costs**: per stage and kind (F, B, W, BW, FB; an FB span counts at its forward
-  part's stage), the **mean** of the span durations over microbatches (ms); the global
-  F/B/W/BW are the means over the stages that ran the kind. The mean, not the median:
-  on shared cores an op's durations have a heavy tail (the rank loses the CPU for
-  10-20 ms inside one op) and the simulator must get each rank's summed compute right;
-  the median left the replays of this project's 2-core machine 10-25% short;
+  part's stage), the median of the span durations over microbatches (ms); the global
+  F/B/W/BW are the means over the stages that ran the kind. In one step the median:
+  a stall (a rank losing the CPU for 10-20 ms inside one op) in one of 4 microbatches
+  would be spread over all 4 by the mean, onto the critical path (the shipped GPipe
+  trace: +36% with the mean, +9% with the median). The durations are kept
+  (``durations``): the contended calibration merges several steps with their mean
+  (:func:`schedsim.replay.contended.merge_fits`);
 - **link** (contended: the run's own messages, moving while both hosts computed),
   fitted by **wait matching** (:func:`wait_matched_latency`): every paired message whose
   receiver waited for it gives one sample, ``(offset, wait)``: ``offset = max(wait
@@ -77,7 +79,8 @@ _KINDS = ("F", "B", "W", "BW", "FB")
 class TimelineFit:
     """What :func:`fit_timeline` found (module docstring); times in ms.
 
-    ``stages``: stage -> kind -> mean cost; ``samples``: ``[bytes, wait ms, offset ms]``
+    ``stages``: stage -> kind -> median cost; ``durations``: (stage, kind) -> every
+    span's duration; ``samples``: ``[bytes, wait ms, offset ms]``
     per usable message (:func:`wait_matched_latency`); ``launches``: every launch's host time; ``overrides`` and
     ``transfers`` only with ``exact``.
     """
@@ -96,6 +99,7 @@ class TimelineFit:
     #: the link latency fitted elsewhere (the contended calibration's makespan fit,
     #: :func:`schedsim.replay.contended.fit_latency`), replacing the wait-matched one
     latency: float | None = None
+    durations: dict[tuple[int, str], list[float]] = field(default_factory=dict)
 
     def link(self) -> tuple[float, float]:
         """``(latency, bandwidth)``: each size's wait-matched latency, fitted (module
@@ -132,7 +136,7 @@ class TimelineFit:
         lines = [f"# schedsim calibrate --from-timeline{' --exact' if self.exact else ''}"
                  + (f": {title}" if title else ""),
                  f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
-                 ": op costs = mean over microbatches per stage (ms); link = the latency "
+                 ": op costs = median over microbatches per stage (ms); link = the latency "
                  "that gives the paired messages' receiver waits (wait matching, per size); launch cost = mean launch "
                  "host time; host cost = mean host time before an instruction",
                  "", "[costs]", f'unit = "{self.unit}"']
@@ -295,7 +299,7 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
                                           cost=max(s.duration, 0.0)))
     stages: dict[int, dict[str, float]] = {}
     for (st, k), v in sorted(per.items(), key=lambda kv: (kv[0][0], _KINDS.index(kv[0][1]))):
-        stages.setdefault(st, {})[k] = statistics.fmean(v)
+        stages.setdefault(st, {})[k] = statistics.median(v)
     since = _recv_wait_starts(tl)
     samples, transfers = [], []
     for m in tl.messages:
@@ -317,6 +321,6 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
                        message_bytes=statistics.median(sizes) if sizes else 0.0,
                        samples=samples, launches=[p["end"] - p["start"] for p in posts],
                        exact=exact, overrides=overrides, transfers=transfers,
-                       host=host, host_cost=0.0 if exact or not every else
+                       host=host, durations=per, host_cost=0.0 if exact or not every else
                        statistics.fmean(h.before for h in every),
                        source=f"{tl.schedule}, {tl.ranks} ranks, {tl.semantics}")
