@@ -127,11 +127,10 @@ def test_wait_matched_latency_closed_form():
 
 def test_fit_steps_latency_reproduces_the_steps_makespan():
     """The contended merge: op means over every step's durations, and the link latency
-    fitted so that
-    the simulated program takes the steps' median makespan: on simulated steps (latency
-    0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of the median step
-    (F 3), the fitted latency, above the waits' 0.5, gives its makespan, the spread line
-    says so, and the cost file holds it."""
+    fitted so that the simulated program takes the steps' median makespan: on simulated
+    steps (latency 0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of
+    the median step (F 3); the fitted latency, above the waits' 0.5, gives its makespan,
+    the spread line says so, and the cost file holds it."""
     from schedsim.replay.contended import fit_steps
 
     prog = build_program("1f1b", 2, 4)

@@ -272,10 +272,7 @@ def _interleaved_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
 
     from schedsim.replay.timing import resolve_records
 
-    n_cal = spec.calib_repeats
-    n_meas = 1 if spec.profile_dir else spec.config.steps
-    both = min(n_cal, n_meas)
-    order = ["c"] * (n_cal - both) + ["m"] * (n_meas - both) + ["c", "m"] * both
+    order = step_order(spec.calib_repeats, 1 if spec.profile_dir else spec.config.steps)
     for _ in range(max(spec.config.warmup, 1)):
         dist.barrier()
         ex.step(deadline)
@@ -292,6 +289,14 @@ def _interleaved_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
                if spec.profile_dir else ex.step(deadline, fault))
         recs.append(resolve_records(rec, clock, offset))
     return _calibration_result(spec, cal, program, rank, world), recs
+
+
+def step_order(calibration: int, measured: int) -> str:
+    """The order of :func:`_interleaved_steps`: ``"c"`` a calibration step, ``"m"`` a
+    measured one; the surplus of either kind first, then pairs ``"cm"``, so the run
+    ends on a measured step. ``step_order(5, 5) == "cmcmcmcmcm"``."""
+    both = min(calibration, measured)
+    return "c" * (calibration - both) + "m" * (measured - both) + "cm" * both
 
 
 def _calibration_result(spec: JobSpec, recs: list[dict[str, Any]], program: Any,
