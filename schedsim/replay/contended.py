@@ -9,7 +9,7 @@ of the program on the real ranks (:func:`schedsim.replay.worker._calibration_ste
 under ``replay --compare`` taking turns with the measured steps, so that both see the
 same load: on a shared machine it drifts by 2x within a minute), so every number is
 measured under the contention of the run; each step is fitted like a measured timeline
-(:func:`schedsim.replay.fit.fit_timeline`: op means, wait-matched link, launches, host
+(:func:`schedsim.replay.fit.fit_timeline`: op medians, wait-matched link, launches, host
 time per instruction) and the steps are merged (:func:`merge_fits`):
 
 - op cost of each stage and kind: the mean of its durations in every step (over 5
@@ -25,10 +25,10 @@ steps' median makespan (bisection; the simulated makespan grows with the latency
 mean is right on its own, but a run whose durations scatter loses more at every
 cross-rank wait than one where each takes its mean (a receiver waits for the later of
 two random times: ``E[max] >= max(E)``); the deterministic simulator can only charge
-that where ranks synchronize, on the messages. On this project's 2-core machine the
-means alone predicted 1F1B 11-16% and DualPipeV 7% short of steps measured next to the
-calibration ones; with the fitted latency -1% .. +3%. The wait-matched latency stays a
-floor's reference in the spread line.
+that where ranks synchronize, on the messages. On this project's 2-core machine (9 runs
+per schedule, each run's steps in turns predicting the others, median) the means alone
+predicted 1F1B 16% and DualPipeV 7% short; with the fitted latency +0.6% and -2.5%. The
+spread line gives the wait-matched latency beside the fitted one.
 
 The calibration's own spread (:meth:`StepsFit.spread_lines`): the calibration steps'
 measured makespans, the makespan each step's own fit predicts, and each kind's cost,

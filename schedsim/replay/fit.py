@@ -26,9 +26,10 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
   constant transfer time ``T`` this gives ``T`` exactly); the sizes' latencies are
   fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth; one
   size: latency only). No sample: latency 0. (The mean of the waits, the earlier rule,
-  counted a wait that began while its message was already moving as a whole transfer,
-  and left the replays 6% short; the median of the transfers seen with the receiver
-  already waiting, the rule before it, 10-57%: the fast ones are the ones seen waiting.)
+  counted a wait that began while its message was already moving as a whole transfer:
+  with every other duration exact, 1F1B replays were simulated 6% short; the median of
+  the transfers seen with the receiver already waiting, the rule before it, 10-57%: the
+  fast ones are the ones seen waiting.)
 - **launch cost**: the mean host time of the run's launches (the Timeline's ``posts``:
   one ``isend``/``irecv``/``batch_isend_irecv`` call each; the mean because the
   simulator charges one constant per launch and must get a rank's summed launch time
@@ -80,9 +81,9 @@ class TimelineFit:
     """What :func:`fit_timeline` found (module docstring); times in ms.
 
     ``stages``: stage -> kind -> median cost; ``durations``: (stage, kind) -> every
-    span's duration; ``samples``: ``[bytes, wait ms, offset ms]``
-    per usable message (:func:`wait_matched_latency`); ``launches``: every launch's host time; ``overrides`` and
-    ``transfers`` only with ``exact``.
+    span's duration; ``samples``: ``[bytes, wait ms, offset ms]`` per usable message
+    (:func:`wait_matched_latency`); ``launches``: every launch's host time;
+    ``overrides`` and ``transfers`` only with ``exact``.
     """
 
     unit: str
@@ -137,8 +138,9 @@ class TimelineFit:
                  + (f": {title}" if title else ""),
                  f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
                  ": op costs = median over microbatches per stage (ms); link = the latency "
-                 "that gives the paired messages' receiver waits (wait matching, per size); launch cost = mean launch "
-                 "host time; host cost = mean host time before an instruction",
+                 "that gives the paired messages' receiver waits (wait matching, per size); "
+                 "launch cost = mean launch host time; host cost = mean host time before an "
+                 "instruction",
                  "", "[costs]", f'unit = "{self.unit}"']
         cm = self.cost_model()
         for k in ("F", "B", "W", "BW"):
