@@ -21,7 +21,8 @@ from schedsim.replay.check import send_waits_before_recv, two_errors
 from schedsim.replay.fit import fit_timeline, host_times, wait_matched_latency
 from schedsim.sim.costs import CommModel, CostModel, HostTime, LinkModel, MessageTime
 from schedsim.sim.simulate import simulate
-from schedsim.timeline import Message, Timeline, build_timeline
+from schedsim.timeline import Message, Timeline
+from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
 runner = CliRunner()
 
@@ -40,21 +41,20 @@ def dressed(tl: Timeline, **extra) -> Timeline:
 
 
 # -- the builder --------------------------------------------------------------------------
-def test_build_timeline_columns():
+def test_timeline_from_columns():
     pl = Placement(kind="v", ranks=2, stages=4)
     fb = Op.fb(Op("F", 3, 1), Op("BW", 0, 0))
-    tl = build_timeline(pl, name="x", microbatches=2, span_rank=[1, 0],
-                        span_op=[Op("F", 3, 0), fb], span_start=[2.0, 0.0],
-                        span_end=[3.0, 1.5], span_index=[4, 7], semantics="eager",
-                        unit="ms", order="rank-start", extra_field=1)
+    tl = timeline_from_columns(TimelineHeader(pl, "x", 2, "eager", "ms"),
+                               SpanColumns([1, 0], [Op("F", 3, 0), fb], [2.0, 0.0],
+                                           [3.0, 1.5], [4, 7]),
+                               order="rank-start", extra_field=1)
     assert [(s.rank, s.kind, s.chunk, s.index) for s in tl.spans] == [(0, "FB", 1, 7),
                                                                       (1, "F", 1, 4)]
     assert [(p.kind, p.chunk) for p in tl.spans[0].parts] == [("F", 1), ("BW", 0)]
     assert tl.makespan == 3.0 and tl.per_rank[1].busy == 1.0 and tl.extra_field == 1
     with pytest.raises(ValueError, match="differ in length"):
-        build_timeline(pl, name="x", microbatches=1, span_rank=[0], span_op=[],
-                       span_start=[], span_end=[], span_index=[], semantics="eager",
-                       unit="ms")
+        timeline_from_columns(TimelineHeader(pl, "x", 1, "eager", "ms"),
+                              SpanColumns([0], [], [], [], []))
 
 
 def test_measured_builder_splits_waiting_and_transferring():
@@ -63,9 +63,8 @@ def test_measured_builder_splits_waiting_and_transferring():
     msgs = [Message("F", 0, 1, 0, 0, send_posted=1.0, recv_posted=3.0, recv_done=3.5),
             Message("F", 0, 1, 1, 0, send_posted=4.0, recv_posted=2.0, recv_done=4.25),
             Message("F", 0, 1, 2, 0, send_posted=4.0)]
-    tl = build_timeline(pl, name="x", microbatches=3, span_rank=[], span_op=[],
-                        span_start=[], span_end=[], span_index=[], messages=msgs,
-                        semantics="gloo", unit="ms", source="measured")
+    tl = timeline_from_columns(TimelineHeader(pl, "x", 3, "gloo", "ms", "measured"),
+                               SpanColumns([], [], [], [], []), msgs)
     assert [(m.start, m.arrival) for m in tl.messages] == [(3.0, 3.5), (4.0, 4.25),
                                                            (None, None)]
 

@@ -22,6 +22,7 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
 )
 from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
+from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
 from schedsim.scenario import Scenario
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
 
@@ -259,9 +260,9 @@ CostOpt = Annotated[Optional[str], typer.Option(
     "--cost", help="Costs per kind, e.g. F=1,B=1,W=1,BW=2,FB=3 (BW defaults to B+W, FB to "
     "F+BW).")]
 SemanticsOpt = Annotated[Optional[str], typer.Option(
-    "--semantics", help="data | eager | rendezvous.")]
+    "--semantics", help=" | ".join(SEMANTICS) + ".")]
 StreamOpt = Annotated[Optional[str], typer.Option(
-    "--comm-stream", help="none | per-peer | per-rank: P2P launches of a rank share a "
+    "--comm-stream", help=" | ".join(COMM_STREAMS) + ": P2P launches of a rank share a "
     "stream.")]
 ThresholdOpt = Annotated[Optional[float], typer.Option(
     "--eager-threshold", help="Under rendezvous, messages of at most this many bytes are "
@@ -274,7 +275,7 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
 GroupSemanticsOpt = Annotated[Optional[str], typer.Option(
-    "--group-semantics", help="independent | atomic: the ops of one BATCH progress each "
+    "--group-semantics", help=" | ".join(GROUP_SEMANTICS) + ": the ops of one BATCH progress each "
     "on its own (gloo), or move no data until all are matched and complete together "
     "(NCCL groups).")]
 BytesOpt = Annotated[Optional[float], typer.Option(

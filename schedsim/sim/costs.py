@@ -12,8 +12,9 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schedsim.errors import ScenarioError
+from schedsim.program.flat import OpKind
 from schedsim.program.ir import Op
-from schedsim.program.vocab import CommStream, GroupSemantics, Semantics
+from schedsim.program.vocab import MEASURED_SEMANTICS, CommStream, GroupSemantics, Semantics
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
@@ -205,7 +206,7 @@ class CostModel(BaseModel):
             mb = np.asarray(mb)
             out = np.empty(n)
             for i, (k, s_, m_) in enumerate(zip(kind.tolist(), stage.tolist(), mb.tolist())):
-                if k == 4:
+                if k == OpKind.FB:
                     op = Op.fb(Op("F", s_, m_), Op(names[int(bkind[i])], int(bstage[i]),
                                                    int(bmb[i])))
                 else:
@@ -217,7 +218,7 @@ class CostModel(BaseModel):
             fb = self.FB
             table = np.array(per + [np.nan])
             out = table[kind]
-            is_fb = kind == 4
+            is_fb = kind == OpKind.FB
             if is_fb.any():
                 with np.errstate(over="ignore"):     # inf times: simulate() reports them
                     pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
@@ -229,7 +230,7 @@ class CostModel(BaseModel):
                          ).reshape(4, S)
         fbt = np.array([np.nan if (v := self._explicit("FB", s, -1)) is None else v
                         for s in range(S)])
-        is_fb = kind == 4
+        is_fb = kind == OpKind.FB
         k0 = np.where(is_fb, 0, kind)
         out = table[k0, stage] if n else np.zeros(0)
         if is_fb.any():
@@ -456,7 +457,7 @@ class CommModel(BaseModel):
             return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "
                     f"semantics, which ignore the program's sends and recvs: add --semantics "
                     f"eager or rendezvous"] if flags else []
-        if semantics not in ("eager", "rendezvous"):       # a measured timeline
+        if semantics not in MEASURED_SEMANTICS:       # a measured timeline
             return []
         if self.init_cost > 0 and not self.lazy_init:
             return ["--init-cost changes nothing without --lazy-init: add --lazy-init"]
