@@ -272,8 +272,19 @@ def compare_schedules(ranks: int, microbatches: int, costs: CostModel | None = N
     per_rank_costs = per_rank_costs and getattr(costs, "_derived", None) is None
     todo = parse_schedules(schedules) if schedules is not None else \
         [(n, n, {}) for n in names()]
-    for _, n, _ in todo:
-        get(n)    # unknown names fail loudly
+    from schedsim.generators import generated_stages
+    from schedsim.util.limits import check_program_size, check_total_instructions, check_workers
+
+    check_workers("-j", jobs, minimum=0)
+    check_program_size("compare", ranks=ranks)
+    sizes = []
+    for _, n, ps in todo:
+        gen = get(n)    # unknown names fail loudly
+        sizes.append((generated_stages(gen, ranks, {**(params or {}).get(n, {}), **ps}),
+                      microbatches))
+    # the work of all schedules together is bounded up front, as one program's is
+    check_total_instructions(f"compare of {len(todo)} schedules on {ranks:,} ranks x "
+                             f"{microbatches:,} microbatches", sizes)
     work = [_Job(n, ranks, microbatches, costs, link, comm, memory,
                  {**(params or {}).get(n, {}), **ps}, per_rank_costs, label, keep_timelines)
             for label, n, ps in todo]
@@ -299,9 +310,9 @@ def _run(work: list[_Job], jobs: int, size: int) -> list[CompareRow | str]:
     warm_up()       # numba kernels loaded once (forked workers inherit them)
     if jobs <= 1:
         return [run_job(j) for j in work]
-    from concurrent.futures import ProcessPoolExecutor
+    from schedsim.util.signals import worker_pool
 
-    with ProcessPoolExecutor(max_workers=jobs) as ex:
+    with worker_pool(jobs) as ex:       # quiet workers: a stop is reported once, here
         return list(ex.map(run_job, work))
 
 

@@ -170,6 +170,9 @@ def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:
     if out is None:
         return Stopped(signum, f"stopped by {name}: nothing kept (give --out FILE to keep "
                                f"each finished candidate, --resume to continue)")
+    if not out.exists():        # stopped before any candidate finished: none left empty
+        return Stopped(signum, f"stopped by {name}: no candidate finished, {out} not "
+                               f"written; run the command again")
     from schedsim.plan.rows import read_rows
 
     try:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedsim.errors import LimitError, SchedsimError, ScheduleError
+from schedsim.errors import LimitError, SchedsimError, ScheduleError, Stopped
 from schedsim.plan.bounds import ProgramShape
 from schedsim.plan.space import Candidate, Rejections
 
@@ -86,6 +86,8 @@ def _placement_chunks(name: str, chunks: int | None) -> int:
     for p, m in ((2, 8), (4, 16)):
         try:
             pl = build_program(name, p, m).placement
+        except Stopped:
+            raise           # a stop is the user's, never a candidate's rejection
         except SchedsimError:
             continue
         return 1 if pl.kind == "dual" else pl.stages // pl.ranks
@@ -199,6 +201,8 @@ def enumerate_candidates(res: Resolved) -> Enumeration:
                 m = w.microbatches
                 try:
                     shape = _shape(shapes, w, name, chunks, sp)
+                except Stopped:
+                    raise
                 except LimitError as e:
                     rej.add("work limit", str(e), n)
                     continue
@@ -227,6 +231,8 @@ def _shape(shapes: dict, w: Any, name: str, chunks: int | None, sp: Any) -> Prog
         try:
             got = ProgramShape(program_of(w, name, sp.comm_policy, sp.params,
                                           unit_costs=True))
+        except Stopped:
+            raise           # a stop is the user's, never a candidate's rejection
         except SchedsimError as e:
             got = e
         shapes[key] = got

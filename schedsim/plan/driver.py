@@ -154,9 +154,12 @@ def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
     stream = RowStream(out, space.identity()).open(list(done.values())) if out else None
     try:
         _waves(result, todo, done, top, executor or Executor(), stream, progress)
-    finally:
+    except BaseException:
         if stream is not None:
-            stream.close()
+            stream.abandon()        # an empty file is removed, one with rows kept
+        raise
+    if stream is not None:
+        stream.close()
     _finish(result, smallest)
     return result
 

@@ -66,8 +66,19 @@ class LocalExecutor(Executor):
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+            from schedsim.util.signals import quiet_worker
+
+            # the workers stay quiet on a stop: the parent reports it once
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=quiet_worker)
         return self._pool
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None and self._pool is not None:    # a stop or an error: at once
+            from schedsim.util.signals import terminate_pool
+
+            pool, self._pool = self._pool, None
+            terminate_pool(pool)
+        self.close()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -171,12 +182,14 @@ def make_executor(name: str, jobs: int | None = None, address: str | None = None
                   ) -> Executor:
     """The executor ``name`` (:data:`EXECUTORS`) with ``jobs`` workers (None: the CPUs of
     this machine, at least 2 for a local Dask cluster). Raises :class:`ScenarioError` for
-    an unknown name, ``jobs < 1`` or ``--address`` with the local executor."""
+    an unknown name, ``jobs`` outside 1..256 or ``--address`` with the local executor."""
     if name not in EXECUTORS:
         raise ScenarioError(f"unknown --executor {name!r}: expected "
                             f"{' or '.join(EXECUTORS)}")
-    if jobs is not None and jobs < 1:
-        raise ScenarioError(f"-j must be >= 1 (got {jobs})")
+    if jobs is not None:
+        from schedsim.util.limits import check_workers
+
+        check_workers("-j", jobs)
     if name == "local":
         if address is not None:
             raise ScenarioError("--address is for --executor dask (the scheduler's "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, get_args
 
-from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.errors import ScenarioError, SchedsimError, Stopped
 from schedsim.program.vocab import check_semantics
 from schedsim.plan.candidates import Legal, Resolved, divisors
 from schedsim.plan.rows import GIB, PlanRow
@@ -42,10 +42,14 @@ def resolve_space(space: PlanSpace) -> Resolved:
         raise ScenarioError(f"--gpus must be >= 1 (got {space.gpus})")
     model = load_model(space.model)
     gpu = gpu_preset(space.gpu)
-    seq = space.seq or DEFAULT_SEQ
-    gbs = space.global_batch_size or DEFAULT_GLOBAL_BATCH
+    # None is unset; 0 is a value (refused below), never the default
+    seq = DEFAULT_SEQ if space.seq is None else space.seq
+    gbs = DEFAULT_GLOBAL_BATCH if space.global_batch_size is None else space.global_batch_size
     if seq < 1 or gbs < 1:
         raise ScenarioError("--seq and --global-batch-size must be >= 1")
+    from schedsim.workload.layout import check_sizes
+
+    check_sizes(seq=seq, global_batch_size=gbs, num_gpus=space.gpus)
     experts = model.experts
     lists: dict[str, list] = {
         "tp": space.tp or [t for t in _powers_of_two(gpu.gpus_per_node) if t <= space.gpus],
@@ -176,6 +180,8 @@ def evaluate(task: tuple) -> PlanRow:
     kw = {k: v for k, v in params.items()}
     try:
         r = simulate_candidate(w, cand.schedule, policy, semantics, kw)
+    except Stopped:
+        raise           # a stop is the user's, never a candidate's error row
     except SchedsimError as e:
         return PlanRow(cand, stages=w.stages, microbatches=w.microbatches, status="error",
                        message=str(e).splitlines()[0][:300])

@@ -114,6 +114,7 @@ class RowStream:
         self.identity = identity
         self.csv = self.path.suffix.lower() == ".csv"
         self._f: Any = None
+        self.rows = 0           # rows in the file (kept and new)
 
     def open(self, kept: list[PlanRow]) -> "RowStream":
         """Start the file anew with the ``kept`` rows (a resumed file loses only a cut
@@ -138,11 +139,20 @@ class RowStream:
             line = json.dumps({**d, "sweep": self.identity}, sort_keys=True) + "\n"
         self._f.write(line)
         self._f.flush()
+        self.rows += 1
 
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+    def abandon(self) -> None:
+        """Close after a stop or an error: a file that holds no row (nothing kept,
+        nothing finished) is removed rather than left empty; one with rows stays for
+        ``--resume``."""
+        self.close()
+        if self.rows == 0:
+            self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> "RowStream":
         return self

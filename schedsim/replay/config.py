@@ -299,16 +299,21 @@ def spec_from_scenario(scenario: Any, *, backend: str | None = None,
     if scenario.schedule.ranks is not None:     # one process per rank: refuse before building
         check("procs", scenario.schedule.ranks, f"a replay on {scenario.schedule.ranks:,} "
                                                 f"processes (one per rank)")
+    cfg = ReplayConfig.from_table(scenario.replay, backend=backend, timeout=timeout)
     prog = scenario.build_program()
     check("procs", prog.placement.ranks, f"a replay of {prog.name!r} on "
                                          f"{prog.placement.ranks:,} processes (one per rank)")
+    # every warmup and measured step runs the whole program: the replay's work
+    runs, n = cfg.warmup + cfg.steps, prog.num_instructions()
+    check("instructions", runs * n,
+          f"a replay of {runs:,} steps (warmup {cfg.warmup:,} + steps {cfg.steps:,}) x "
+          f"{n:,} instructions of {prog.name!r}")
     if precheck and fields.get("replay", True):
         precheck_program(prog)
     else:   # the compile step's checks only
         simulate(prog, comm=CommModel(semantics="eager"), raise_on_deadlock=False)
     if fields.get("fault") is not None:
         check_fault(fields["fault"], prog)
-    cfg = ReplayConfig.from_table(scenario.replay, backend=backend, timeout=timeout)
     if cfg.tp > 1 and fields.get("calibrate"):
         raise ScenarioError(f"calibration (calibrate, replay --compare) measures tp = 1 "
                             f"stages only; drop tp = {cfg.tp} (--set tp=1)")

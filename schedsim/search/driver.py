@@ -48,9 +48,6 @@ SOLVER_SHARE_EXACT = 0.9
 Progress = Callable[[str, dict[str, Any]], None]
 
 
-#: the most CP-SAT worker threads ``search`` starts (more is refused: CP-SAT answers
-#: MODEL_INVALID far above the core count)
-MAX_WORKERS = 256
 #: the largest seed: CP-SAT's ``random_seed`` parameter is an int32
 MAX_SEED = 2 ** 31 - 1
 
@@ -81,14 +78,15 @@ class SearchSettings:
         """Refuse settings no search can run, before any work: the size against the work
         limits (ranks; stages x microbatches as instructions,
         :func:`schedsim.util.limits.check_program_size`), ``chunks`` >= 1, a finite
-        ``time_limit`` > 0, ``workers`` in 1..:data:`MAX_WORKERS`, a ``seed`` CP-SAT takes
+        ``time_limit`` > 0, ``workers`` in 1..:data:`schedsim.util.limits.MAX_WORKERS`
+        (CP-SAT answers MODEL_INVALID far above the core count), a ``seed`` CP-SAT takes
         (0..2**31 - 1, its ``random_seed`` is an int32) and a known comm policy. Raises
         :class:`ScenarioError` (:class:`~schedsim.errors.LimitError` for the size) naming
         the flag."""
         import math
 
         from schedsim.program.lower import policy_names
-        from schedsim.util.limits import check_program_size
+        from schedsim.util.limits import check_program_size, check_workers
 
         if self.chunks < 1:
             raise ScenarioError(f"--chunks must be >= 1 (got {self.chunks})")
@@ -99,9 +97,7 @@ class SearchSettings:
                 and self.time_limit > 0):
             raise ScenarioError(f"--time-limit must be a finite number of seconds > 0 (got "
                                 f"{self.time_limit!r})")
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise ScenarioError(f"--workers must be in 1..{MAX_WORKERS} (got "
-                                f"{self.workers:,}): CP-SAT threads on this machine")
+        check_workers("--workers", self.workers)
         if not 0 <= self.seed <= MAX_SEED:
             raise ScenarioError(f"--seed must be in 0..{MAX_SEED} (CP-SAT's random_seed is a "
                                 f"32-bit integer; got {self.seed})")

@@ -113,6 +113,27 @@ def check(key: str, value: int, what: str) -> None:
                          f"with --max {key}={value})")
 
 
+#: the most worker processes or threads a command starts (``plan -j``, ``compare -j``,
+#: ``search --workers``): more is a typo that forks thousands of processes
+MAX_WORKERS = 256
+
+
+def check_workers(flag: str, n: int, minimum: int = 1) -> None:
+    """Refuse (:class:`ScenarioError`) ``n`` workers outside ``minimum..``:data:`MAX_WORKERS`
+    for the flag ``flag`` (``-j``, ``--workers``): the one home of that rule."""
+    if isinstance(n, bool) or not isinstance(n, int) or not minimum <= n <= MAX_WORKERS:
+        raise ScenarioError(f"{flag} must be in {minimum}..{MAX_WORKERS} (got {n!r}): the "
+                            f"worker processes or threads to start")
+
+
+def check_total_instructions(what: str, sizes: list[tuple[int, int]]) -> None:
+    """Refuse (:class:`LimitError`) a sweep of several programs ``sizes`` ((stages,
+    microbatches) each) whose estimated instructions together exceed the ``instructions``
+    limit: ``what`` names the sweep (``"compare of 9 schedules"``)."""
+    total = sum(estimate_instructions(st, mb) for st, mb in sizes)
+    check("instructions", total, f"{what}: about {total:,} instructions in all")
+
+
 def estimate_instructions(stages: int, microbatches: int) -> int:
     """Upper estimate of a generated program's instructions: :data:`INSTR_PER_CELL` x
     stages x microbatches."""

@@ -177,3 +177,43 @@ def stop_at_exit() -> None:
         # a launcher may start us with the stop signals blocked (held until now): with
         # the handler in place they are taken from here on, a held one at once
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def quiet_worker() -> None:
+    """The initializer of a worker process (``ProcessPoolExecutor(initializer=...)``): the
+    parent alone reports a stop, once. Ctrl-C (SIGINT, sent to the whole process group) is
+    ignored here, the parent stops the workers; SIGTERM and SIGHUP end the worker at once
+    with no traceback (the default action), instead of the parent's handlers a forked
+    worker inherits (each worker printing its own traceback or stop line)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN if s == signal.SIGINT else signal.SIG_DFL)
+
+
+@contextmanager
+def worker_pool(workers: int) -> Iterator[Any]:
+    """A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` quiet processes
+    (:func:`quiet_worker`). Left normally it waits for its tasks; left by an exception (a
+    stop, an error) it ends the workers at once (SIGTERM) and cancels what has not run, so
+    a stop neither waits for the running tasks nor leaves a process behind."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
+    try:
+        yield pool
+    except BaseException:
+        terminate_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def terminate_pool(pool: Any) -> None:
+    """End ``pool``'s worker processes now (SIGTERM, then reaped) and cancel its queued
+    tasks, inside a critical section (:func:`deferred_signals`)."""
+    with deferred_signals():
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for p in procs:
+            p.join(timeout=5)

@@ -47,7 +47,24 @@ Recompute = Literal["none", "selective", "full"]
 RULES = ("heads % tp", "kv_heads % tp", "experts % ep", "ep divides tp x dp",
          "layers fill pp x chunks stages", "global_batch_size % (micro_batch_size x dp)",
          "tp within a node", "gpus = tp x cp x dp x pp", "cp not built", "seq % tp",
-         "layout", "gemm dtype on gpu", "moe needs ep")
+         "layout", "gemm dtype on gpu", "moe needs ep", "sizes")
+
+#: the largest sizes a training step has (a validation, not a work limit: above these a
+#: workload is a typo, and its numbers overflow into nonsense — ``seq = 10**12`` gave a
+#: makespan of 2e22 ms): 16 Mi tokens per sample, 16 Mi samples per (micro)batch, 1 Mi GPUs
+MAX_SIZES = {"seq": 2 ** 24, "micro_batch_size": 2 ** 24, "global_batch_size": 2 ** 24,
+             "num_gpus": 2 ** 20}
+
+
+def check_sizes(**sizes: int | None) -> None:
+    """Refuse (:class:`WorkloadError`, rule ``sizes``) a size of :data:`MAX_SIZES` (``seq``,
+    ``micro_batch_size``, ``global_batch_size``, ``num_gpus``; None: unset) above its
+    bound. ``flag`` style names (``--seq``) are the caller's: the message names the key."""
+    for what, value in sizes.items():
+        top = MAX_SIZES[what]
+        if value is not None and value > top:
+            raise WorkloadError("sizes", f"{what} = {value:,} is above {top:,}, the most a "
+                                f"training step has: give a real {what}")
 
 
 class WorkloadError(ScenarioError):
@@ -194,6 +211,8 @@ class Workload(BaseModel):
         returns self."""
         from schedsim.util.limits import check as check_limit
 
+        check_sizes(seq=self.seq, micro_batch_size=self.micro_batch_size,
+                    global_batch_size=self.global_batch_size, num_gpus=self.num_gpus)
         m, tp, dp = self.model, self.tp, self.data_parallel
         # every per-layer loop (FLOPs, pieces, bytes) is bounded before it runs
         check_limit("instructions", 8 * m.num_hidden_layers,
@@ -236,7 +255,7 @@ class Workload(BaseModel):
         need(self.global_batch_size % mb == 0, "global_batch_size % (micro_batch_size x dp)",
              f"global_batch_size = {self.global_batch_size} is not a multiple of "
              f"micro_batch_size x dp = {self.micro_batch_size} x {dp} = {mb}: use "
-             f"{max(mb, self.global_batch_size // mb * mb)} or {-(-self.global_batch_size // mb) * mb}")
+             f"{_nearest_multiples(self.global_batch_size, mb)}")
         for what, dt in (("gemm_dtype", self.gemm_dtype), ("params_dtype", self.params_dtype)):
             need(dt in self.gpu.peak_tflops, "gemm dtype on gpu",
                  f"{self.gpu.name} has no {dt} tensor-core peak: set {what} to one of "
@@ -248,6 +267,13 @@ class Workload(BaseModel):
         """What each of the :attr:`stages` holds (module docstring). Raises
         :class:`WorkloadError` (rule ``layers fill pp x chunks stages`` or ``layout``)."""
         return _stage_layout(self.layout, self.model.num_hidden_layers, self.pp, self.chunks)
+
+
+def _nearest_multiples(value: int, step: int) -> str:
+    """The multiples of ``step`` next to ``value`` (never below ``step``): ``"8 or 16"``,
+    or one number when both are the same."""
+    lo, hi = max(step, value // step * step), max(step, -(-value // step) * step)
+    return f"{lo}" if lo == hi else f"{lo} or {hi}"
 
 
 def _stage_layout(layout: str | list[int] | None, layers: int, pp: int, chunks: int

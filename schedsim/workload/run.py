@@ -237,7 +237,9 @@ def workload_program(workload: Workload, schedule_name: str, comm_policy: str | 
     the workload's microbatches, with the workload's ``chunks`` for a generator that
     takes them and, for a cost-aware planner (zb-1p, zb-2p, zbv), the derived costs and
     pipeline links (they depend on the stages, not on which rank holds them). Raises
-    what :func:`~schedsim.generators.build_program` raises."""
+    :class:`~schedsim.errors.LimitError` for a program above the ``--max`` limits
+    (:func:`schedsim.util.limits.check_program_size`, before building it) and what
+    :func:`~schedsim.generators.build_program` raises."""
     from schedsim.generators import build_program, get
 
     w = workload
@@ -246,6 +248,12 @@ def workload_program(workload: Workload, schedule_name: str, comm_policy: str | 
     takes = spec.accepted()
     if "chunks" in takes:
         params.setdefault("chunks", w.chunks)
+    from schedsim.generators import generated_stages
+    from schedsim.util.limits import check_program_size
+
+    # bounded before it is built, as simulate bounds a scenario's program (--max)
+    check_program_size(schedule_name, ranks=w.pp, microbatches=w.microbatches,
+                       stages=generated_stages(spec, w.pp, params))
     if "costs" in takes or "link" in takes:
         costs, link = placement_free_models(w, overlap)
         if "costs" in takes:
