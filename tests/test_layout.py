@@ -228,9 +228,6 @@ PARAMETER_LIMIT = 12
 #: functions allowed past :data:`PARAMETER_LIMIT`, as ``path::qualified name``; each is
 #: being converted by the engineer named (issue 26) and leaves this list when it is
 MANY_PARAMETERS_ALLOWED: set[str] = {
-    "schedsim/sim/kernels.py::run_kernel",                      # records: kernel records
-    "schedsim/sim/compile_kernel.py::compile_comm_kernel",      # records
-    "schedsim/sim/compile_kernel.py::_units",                   # records
     "schedsim/cli/replay.py::replay",      # measured changes its body; convert after merge
 }
 
