@@ -4,11 +4,12 @@ the CLI (:mod:`schedsim.cli.common`) and the Python API (:func:`schedsim.api.sce
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import parse_cost_string
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 def parse_value(text: str) -> Any:
@@ -61,6 +62,9 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
+    from schedsim.scenario import load_scenario, parse_scenario
+    from schedsim.sim.costs import parse_cost_string
+
     _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement,
                    group_semantics=group_semantics)
     if scenario is not None:

@@ -5,19 +5,17 @@ ways to write a tensor-parallel all-reduce)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
 from schedsim.cli.common import console, fail, handle_errors
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, parse_scenario
-from schedsim.sim.pieces import exposed_by_kind, fb_op
-from schedsim.timeline import Timeline
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
+    from schedsim.timeline import Timeline
 
 
 def model_summary(sc: Scenario) -> str:
@@ -36,6 +34,7 @@ def model_summary(sc: Scenario) -> str:
 
 def _used(sc: Scenario, kind: str, stage: int) -> float:
     """The cost the simulation uses for ``kind`` on ``stage`` (microbatch 0)."""
+    from schedsim.sim.pieces import fb_op
     from schedsim.program.ir import Op
 
     c = sc.costs
@@ -47,6 +46,11 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     exposed and hidden collective time) and, with ``tl``, the exposed collective time per
     kind summed over the run. ``stages``: the program's stage count (to name the stages a
     default row stands for)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from schedsim.analysis._index import fmt_t
+    from schedsim.sim.pieces import exposed_by_kind
+
     sco = sc.stage_costs()
     if sco is None:
         return
@@ -80,6 +84,10 @@ def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overla
     scenario's ``[model]`` (``data``: the scenario dict with the command's flags
     applied), one table, then per schedule the makespan gain of each mode over the
     first. Raises :class:`ScenarioError` without a ``[model]`` or for an unknown mode."""
+    from rich.markup import escape
+    from rich.table import Table
+    from schedsim.analysis._index import fmt_t
+    from schedsim.scenario import parse_scenario
     from schedsim.sweep import compare as run_compare
 
     modes = [o.strip() for o in overlaps.split(",") if o.strip()]
@@ -198,6 +206,9 @@ def check_collectives(
 
 def print_check(res: dict[str, Any]) -> None:
     """Print the table and findings of a :func:`run_check` result."""
+    from rich.markup import escape
+    from rich.table import Table
+
     n = res["tp"]
     t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
                     f"1.0 = equal, {n}.0 = {n}x)")
@@ -222,6 +233,8 @@ def print_check(res: dict[str, Any]) -> None:
 def _check_function(function: str | None, input_function: str | None, tp: int,
                     timeout: float, json_out: Path | None) -> None:
     """``check-collectives --function``: measure, print the scales and the verdict."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.replay.collective_api import check_collective
 
     if function is None:

@@ -7,7 +7,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -22,8 +22,10 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
 )
 from schedsim.cli.options import ConnectionsOpt
 from schedsim.errors import SchedsimError
-from schedsim.scenario import Scenario
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 
@@ -60,6 +62,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
     ``sc`` is given, the fixes that make it complete (each verified by simulating it,
     within a bounded budget: :func:`schedsim.report.advice.deadlock_fixes`)."""
     from schedsim.report.advice import deadlock_fixes, format_deadlock
+    from schedsim.scenario import Scenario
 
     fixes = deadlock_fixes(sc, tl) if isinstance(sc, Scenario) else []
     fail(format_deadlock(tl.deadlock, fixes, tl.unit), 3)
@@ -351,6 +354,14 @@ PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "var
                  "placement")
 
 
+def _own_hints(fn: Callable) -> dict[str, Any]:
+    """The evaluated annotations of ``fn``'s parameters but ``sc`` (the scenario the
+    wrapper passes: its type is imported only where a command runs)."""
+    own = {k: v for k, v in fn.__annotations__.items() if k not in ("sc", "return")}
+    holder = type("_Params", (), {"__annotations__": own})
+    return typing.get_type_hints(holder, globalns=fn.__globals__, include_extras=True)
+
+
 def scenario_command(fn: Callable | None = None, *,
                      flags: tuple[str, ...] | None = None, timelines: bool = False
                      ) -> Callable:
@@ -369,7 +380,7 @@ def scenario_command(fn: Callable | None = None, *,
     shared_params = [(n, InputArg if timelines and n == "scenario" else a)
                      for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
-    hints = typing.get_type_hints(fn, include_extras=True)
+    hints = _own_hints(fn)
     own = [p.replace(annotation=hints.get(n, p.annotation))
            for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
     takes_all = any(p.name == "all_semantics" for p in own)

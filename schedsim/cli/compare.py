@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schedsim.analysis._index import fmt_t
-from schedsim.analysis.memory import MemoryModel
 from schedsim.cli import app
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
@@ -40,9 +38,12 @@ from schedsim.cli.common import (
 from schedsim.cli.options import GanttOpt
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
 from schedsim.util.text import rich_escape
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.scenario import Scenario
+    from schedsim.sim.costs import CostModel
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -73,6 +74,7 @@ ModelOverlapOpt = Annotated[Optional[str], typer.Option(
 
 
 def _memory_model(spec: object, model: str | None, fb_order: str | None) -> MemoryModel:
+    from schedsim.analysis.memory import MemoryModel
     mm = MemoryModel.from_spec(spec or None)
     upd = {}
     if model is not None:
@@ -230,6 +232,7 @@ def _shared_params(**given: Any) -> dict[str, dict]:
 def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     """One Gantt chart per schedule of ``res`` (rows that kept their run) stacked on one
     time axis, to ``path``; ``memory``: with an activation-memory panel each."""
+    from schedsim.analysis._index import fmt_t
     from schedsim.plot import compare as draw, save_figure
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]
@@ -257,6 +260,7 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
                    microbatches: int, json_out: Path | None, quiet: bool = False) -> None:
     """Print the result of ``compare`` (header, table, notes, skipped schedules; with
     ``quiet`` one line per schedule) and write its --json records."""
+    from schedsim.analysis._index import fmt_t
     if quiet:
         write_json(json_out, lambda: compare_records(res, ranks, costs))
         unit = res.unit + ("s" if res.unit == "slot" else "")
@@ -300,6 +304,7 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 
 
 def _table(res, ranks: int) -> Table:
+    from schedsim.analysis._index import fmt_t
     from schedsim.sweep import spread
 
     t = Table()
@@ -324,6 +329,7 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) ->
     ``rows`` (name, stages) run different numbers of stages per rank (a rank of a
     2-stage-per-rank schedule runs two full-cost ops per microbatch where a 1-stage one
     runs one); None when they all run the same number."""
+    from schedsim.analysis._index import fmt_t
     per: dict[float, list[str]] = {}
     for name, stages in rows:
         per.setdefault(stages / ranks, []).append(name)
@@ -338,6 +344,7 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) ->
 
 
 def _cost_text(c: CostModel) -> str:
+    from schedsim.analysis._index import fmt_t
     if c._derived is not None:     # a [model]: the costs the simulation uses
         from schedsim.program.ir import Op
 
@@ -353,6 +360,7 @@ def _cost_text(c: CostModel) -> str:
 
 
 def _mem_text(m: MemoryModel) -> str:
+    from schedsim.analysis._index import fmt_t
     return (f"F {fmt_t(m.F)} B {fmt_t(m.B)} W {fmt_t(m.W)} BW {fmt_t(m.BW)}, FB "
             f"{m.fb_order}")
 
@@ -360,6 +368,7 @@ def _mem_text(m: MemoryModel) -> str:
 def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenario:
     """A scenario from a TOML file, a schedule file (.json/.csv), a program (.txt) or a
     schedule name."""
+    from schedsim.scenario import load_scenario, parse_scenario
     p = Path(spec)
     suffix = p.suffix.lower()
     if suffix == ".toml":
@@ -396,6 +405,8 @@ def diff(
     Example:
       schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
+    from schedsim.analysis._index import fmt_t
+    from schedsim.sim.costs import CommModel, parse_cost_string
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
 
@@ -461,6 +472,7 @@ def memory(
     Example:
       schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
+    from schedsim.analysis._index import fmt_t
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of
 

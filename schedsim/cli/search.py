@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
 from schedsim.cli.analysis import write_json
 from schedsim.cli.common import (
@@ -31,6 +28,9 @@ from schedsim.cli.common import (
 )
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text, _memory_model
 from schedsim.errors import ScenarioError
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from rich.table import Table
 
 OUT_FORMATS = {".json": "schedsim JSON schedule", ".csv": "torch compute-only CSV"}
 
@@ -199,6 +199,9 @@ class _Progress:
             self.status.__exit__(*exc)
 
     def update(self, phase: str, info: dict[str, Any]) -> None:
+        from rich.markup import escape
+        from schedsim.analysis._index import fmt_t
+
         if self.status is None:
             return
         self.best.update(info)
@@ -216,6 +219,9 @@ class _Progress:
 
 
 def _print(res: Any, st: Any, quiet: bool) -> None:
+    from rich.markup import escape
+    from schedsim.analysis._index import fmt_t
+
     s = res.solver
     pl = res.schedule.placement
     console.print(f"search: {pl.ranks} ranks x {res.schedule.microbatches} microbatches, "
@@ -279,11 +285,17 @@ def _print_order(ranks: list) -> None:
 
 
 def _spread(v: list[float]) -> str:
+    from schedsim.analysis._index import fmt_t
+
     lo, hi = min(v), max(v)
     return fmt_t(lo) if abs(hi - lo) < 1e-9 else f"{fmt_t(lo)}..{fmt_t(hi)}"
 
 
 def _table(res: Any, st: Any) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+    from schedsim.analysis._index import fmt_t
+
     t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
                     f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
@@ -302,6 +314,7 @@ def _table(res: Any, st: Any) -> Table:
 
 
 def _write(res: Any, out: Path | None, json_out: Path | None) -> None:
+    from rich.markup import escape
     from schedsim.util.files import output_group
 
     with output_group() as outs:
