@@ -108,14 +108,23 @@ _MEM = (1, 1, 0, 0, -1)
 _MEM_W = np.array([*_MEM, 0], dtype=np.int64)
 
 
-def _peak_without_w(kinds: np.ndarray) -> int:
-    """:func:`peak_memory` of one rank's slot kinds (-1: free) without W lists: a B/b
-    leaves a W pending, each free slot retires the oldest pending one
-    (:func:`_backlog`)."""
+def _no_w_profile(kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, base)`` of one rank's slots without W lists: ``X`` the running sum of
+    B - free, ``base`` = F's - B's + ``X`` so far; the activation after slot i is
+    ``base(i) - min(0, min_{j<=i} X(j))`` (:func:`_backlog`: the pending Ws are
+    ``X - min(0, min X)``)."""
+    x = np.cumsum(((kinds == 2) | (kinds == 3)).astype(np.int64) - (kinds < 0))
     fwd = np.cumsum((kinds == 0) | (kinds == 1))
     bwd = np.cumsum((kinds == 2) | (kinds == 3))
-    pend = _backlog((kinds == 2) | (kinds == 3), kinds < 0)
-    cur = fwd - (bwd - pend)
+    return x, fwd - bwd + x
+
+
+def _peak_without_w(kinds: np.ndarray) -> int:
+    """:func:`peak_memory` of one rank's slot kinds (-1: free) without W lists: a B/b
+    leaves a W pending, each free slot retires the oldest pending one (the pending count
+    is a queue, :func:`_backlog`; :func:`_no_w_profile` in closed form)."""
+    x, base = _no_w_profile(kinds)
+    cur = base - np.minimum(np.minimum.accumulate(x), 0)
     return max(0, int(cur.max())) if len(cur) else 0
 
 
@@ -196,35 +205,56 @@ def eager_times(grid: list[list[list[int]]], cost: list[float], comm: float
     return start, order
 
 
-def _first_fit(kinds: np.ndarray, t: int, lo: int, slot: int, peak: int,
-               with_w: bool) -> int:
+def _first_fit_w(kinds: list[int], cur: list[int], t: int, lo: int, slot: int,
+                 peak: int) -> int:
     """The earliest free slot in ``[lo, slot)`` where the pass of kind ``t`` now at
-    ``slot`` keeps the rank's peak activation <= ``peak``, else ``slot`` (the authors'
-    ``reorder`` candidate loop, which re-walked the rank for each candidate slot).
+    ``slot`` keeps the rank's peak activation <= ``peak``, else ``slot``, with W lists in
+    the grid (the authors' ``reorder`` candidate loop, which re-walked the rank for each
+    candidate slot). ``kinds``: the rank's slot kinds (-1: free); ``cur``: the running
+    activation sum after each slot.
 
-    With W lists the memory is a running sum: moving a pass of delta d from ``slot`` to c
-    adds d on ``[c, slot)``. d <= 0 cannot raise the peak (the rank is within ``peak``
-    before the move), so the first free slot wins; for d = 1 (F/f) c must come after the
-    last slot before ``slot`` whose running sum is already ``peak``. Without W lists the
-    retirements depend on which slots are free: each free candidate is walked
-    (:func:`_peak_without_w`)."""
+    Moving a pass of delta d from ``slot`` to c adds d on ``[c, slot)``. d <= 0 cannot
+    raise the peak (the rank is within ``peak`` before the move), so the first free slot
+    wins; for d = 1 (F/f) c must come after the last slot before ``slot`` whose running
+    sum is already ``peak``."""
+    if _MEM[t] > 0:
+        j = slot - 1
+        while j >= lo and cur[j] < peak:
+            j -= 1
+        lo = j + 1
+    for c in range(lo, slot):
+        if kinds[c] < 0:
+            return c
+    return slot
+
+
+def _move_deltas(t: int) -> tuple[int, int]:
+    """What moving a pass of kind t (F/f/B/b) from slot a into a free slot c < a adds on
+    ``[c, a)`` to ``X`` and to ``base`` (:func:`_no_w_profile`): slot c stops being free
+    and slot a becomes free, so ``X`` gains 1 (plus 1 for a B/b's pending W) and ``base``
+    gains 1 (plus 1 for an F/f's activation)."""
+    is_b = 1 if t in (2, 3) else 0
+    return 1 + is_b, 2 - is_b
+
+
+def _first_fit(kinds: np.ndarray, x: np.ndarray, base: np.ndarray, t: int, lo: int,
+               slot: int, peak: int) -> int:
+    """:func:`_first_fit_w` without W lists: the retirements depend on which slots are
+    free, so each free candidate's peak is computed, from the rank's profile
+    (:func:`_no_w_profile`) and the move's deltas (:func:`_move_deltas`)."""
     if lo >= slot:
         return slot
-    if with_w:
-        if _MEM[t] > 0:
-            cur = np.cumsum(_MEM_W[kinds[:slot]])
-            full = np.flatnonzero(cur >= peak)
-            if len(full):
-                lo = max(lo, int(full[-1]) + 1)
-        free = np.flatnonzero(kinds[lo:slot] < 0)
-        return lo + int(free[0]) if len(free) else slot
-    kinds[slot] = -1
+    dx, db = _move_deltas(t)
     for c in (lo + np.flatnonzero(kinds[lo:slot] < 0)).tolist():
-        kinds[c] = t
-        if _peak_without_w(kinds) <= peak:
+        xs = x.copy()
+        xs[c:slot] += dx
+        cur = base.copy()
+        cur[c:slot] += db
+        np.minimum.accumulate(xs, out=xs)
+        np.minimum(xs, 0, out=xs)
+        cur -= xs
+        if int(cur.max()) <= peak:
             return c
-        kinds[c] = -1
-    kinds[slot] = t
     return slot
 
 
@@ -236,7 +266,12 @@ def _squeeze(grid: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]
         grid = [[list(x) for x in r] for r in grid]
     n = len(grid)
     peak = max(peak_memory(r) for r in grid)     # also checks that no two passes collide
-    kinds = [np.array(_slot_kinds(r), dtype=np.int64) for r in grid]
+    kinds = [_slot_kinds(r) for r in grid]
+    if with_w:          # lists, and the running activation sums (see _first_fit_w)
+        cur = [np.cumsum(_MEM_W[k]).tolist() for k in kinds]
+        kinds = [k.tolist() for k in kinds]
+    else:
+        prof = [_no_w_profile(k) for k in kinds]
     last_f = len(grid[0][0]) - 1
     phase = 0            # 0 warm-up, 1 steady (kept), 2 cooldown
     for slot, s, t, mb in _slot_order(grid):
@@ -246,25 +281,38 @@ def _squeeze(grid: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]
             if phase == 1 and t == 0 and mb == last_f:
                 phase = 2
             continue
+        g = grid[s]
         dep = -1
         if t in (0, 2) and s > 0:
-            dep = max(dep, grid[s - 1][t][mb])
-        if t in (1, 3) and s + 1 < n:
-            dep = max(dep, grid[s + 1][t][mb])
-        if 0 < t < 4:
-            dep = max(dep, grid[s][t - 1][mb])
+            dep = grid[s - 1][t][mb]
+        elif t in (1, 3) and s + 1 < n:
+            dep = grid[s + 1][t][mb]
+        if 0 < t < 4 and g[t - 1][mb] > dep:
+            dep = g[t - 1][mb]
         if t == 4:
-            dep = max(dep, sorted(grid[s][2] + grid[s][3])[mb])
-        if mb > 0:
-            dep = max(dep, grid[s][t][mb - 1])
+            dep = max(dep, sorted(g[2] + g[3])[mb])
+        if mb > 0 and g[t][mb - 1] > dep:
+            dep = g[t][mb - 1]
         dep += 1
         if dep > slot:
             raise InfeasiblePattern("a pass is scheduled before its input")
-        new = _first_fit(kinds[s], t, dep, slot, peak, with_w)
+        if with_w:
+            new = _first_fit_w(kinds[s], cur[s], t, dep, slot, peak)
+            if new != slot and _MEM[t]:
+                c = cur[s]
+                for i in range(new, slot):
+                    c[i] += _MEM[t]
+        else:
+            x, base = prof[s]
+            new = _first_fit(kinds[s], x, base, t, dep, slot, peak)
+            if new != slot:
+                dx, db = _move_deltas(t)
+                x[new:slot] += dx
+                base[new:slot] += db
         if new != slot:
             kinds[s][slot] = -1
             kinds[s][new] = t
-            grid[s][t][mb] = new
+            g[t][mb] = new
     if not with_w:
         grid = [put_w(r) for r in grid]
     unit = [1.0] * (TYPES + 1)
