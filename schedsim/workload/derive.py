@@ -48,8 +48,11 @@ from schedsim.workload.layout import Workload, WorkloadError
 from schedsim.workload.lifetimes import StageHeld, stage_held
 from schedsim.workload.memory import (
     StaticBytes,
+    StateRules,
     head_activations,
     layer_activations,
+    layer_backward_bytes,
+    loss_backward_bytes,
     stage_params,
     static_bytes,
 )
@@ -102,24 +105,46 @@ class DerivedWorkload:
 
 
 def _stage_bytes(w: Workload, p: StagePieces) -> StageBytes:
+    """One stage's :class:`StageBytes`. Under ``framework = "torchtitan"`` the layers keep
+    their GEMM inputs as torch's TP and Float8Linear do, a backward also holds the largest
+    GEMM's gradients and (FSDP2) the layer's weight gradients in the parameter dtype, and
+    the last stage's backward peaks in the loss's fp32 tensors
+    (:func:`~schedsim.workload.memory.layer_activations`,
+    :func:`~schedsim.workload.memory.layer_backward_bytes`,
+    :func:`~schedsim.workload.memory.loss_backward_bytes`); Megatron's rules are the
+    paper's tensors alone."""
     st, m = p.layout, w.model
     e = float(DTYPE_BYTES[w.params_dtype])
+    titan = w.framework == "torchtitan"
+    fp8 = w.gemm_dtype == "fp8"
+    g = (float(DTYPE_BYTES[w.gemm_dtype]) if fp8 else e) if titan else 0.0
+    T = float(w.seq * w.micro_batch_size)
     stored = stash = working = 0.0
     rows: list[str] = []
     cache: dict[bool, Any] = {}
     for i in range(st.first, st.first + st.layers):
         k = m.is_moe_layer(i)
         if k not in cache:
-            cache[k] = layer_activations(m, i, w.seq, w.micro_batch_size, w.tp, w.sp,
-                                         w.recompute, w.flash_attention, w.dropout, e)
-        a = cache[k]
-        stored, stash, working = stored + a.stored, stash + a.stash_w, max(working, a.working)
+            a = layer_activations(m, i, w.seq, w.micro_batch_size, w.tp, w.sp,
+                                  w.recompute, w.flash_attention, w.dropout, e, g)
+            extra = 0.0
+            if titan:
+                dense, expert = stage_params(m, i, 1, False, False, w.tp, w.ep)
+                wgrads = (dense + expert) * e if w.zero == 3 else 0.0
+                extra = layer_backward_bytes(m, i, T, w.tp, e, fp8, wgrads)
+            cache[k] = (a, a.working + extra)
+        a, work = cache[k]
+        stored, stash, working = stored + a.stored, stash + a.stash_w, max(working, work)
         if a.row not in rows:
             rows.append(a.row)
     if st.head:
-        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e, w.vocab_divisor)
+        hb = head_activations(m, w.seq, w.micro_batch_size, w.tp, w.sp, e, w.vocab_divisor,
+                              keep_logits=not (titan and w.pp == 1))
         stored += hb
         stash += hb / 2
+        if titan:
+            working = max(working, loss_backward_bytes(m, w.seq, w.micro_batch_size, w.tp,
+                                                       w.vocab_divisor))
     return StageBytes(stored, min(stash, stored), working, tuple(rows))
 
 
@@ -147,6 +172,10 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
     m = w.model
     out = []
     keep = w.pp > 1
+    rules = StateRules(dp=w.data_parallel, tp=w.tp, ep=w.ep, zero=w.zero,
+                       params_dtype=w.params_dtype, grad_dtype=w.grad_dtype,
+                       master_dtype=w.master_dtype, optimizer=w.optimizer,
+                       framework=w.framework)
     for r in range(placement.ranks):
         dense = expert = biggest = 0.0
         for s in placement.stages_of(r):
@@ -157,11 +186,8 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
             if st.layers:
                 ld, lx = stage_params(m, st.first, 1, False, False, w.tp, w.ep)
                 biggest = max(biggest, ld + lx)
-        out.append(static_bytes(dense, expert, dp=w.data_parallel, tp=w.tp, ep=w.ep,
-                                zero=w.zero, params_dtype=w.params_dtype,
-                                grad_dtype=w.grad_dtype, master_dtype=w.master_dtype,
-                                optimizer=w.optimizer, fsdp_keep_gathered=keep,
-                                layer_params=biggest, framework=w.framework))
+        out.append(static_bytes(dense, expert, rules, fsdp_keep_gathered=keep,
+                                layer_params=biggest))
     return out
 
 
