@@ -178,7 +178,7 @@ class Scenario(BaseModel):
 
         Raises :class:`SchedsimError` subclasses for anything missing or invalid.
         """
-        from schedsim.program.validate import validate_schedule
+        from schedsim.program.validate import validate_all
 
         s = self.schedule
         sources = [k for k, v in (("name", s.name), ("program", s.program),
@@ -191,14 +191,9 @@ class Scenario(BaseModel):
                                 f"generator; they apply to a program or schedule file only")
         prog = self._build_program()
         prog = shape_program(prog, self.stages, s)      # [stages] edges, max_batch_ops
-        if not prog.trusted:      # a registered generator's output is proven by its tests
-            from schedsim.program.validate_flat import is_valid
-
-            # arrays first (the same rules, tests/test_flat.py); the per-op validator
-            # words the first error, or checks a program held as objects
-            if not (prog.is_flat and is_valid(prog.flat().schedule(), prog.placement,
-                                               prog.microbatches, complete=True)):
-                validate_schedule(prog.schedule())
+        # every rule, over the arrays first (the per-op validator words the first error);
+        # a registered generator's output is validated already (proven by its tests)
+        prog = validate_all(prog)
         self.check_references(prog)
         self._check_model_size(prog.placement.stages)
         return prog

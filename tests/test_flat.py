@@ -1,9 +1,10 @@
 """The flat program form (integer arrays per rank) and the object IR built from it.
 
-Generators and the ``async``/``commit`` policies emit arrays; ``Program.ranks`` is built
-on demand. Checked here: round trips between the two forms, the public API on programs
-made either way (``Program(..., ranks=[[...]])``, ``prog.ranks``, ``to_text()``, JSON),
-that edited rows are what gets simulated, the array lowering against a direct
+The arrays are the program; generators and policies emit them and ``Program.ranks`` is a
+read-only view built on demand. Checked here: round trips between the two forms, the
+public API on programs made either way (``Program(..., ranks=[[...]])``, ``prog.ranks``,
+``to_text()``, JSON), that reading the view changes nothing (not the program, not its
+validation) and that the view cannot be edited, the array lowering against a direct
 object-level reading of the policies, and the array validator against the per-op one.
 """
 from __future__ import annotations
@@ -29,8 +30,9 @@ from schedsim import (
 )
 from schedsim.errors import SchedsimError, ScheduleError
 from schedsim.program.flat import FlatProgram, FlatSchedule, Opcode
+from schedsim.program.flat_build import flat_program
 from schedsim.program.ir import Batch, Commit, Compute, Post, Wait
-from schedsim.program.lowering import op_recvs, op_sends
+from schedsim.program.comm_plan import op_recvs, op_sends
 from schedsim.program.validate_flat import is_valid
 
 FAMILIES = [("gpipe", {}), ("1f1b", {}), ("dualpipe", {}), ("dualpipev", {}),
@@ -55,7 +57,7 @@ def test_round_trip_between_objects_and_arrays() -> None:
     n = 0
     for prog in programs():
         toks = prog.tokens()                       # straight from the arrays when flat
-        flat = FlatProgram.from_rows(prog.ranks)
+        flat = flat_program(prog.ranks)
         assert flat.tokens() == toks == [[str(t) for t in row] for row in prog.tokens()]
         assert flat.rows() == prog.ranks
         s = prog.schedule()
@@ -64,17 +66,40 @@ def test_round_trip_between_objects_and_arrays() -> None:
     assert n > 150
 
 
-def test_generators_emit_arrays_and_build_rows_on_demand() -> None:
-    prog = build_program("1f1b", 4, 8)
-    assert prog.is_flat and prog.trusted
-    text = prog.to_text()
-    assert prog.is_flat                          # to_text reads the arrays
+@pytest.mark.parametrize("name,policy", [("1f1b", None), ("dualpipe", None),
+                                         ("dualpipev", None), ("1f1b", "torch"),
+                                         ("interleaved-1f1b", "torch"), ("1f1b", "megatron"),
+                                         ("gpipe", "commit"), ("zbv", "commit"),
+                                         ("zb-h1", None)])
+def test_generators_emit_arrays_and_reading_the_rows_changes_nothing(name, policy) -> None:
+    """Every generator and policy emits a validated value; reading its rows (the view)
+    leaves the arrays, the text and the validation as they were."""
+    kw = {"chunks": 2} if name == "interleaved-1f1b" else {}
+    prog = build_program(name, 4, 8, policy, **kw)
+    assert prog.validated
+    fl, text = prog.flat(), prog.to_text()
     rows = prog.ranks
-    assert not prog.is_flat and not prog.trusted  # the rows are the program now
+    assert prog.validated and prog.flat() is fl and prog.to_text() == text
+    assert prog.ranks is rows                     # built once, kept
+    assert Program(placement=prog.placement, microbatches=8, ranks=rows,
+                   name=name).to_text() == text
+    assert not Program(placement=prog.placement, microbatches=8, ranks=rows).validated
+
+
+def test_rows_are_a_read_only_view() -> None:
+    prog = build_program("1f1b", 4, 8)
+    rows = prog.ranks
     assert rows[0][:3] == [Compute(Op("F", 0, 0)), Post(Comm("SEND_F", 0, 0)),
                            Compute(Op("F", 0, 1))]
-    assert Program(placement=prog.placement, microbatches=8, ranks=rows,
-                   name="1f1b").to_text() == text
+    for edit in (lambda: rows[0].append(Commit()), lambda: rows.pop(),
+                 lambda: rows[1].__setitem__(0, Commit()), lambda: rows[0].reverse()):
+        with pytest.raises(TypeError, match="read-only view"):
+            edit()
+    with pytest.raises(AttributeError):
+        prog.flat().code = prog.flat().code[::-1]  # the arrays are the value
+    with pytest.raises(Exception):
+        prog.name = "other"                       # a frozen model
+    assert prog.ranks == build_program("1f1b", 4, 8).ranks
 
 
 def test_json_of_a_flat_program_equals_the_object_programs() -> None:
@@ -87,18 +112,40 @@ def test_json_of_a_flat_program_equals_the_object_programs() -> None:
     assert json.loads(a.model_dump_json())["ranks"][0][0] == "0F0"
 
 
-def test_edited_rows_are_what_is_simulated() -> None:
-    """Reading ``ranks`` hands the program over to the rows: an edit shows in the next
-    simulation (here: two posts swapped make rendezvous deadlock)."""
+def test_an_edited_copy_is_a_new_program() -> None:
+    """Rows edited in a copy make a new, unvalidated program: it is what gets simulated
+    (here: a compute moved before the batch that receives its input deadlocks under
+    rendezvous), and the original is unchanged."""
     prog = build_program("1f1b", 2, 2, "commit")
     c = CommModel(semantics="rendezvous")
     assert simulate(prog, CostModel(), comm=c).makespan == 9     # (m + p - 1)(F + BW)
-    row = prog.ranks[1]
+    rows = [list(r) for r in prog.ranks]
+    row = rows[1]
     i = next(k for k, x in enumerate(row) if isinstance(x, Batch))
     j = next(k for k, x in enumerate(row) if isinstance(x, Compute) and k > i)
     row[i], row[j] = row[j], row[i]          # compute before receiving its input
+    edited = Program(name=prog.name, placement=prog.placement,
+                     microbatches=prog.microbatches, ranks=rows)
+    assert not edited.validated and edited != prog
     with pytest.raises(SchedsimError):
-        simulate(prog, CostModel(), comm=c)
+        simulate(edited, CostModel(), comm=c)
+    assert simulate(prog, CostModel(), comm=c).makespan == 9
+
+
+def test_validation_is_recorded_in_the_value() -> None:
+    """A program checked once is a checked value: simulating it again does not check
+    it again, and reading its rows does not undo that."""
+    from schedsim.program.validate import validate_program
+
+    prog = Program(placement={"kind": "loop", "ranks": 2, "stages": 2}, microbatches=1,
+                   ranks=[["0F0", "0SEND_F0"], ["1RECV_F0", "WAIT[1RECV_F0]", "1F0"]])
+    checked = validate_program(prog)
+    assert validate_program(checked) is checked and checked == prog
+    assert checked.ranks == prog.ranks and validate_program(checked) is checked
+    bad = Program(placement={"kind": "loop", "ranks": 2, "stages": 2}, microbatches=1,
+                  ranks=[["0SEND_F0"], ["1RECV_F0", "WAIT[1RECV_F0]", "1F0", "1F0"]])
+    with pytest.raises(SchedsimError, match="rank 1, instr 3 .1F0.: duplicate F"):
+        simulate(bad)
 
 
 def test_launch_ids() -> None:

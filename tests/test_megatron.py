@@ -5,6 +5,7 @@ through ``forward_backward_pipelining_without_interleaving`` /
 ``forward_backward_pipelining_with_interleaving``, and the runs the issue asks for."""
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -15,7 +16,8 @@ from schedsim.errors import ScheduleError
 from schedsim.generators import build_program, generate
 from schedsim.program.ir import Batch, Comm, Compute, Placement, Post, Schedule, Wait
 from schedsim.program.lower import POLICIES, lower
-from schedsim.program.lowering import op_recvs
+from schedsim.program.comm_plan import op_recvs
+from schedsim.program.flat_build import FlatBuilder
 from schedsim.program.megatron_comm import Communicator
 from schedsim.program.ops import launched
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
@@ -28,11 +30,18 @@ COSTS = CostModel(F=1, BW=2)
 def _call(rank: int, batch: bool, wait: bool = True) -> tuple[list[str], dict]:
     """One ``_communicate`` with all four tensors on a middle rank of a 4-stage pipe."""
     sched = generate("1f1b", 4, 4)
-    x = Communicator(sched, rank, batch)
+    x = Communicator(sched, rank, batch, FlatBuilder())
     handles = x.communicate(send_next=Comm("SEND_F", rank, 0), send_prev=Comm("SEND_B", rank, 0),
                             recv_prev=Comm("RECV_F", rank, 1), recv_next=Comm("RECV_B", rank, 1),
                             wait=wait)
-    return [str(c) for i in x.out for c in launched(i)], handles
+    return [str(c) for i in _written(x) for c in launched(i)], handles
+
+
+def _written(x: Communicator) -> list:
+    """The instructions ``x`` wrote so far (its rank ended in a copy of the builder)."""
+    b = copy.deepcopy(x.out)
+    b.end_rank()
+    return b.build().rows()[0]
 
 
 def test_batched_call_op_order() -> None:
@@ -43,9 +52,9 @@ def test_batched_call_op_order() -> None:
         s = str(rank)
         assert got == [s + "SEND_B0", s + "RECV_F1", s + "SEND_F0", s + "RECV_B1"]
         sched = generate("1f1b", 4, 4)
-        x = Communicator(sched, rank, True)
+        x = Communicator(sched, rank, True, FlatBuilder())
         x.communicate(send_next=Comm("SEND_F", rank, 0), recv_next=Comm("RECV_B", rank, 1))
-        assert x.out == [Batch((Comm("SEND_F", rank, 0), Comm("RECV_B", rank, 1))),
+        assert _written(x) == [Batch((Comm("SEND_F", rank, 0), Comm("RECV_B", rank, 1))),
                          Wait((Comm("SEND_F", rank, 0), Comm("RECV_B", rank, 1)))]
         assert handles == {}
 
@@ -59,13 +68,13 @@ def test_unbatched_call_op_order_even_and_odd() -> None:
     assert _call(2, batch=False)[0] == ["2SEND_F0", "2RECV_F1", "2SEND_B0", "2RECV_B1"]
     assert _call(1, batch=False)[0] == ["1RECV_F1", "1SEND_F0", "1RECV_B1", "1SEND_B0"]
     sched = generate("1f1b", 4, 4)
-    x = Communicator(sched, 1, False)
+    x = Communicator(sched, 1, False, FlatBuilder())
     h = x.communicate(send_next=Comm("SEND_F", 1, 0), recv_prev=Comm("RECV_F", 1, 1),
                       wait=False)
     assert h == {"recv_prev": Comm("RECV_F", 1, 1), "send_next": Comm("SEND_F", 1, 0)}
-    assert x.out == [Post(Comm("RECV_F", 1, 1)), Post(Comm("SEND_F", 1, 0))]
+    assert _written(x) == [Post(Comm("RECV_F", 1, 1)), Post(Comm("SEND_F", 1, 0))]
     x.communicate()                      # nothing to move: Megatron launches nothing
-    assert len(x.out) == 2
+    assert len(_written(x)) == 2
 
 
 ONE_F_ONE_B_BATCHED = (

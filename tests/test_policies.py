@@ -13,7 +13,7 @@ from schedsim.generators import generate
 from schedsim.generators.torch_family import interleaved_1f1b, interleaved_zb, looped_bfs, zbv_torch
 from schedsim.program.ir import Batch, Commit, Compute, Op, Placement, Post, Schedule, Wait
 from schedsim.program.lower import POLICIES, lower
-from schedsim.program.lowering import link_ordered_recvs, op_recvs
+from schedsim.program.comm_plan import link_ordered_recvs, op_recvs
 from schedsim.program.tokens import format_instr, format_op
 from schedsim.program.torch_runtime import add_send_recv, torch_runtime_kind
 from schedsim.sim.costs import CommModel, CostModel, LinkModel

@@ -1,6 +1,6 @@
 """The one-pass torch CSV reader (:mod:`schedsim.interop.torch_csv`) gives exactly what the
 per-cell reader gives: the same schedule, and for a compute+comms file the same program
-as :func:`schedsim.program.torch_runtime.runtime_rows` makes from the parsed actions.
+as :func:`schedsim.program.torch_runtime.runtime_flat` makes from the parsed actions.
 Files it does not handle (an OVERLAP_F_B cell, a bad cell) go to the per-cell reader."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from schedsim.interop.torch_format import (
     read_torch_csv_program,
 )
 from schedsim.program.ir import Op
-from schedsim.program.torch_runtime import runtime_rows
+from schedsim.program.torch_runtime import runtime_flat
 
 
 def _torch_csv(tmp: Path, cls: str, p: int, m: int, v: int) -> Path:
@@ -43,8 +43,8 @@ def _torch_csv(tmp: Path, cls: str, p: int, m: int, v: int) -> Path:
 def _slow_program(f: Path, placement: str) -> list[list[str]]:
     rows, _ = parse_torch_csv(f.read_text(), str(f))
     sched = read_torch_csv(f, placement)
-    prog = Program(placement=sched.placement, microbatches=sched.microbatches,
-                   ranks=runtime_rows(sched.placement, rows))
+    prog = Program.from_flat(runtime_flat(sched.placement, rows), name="slow",
+                             placement=sched.placement, microbatches=sched.microbatches)
     return prog.tokens()
 
 
@@ -57,10 +57,10 @@ def test_fast_reader_equals_the_per_cell_reader(tmp_path, cls, p, m, v, placemen
     f = _torch_csv(tmp_path, cls, p, m, v)
     assert read_columns(f.read_text()) is not None            # the fast path reads it
     prog = read_torch_csv_program(f, placement)
-    assert prog.is_flat and prog.trusted
+    assert prog.validated          # checked by the reader (validate_flat), not again
     assert prog.tokens() == _slow_program(f, placement)
     sched = read_torch_csv(f, placement)
-    assert sched.is_flat
+    assert sched.validated
     rows, _ = parse_torch_csv(f.read_text())
     assert sched.ranks == [[a for a in row if isinstance(a, Op)] for row in rows]
 
@@ -73,7 +73,7 @@ def test_cells_the_fast_reader_leaves_to_the_per_cell_reader(tmp_path) -> None:
     f.write_text(program_to_torch_csv(prog))
     assert read_columns(f.read_text()) is None
     back = read_torch_csv_program(f, "dual")
-    assert not back.is_flat and back.tokens() == _slow_program(f, "dual")
+    assert back.validated and back.tokens() == _slow_program(f, "dual")
     bad = tmp_path / "bad.csv"
     bad.write_text("0F0,0SEND_F0,0Fx\n1RECV_F0,1F0\n")
     with pytest.raises(ParseError, match=r"row 1 \(rank 0\), column 3"):

@@ -30,7 +30,7 @@ from schedsim.program.ir import Comm, Commit, Op, Placement, Program, Schedule, 
 from schedsim.program.lower import lower
 from schedsim.program.ops import launched
 from schedsim.program.tokens import format_instr, format_op
-from schedsim.program.torch_runtime import add_send_recv, runtime_rows
+from schedsim.program.torch_runtime import add_send_recv, runtime_flat
 from schedsim.program.validate import validate_schedule
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.simulate import simulate
@@ -184,8 +184,8 @@ def test_round_trip_same_timeline(name, kw, placement, tmp_path: Path) -> None:
     b = simulate(lower(back), costs, link, comm)
     assert a.spans == b.spans and a.messages == b.messages and a.makespan == b.makespan
     # compute+comms: the program torch's _PipelineScheduleRuntime runs comes back exactly
-    prog = Program(name=s.name, placement=s.placement, microbatches=s.microbatches,
-                   ranks=runtime_rows(s.placement, add_send_recv(s)))
+    prog = Program.from_flat(runtime_flat(s.placement, add_send_recv(s)), name=s.name,
+                             placement=s.placement, microbatches=s.microbatches)
     g.write_text(program_to_torch_csv(prog))
     back_prog = read_torch_csv_program(g, placement=placement)
     assert back_prog.ranks == prog.ranks

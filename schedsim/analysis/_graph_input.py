@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from schedsim.analysis._graph_edges import ID, GraphInput, Layout
-from schedsim.sim.compile import Compiled
+from schedsim.sim.compiled import Compiled
+from schedsim.sim.opcodes import Step
 
 
 def _gather(steps: np.ndarray, ptr: np.ndarray, vals: np.ndarray
@@ -34,15 +35,16 @@ def graph_input(cp: Compiled) -> GraphInput:
     """What the graph needs of ``cp`` (see :class:`GraphInput`), read from its step
     arrays with numpy (no per-step Python objects): each compute step puts its ``S``
     and ``E`` nodes on its rank's host chain, each launch or wait one ``P``/``W`` node."""
-    cop = np.asarray(cp.cop)
-    crptr = np.asarray(cp.crptr, dtype=np.int64)
+    code, un, ms = cp.code, cp.units, cp.messages
+    cop = np.asarray(code.cop)
+    crptr = np.asarray(code.crptr, dtype=np.int64)
     G, R = len(cop), int(cp.ranks)
-    comp = cop == 0
+    comp = cop == Step.COMPUTE
     pw = np.flatnonzero(~comp)
     nsp = len(cp.span_gi)
-    lay = Layout(nsp, cp.num_messages, len(cp.unit_stream), len(pw))
+    lay = Layout(nsp, cp.num_messages, len(un.unit_stream), len(pw))
     node = np.empty(G, dtype=np.int64)                   # S node of a compute, else P/W
-    span = np.asarray(cp.cspan, dtype=np.int64)
+    span = np.asarray(code.cspan, dtype=np.int64)
     node[comp] = lay.s0 + span[comp]
     node[pw] = lay.pw0 + np.arange(len(pw))
     rank = np.repeat(np.arange(R, dtype=np.int64), np.diff(crptr))
@@ -54,16 +56,16 @@ def graph_input(cp: Compiled) -> GraphInput:
     chain[pos] = node
     cs = np.flatnonzero(comp)
     chain[pos[cs] + 1] = lay.e0 + span[cs]
-    chptr, ch = np.asarray(cp.chptr, dtype=np.int64), np.asarray(cp.ch, dtype=np.int64)
-    launch = cop[pw] == 1
+    chptr, ch = np.asarray(code.chptr, dtype=np.int64), np.asarray(code.ch, dtype=np.int64)
+    launch = cop[pw] == Step.LAUNCH
     first = np.full(len(pw), -1, dtype=np.int64)
     first[launch] = ch[chptr[pw[launch]]]
-    pindex = np.asarray(cp.cipc, dtype=np.int64)[pw]
-    pindex[launch] = np.asarray(cp.hindex, dtype=np.int64)[first[launch]]
+    pindex = np.asarray(code.cipc, dtype=np.int64)[pw]
+    pindex[launch] = np.asarray(ms.hindex, dtype=np.int64)[first[launch]]
     pw_pair = np.full(len(pw), -1, dtype=np.int64)
-    if getattr(cp, "lazy_init", False):
-        pw_pair[launch] = np.asarray(cp.cinit, dtype=np.int64)[pw[launch]]
-    cuptr = np.asarray(cp.cuptr, dtype=np.int64)
+    if cp.host.lazy_init:
+        pw_pair[launch] = np.asarray(code.cinit, dtype=np.int64)[pw[launch]]
+    cuptr = np.asarray(code.cuptr, dtype=np.int64)
     unit_p = np.full(lay.units, -1, dtype=ID)
     ls = pw[launch]
     ustep, units = _gather(ls, cuptr, np.arange(lay.units, dtype=np.int64))
@@ -72,7 +74,7 @@ def graph_input(cp: Compiled) -> GraphInput:
     act_s, act_h = _gather(bare, chptr, ch)
     wait_s, wait_h = _gather(pw[~launch], chptr, ch)
     out_s, out_h = _gather(cs, chptr, ch)
-    uh = np.asarray(cp.unit_hptr, dtype=np.int64)
+    uh = np.asarray(un.unit_hptr, dtype=np.int64)
     unit_rep = np.repeat(np.arange(lay.u0, lay.pw0, dtype=ID), np.diff(uh[:lay.units + 1]))
     init_pairs, pw_init = np.unique(pw_pair[pw_pair >= 0]), np.full(len(pw), -1)
     if len(init_pairs):
@@ -83,11 +85,11 @@ def graph_input(cp: Compiled) -> GraphInput:
     span_ri = list(zip(fl.rank_of_instr()[sg].tolist(), fl.index_of_instr()[sg].tolist()))
     none = (np.zeros(0, dtype=ID), np.zeros(0, dtype=np.int64))
     return GraphInput(
-        lay, cp.data_mode, cp.launch_cost, span_ri,
-        cp.mkey, np.asarray(cp.msrc, dtype=np.int64), np.asarray(cp.mdst, dtype=np.int64),
+        lay, cp.data_mode, cp.host.launch_cost, span_ri,
+        cp.mkey, np.asarray(ms.msrc, dtype=np.int64), np.asarray(ms.mdst, dtype=np.int64),
         chain, first, rank[pw].astype(ID), pindex.astype(ID), (~launch).astype(np.int8),
-        unit_p, np.asarray(cp.unit_stream, dtype=np.int64),
-        (unit_rep, np.asarray(cp.unit_h, dtype=np.int64)[:uh[lay.units]]),
+        unit_p, np.asarray(un.unit_stream, dtype=np.int64),
+        (unit_rep, np.asarray(un.unit_h, dtype=np.int64)[:uh[lay.units]]),
         (node[act_s].astype(ID), act_h), _dedupe(node[wait_s].astype(ID), wait_h), none,
         ((lay.e0 + span[out_s]).astype(ID), out_h),
-        pw_init, init_pairs, float(getattr(cp, "init_cost", 0.0)), int(cp.ranks))
+        pw_init, init_pairs, float(cp.host.init_cost), int(cp.ranks))

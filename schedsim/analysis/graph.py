@@ -50,7 +50,8 @@ from schedsim.analysis._longest_path import _CHUNK, PassEdges, kahn_order, run_o
 from schedsim.analysis._rows import instr_token
 from schedsim.errors import ProgramError
 from schedsim.program.ir import Program
-from schedsim.sim.compile import Compiled, compile_program
+from schedsim.sim.compile import compile_program
+from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Message, Span, Timeline
 

@@ -98,6 +98,9 @@ def get(name: str) -> GeneratorSpec:
 
 def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedule | Program:
     """Run generator ``name``. Unset parameters (None) take the generator's defaults.
+    The result is a validated value: a generator that builds it from arrays proves it by
+    its tests; one built from object rows is checked here, once (over the arrays), and
+    never again.
 
     Raises :class:`ScheduleError` for an unknown schedule, an unknown parameter or a
     combination the schedule does not support (the message names the rule).
@@ -113,7 +116,12 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     if ranks < 1 or microbatches < 1:
         raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
                             f"{microbatches})")
-    return spec.fn(ranks, microbatches, **_coerce(spec, params))
+    out = spec.fn(ranks, microbatches, **_coerce(spec, params))
+    if out.validated:
+        return out
+    from schedsim.program.validate import validate_all
+
+    return validate_all(out)
 
 
 def _coerce(spec: GeneratorSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -161,11 +169,9 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
             raise ScheduleError(f"{k} is a parameter of the {' / '.join(owners)} comm policy, "
                                 f"not of schedule {name!r}: add --comm-policy {owners[0]}")
     with no_gc():
+        # a generator proven by its tests (parity with the reference implementations)
+        # builds a validated value; the policies keep it (Schedule.validated)
         out = generate(name, ranks, microbatches, **params)
-        # a registered generator that emits the flat form is proven by its tests (parity
-        # with the reference implementations): its output is not re-validated; the
-        # policies keep the mark (schedules built as objects are checked, which is fast)
-        out.mark_trusted()
         if isinstance(out, Program):
             if comm_policy is None:
                 return out

@@ -2,6 +2,7 @@
 
 Both emit the flat form (:class:`~schedsim.program.flat.FlatSchedule`): per rank, integer
 columns of op kind, stage and microbatch; the object rows are built only if asked for.
+Their output is validated by construction (the tests check every rule on it).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ F, BW = int(OpKind.F), int(OpKind.BW)
 def _schedule(name: str, ranks: int, m: int, rows: list) -> Schedule:
     return Schedule.from_flat(FlatSchedule.from_columns(rows), name=name,
                               placement=Placement(kind="loop", ranks=ranks, stages=ranks),
-                              microbatches=m, params={"ranks": ranks, "microbatches": m})
+                              microbatches=m, params={"ranks": ranks, "microbatches": m},
+                              validated=True)
 
 
 @register("gpipe", summary="all forwards, then all backwards (fused BW), ascending mb",

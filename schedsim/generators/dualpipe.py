@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.generators.dualpipe_trace import ChunkTrace
-from schedsim.program.ir import Instr, Placement, Program
+from schedsim.generators.dualpipe_trace import ChunkTrace, traced_program
+from schedsim.program.flat_build import FlatBuilder
+from schedsim.program.ir import Placement, Program
 
 
 class _DualPipeTrace(ChunkTrace):
     """``DualPipe`` on one rank (``dualpipe/dualpipe.py``)."""
 
-    def __init__(self, num_ranks: int, num_chunks: int, rank: int, overlap: bool) -> None:
-        super().__init__(num_ranks, num_chunks, rank, overlap)
+    def __init__(self, num_ranks: int, num_chunks: int, rank: int, overlap: bool,
+                 out: FlatBuilder) -> None:
+        super().__init__(num_ranks, num_chunks, rank, overlap, out)
         self.is_in_second_half = rank >= num_ranks // 2
         self.is_middle_rank = rank in (num_ranks // 2 - 1, num_ranks // 2)
 
@@ -38,7 +40,7 @@ class _DualPipeTrace(ChunkTrace):
     def _mb(self, chunk: int, i: int) -> int:
         return i if chunk == 0 else self.num_chunks // 2 + i
 
-    def step(self) -> list[Instr]:
+    def step(self) -> None:
         """``DualPipe.step()``, steps 1-8."""
         num_ranks, rank, num_chunks = self.num_ranks, self.rank, self.num_chunks
         num_half_ranks = num_ranks // 2
@@ -112,7 +114,7 @@ class _DualPipeTrace(ChunkTrace):
         step_8 = half_rank + 1
         for _ in range(step_8):
             self._weight_chunk()
-        return self._finish()
+        self._finish()
 
 
 @register("dualpipe", summary="DeepSeek DualPipe: two directions, overlapped F&B pairs, "
@@ -134,6 +136,4 @@ def dualpipe(ranks: int, microbatches: int, overlap: bool = True) -> Program:
                             f"{2 * ranks} (got {microbatches}): half go in each direction "
                             f"and each direction needs >= ranks to fill its pipeline")
     pl = Placement(kind="dual", ranks=ranks, stages=ranks, microbatches=microbatches)
-    rows = [_DualPipeTrace(ranks, microbatches, r, overlap).step() for r in range(ranks)]
-    return Program(name="dualpipe", placement=pl, microbatches=microbatches, ranks=rows,
-                   params={"ranks": ranks, "microbatches": microbatches, "overlap": overlap})
+    return traced_program(_DualPipeTrace, "dualpipe", pl, microbatches, overlap)

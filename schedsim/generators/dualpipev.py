@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from schedsim.errors import ScheduleError
 from schedsim.generators import register
-from schedsim.generators.dualpipe_trace import ChunkTrace
-from schedsim.program.ir import Instr, Placement, Program
+from schedsim.generators.dualpipe_trace import ChunkTrace, traced_program
+from schedsim.program.ir import Placement, Program
 
 
 class _DualPipeVTrace(ChunkTrace):
@@ -24,7 +24,7 @@ class _DualPipeVTrace(ChunkTrace):
     def _stage(self, chunk: int) -> int:
         return self.rank if chunk == 0 else 2 * self.num_ranks - 1 - self.rank
 
-    def step(self) -> list[Instr]:
+    def step(self) -> None:
         """``DualPipeV.step()``, steps 1-8."""
         num_ranks, rank, num_chunks = self.num_ranks, self.rank, self.num_chunks
 
@@ -94,7 +94,7 @@ class _DualPipeVTrace(ChunkTrace):
         step_8 = rank + 1
         for _ in range(step_8):
             self._weight_chunk()
-        return self._finish()
+        self._finish()
 
 
 @register("dualpipev", summary="DeepSeek DualPipeV (cut-in-half DualPipe, V-shape)",
@@ -111,6 +111,4 @@ def dualpipev(ranks: int, microbatches: int, overlap: bool = True) -> Program:
         raise ScheduleError(f"dualpipev needs microbatches >= 2 x ranks = {2 * ranks} (got "
                             f"{microbatches}) to fill the V")
     pl = Placement(kind="v", ranks=ranks, stages=2 * ranks)
-    rows = [_DualPipeVTrace(ranks, microbatches, r, overlap).step() for r in range(ranks)]
-    return Program(name="dualpipev", placement=pl, microbatches=microbatches, ranks=rows,
-                   params={"ranks": ranks, "microbatches": microbatches, "overlap": overlap})
+    return traced_program(_DualPipeVTrace, "dualpipev", pl, microbatches, overlap)

@@ -102,9 +102,10 @@ def _torch_1f1b_rank(p: int, m: int, v: int, r: int, per_round: int, warmup: int
 
 def _schedule(name: str, placement: Placement, m: int, rows: list,
               **params: object) -> Schedule:
-    """A trusted-shape schedule from per-rank columns ``(kind, stage, mb)``."""
+    """A schedule from per-rank columns ``(kind, stage, mb)``, validated by construction
+    (the tests check every rule on every family)."""
     return Schedule.from_flat(FlatSchedule.from_columns(rows), name=name,
-                              placement=placement, microbatches=m,
+                              placement=placement, microbatches=m, validated=True,
                               params={"ranks": placement.ranks, "microbatches": m,
                                       **params})
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from schedsim.interop.kineto_events import Call, Range, RankEvents
 from schedsim.program.ir import Comm, Commit, Compute, Instr, Op, Placement, Post, Wait
-from schedsim.program.lowering import op_recvs, op_sends
+from schedsim.program.comm_plan import op_recvs, op_sends
 from schedsim.program.ops import launched
 
 

@@ -37,7 +37,7 @@ _KINDS: dict[str, tuple[bool, int] | None] = {
     "REDUCE_GRAD": None}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class Columns(RankRows):
     """A CSV's actions per rank, in order: ``is_comm``, ``kind`` (OpKind or CommKind
     code), ``stage``, ``mb``; rank r's are ``rptr[r]:rptr[r+1]``."""

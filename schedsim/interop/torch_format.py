@@ -294,14 +294,14 @@ def _placement(path: Path, rows: list[list[Action]], placement: str, stages: int
     return pl, m
 
 
-def _located_validate(path: Path, sched: Schedule, cols: list[list[int]]) -> None:
+def _located_validate(path: Path, sched: Schedule, cols: list[list[int]]) -> Schedule:
     from schedsim.program.validate import validate_schedule
 
     def locate(r: int, i: int) -> str:
         return (f"{path}: row {r + 1} (rank {r}), column {cols[r][i]} "
                 f"({format_torch_action(sched.ranks[r][i])})")
 
-    validate_schedule(sched, locate=locate)
+    return validate_schedule(sched, locate=locate)
 
 
 def _fast_read(path: Path, text: str, placement: str, stages: int | None,
@@ -371,7 +371,7 @@ def read_torch_csv(path: str | Path, placement: str = "loop", stages: int | None
         if fast is not None:
             _, pl, m, fs = fast
             return Schedule.from_flat(fs, name=path.stem, placement=pl, microbatches=m,
-                                      params={"source": str(path)}, trusted=True)
+                                      params={"source": str(path)}, validated=True)
         rows, cols = _parse(path, text)
         return _schedule(path, rows, cols, placement, stages, microbatches)
 
@@ -386,8 +386,7 @@ def _schedule(path: Path, rows: list[list[Action]], cols: list[list[int]], place
         ocols.append([c for _, c in keep])
     sched = Schedule(name=path.stem, placement=pl, microbatches=m, ranks=ops,
                      params={"source": str(path)})
-    _located_validate(path, sched, ocols)
-    return sched
+    return _located_validate(path, sched, ocols)
 
 
 def read_torch_csv_program(path: str | Path, placement: str = "loop",
@@ -402,7 +401,7 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
     is reported when the program is compiled (:class:`~schedsim.errors.ProgramError`).
     """
     from schedsim.interop.torch_csv import runtime_program
-    from schedsim.program.torch_runtime import runtime_rows
+    from schedsim.program.torch_runtime import runtime_flat
     from schedsim.util.inputs import loading
 
     with loading(path, "torch CSV"):
@@ -416,12 +415,12 @@ def read_torch_csv_program(path: str | Path, placement: str = "loop",
             if flat is not None:
                 return Program.from_flat(flat, name=path.stem, placement=pl,
                                          microbatches=m, params={"source": str(path)},
-                                         trusted=True)
+                                         validated=True)
     sched = read_torch_csv(path, placement, stages, microbatches)
     with loading(path, "torch CSV"):
         rows, _ = _parse(path, text)
     if not any(isinstance(x, Comm) for row in rows for x in row):
         return None
-    return Program(name=sched.name, placement=sched.placement,
-                   microbatches=sched.microbatches,
-                   ranks=runtime_rows(sched.placement, rows), params=dict(sched.params))
+    return Program.from_flat(runtime_flat(sched.placement, rows), name=sched.name,
+                             placement=sched.placement, microbatches=sched.microbatches,
+                             params=sched.params, validated=sched.validated)

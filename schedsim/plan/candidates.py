@@ -133,24 +133,12 @@ def program_of(w: Any, schedule: str, comm_policy: str | None, params: dict[str,
                        if k in takes})
         if len(_programs) >= PROGRAM_CACHE:
             _programs.pop(next(iter(_programs)))
-        prog = _programs[key] = _held_flat(workload_program(w, schedule, comm_policy, **kw))
+        # checked once here (a validated value is not checked again by each simulation)
+        from schedsim.program.validate import validate_program
+
+        prog = _programs[key] = validate_program(workload_program(w, schedule, comm_policy,
+                                                                  **kw))
     return prog
-
-
-def _held_flat(prog: Any) -> Any:
-    """``prog`` held as flat arrays: a generator that builds object rows (DualPipe's
-    trace) has them checked once here (:func:`~schedsim.program.validate.
-    validate_program`) and converted once, instead of at every simulation of the cached
-    program."""
-    from schedsim.program.ir import Program
-    from schedsim.program.validate import validate_program
-
-    if prog.is_flat:
-        return prog
-    validate_program(prog)
-    return Program.from_flat(prog.flat(), name=prog.name, placement=prog.placement,
-                             microbatches=prog.microbatches, params=prog.params,
-                             trusted=True)
 
 
 def make_workload(res: Resolved, tp: int, pp: int, cp: int, ep: int, mbs: int,

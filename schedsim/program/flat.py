@@ -1,9 +1,10 @@
 """The flat program form: integer arrays per rank, what generators and lowering emit and
 what compile and the engine read.
 
-The object IR (:class:`~schedsim.program.ir.Program` rows of ``Compute``/``Post``/
-``Batch``/``Wait``/``Commit``) is the readable view; it is built from these arrays on
-demand, and a program given as object rows is converted to them once per simulation.
+These arrays are the program (:class:`~schedsim.program.ir.Program` holds one
+:class:`FlatProgram`, :class:`~schedsim.program.ir.Schedule` one :class:`FlatSchedule`);
+the object rows (``Compute``/``Post``/``Batch``/``Wait``/``Commit``) are a read-only view
+built from them on demand, and rows given to a constructor are converted once, there.
 
 A :class:`FlatSchedule` holds a compute order; a :class:`FlatProgram` a program. Both
 concatenate the ranks: rank r's entries are ``rptr[r]:rptr[r+1]``, in execution order.
@@ -104,10 +105,16 @@ def _ptr(x: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class RankRows:
     """Rows of ranks laid end to end in columns: rank r's are ``rptr[r]:rptr[r + 1]``
-    (``rptr``: int64, ranks + 1 entries)."""
+    (``rptr``: int64, ranks + 1 entries).
+
+    A value: the fields cannot be reassigned, and no reader writes into the arrays (a
+    program's arrays are the program; see :mod:`schedsim.program.ir`). They are not
+    flagged read-only: the numba kernels would then be compiled a second time, for
+    read-only array types.
+    """
 
     rptr: np.ndarray
 
@@ -119,7 +126,7 @@ class RankRows:
         return int(self.rptr[-1])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class FlatSchedule(RankRows):
     """Compute order per rank as arrays (module docstring)."""
 
@@ -213,7 +220,7 @@ def _fb_map(x: FlatSchedule | FlatProgram) -> dict[int, tuple[int, int, int]]:
             zip(x.fb_at.tolist(), x.fb_kind.tolist(), x.fb_stage.tolist(), x.fb_mb.tolist())}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class FlatProgram(RankRows):
     """A program as arrays (module docstring)."""
 
@@ -284,17 +291,6 @@ class FlatProgram(RankRows):
                             new_pos[self.fb_at], self.fb_kind, self.fb_stage, self.fb_mb)
 
     # -- object view ------------------------------------------------------------------
-    @classmethod
-    def from_rows(cls, rows: Iterable[Iterable[Instr]]) -> FlatProgram:
-        """Convert object rows (lists of instructions). Raises TypeError on a row entry
-        that is not an instruction."""
-        b = FlatBuilder()
-        for row in rows:
-            for ins in row:
-                b.add(ins)
-            b.end_rank()
-        return b.build()
-
     def rows(self) -> list[list[Instr]]:
         """The object rows (a new list of instructions per rank); equal instructions
         share one object."""
@@ -401,82 +397,22 @@ class FlatProgram(RankRows):
         return out
 
 
-class FlatBuilder:
-    """Appends instructions (objects or integer fields) rank by rank into a
-    :class:`FlatProgram`: call :meth:`end_rank` after each rank, then :meth:`build`."""
-
-    def __init__(self) -> None:
-        self.code: list[int] = []
-        self.kind: list[int] = []
-        self.stage: list[int] = []
-        self.mb: list[int] = []
-        self.mptr: list[int] = [0]
-        self.ck: list[int] = []
-        self.cs: list[int] = []
-        self.cm: list[int] = []
-        self.fb: list[tuple[int, int, int, int]] = []
-        self.rptr: list[int] = [0]
-        self.peers: dict[int, int] = {}                          # member -> peer stage
-        self.idents: dict[int, tuple[str | None, float | None]] = {}  # -> (tag, bytes)
-
-    def end_rank(self) -> None:
-        self.rptr.append(len(self.code))
-
-    def compute(self, op: Op) -> None:
-        if op.parts:
-            b = op.parts[1]
-            self.fb.append((len(self.code), _OPKIND[b.kind], b.stage, b.mb))
-        self.code.append(0)
-        self.kind.append(_OPKIND[op.kind])
-        self.stage.append(op.stage)
-        self.mb.append(op.mb)
-        self.mptr.append(len(self.ck))
-
-    def comm_instr(self, code: Opcode | int, comms: Iterable[Comm]) -> None:
-        """A POST (one member), BATCH or WAIT (members) or COMMIT (none)."""
-        ck = _COMMKIND
-        for c in comms:
-            if c.peer is not None:
-                self.peers[len(self.ck)] = c.peer
-            if (c.tag is not None or c.nbytes is not None) and code != Opcode.WAIT:
-                self.idents[len(self.ck)] = (c.tag, c.nbytes)
-            self.ck.append(ck[c.kind])
-            self.cs.append(c.stage)
-            self.cm.append(c.mb)
-        self.code.append(int(code))
-        self.kind.append(-1)
-        self.stage.append(-1)
-        self.mb.append(-1)
-        self.mptr.append(len(self.ck))
-
-    def add(self, ins: Instr) -> None:
-        t = type(ins)
-        if t is Compute:
-            self.compute(ins.op)
-        elif t is Post:
-            self.comm_instr(Opcode.POST, (ins.comm,))
-        elif t is Batch:
-            self.comm_instr(Opcode.BATCH, ins.comms)
-        elif t is Wait:
-            self.comm_instr(Opcode.WAIT, ins.comms)
-        elif t is Commit:
-            self.comm_instr(Opcode.COMMIT, ())
-        else:
-            raise TypeError(f"not an instruction: {ins!r}")
-
-    def build(self) -> FlatProgram:
-        fp = FlatProgram(_ptr(self.rptr), _arr(self.code), _arr(self.kind),
-                         _arr(self.stage), _arr(self.mb), _ptr(self.mptr), _arr(self.ck),
-                         _arr(self.cs), _arr(self.cm), *_fb_arrays(self.fb))
-        n, at, ids = len(self.ck), list(self.idents), self.idents.values()
-        if self.peers:
-            fp.cpeer = np.full(n, -1, I32)
-            fp.cpeer[list(self.peers)] = list(self.peers.values())
-        if ids:
-            fp.ctag, fp.cbytes = np.full(n, -1, I32), np.full(n, -1.0)
-            fp.ctag[at] = [-1 if t is None else TAGS.index(t) for t, _ in ids]
-            fp.cbytes[at] = [-1.0 if b is None else b for _, b in ids]
-        return fp
+def same_arrays(a: RankRows, b: RankRows) -> bool:
+    """True if ``a`` and ``b`` hold the same entries (same type, every array equal; an
+    optional per-member array left None equals one of -1s)."""
+    if type(a) is not type(b):
+        return False
+    for k, x in a.__dict__.items():
+        y = b.__dict__[k]
+        if x is None and y is None:
+            continue
+        if x is None or y is None:
+            x, y = (y, x) if x is None else (x, y)
+            if not np.all(x == -1):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return True
 
 
 def placement_rank_table(pl: Any) -> tuple[np.ndarray, int, int]:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     PrivateAttr,
+    model_serializer,
     model_validator,
 )
 
@@ -31,7 +30,6 @@ from schedsim.errors import ScheduleError
 from schedsim.program.ops import (
     COMM_KINDS,
     COMPUTE_KINDS,
-    LAUNCHES,
     Batch,
     Comm,
     Commit,
@@ -43,7 +41,6 @@ from schedsim.program.ops import (
     format_instr,
 )
 from schedsim.program.tokens import parse_instr, parse_op
-from schedsim.util.lazy import LazyFields
 
 #: the atoms are defined in :mod:`schedsim.program.ops` and importable from here too
 __all__ = [
@@ -186,167 +183,246 @@ class Placement(BaseModel):
         return [s for s, r in enumerate(self._tables[0]) if r == rank]
 
 
-def _ops_in(v: Any) -> Any:
-    if isinstance(v, list):
-        return [[parse_op(x) if isinstance(x, str) else x for x in row] for row in v]
-    return v
+class RowsView(list):
+    """A read-only list: the object rows of a :class:`Schedule` or :class:`Program`, a
+    view of its flat arrays (built on first read, then kept). It compares, iterates,
+    indexes and concatenates as a list; editing it raises TypeError (build a new
+    schedule or program from edited copies, ``[list(row) for row in p.ranks]``)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("the rows of a schedule or program are a read-only view of its "
+                        "arrays: build a new Schedule/Program from edited copies "
+                        "([list(row) for row in p.ranks])")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> Any:
+        return type(self), (list(self),)
 
 
-def _instrs_in(v: Any) -> Any:
-    if isinstance(v, list):
-        return [[parse_instr(x) if isinstance(x, str) else x for x in row] for row in v]
-    return v
+def _view(rows: list[list[Any]]) -> RowsView:
+    return RowsView(RowsView(r) for r in rows)
 
 
-def _tokens_out(v: list[list[Any]]) -> list[list[str]]:
-    return [[format_instr(x) for x in row] for row in v]
+#: what a value's ``_checks`` records: nothing checked, the program rules (1, 2 and 4 of
+#: :mod:`schedsim.program.validate`), or every rule of a complete schedule
+UNCHECKED, PROGRAM_RULES, ALL_RULES = 0, 1, 2
 
 
-OpRows = Annotated[list[list[Op]], BeforeValidator(_ops_in), PlainSerializer(_tokens_out)]
-InstrRows = Annotated[list[list[Instr]], BeforeValidator(_instrs_in),
-                      PlainSerializer(_tokens_out)]
+def _rows_in(rows: Any, parse: Callable[[str], Any], what: str) -> list[list[Any]]:
+    """Per-rank rows with text tokens parsed (:mod:`schedsim.program.tokens`; a bad token
+    raises :class:`~schedsim.errors.ParseError`). Raises ValueError naming the first
+    entry that is not a list of ``what``."""
+    if not isinstance(rows, (list, tuple)):
+        raise ValueError(f"ranks: expected a list of per-rank lists of {what}, got "
+                         f"{type(rows).__name__}")
+    out = []
+    for r, row in enumerate(rows):
+        if not isinstance(row, (list, tuple)):
+            raise ValueError(f"ranks[{r}]: expected a list of {what}, got "
+                             f"{type(row).__name__}")
+        out.append([parse(x) if isinstance(x, str) else x for x in row])
+    return out
 
 
-class _PerRank(LazyFields):
+class _PerRank(BaseModel):
     """Fields shared by :class:`Schedule` and :class:`Program` (rows are per rank).
 
-    ``ranks`` (the object rows) may be held in the flat array form
-    (:mod:`schedsim.program.flat`) instead: a schedule or program made by
-    :meth:`from_flat` builds its object rows only when ``ranks`` is first read. From then
-    on the rows are the program (they may be edited) and the arrays are dropped.
+    The flat arrays (:mod:`schedsim.program.flat`) are the value: a schedule or program is
+    built from them (:meth:`from_flat`) or from object rows or text tokens (``ranks=``,
+    converted once, here). ``ranks`` is a read-only view of the arrays, built on first
+    read; reading it changes nothing. A value is immutable (its fields and its arrays'
+    fields frozen; no reader writes into the arrays), and what was checked about it is
+    recorded when it is built (:attr:`validated`), never reset.
     """
 
-    model_config = ConfigDict(extra="forbid")
-    _lazy_fields: ClassVar[tuple[str, ...]] = ("ranks",)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "custom"
     placement: Placement
     microbatches: int = Field(ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
 
-    _trusted: bool = PrivateAttr(default=False)
+    _flat: Any = PrivateAttr(default=None)
+    _checks: int = PrivateAttr(default=UNCHECKED)
+    _rows: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def _flat_of_rows(cls, rows: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _convert_rows(cls, data: Any, handler: Any) -> Any:
+        """``ranks=`` (object rows or tokens) converted to the arrays, once."""
+        if isinstance(data, dict) and "ranks" in data:
+            flat = cls._flat_of_rows(data["ranks"])
+            obj = handler({k: v for k, v in data.items() if k != "ranks"})
+            obj._flat = flat
+            return obj
+        obj = handler(data)
+        if obj._flat is None:
+            raise ValueError("ranks: field required (the per-rank rows)")
+        return obj
+
+    @model_serializer(mode="wrap")
+    def _rows_out(self, handler: Any) -> Any:
+        out = handler(self)
+        out["ranks"] = self.tokens()
+        return out
 
     @classmethod
     def from_flat(cls, flat: Any, *, name: str, placement: Placement, microbatches: int,
-                  params: dict[str, Any] | None = None, trusted: bool = False) -> Any:
-        """A schedule or program held as flat arrays (``FlatSchedule`` for a
-        :class:`Schedule`, ``FlatProgram`` for a :class:`Program`), not validated.
+                  params: dict[str, Any] | None = None, validated: bool = False) -> Any:
+        """A schedule or program whose arrays are ``flat`` (``FlatSchedule`` for a
+        :class:`Schedule`, ``FlatProgram`` for a :class:`Program`; not to be written
+        after).
 
-        ``trusted``: the arrays come from a registered generator or lowering policy whose
-        tests prove them valid, so :func:`~schedsim.sim.simulate.simulate` and
-        :meth:`schedsim.scenario.Scenario.build_program` skip the compute-order checks.
+        ``validated``: the arrays come from a registered generator or lowering policy
+        whose tests prove every rule of :mod:`schedsim.program.validate`, so
+        :func:`~schedsim.sim.simulate.simulate` and
+        :meth:`schedsim.scenario.Scenario.build_program` do not check them again.
         """
         obj = cls.model_construct(name=name, placement=placement, microbatches=microbatches,
                                   params=dict(params or {}))
-        obj._defer(flat)
-        obj._trusted = trusted
+        obj._flat = flat
+        obj._checks = ALL_RULES if validated else UNCHECKED
         return obj
 
-    def _build_lazy(self, flat: Any) -> dict[str, Any]:
-        return {"ranks": flat.rows()}
-
-    def _after_build(self) -> None:
-        self._trusted = False     # the rows may be edited from now on
-
-    @property
-    def _flat(self) -> Any:
-        return self._lazy
-
-    @property
-    def is_flat(self) -> bool:
-        """True while the rows are held as arrays only (not yet built as objects)."""
-        return self.is_deferred
+    def _checked(self, level: int) -> Any:
+        """This value with ``level`` recorded as checked (a new value sharing the arrays;
+        for :mod:`schedsim.program.validate`, which has just checked it)."""
+        if self._checks >= level:
+            return self
+        out = type(self).from_flat(self._flat, name=self.name, placement=self.placement,
+                                   microbatches=self.microbatches, params=self.params)
+        out._checks = level
+        out._rows = self._rows
+        return out
 
     @property
-    def trusted(self) -> bool:
-        """True for an unedited schedule or program from a registered generator."""
-        return bool(self._trusted) and self.is_flat
+    def validated(self) -> bool:
+        """True when every rule was checked (a registered generator, a policy lowering a
+        validated schedule, or a validator's result): nothing checks it again."""
+        return self._checks >= ALL_RULES
 
-    def mark_trusted(self) -> None:
-        """Mark a flat schedule or program as built by a registered generator (its
-        compute order is not re-validated); no effect once its rows were built."""
-        if self.is_flat:
-            self._trusted = True
+    def flat(self) -> Any:
+        """The arrays: the value itself (:mod:`schedsim.program.flat`; read them, never
+        write into them)."""
+        return self._flat
+
+    @property
+    def ranks(self) -> RowsView:
+        """The object rows, per rank: a read-only view of the arrays (:class:`RowsView`),
+        built on first read and kept."""
+        if self._rows is None:
+            self._rows = _view(self._flat.rows())
+        return self._rows
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        from schedsim.program.flat import same_arrays
+
+        return ((self.name, self.placement, self.microbatches, self.params)
+                == (other.name, other.placement, other.microbatches, other.params)
+                and same_arrays(self._flat, other._flat))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()        # the view is rebuilt on demand, not pickled
+        priv = state.get("__pydantic_private__")
+        if priv and priv.get("_rows") is not None:
+            state["__pydantic_private__"] = {**priv, "_rows": None}
+        return state
+
+    def __repr_args__(self) -> Any:
+        yield from super().__repr_args__()
+        yield "ranks", self.ranks
+
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> Any:
+        """A copy; with ``update`` a new, unchecked value (its fields changed)."""
+        if update:
+            fields = {**{k: getattr(self, k) for k in type(self).model_fields}, **update}
+            if "ranks" not in fields:
+                return type(self).from_flat(self._flat, **fields)
+            return type(self)(**fields)
+        return super().model_copy(deep=deep)
 
 
 class Schedule(_PerRank):
     """Compute order per rank plus placement: what a schedule generator produces.
 
-    ``ranks[r]`` is rank r's ops in execution order. In JSON the ops are tokens
+    ``ranks[r]`` is rank r's ops in execution order (a view of the
+    :class:`~schedsim.program.flat.FlatSchedule` arrays). In JSON the ops are tokens
     (``"0F1"``, ``"3BW0"``, ``"(0F3;3BW1)"``). Validate with
     :func:`schedsim.program.validate.validate_schedule`; lower to a :class:`Program` with
     :func:`schedsim.program.lower.lower`.
     """
 
-    ranks: OpRows
-
-    def num_ops(self) -> int:
-        if self.is_flat:
-            return len(self._flat)
-        return sum(len(r) for r in self.ranks)
-
-    def flat(self) -> Any:
-        """The compute order as a :class:`~schedsim.program.flat.FlatSchedule` (the held
-        arrays, or converted from the object rows)."""
-        if self.is_flat:
-            return self._flat
+    @classmethod
+    def _flat_of_rows(cls, rows: Any) -> Any:
         from schedsim.program.flat import FlatSchedule
 
-        return FlatSchedule.from_rows(self.ranks)
+        rows = _rows_in(rows, parse_op, "ops")
+        for r, row in enumerate(rows):
+            for i, op in enumerate(row):
+                if not isinstance(op, Op):
+                    raise ValueError(f"ranks[{r}][{i}]: not an op: {op!r}")
+        return FlatSchedule.from_rows(rows)
+
+    def num_ops(self) -> int:
+        return len(self._flat)
+
+    def tokens(self) -> list[list[str]]:
+        """Op tokens per rank (``0F1``, ``(0F3;3BW1)``)."""
+        return [[format_instr(op) for op in row] for row in self.ranks]
 
 
 class Program(_PerRank):
     """Per-rank instruction lists: compute, post send/recv, wait and commit.
 
     This is what both executors run (the simulator in :mod:`schedsim.sim.engine`, the torch
-    replay in :mod:`schedsim.replay`). ``params`` carries the generator's parameters.
+    replay in :mod:`schedsim.replay`). ``params`` carries the generator's parameters; the
+    :class:`~schedsim.program.flat.FlatProgram` arrays are the program, ``ranks`` their
+    object view.
     """
 
-    ranks: InstrRows
+    @classmethod
+    def _flat_of_rows(cls, rows: Any) -> Any:
+        from schedsim.program.flat_build import flat_program
+
+        rows = _rows_in(rows, parse_instr, "instructions")
+        try:
+            return flat_program(rows)
+        except TypeError as e:
+            raise ValueError(f"ranks: {e}") from None
 
     def num_instructions(self) -> int:
-        if self.is_flat:
-            return len(self._flat)
-        return sum(len(r) for r in self.ranks)
+        return len(self._flat)
 
     def row_length(self, rank: int) -> int:
         """Number of instructions of ``rank``'s program."""
-        if self.is_flat:
-            return self._flat.row_length(rank)
-        return len(self.ranks[rank])
+        return self._flat.row_length(rank)
 
     def has_comm(self) -> bool:
         """True if any rank posts a send or recv."""
-        if self.is_flat:
-            return self._flat.has_comm()
-        return any(isinstance(i, LAUNCHES) for row in self.ranks for i in row)
-
-    def flat(self) -> Any:
-        """The program as a :class:`~schedsim.program.flat.FlatProgram` (the held arrays,
-        or converted from the object rows: call once per use, the rows may change).
-        Raises TypeError for a row entry that is not an instruction."""
-        if self.is_flat:
-            return self._flat
-        from schedsim.program.flat import FlatProgram
-
-        return FlatProgram.from_rows(self.ranks)
+        return self._flat.has_comm()
 
     def schedule(self) -> Schedule:
-        """The compute order of this program (its comm instructions dropped)."""
-        if self.is_flat:
-            return Schedule.from_flat(self._flat.schedule(), name=self.name,
-                                      placement=self.placement,
-                                      microbatches=self.microbatches, params=self.params,
-                                      trusted=self.trusted)
-        rows = [[i.op for i in row if isinstance(i, Compute)] for row in self.ranks]
-        return Schedule(name=self.name, placement=self.placement,
-                        microbatches=self.microbatches, ranks=rows, params=self.params)
+        """The compute order of this program (its comm instructions dropped); validated
+        when the program was checked against every rule."""
+        return Schedule.from_flat(self._flat.schedule(), name=self.name,
+                                  placement=self.placement, microbatches=self.microbatches,
+                                  params=self.params, validated=self.validated)
 
     def tokens(self) -> list[list[str]]:
-        """Program text tokens per rank."""
-        if self.is_flat:
-            return self._flat.tokens()
-        return [[format_instr(i) for i in row] for row in self.ranks]
+        """Program text tokens per rank, straight from the arrays."""
+        return self._flat.tokens()
 
     def to_text(self) -> str:
         """The program text form: one ``rank N: tok tok ...`` line per rank."""

@@ -3,10 +3,13 @@
 A comm policy decides where each rank launches its sends and recvs (one by one or as a
 ``BATCH``) and where it waits them. The policies:
 
-- ``async``, ``commit``: :mod:`schedsim.program.lowering`;
+- ``async``: :mod:`schedsim.program.async_policy`;
+- ``commit``: :mod:`schedsim.program.commit_policy`;
 - ``torch``: torch 2.13's runtimes, :mod:`schedsim.program.torch_runtime`;
 - ``megatron``: Megatron-LM's ``_communicate`` calls, :mod:`schedsim.program.megatron`.
 
+Each policy is one module over the flat form (what they share, which messages an op
+sends and receives and the link order of recvs, is :mod:`schedsim.program.comm_plan`).
 A policy is a function ``fn(schedule, **params) -> Program`` whose keyword-only
 parameters (annotated, with defaults) are the policy's parameters; :data:`POLICIES` holds
 each with a summary and one line of help per parameter. On the command line they are
@@ -21,7 +24,8 @@ from typing import Any, Callable
 
 from schedsim.errors import ScheduleError
 from schedsim.program.ir import Program, Schedule
-from schedsim.program.lowering import lower_async, lower_commit
+from schedsim.program.async_policy import lower_async
+from schedsim.program.commit_policy import lower_commit
 from schedsim.program.megatron import lower_megatron
 from schedsim.program.torch_runtime import lower_torch
 

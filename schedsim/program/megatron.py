@@ -46,8 +46,9 @@ pending when the step ends are waited by the program's implicit end.
 from __future__ import annotations
 
 from schedsim.errors import ScheduleError
-from schedsim.program.ir import Compute, Op, Program, Schedule
-from schedsim.program.lowering import has_backward, program_of
+from schedsim.program.comm_plan import has_backward, lowered
+from schedsim.program.flat_build import FlatBuilder
+from schedsim.program.ir import Op, Program, Schedule
 from schedsim.program.megatron_comm import (
     MEGATRON_COMMIT,
     Communicator,
@@ -101,25 +102,30 @@ def lower_megatron(schedule: Schedule, *, batch_p2p_comm: bool | None = None,
                             "overlap_p2p_comm=true and batch_p2p_comm=false (Megatron's "
                             "ModelParallelConfig refuses it otherwise)")
     v = pl.stages // p
-    traces = [Communicator(schedule, r, batch, variable_seq_lengths) for r in range(p)]
-    if v == 1:
-        if overlap:
-            raise ScheduleError(
-                "megatron policy: overlap_p2p_comm needs the interleaved schedule; "
-                "Megatron's forward_backward_pipelining_without_interleaving refuses it "
-                "('Non-interleaved pipeline parallelism does not support overlapping p2p "
-                "communication')")
-        for x in traces:
+    if v == 1 and overlap:
+        raise ScheduleError(
+            "megatron policy: overlap_p2p_comm needs the interleaved schedule; "
+            "Megatron's forward_backward_pipelining_without_interleaving refuses it "
+            "('Non-interleaved pipeline parallelism does not support overlapping p2p "
+            "communication')")
+    n = megatron_group_size(p, m, _group_size(schedule, v)) if v > 1 else 0
+    out = FlatBuilder()
+    traces = []
+    for r in range(p):
+        x = Communicator(schedule, r, batch, out, variable_seq_lengths)
+        if v == 1:
             _run_1f1b(x, p, m)
+        else:
+            Interleaved(x, p, m, v, n, overlap, flush, deallocate_pipeline_outputs).run()
+        out.end_rank()
+        traces.append(x)
+    if v == 1:
         _check_order(schedule, traces, "forward_backward_pipelining_without_interleaving",
                      "1f1b")
     else:
-        n = megatron_group_size(p, m, _group_size(schedule, v))
-        for x in traces:
-            Interleaved(x, p, m, v, n, overlap, flush, deallocate_pipeline_outputs).run()
         _check_order(schedule, traces, "forward_backward_pipelining_with_interleaving",
                      "interleaved-1f1b --variant megatron")
-    return program_of(schedule, [x.out for x in traces])
+    return lowered(schedule, out.build())
 
 
 def _group_size(schedule: Schedule, chunks: int) -> int | None:
@@ -139,7 +145,7 @@ def _check_order(schedule: Schedule, traces: list["Communicator"], fn: str, gen:
     """Megatron's compute order (the traces) must be the schedule's; raise
     :class:`ScheduleError` at the first op that differs."""
     for r, x in enumerate(traces):
-        want = [i.op for i in x.out if type(i) is Compute]
+        want = x.ops
         got = schedule.ranks[r]
         if got == want:
             continue

@@ -10,8 +10,10 @@ the checks of ``forward_backward_pipelining_with_interleaving``) at
 from __future__ import annotations
 
 from schedsim.errors import ScheduleError
-from schedsim.program.ir import Batch, Comm, Compute, Instr, Op, Post, Schedule, Wait
-from schedsim.program.lowering import op_recvs, op_sends
+from schedsim.program.comm_plan import op_recvs, op_sends
+from schedsim.program.flat import Opcode
+from schedsim.program.flat_build import FlatBuilder
+from schedsim.program.ir import Comm, Op, Schedule
 
 #: the Megatron-LM tree modelled: branch core_r0.19.0, whose megatron/core/pipeline_parallel/
 #: is byte for byte the one the megatron-core 0.19.2 wheel ships
@@ -81,12 +83,15 @@ def megatron_warmup(ranks: int, rank: int, chunks: int, group_size: int,
 
 
 class Communicator:
-    """One rank's instructions, built with Megatron's ``P2PCommunicator._communicate``."""
+    """One rank's instructions, built with Megatron's ``P2PCommunicator._communicate`` and
+    written into ``out`` (the ranks in turn: :meth:`FlatBuilder.end_rank` after each);
+    ``ops``: the rank's compute ops, in order."""
 
-    def __init__(self, schedule: Schedule, rank: int, batch: bool,
+    def __init__(self, schedule: Schedule, rank: int, batch: bool, out: FlatBuilder,
                  shapes: bool = False) -> None:
         self.pl, self.r, self.batch, self.shapes = schedule.placement, rank, batch, shapes
-        self.out: list[Instr] = []
+        self.out = out
+        self.ops: list[Op] = []
 
     def recv_for(self, op: Op) -> Comm | None:
         """The recv of ``op``'s input from another rank (None when local or the input)."""
@@ -99,10 +104,16 @@ class Communicator:
         return c[0] if c else None
 
     def compute(self, op: Op) -> None:
-        self.out.append(Compute(op))
+        self.ops.append(op)
+        self.out.compute(op)
 
     def wait(self, *comms: Comm) -> None:
-        self.out.append(Wait(comms))
+        self.out.comm_instr(Opcode.WAIT, comms)
+
+    def launch_and_wait(self, comms: tuple[Comm, ...]) -> None:
+        """One ``batch_isend_irecv`` of ``comms``, waited at once (its one work)."""
+        self.out.comm_instr(Opcode.BATCH, comms)
+        self.out.comm_instr(Opcode.WAIT, comms)
 
     def communicate(self, *, send_next: Comm | None = None, send_prev: Comm | None = None,
                     recv_prev: Comm | None = None, recv_next: Comm | None = None,
@@ -119,7 +130,7 @@ class Communicator:
         if self.shapes:
             sh = tuple(Comm(c.kind + "S", c.stage, c.mb) for _, c in batched if c is not None)
             if sh:
-                self.out += [Batch(sh), Wait(sh)]
+                self.launch_and_wait(sh)
         if self.batch:       # _batched_p2p_ops
             named = batched
         elif self.r % 2 == 0:   # _p2p_ops, even rank
@@ -134,10 +145,12 @@ class Communicator:
         comms = tuple(ops.values())
         if self.batch:
             assert wait, "Megatron asserts wait_on_reqs with batch_p2p_comm"
-            self.out += [Batch(comms), Wait(comms)]
+            self.launch_and_wait(comms)
             return {}
-        self.out.extend(Post(c) for c in comms)
+        for c in comms:
+            self.out.comm_instr(Opcode.POST, (c,))
         if wait:
-            self.out.extend(Wait((c,)) for c in comms)
+            for c in comms:
+                self.out.comm_instr(Opcode.WAIT, (c,))
             return {}
         return ops

@@ -52,8 +52,8 @@ def with_stage_graph(prog: Program, edges: list[list[int]], policy: str | None,
         raise ScenarioError(f"[stages] edges: {e}") from None
     new_pl = Placement(**{**pl.model_dump(), "skips": skips})
     if not lowered:
-        return Program(name=prog.name, placement=new_pl, microbatches=prog.microbatches,
-                       ranks=prog.ranks, params=prog.params)
+        return Program.from_flat(prog.flat(), name=prog.name, placement=new_pl,
+                                 microbatches=prog.microbatches, params=prog.params)
     pol = policy or "async"
     if pol not in ("async", "commit"):
         raise ScenarioError(f"[stages] edges: comm_policy {pol!r} posts a chain's messages "
@@ -62,7 +62,7 @@ def with_stage_graph(prog: Program, edges: list[list[int]], policy: str | None,
     from schedsim.program.lower import get_policy, lower
 
     sched = prog.schedule()
-    sched = Schedule(name=sched.name, placement=new_pl, microbatches=sched.microbatches,
-                     ranks=sched.ranks, params=sched.params)
+    sched = Schedule.from_flat(sched.flat(), name=sched.name, placement=new_pl,
+                               microbatches=sched.microbatches, params=sched.params)
     takes = get_policy(pol).params
     return lower(sched, pol, **{k: v for k, v in params.items() if k in takes})

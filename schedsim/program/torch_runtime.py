@@ -45,19 +45,10 @@ from collections import defaultdict
 from typing import Sequence
 
 from schedsim.errors import ScheduleError
-from schedsim.program.ir import (
-    Batch,
-    Comm,
-    Compute,
-    Instr,
-    Op,
-    Placement,
-    Post,
-    Program,
-    Schedule,
-    Wait,
-)
-from schedsim.program.lowering import has_backward, op_recvs, op_sends, program_of
+from schedsim.program.comm_plan import has_backward, lowered, op_recvs, op_sends
+from schedsim.program.flat import FlatProgram, Opcode
+from schedsim.program.flat_build import FlatBuilder
+from schedsim.program.ir import Comm, Op, Placement, Program, Schedule
 from schedsim.program.ops import recv_comm, send_comm
 from schedsim.program.routing import consumer_stage, produces, route
 
@@ -78,15 +69,17 @@ def lower_torch(schedule: Schedule, *, overlap_f_b: bool = False,
         raise ScheduleError(f"torch policy: defer_pp_recv is an option of torch's "
                             f"_PipelineScheduleRuntime; this schedule runs as torch's "
                             f"Schedule{runtime}, which has none")
-    if runtime == "1F1B":
-        return program_of(schedule, [_run_1f1b(schedule, r) for r in range(len(schedule.ranks))])
-    if runtime == "GPipe":
-        return program_of(schedule, [_run_gpipe(schedule, r) for r in range(len(schedule.ranks))])
+    if runtime in ("1F1B", "GPipe"):
+        b = FlatBuilder()
+        run = _run_1f1b if runtime == "1F1B" else _run_gpipe
+        for r in range(schedule.placement.ranks):
+            run(schedule, r, b)
+            b.end_rank()
+        return lowered(schedule, b.build())
     rows = add_send_recv(schedule)
     if defer_pp_recv:
         rows = defer_recv_ops(schedule.placement, rows)
-    return program_of(schedule, runtime_rows(schedule.placement, rows,
-                                             overlap_f_b=overlap_f_b))
+    return lowered(schedule, runtime_flat(schedule.placement, rows, overlap_f_b=overlap_f_b))
 
 
 def torch_actions(schedule: Schedule, *, overlap_f_b: bool = False,
@@ -113,8 +106,7 @@ def torch_runtime_kind(schedule: Schedule) -> str:
     if pl.kind != "loop" or pl.stages != p:
         return "runtime"
     rows = schedule.ranks
-    if m >= p and all(rows[r] == [i.op for i in _run_1f1b(schedule, r) if type(i) is Compute]
-                      for r in range(p)):
+    if m >= p and all(rows[r] == _run_1f1b(schedule, r, None) for r in range(p)):
         return "1F1B"
     if all(rows[r] == [Op("F", r, i) for i in range(m)] + [Op("BW", r, i) for i in range(m)]
            for r in range(p)):
@@ -123,12 +115,14 @@ def torch_runtime_kind(schedule: Schedule) -> str:
 
 
 class _Run:
-    """Builds one rank's instructions with torch's batch/wait helpers."""
+    """Writes one rank's instructions into a :class:`FlatBuilder` with torch's batch/wait
+    helpers (``out`` None: only its compute order); ``ops``: its compute ops, in order."""
 
-    def __init__(self, schedule: Schedule, rank: int) -> None:
-        self.pl, self.r, self.out = schedule.placement, rank, []
+    def __init__(self, schedule: Schedule, rank: int, out: FlatBuilder | None) -> None:
+        self.pl, self.r, self.out = schedule.placement, rank, out
         self.s = rank                      # one stage per rank
         self.bw = has_backward(schedule)
+        self.ops: list[Op] = []
 
     def recv(self, kind: str, mb: int) -> list[Comm]:
         return op_recvs(Op(kind, self.s, mb), self.r, self.pl)[:1]
@@ -140,23 +134,30 @@ class _Run:
         """torch's ``_batch_p2p``: an all-send or all-recv list is launched op by op
         (``dist.isend``/``dist.irecv``, to avoid head-of-line blocking), a mixed list as
         one ``batch_isend_irecv``."""
+        if self.out is None:
+            return comms
         if len({c.is_send for c in comms}) > 1:
-            self.out.append(Batch(tuple(comms)))
+            self.out.comm_instr(Opcode.BATCH, comms)
         else:
-            self.out.extend(Post(c) for c in comms)
+            for c in comms:
+                self.out.comm_instr(Opcode.POST, (c,))
         return comms
 
     def wait(self, comms: list[Comm]) -> None:
-        if comms:
-            self.out.append(Wait(tuple(comms)))
+        if comms and self.out is not None:
+            self.out.comm_instr(Opcode.WAIT, comms)
 
     def compute(self, kind: str, mb: int) -> None:
-        self.out.append(Compute(Op(kind, self.s, mb)))
+        op = Op(kind, self.s, mb)
+        self.ops.append(op)
+        if self.out is not None:
+            self.out.compute(op)
 
 
-def _run_1f1b(schedule: Schedule, rank: int) -> list[Instr]:
-    """``Schedule1F1B._step_microbatches`` for one rank (see module docstring)."""
-    x, m = _Run(schedule, rank), schedule.microbatches
+def _run_1f1b(schedule: Schedule, rank: int, out: FlatBuilder | None) -> list[Op]:
+    """``Schedule1F1B._step_microbatches`` for one rank (see module docstring), written
+    into ``out`` (None: not written); returns the rank's compute ops."""
+    x, m = _Run(schedule, rank, out), schedule.microbatches
     warmup = min(m, schedule.placement.stages - rank)
     f = b = 0
     send_work: list[Comm] = []
@@ -188,12 +189,13 @@ def _run_1f1b(schedule: Schedule, rank: int) -> list[Instr]:
         send_work = x.post(x.send("BW", b))
         b += 1
     x.wait(send_work)
-    return x.out
+    return x.ops
 
 
-def _run_gpipe(schedule: Schedule, rank: int) -> list[Instr]:
-    """``ScheduleGPipe._step_microbatches`` for one rank (see module docstring)."""
-    x, m = _Run(schedule, rank), schedule.microbatches
+def _run_gpipe(schedule: Schedule, rank: int, out: FlatBuilder) -> list[Op]:
+    """``ScheduleGPipe._step_microbatches`` for one rank (see module docstring), written
+    into ``out``; returns the rank's compute ops."""
+    x, m = _Run(schedule, rank, out), schedule.microbatches
     for kind in ("F", "BW"):
         sends: list[list[Comm]] = []
         for i in range(m):
@@ -202,7 +204,7 @@ def _run_gpipe(schedule: Schedule, rank: int) -> list[Instr]:
             sends.append(x.post(x.send(kind, i)))
         for s in sends:
             x.wait(s)
-    return x.out
+    return x.ops
 
 
 # torch's bookkeeping actions, kept only as placeholders that take a sweep step
@@ -368,16 +370,15 @@ def defer_recv_ops(placement: Placement, rows: list[list[Op | Comm]]) -> list[li
     return out
 
 
-def runtime_rows(placement: Placement, rows: list[list[Op | Comm]], *,
-                 overlap_f_b: bool = False) -> list[list[Instr]]:
-    """Instructions of torch's ``_PipelineScheduleRuntime._step_microbatches`` for
-    compute+comm action rows: SEND and RECV are launched where they stand; each compute
-    op waits the RECVs posted for its input right before it runs (an ``FB`` op: each of
-    its two parts in turn, or both then the overlapped pair with ``overlap_f_b``); at the
-    end every SEND is waited, the last one posted first."""
-    out: list[list[Instr]] = []
+def runtime_flat(placement: Placement, rows: list[list[Op | Comm]], *,
+                 overlap_f_b: bool = False) -> FlatProgram:
+    """The program of torch's ``_PipelineScheduleRuntime._step_microbatches`` for
+    compute+comm action rows, as arrays: SEND and RECV are launched where they stand;
+    each compute op waits the RECVs posted for its input right before it runs (an ``FB``
+    op: each of its two parts in turn, or both then the overlapped pair with
+    ``overlap_f_b``); at the end every SEND is waited, the last one posted first."""
+    out = FlatBuilder()
     for r, acts in enumerate(rows):
-        row: list[Instr] = []
         posted: set[Comm] = set()
         sends: list[Comm] = []
 
@@ -385,20 +386,21 @@ def runtime_rows(placement: Placement, rows: list[list[Op | Comm]], *,
             waits = [c for c in op_recvs(op, r, placement) if c in posted]
             posted.difference_update(waits)
             if waits:
-                row.append(Wait(tuple(waits)))
+                out.comm_instr(Opcode.WAIT, waits)
 
         for act in acts:
             if isinstance(act, Comm):
-                row.append(Post(act))
+                out.comm_instr(Opcode.POST, (act,))
                 (sends.append if act.is_send else posted.add)(act)
             elif act.kind == "FB" and not overlap_f_b:
                 for part in act.parts:       # OVERLAP_F_B without a custom function
                     wait_inputs(part)
-                    row.append(Compute(part))
+                    out.compute(part)
             else:
                 for part in act.atoms():
                     wait_inputs(part)
-                row.append(Compute(act))
-        row.extend(Wait((c,)) for c in reversed(sends))
-        out.append(row)
-    return out
+                out.compute(act)
+        for c in reversed(sends):
+            out.comm_instr(Opcode.WAIT, (c,))
+        out.end_rank()
+    return out.build()

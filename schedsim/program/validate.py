@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedsim.errors import ProgramError, SchedsimError, ScheduleError
-from schedsim.program.ir import Compute, Op, Schedule
+from schedsim.program.ir import ALL_RULES, PROGRAM_RULES, Compute, Op, Schedule
 from schedsim.program.routing import needs, produces
 from schedsim.program.tokens import format_instr, format_op
 
@@ -31,15 +31,18 @@ def _where(r: int, i: int, op: Op) -> str:
     return f"rank {r}, op {i} ({format_op(op)})"
 
 
-def validate_program(program: Any) -> None:
+def validate_program(program: Any) -> Any:
     """Check the compute order of a :class:`~schedsim.program.ir.Program` (rules 1, 2 and 4;
-    a program may run a part of a schedule). Raises :class:`ProgramError` naming the
-    first offending instruction as ``rank r, instr i (token)``."""
+    a program may run a part of a schedule) and return it as a checked value (the same
+    program, its check recorded; nothing checks it again). Raises :class:`ProgramError`
+    naming the first offending instruction as ``rank r, instr i (token)``."""
     from schedsim.program.validate_flat import is_valid
 
+    if program._checks >= PROGRAM_RULES:
+        return program
     fl = program.flat()
     if is_valid(fl.schedule(), program.placement, program.microbatches, complete=False):
-        return
+        return program._checked(PROGRAM_RULES)
     pos: list[list[int]] = []
     for row in program.ranks:
         pos.append([i for i, ins in enumerate(row) if type(ins) is Compute])
@@ -49,13 +52,31 @@ def validate_program(program: Any) -> None:
         return f"rank {r}, instr {i} ({format_instr(program.ranks[r][i])})"
 
     validate_schedule(program.schedule(), locate, complete=False, error=ProgramError)
+    return program._checked(PROGRAM_RULES)
+
+
+def validate_all(value: Any) -> Any:
+    """Check every rule on a :class:`~schedsim.program.ir.Schedule` or on a
+    :class:`~schedsim.program.ir.Program`'s compute order, as on a complete schedule
+    (:func:`validate_schedule`: every op of every stage and microbatch present), over the
+    arrays first; return it as a validated value (as it is when it was one). Raises
+    :class:`ScheduleError` naming the first offending op."""
+    from schedsim.program.validate_flat import is_valid
+
+    if value.validated:
+        return value
+    fs = value.flat() if isinstance(value, Schedule) else value.flat().schedule()
+    if not is_valid(fs, value.placement, value.microbatches, complete=True):
+        validate_schedule(value if isinstance(value, Schedule) else value.schedule())
+    return value._checked(ALL_RULES)
 
 
 def validate_schedule(schedule: Schedule,
                       locate: Callable[[int, int], str] | None = None, *,
                       complete: bool = True, error: type[SchedsimError] = ScheduleError
-                      ) -> None:
-    """Check ``schedule`` against the rules above. Raises ``error``
+                      ) -> Schedule:
+    """Check ``schedule`` against the rules above and return it as a validated value (the
+    same schedule, its check recorded, when ``complete``). Raises ``error``
     (:class:`ScheduleError`) naming the first offending action (ranks in order, each
     rank's ops in order) as ``rank r, op i (token)``, or as ``locate(r, i)`` when given
     (file readers use it to name the cell). An op absent from every rank is named by its
@@ -126,6 +147,7 @@ def validate_schedule(schedule: Schedule,
                         raise ScheduleError(
                             f"{where(r, i)} comes before the {what} of stage {need[1]} "
                             f"mb {need[2]} it needs ({where(*src)})")
+    return schedule._checked(ALL_RULES) if complete else schedule
 
 
 def _check_complete(schedule: Schedule, pos: dict, has_backward: bool,

@@ -17,7 +17,9 @@ when it is installed). Handles: message m has a send handle
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from functools import partial
+from types import MappingProxyType
 
 import numpy as np
 
@@ -25,16 +27,25 @@ from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
-from schedsim.program.routing import cross_stage_inputs
+from schedsim.program.routing import cross_stage_inputs, decode_codes
+from schedsim.sim.compile_kernel import compile_comm_kernel
 from schedsim.sim.compile_data import compile_data
-from schedsim.sim.compiled import Compiled
+from schedsim.sim.compiled import (
+    Code,
+    Compiled,
+    Host,
+    Links,
+    Messages,
+    Part,
+    Units,
+    links_of,
+    message_keys,
+)
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.identity import default_bytes
-from schedsim.sim.kernels import Err, Step
+from schedsim.sim.kernel_records import PassInput, PassScratch, PassTables
+from schedsim.sim.opcodes import STREAM_MODES, Err, Step
 from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
-
-_STREAM_MODE = {"none": 0, "per-peer": 1, "per-rank": 2}
-
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
                     comm: CommModel, flat: FlatProgram | None = None,
@@ -51,7 +62,7 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     compile a program with unmatched ops (under eager or rendezvous semantics) instead of
     raising, the sentence in ``Compiled.unmatched``: the caller runs it and reports what
     the op's never completing does to the other ranks (:func:`schedsim.sim.simulate.
-    simulate_run`).
+    simulate_run`). The :class:`Compiled` is made once, at the end, from its records.
     """
     pl = program.placement
     P = pl.ranks
@@ -61,65 +72,71 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
                            f"ranks")
     pr = prep(fl, program)
     data_mode = comm.semantics == "data"
+    host, pair_first = Host(), MappingProxyType({})
     if data_mode:
         if fl.has_comm():      # the comm instructions are ignored, but must be right
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
-        cp = compile_data(program, fl, pr, costs)
+        part = compile_data(fl, pr, costs)
     else:
-        cp = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
-        cp.launch_cost = comm.launch_cost
-        cp.atomic = comm.group_semantics == "atomic"
+        part = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
+        host = Host(launch_cost=comm.launch_cost, atomic=comm.group_semantics == "atomic")
         if comm.lazy_init:
-            cp.lazy_init = True
-            cp.init_cost = comm.init_cost
-            _mark_first_touch(cp, pr)
-    _message_arrays(cp, costs, link, comm)
+            host = host._replace(lazy_init=True, init_cost=comm.init_cost)
+            cinit, pair_first = _first_touch(fl, pr, part.code)
+            part = part._replace(code=part.code._replace(cinit=cinit))
+    decode = partial(decode_codes, stages=pr.S, microbatches=pr.M, skips=tuple(pl.skips))
+    messages, links = _message_arrays(part.messages, decode, (P, pr.S), costs, link, comm)
     if link.messages:
-        _measured_messages(cp, link)
+        links = _measured_messages(links, message_keys(*decode(messages.mcode)), link)
     if (comm.host or comm.host_cost) and not data_mode:
-        _host_delays(cp, comm)
-    return cp
+        host = _host_delays(host, part.code, P, comm)
+    return Compiled(program=program, flat=fl, data_mode=data_mode, ranks=P, stages=pr.S,
+                    microbatches=pr.M, code=part.code, span_gi=part.span_gi,
+                    messages=messages, links=links, units=part.units, host=host,
+                    pair_first=pair_first, swaps=part.swaps, unmatched=part.unmatched)
 
 
-def _measured_messages(cp: Compiled, link: LinkModel) -> None:
-    """Measured transfer times (``LinkModel.messages``): the whole delay from the
-    transfer's start to arrival (no link occupancy) and, when given, the sender's
-    completion."""
+def _measured_messages(links: Links, keys: list[tuple], link: LinkModel) -> Links:
+    """Measured transfer times (``LinkModel.messages``; ``keys``: every message's key):
+    the whole delay from the transfer's start to arrival (no link occupancy) and, when
+    given, the sender's completion."""
     times = link.message_times()
-    cp.msend = np.full(cp.num_messages, -1.0)
-    cp.mlat, cp.mocc = cp.mlat.copy(), cp.mocc.copy()
-    for m, k in enumerate(cp.mkey):
+    msend = np.full(len(keys), -1.0)
+    mlat, mocc = links.mlat.copy(), links.mocc.copy()
+    for m, k in enumerate(keys):
         t = times.get(k)
         if t is not None:
-            cp.mlat[m], cp.mocc[m] = t.time, 0.0
+            mlat[m], mocc[m] = t.time, 0.0
             if t.send is not None:
-                cp.msend[m] = t.send
+                msend[m] = t.send
+    return links_of(mlat, mocc, links.mlink, links.meager, msend=msend,
+                    num_links=links.num_links)
 
 
-def _host_delays(cp: Compiled, comm: CommModel) -> None:
-    """Fill ``cp.delay`` from ``comm.host``: per step, the host time before it plus, for
-    a launch, its own time (``launch_cost`` unless given); ``launch_cost`` becomes 0.
-    ``comm.host_cost`` is the host time before each instruction ``comm.host`` does not
-    list (charged at the instruction's first step)."""
+def _host_delays(host: Host, code: Code, P: int, comm: CommModel) -> Host:
+    """``host`` with its ``delay`` from ``comm.host``: per step, the host time before it
+    plus, for a launch, its own time (``launch_cost`` unless given); ``launch_cost``
+    becomes 0. ``comm.host_cost`` is the host time before each instruction ``comm.host``
+    does not list (charged at the instruction's first step)."""
     own = {(x.rank, x.index): x for x in comm.host}
-    cp.delay = np.zeros(len(cp.cop))
+    delay = np.zeros(len(code.cop))
     if comm.host_cost:
-        first = np.ones(len(cp.cop), dtype=bool)
-        first[1:] = cp.cipc[1:] != cp.cipc[:-1]
-        first[cp.crptr[:-1][cp.crptr[:-1] < len(first)]] = True
-        cp.delay[first] = comm.host_cost
-    is_l = cp.cop == Step.LAUNCH
-    cp.delay[is_l] += cp.launch_cost
-    for r in range(cp.ranks):
-        for g in range(int(cp.crptr[r]), int(cp.crptr[r + 1])):
-            x = own.get((r, int(cp.cipc[g])))
+        first = np.ones(len(code.cop), dtype=bool)
+        first[1:] = code.cipc[1:] != code.cipc[:-1]
+        first[code.crptr[:-1][code.crptr[:-1] < len(first)]] = True
+        delay[first] = comm.host_cost
+    is_l = code.cop == Step.LAUNCH
+    delay[is_l] += host.launch_cost
+    for r in range(P):
+        for g in range(int(code.crptr[r]), int(code.crptr[r + 1])):
+            x = own.get((r, int(code.cipc[g])))
             if x is None:
                 continue
             d = x.before
             if is_l[g]:
-                d += x.launch if x.launch is not None else cp.launch_cost
-            cp.delay[g] = d
-    cp.launch_cost = 0.0
+                d += x.launch if x.launch is not None else host.launch_cost
+            delay[g] = d
+    return host._replace(delay=delay, launch_cost=0.0)
 
 
 def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -143,10 +160,10 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
                   comm: CommModel, with_costs: bool = True,
-                  allow_unmatched: bool = False) -> Compiled:
-    """The sequential pass (:func:`~schedsim.sim.kernels.compile_comm_kernel`) plus the
-    link-order check."""
-    from schedsim.sim.fast import kernels_for
+                  allow_unmatched: bool = False) -> Part:
+    """The sequential pass (:func:`~schedsim.sim.compile_kernel.compile_comm_kernel`)
+    plus the link-order check."""
+    from schedsim.sim.fast import executor
 
     keys, mkey, a_in, a_out = _key_ids(pr)
     n, nmem, P = len(fl), len(pr.mcode), pr.P
@@ -155,69 +172,69 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
     if with_costs and is_c.any():
         icost[is_c] = compute_costs(fl, costs, is_c)
     ispan = np.where(is_c, np.cumsum(is_c) - 1, -1).astype(I64)
-    mowner = np.where(pr.side == 0, pr.msrc, pr.mdst)
-    mpeer = np.where(pr.side == 0, pr.mdst, pr.msrc)
-    mlocal = ((pr.msrc == pr.mdst) & pr.mvalid).astype(I64)
     nk = len(keys)
     nsteps = n + P
     nlaunch = int(np.diff(fl.mptr)[(fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)].sum())
-    nwaitm = nmem - nlaunch
-    cap_h = 3 * nlaunch + nwaitm + 1
-    K, xs = kernels_for(n, "compile")
-    a = {"key_msg": xs.full(nk, -1), "msg_key": xs.empty(nk),
-         "hindex": xs.full(2 * nk, -1), "hseq": xs.full(2 * nk, -1),
-         "made_rank": xs.full(nk, -1), "waited": xs.full(nk, 0),
-         "posted": xs.empty(nlaunch + 1), "cop": xs.empty(nsteps),
-         "cipc": xs.empty(nsteps), "cwk": xs.full(nsteps, -1), "ccost": xs.emptyf(nsteps),
-         "cspan": xs.empty(nsteps), "chptr": xs.empty(nsteps + 1),
-         "ch": xs.empty(cap_h), "cuptr": xs.empty(nsteps + 1),
-         "crptr": xs.empty(P + 1), "unit_stream": xs.empty(nlaunch + 1),
-         "unit_hptr": xs.full(nlaunch + 2, 0), "unit_h": xs.empty(nlaunch + 1),
-         "hunit": xs.full(2 * nk, -1), "ugroup": xs.empty(max(P, 1)),
-         "link_posts": xs.full(2 * P * P, 0), "hord": xs.full(2 * nk, -1),
-         "msg_src": xs.empty(nk), "msg_dst": xs.empty(nk),
-         "counts": xs.full(4, 0), "err": xs.full(4, 0)}
+    cap_h = 3 * nlaunch + (nmem - nlaunch) + 1
+    kernel, xs = executor(compile_comm_kernel, n)
+    inp = PassInput(
+        ranks=P, stream_mode=int(STREAM_MODES[comm.comm_stream]), rptr=xs.ints(fl.rptr),
+        icode=xs.ints(fl.code), mptr=xs.ints(fl.mptr), mkey=xs.ints(mkey),
+        mside=xs.ints(pr.side), mowner=xs.ints(np.where(pr.side == 0, pr.msrc, pr.mdst)),
+        mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).astype(I64)),
+        mpeer=xs.ints(np.where(pr.side == 0, pr.mdst, pr.msrc)), aptr=xs.ints(pr.aptr),
+        a_in=xs.ints(a_in), a_out=xs.ints(a_out), icost=xs.floats(icost),
+        ispan=xs.ints(ispan))
+    tables = PassTables(
+        key_msg=xs.full(nk, -1), msg_key=xs.empty(nk), msg_src=xs.empty(nk),
+        msg_dst=xs.empty(nk), made_rank=xs.full(nk, -1), waited=xs.full(nk, 0),
+        hindex=xs.full(2 * nk, -1), hseq=xs.full(2 * nk, -1), hord=xs.full(2 * nk, -1),
+        link_posts=xs.full(2 * P * P, 0))
+    code = Code(crptr=xs.empty(P + 1), cop=xs.empty(nsteps), cipc=xs.empty(nsteps),
+                cwk=xs.full(nsteps, -1), ccost=xs.emptyf(nsteps), cspan=xs.empty(nsteps),
+                chptr=xs.empty(nsteps + 1), ch=xs.empty(cap_h), cuptr=xs.empty(nsteps + 1),
+                cinit=np.full(nsteps, -1, I64))
+    units = Units(unit_stream=xs.empty(nlaunch + 1), unit_hptr=xs.full(nlaunch + 2, 0),
+                  unit_h=xs.empty(nlaunch + 1), hunit=xs.full(2 * nk, -1))
+    scratch = PassScratch(posted=xs.empty(nlaunch + 1), ugroup=xs.empty(max(P, 1)),
+                          counts=xs.full(4, 0), err=xs.full(4, 0))
     # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
     # program's order puts its launch after the op whose tensor it announces)
     shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
     for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
-        a["made_rank"][k] = r
-    K.compile_comm_kernel(
-        P, xs.ints(fl.rptr), xs.ints(fl.code), xs.ints(fl.mptr), xs.ints(mkey),
-        xs.ints(pr.side), xs.ints(mowner), xs.ints(mlocal), xs.ints(mpeer), xs.ints(pr.aptr),
-        xs.ints(a_in), xs.ints(a_out), xs.floats(icost), xs.ints(ispan),
-        _STREAM_MODE[comm.comm_stream], a["key_msg"], a["msg_key"], a["hindex"], a["hseq"],
-        a["made_rank"], a["waited"], a["posted"], a["cop"], a["cipc"], a["cwk"], a["ccost"],
-        a["cspan"], a["chptr"], a["ch"], a["cuptr"], a["crptr"], a["unit_stream"],
-        a["unit_hptr"], a["unit_h"], a["hunit"], a["ugroup"], a["link_posts"], a["hord"],
-        a["msg_src"], a["msg_dst"], a["counts"], a["err"])
-    err = [int(x) for x in a["err"]]
+        tables.made_rank[k] = r
+    kernel(inp=inp, tables=tables, code=code, units=units, scratch=scratch)
+    err = [int(x) for x in scratch.err]
     if err[0] != Err.OK:
-        raise _comm_error(fl, pr, err, mkey, a_in, a)
-    ns, nh, nm, nu = (int(x) for x in a["counts"])
-    arr = {k: np.asarray(v, dtype=np.float64 if k == "ccost" else I64) for k, v in a.items()}
-    mcode = keys[arr["msg_key"][:nm]]
-    src, dst = arr["msg_src"][:nm], arr["msg_dst"][:nm]
-    nuh = int(arr["unit_hptr"][nu])
-    cp = Compiled(program=program, flat=fl, data_mode=False, ranks=P, stages=pr.S,
-                  microbatches=pr.M, crptr=arr["crptr"], cop=arr["cop"][:ns],
-                  cipc=arr["cipc"][:ns], cwk=arr["cwk"][:ns], ccost=arr["ccost"][:ns],
-                  cspan=arr["cspan"][:ns], chptr=arr["chptr"][:ns + 1], ch=arr["ch"][:nh],
-                  cuptr=arr["cuptr"][:ns + 1], cinit=np.full(ns, -1, I64),
-                  span_gi=np.flatnonzero(is_c).astype(I64), mcode=mcode, msrc=src, mdst=dst,
-                  hindex=arr["hindex"][:2 * nm], hseq=arr["hseq"][:2 * nm],
-                  unit_stream=arr["unit_stream"][:nu], unit_hptr=arr["unit_hptr"][:nu + 1],
-                  unit_h=arr["unit_h"][:nuh], hunit=arr["hunit"][:2 * nm])
-    _check_matching(cp, arr["hord"][:2 * nm], pr, costs, arr["key_msg"][mkey],
-                    allow_unmatched)
-    return cp
+        raise _comm_error(fl, pr, err, mkey, a_in, tables)
+    ns, nh, nm, nu = (int(x) for x in scratch.counts)
+    tb = PassTables(*(np.asarray(v, dtype=I64) for v in tables))
+    nuh = int(units.unit_hptr[nu])
+    part = Part(
+        code=Code(crptr=np.asarray(code.crptr, I64), cop=np.asarray(code.cop[:ns], I64),
+                  cipc=np.asarray(code.cipc[:ns], I64), cwk=np.asarray(code.cwk[:ns], I64),
+                  ccost=np.asarray(code.ccost[:ns], np.float64),
+                  cspan=np.asarray(code.cspan[:ns], I64),
+                  chptr=np.asarray(code.chptr[:ns + 1], I64),
+                  ch=np.asarray(code.ch[:nh], I64), cuptr=np.asarray(code.cuptr[:ns + 1], I64),
+                  cinit=code.cinit[:ns]),
+        span_gi=np.flatnonzero(is_c).astype(I64),
+        messages=Messages(mcode=keys[tb.msg_key[:nm]], msrc=tb.msg_src[:nm],
+                          mdst=tb.msg_dst[:nm], mbytes=np.zeros(0),
+                          hindex=tb.hindex[:2 * nm], hseq=tb.hseq[:2 * nm]),
+        units=Units(unit_stream=np.asarray(units.unit_stream[:nu], I64),
+                    unit_hptr=np.asarray(units.unit_hptr[:nu + 1], I64),
+                    unit_h=np.asarray(units.unit_h[:nuh], I64),
+                    hunit=np.asarray(units.hunit[:2 * nm], I64)))
+    return _check_matching(part, fl, tb.hord[:2 * nm], pr, costs, tb.key_msg[mkey],
+                           allow_unmatched)
 
 
 def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
-                a_in: np.ndarray, a: dict[str, Any]) -> ProgramError:
+                a_in: np.ndarray, tables: PassTables) -> ProgramError:
     """The :class:`ProgramError` for an error code of the compile pass (``mkey``/``a_in``:
-    key ids of the members and of the atoms' cross-rank inputs; ``a``: the pass's
-    arrays)."""
+    key ids of the members and of the atoms' cross-rank inputs; ``tables``: the pass's
+    message tables)."""
     code, r, i, j = err
     loc = where(fl, r, i)
     if code == Err.NEED:      # j is an atom: its cross-rank input was never received
@@ -227,8 +244,8 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
             p, c = pr.skips[int(pr.a_skip[j])]
             mb = int(pr.a_mb[j])
             need = ("F", p, mb, c) if pr.a_kind[j] == 0 else ("B", c, mb, p)
-        m = int(a["key_msg"][int(a_in[j])])
-        posted = m >= 0 and 0 <= int(a["hindex"][2 * m + 1]) < i
+        m = int(tables.key_msg[int(a_in[j])])
+        posted = m >= 0 and 0 <= int(tables.hindex[2 * m + 1]) < i
         return ProgramError(f"{loc} uses data from rank {int(pr.a_in_rank[j])} but the "
                             f"program never {'waits for' if posted else 'posts'} "
                             f"{recv_comm(need)} before it (add the recv and a WAIT or "
@@ -247,8 +264,8 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
         if own != r:
             return ProgramError(f"{loc}: {c} belongs to rank {own} (stage {c.stage} mb "
                                 f"{c.mb} runs there)")
-        m = int(a["key_msg"][int(mkey[j])])
-        first = int(a["hindex"][2 * m + int(pr.side[j])])
+        m = int(tables.key_msg[int(mkey[j])])
+        first = int(tables.hindex[2 * m + int(pr.side[j])])
         return ProgramError(f"{loc}: {c} posted twice (first at instr {first})")
     if code == Err.SEND_EARLY:
         return ProgramError(f"{loc}: sends {c} before the op that produces its data ran "
@@ -256,14 +273,16 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     return ProgramError(f"{loc}: waits for {c}, which this rank has not posted before")
 
 
-def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
-                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> None:
-    """Every message posted by both sides, and on each directed link the k-th send and the
-    k-th recv agree (:mod:`schedsim.sim.identity`: the same bytes; the same tag, else a
-    silent swap, recorded in ``cp.swaps`` and the pair re-made as the library makes it;
-    tag and bytes equal: the same message). ``hord``: each handle's k on its link (from
-    the compile pass); when every pair names one message and no post names an identity
-    there is nothing to look at. ``msg_of_member``: the message id of every member."""
+def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray, pr: Prep,
+                    costs: CostModel, msg_of_member: np.ndarray,
+                    allow_unmatched: bool = False) -> Part:
+    """``part`` after the link-order check: every message posted by both sides, and on
+    each directed link the k-th send and the k-th recv agree (:mod:`schedsim.sim.
+    identity`: the same bytes; the same tag, else a silent swap, recorded in ``swaps``
+    and the pair re-made as the library makes it; tag and bytes equal: the same
+    message). ``hord``: each handle's k on its link (from the compile pass); when every
+    pair names one message and no post names an identity there is nothing to look at.
+    ``msg_of_member``: the message id of every member."""
     from schedsim.sim.identity import (
         check_pairs,
         member_where,
@@ -273,25 +292,24 @@ def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
         unmatched_text,
     )
 
-    fl = cp.flat
-    nm = cp.num_messages
+    nm = len(part.messages.mcode)
     if nm == 0:
-        return
-    hi = cp.hindex.reshape(-1, 2)
+        return part
+    hi = part.messages.hindex.reshape(-1, 2)
     if (fl.ctag is None and np.all(hi >= 0)
             and np.array_equal(hord[0::2], hord[1::2])):
-        return
+        return part
     pairs = pair_members(fl, pr)
-    cp.swaps = check_pairs(fl, pr, costs, pairs)
+    swaps = tuple(check_pairs(fl, pr, costs, pairs))
     ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]
     tag_same = np.ones(len(ma), bool)
-    if cp.swaps:
+    if swaps:
         from schedsim.sim.identity import member_identity
 
         tag = member_identity(fl, pr, costs)[0]
         tag_same = tag[pairs.js] == tag[pairs.jr]
     bad = np.flatnonzero((ma != mb_) & tag_same)
-    if len(pairs.unmatched) and (not allow_unmatched or len(bad) or cp.swaps):
+    if len(pairs.unmatched) and (not allow_unmatched or len(bad) or swaps):
         raise ProgramError(unmatched_text(fl, pr, int(pairs.unmatched[0])))
     if len(bad):
         p = int(bad[0])
@@ -301,76 +319,88 @@ def _check_matching(cp: Compiled, hord: np.ndarray, pr: Prep, costs: CostModel,
             f"the {ordinal(k)} send on link {src}->{dst} is {member_where(fl, a)} but "
             f"the {ordinal(k)} recv is {member_where(fl, b)}: P2P ops match in posting "
             f"order per link, so both must name the same message")
+    unmatched = None
     if len(pairs.unmatched):
-        cp.unmatched = unmatched_text(fl, pr, int(pairs.unmatched[0]))
-    _given_bytes(cp, pr, costs, msg_of_member)
+        unmatched = unmatched_text(fl, pr, int(pairs.unmatched[0]))
+    part = part._replace(swaps=swaps, unmatched=unmatched,
+                         messages=part.messages._replace(
+                             mbytes_given=_given_bytes(fl, nm, msg_of_member)))
     perm = swap_of(fl, pr, pairs, msg_of_member)
     if perm is not None:
-        _repair(cp, perm, ma, mb_)
+        part = _repair(part, perm, ma, mb_)
+    return part
 
 
-def _given_bytes(cp: Compiled, pr: Prep, costs: CostModel, msg_of_member: np.ndarray
-                 ) -> None:
-    """``cp.mbytes_given``: each message's bytes as its posts name them (both sides
-    agree, checked), -1 where neither names any."""
-    fl = cp.flat
+def _given_bytes(fl: FlatProgram, nm: int, msg_of_member: np.ndarray) -> np.ndarray | None:
+    """Each of the ``nm`` messages' bytes as its posts name them (both sides agree,
+    checked), -1 where neither names any; None when no post names any."""
     if fl.cbytes is None:
-        return
+        return None
     give = np.flatnonzero(fl.cbytes >= 0)
-    out = np.full(cp.num_messages, -1.0)
+    out = np.full(nm, -1.0)
     out[msg_of_member[give]] = fl.cbytes[give]
-    cp.mbytes_given = out
+    return out
 
 
-def _repair(cp: Compiled, perm: np.ndarray, ma: np.ndarray, mb_: np.ndarray) -> None:
+def _repair(part: Part, perm: np.ndarray, ma: np.ndarray, mb_: np.ndarray) -> Part:
     """Re-pair the handles as the comm library pairs them (silent swaps): the recv paired
-    with message a's send becomes a's recv handle; ``cp.mrcode`` keeps what each recv
-    named."""
-    for name in ("ch", "unit_h"):
-        setattr(cp, name, perm[getattr(cp, name)])
-    for name in ("hindex", "hseq", "hunit"):
-        old = getattr(cp, name)
+    with message a's send becomes a's recv handle; ``messages.mrcode`` keeps what each
+    recv named."""
+    def moved(old: np.ndarray) -> np.ndarray:
         new = old.copy()
         new[perm] = old
-        setattr(cp, name, new)
-    cp.mrcode = cp.mcode.copy()
-    cp.mrcode[ma] = cp.mcode[mb_]
+        return new
+
+    ms = part.messages
+    mrcode = ms.mcode.copy()
+    mrcode[ma] = ms.mcode[mb_]
+    return part._replace(
+        code=part.code._replace(ch=perm[part.code.ch]),
+        units=part.units._replace(unit_h=perm[part.units.unit_h],
+                                  hunit=moved(part.units.hunit)),
+        messages=ms._replace(hindex=moved(ms.hindex), hseq=moved(ms.hseq), mrcode=mrcode))
 
 
-def _message_arrays(cp: Compiled, costs: CostModel, link: LinkModel, comm: CommModel) -> None:
-    """Fill bytes, latency, link occupancy, link id (``src * ranks + dst``) and eagerness
-    of every message."""
-    P, S = cp.ranks, cp.stages
-    mk, ps = cp.decode(cp.mcode)[:2]
+def _message_arrays(ms: Messages, decode: Callable, shape: tuple[int, int],
+                    costs: CostModel, link: LinkModel, comm: CommModel
+                    ) -> tuple[Messages, Links]:
+    """``ms`` with every message's bytes, and its :class:`Links`: latency, link
+    occupancy, link id (``src * ranks + dst``) and eagerness (``decode``: key codes ->
+    kind, producing stage, consuming stage, mb; ``shape``: ranks, stages)."""
+    P, S = shape
+    mk, ps = decode(ms.mcode)[:2]
     nbytes = default_bytes(costs, mk, ps, S)
-    lk = cp.msrc * P + cp.mdst
+    lk = ms.msrc * P + ms.mdst
     used = np.zeros(P * P, bool)
     used[lk] = True
     lat_t = np.zeros(P * P)
     bw_t = np.full(P * P, np.inf)
     for u in np.flatnonzero(used).tolist():
         lat_t[u], bw_t[u] = link.params(u // P, u % P)
-    if cp.mbytes_given is not None:
-        nbytes = np.where(cp.mbytes_given >= 0, cp.mbytes_given, nbytes)
-    cp.mbytes = nbytes
-    cp.mlat = lat_t[lk]
+    if ms.mbytes_given is not None:
+        nbytes = np.where(ms.mbytes_given >= 0, ms.mbytes_given, nbytes)
     mbw = bw_t[lk]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cp.mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
-    cp.mlink = lk.astype(I64)
-    cp.meager = comm.eager_messages(link, nbytes, cp.msrc, cp.mdst).astype(I64)
-    cp.num_links = P * P
+        mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
+    links = links_of(lat_t[lk], mocc, lk.astype(I64),
+                     comm.eager_messages(link, nbytes, ms.msrc, ms.mdst).astype(I64),
+                     num_links=P * P)
+    return ms._replace(mbytes=nbytes), links
 
 
-def _mark_first_touch(cp: Compiled, pr: Prep) -> None:
-    """Lazy communicator init: mark each rank's first bare post to each peer with the
-    rank pair's id (``cinit``) and record where each side first touches each pair
-    (``pair_first[pair][rank] = instruction index``)."""
-    fl, P = cp.flat, cp.ranks
+def _first_touch(fl: FlatProgram, pr: Prep, code: Code
+                 ) -> tuple[np.ndarray, Mapping[int, Mapping[int, int]]]:
+    """Lazy communicator init: ``(cinit, pair_first)``: each rank's first bare post to
+    each peer marked with the rank pair's id (``cinit``, per step), and where each side
+    first touches each pair (``pair_first[pair][rank] = instruction index``)."""
+    P = fl.ranks
+    cinit = code.cinit.copy()
+    first: dict[int, dict[int, int]] = {}
     for r, peer, gi in first_touches(fl, pr.msrc, pr.mdst, pr.side):
         pair = min(r, peer) * P + max(r, peer)
-        cp.cinit[gi + r] = pair         # one step per instruction, plus one END per rank
-        cp.pair_first.setdefault(pair, {})[r] = gi - int(fl.rptr[r])
+        cinit[gi + r] = pair         # one step per instruction, plus one END per rank
+        first.setdefault(pair, {})[r] = gi - int(fl.rptr[r])
+    return cinit, MappingProxyType({k: MappingProxyType(v) for k, v in first.items()})
 
 
 def first_touches(fl: FlatProgram, msrc: np.ndarray, mdst: np.ndarray,

@@ -7,16 +7,14 @@ import numpy as np
 
 from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
-from schedsim.program.ir import Program
 from schedsim.program.routing import cross_stage_inputs
-from schedsim.sim.compiled import Compiled
+from schedsim.sim.compiled import Code, Messages, Part, Units
 from schedsim.sim.costs import CostModel
-from schedsim.sim.kernels import Step, WaitKind
+from schedsim.sim.opcodes import Step, WaitKind
 from schedsim.sim.prep import I64, Prep, compute_costs, where
 
 
-def compile_data(program: Program, fl: FlatProgram, pr: Prep,
-                  costs: CostModel) -> Compiled:
+def compile_data(fl: FlatProgram, pr: Prep, costs: CostModel) -> Part:
     """``data`` semantics: one message per cross-rank producer -> consumer edge (ids in
     order of first consumption, ranks then instructions); a consumer waits for its inputs
     (a ``DATA`` wait step) and a producer's end activates its sends."""
@@ -80,14 +78,15 @@ def compile_data(program: Program, fl: FlatProgram, pr: Prep,
     crptr = np.zeros(P + 1, I64)
     np.cumsum(np.bincount(rank_of[gi_c], weights=per, minlength=P).astype(I64),
               out=crptr[1:])
-    return Compiled(program=program, flat=fl, data_mode=True, ranks=P, stages=pr.S,
-                    microbatches=pr.M, crptr=crptr, cop=cop, cipc=cipc, cwk=cwk, ccost=ccost,
-                    cspan=cspan, chptr=chptr, ch=ch.astype(I64), cuptr=np.zeros(ns + 1, I64),
-                    cinit=np.full(ns, -1, I64), span_gi=gi_c, mcode=mcode,
-                    msrc=rank_of[m_prod], mdst=rank_of[m_cons], hindex=hindex,
-                    hseq=np.full(2 * nm, -1, I64), unit_stream=np.zeros(0, I64),
-                    unit_hptr=np.zeros(1, I64), unit_h=np.zeros(0, I64),
-                    hunit=np.full(2 * nm, -1, I64))
+    return Part(code=Code(crptr=crptr, cop=cop, cipc=cipc, cwk=cwk, ccost=ccost, cspan=cspan,
+                          chptr=chptr, ch=ch.astype(I64), cuptr=np.zeros(ns + 1, I64),
+                          cinit=np.full(ns, -1, I64)),
+                span_gi=gi_c,
+                messages=Messages(mcode=mcode, msrc=rank_of[m_prod], mdst=rank_of[m_cons],
+                                  mbytes=np.zeros(0), hindex=hindex,
+                                  hseq=np.full(2 * nm, -1, I64)),
+                units=Units(unit_stream=np.zeros(0, I64), unit_hptr=np.zeros(1, I64),
+                            unit_h=np.zeros(0, I64), hunit=np.full(2 * nm, -1, I64)))
 
 
 def _producers_or_raise(fl: FlatProgram, pr: Prep, prod_code: np.ndarray,

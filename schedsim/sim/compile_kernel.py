@@ -3,7 +3,7 @@ subset of Python that both CPython and numba run (see :mod:`schedsim.sim.kernels
 from __future__ import annotations
 
 from schedsim.program.flat import Opcode
-from schedsim.sim.kernels import Err, Step, WaitKind
+from schedsim.sim.opcodes import Err, Step, StreamMode, WaitKind
 
 _COMPUTE = int(Step.COMPUTE)
 _LAUNCH = int(Step.LAUNCH)
@@ -21,28 +21,27 @@ _P_POST = int(Opcode.POST)
 _P_BATCH = int(Opcode.BATCH)
 _P_COMPUTE = int(Opcode.COMPUTE)
 _P_COMMIT = int(Opcode.COMMIT)
+_S_NONE = int(StreamMode.NONE)
+_S_PER_RANK = int(StreamMode.PER_RANK)
 
-def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer, aptr, a_in,
-                        a_out, icost, ispan, stream_mode, key_msg, msg_key, hindex, hseq,
-                        made_rank, waited, posted, cop, cipc, cwk, ccost, cspan, chptr, ch,
-                        cuptr, crptr, unit_stream, unit_hptr, unit_h, hunit, ugroup,
-                        link_posts, hord, msg_src, msg_dst, counts, err):
+
+def compile_comm_kernel(inp, tables, code, units, scratch):
     """One pass over every rank's instructions (ranks in order, each in program order):
     resolve posts to messages (created on first sight, from either side), check the comm
     rules, emit compiled code. Returns nothing; ``err[0]`` is an :class:`Err` code
     (``err[1:4]`` = rank, instruction, member or atom index) and ``counts`` = (steps,
     handles in code, messages, units).
 
-    Inputs per instruction ``i``: ``code`` (Opcode), members ``mptr[i]:mptr[i+1]``
-    (``mkey``: key id or -1 when no such message; ``mside``: 0 send / 1 recv;
-    ``mowner``: the rank that must issue it; ``mlocal``: 1 for a same-rank hand-off;
-    ``mpeer``: the other side's rank), compute atoms ``aptr[i]:aptr[i+1]`` (``a_in``: key
-    of the cross-rank input or -1, ``a_out``: key of the output or -1), ``icost``,
-    ``ispan``. ``stream_mode``: 0 none, 1 per-peer, 2 per-rank. ``hord[h]``: the k of
-    "the k-th send (or recv) on its directed link" of handle h (``link_posts`` counts
-    them per link and side), so that matching in posting order per link holds when
-    ``hord[2m] == hord[2m+1]`` for every message; ``msg_src``/``msg_dst``: each
-    message's two ranks.
+    Inputs: ``inp`` (:class:`~schedsim.sim.kernel_records.PassInput`: per instruction
+    its opcode, members, atoms, cost and span id). Written: ``tables``
+    (:class:`~schedsim.sim.kernel_records.PassTables`: messages made, handles posted,
+    ``hord[h]``: the k of "the k-th send (or recv) on its directed link" of handle h,
+    so that matching in posting order per link holds when ``hord[2m] == hord[2m+1]``
+    for every message), ``code`` (a :class:`~schedsim.sim.compiled.Code` of capacity
+    arrays, ``cinit`` untouched), ``units`` (:class:`~schedsim.sim.compiled.Units`;
+    ``unit_hptr`` allocated zeroed) and ``scratch``
+    (:class:`~schedsim.sim.kernel_records.PassScratch`: ``counts``, ``err``). The
+    records' fields are read into locals once, at the top.
 
     Order of the pass, per rank, each instruction in program order by opcode:
 
@@ -66,6 +65,20 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
     ns per step with helpers, 46 ns as one function; benchmarks/NOTES.md, section 1,
     item 3).
     """
+    # the records' fields as locals: the one place the pass unpacks them
+    P, stream_mode, rptr, icode = inp.ranks, inp.stream_mode, inp.rptr, inp.icode
+    mptr, mkey, mside, mowner = inp.mptr, inp.mkey, inp.mside, inp.mowner
+    mlocal, mpeer, aptr, a_in, a_out = inp.mlocal, inp.mpeer, inp.aptr, inp.a_in, inp.a_out
+    icost, ispan = inp.icost, inp.ispan
+    key_msg, msg_key, msg_src, msg_dst = (tables.key_msg, tables.msg_key, tables.msg_src,
+                                          tables.msg_dst)
+    made_rank, waited, hindex, hseq = (tables.made_rank, tables.waited, tables.hindex,
+                                       tables.hseq)
+    hord, link_posts = tables.hord, tables.link_posts
+    cop, cipc, cwk, ccost, cspan = code.cop, code.cipc, code.cwk, code.ccost, code.cspan
+    chptr, ch, cuptr, crptr = code.chptr, code.ch, code.cuptr, code.crptr
+    unit_hptr = units.unit_hptr
+    posted, counts, err = scratch.posted, scratch.counts, scratch.err
     n = 0       # steps emitted
     nh = 0      # handles emitted in code
     nm = 0      # messages
@@ -75,7 +88,7 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
         npost = 0            # handles posted so far by this rank (posted[0:npost])
         committed = 0
         for i in range(rptr[r], rptr[r + 1]):
-            c = code[i]
+            c = icode[i]
             ipc = i - rptr[r]
             if c == _P_POST or c == _P_BATCH:          # one launch
                 cop[n] = _LAUNCH
@@ -134,9 +147,9 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
                     ch[nh] = h
                     nh += 1
                 cuptr[n] = nu
-                if stream_mode != 0:
-                    nu = _units(r, P, stream_mode, first, npost, posted, mptr[i], mpeer, nu,
-                                unit_stream, unit_hptr, unit_h, hunit, ugroup)
+                if stream_mode != _S_NONE:
+                    nu = _units(inp, r, first, npost, mptr[i], nu, posted, units,
+                                scratch.ugroup)
                 n += 1
             elif c == _P_COMPUTE:
                 for a in range(aptr[i], aptr[i + 1]):
@@ -217,16 +230,19 @@ def compile_comm_kernel(P, rptr, code, mptr, mkey, mside, mowner, mlocal, mpeer,
     counts[3] = nu
 
 
-def _units(r, P, stream_mode, first, last, posted, m0, mpeer, nu, unit_stream, unit_hptr,
-           unit_h, hunit, ugroup):
+def _units(inp, r, first, last, m0, nu, posted, units, ugroup):
     """Split one launch's handles ``posted[first:last]`` into per-stream units (streams
     in order of their first handle; the launch's units are the new ids, in order);
     returns the new unit count. Unit u's handles are ``unit_h[unit_hptr[u]:unit_hptr[u+1]]``
-    (``unit_hptr[nu]`` is kept at the end; the caller allocates it zeroed)."""
+    (``unit_hptr[nu]`` is kept at the end; the caller allocates it zeroed); ``m0``: the
+    launch's first member (``inp.mpeer``: each member's peer rank)."""
+    P, stream_mode, mpeer = inp.ranks, inp.stream_mode, inp.mpeer
+    unit_stream, unit_hptr, unit_h, hunit = (units.unit_stream, units.unit_hptr,
+                                             units.unit_h, units.hunit)
     start = unit_hptr[nu]
     ng = 0
     for q in range(first, last):
-        sid = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+        sid = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
         g = -1
         for x in range(ng):
             if ugroup[x] == sid:
@@ -240,7 +256,7 @@ def _units(r, P, stream_mode, first, last, posted, m0, mpeer, nu, unit_stream, u
         unit_stream[nu] = sid
         unit_hptr[nu] = pos
         for q in range(first, last):
-            s2 = r if stream_mode == 2 else P + r * P + mpeer[m0 + q - first]
+            s2 = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
             if s2 == sid:
                 h = posted[q]
                 unit_h[pos] = h

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.program.flat import OpKind
 from schedsim.program.ir import Op
 
 
@@ -27,7 +28,7 @@ def derived_op_costs(costs: Any, kind: Any, stage: Any, bkind: Any, bstage: Any)
         table = np.array([[d.kind_cost(k, s) for s in range(S)] for k in names])
     else:
         table = np.array([[costs.kind_cost(k, s, -1) for s in range(S)] for k in names])
-    is_fb = kind == 4
+    is_fb = kind == OpKind.FB
     out = table[np.where(is_fb, 0, kind), stage].astype(np.float64)
     if is_fb.any():
         i = np.flatnonzero(is_fb)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schedsim.errors import ScenarioError
+from schedsim.program.flat import OpKind
 from schedsim.program.ir import Op
 from schedsim.program.vocab import CommStream, GroupSemantics, Semantics
 
@@ -205,7 +206,7 @@ class CostModel(BaseModel):
             mb = np.asarray(mb)
             out = np.empty(n)
             for i, (k, s_, m_) in enumerate(zip(kind.tolist(), stage.tolist(), mb.tolist())):
-                if k == 4:
+                if k == OpKind.FB:
                     op = Op.fb(Op("F", s_, m_), Op(names[int(bkind[i])], int(bstage[i]),
                                                    int(bmb[i])))
                 else:
@@ -217,7 +218,7 @@ class CostModel(BaseModel):
             fb = self.FB
             table = np.array(per + [np.nan])
             out = table[kind]
-            is_fb = kind == 4
+            is_fb = kind == OpKind.FB
             if is_fb.any():
                 with np.errstate(over="ignore"):     # inf times: simulate() reports them
                     pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
@@ -229,7 +230,7 @@ class CostModel(BaseModel):
                          ).reshape(4, S)
         fbt = np.array([np.nan if (v := self._explicit("FB", s, -1)) is None else v
                         for s in range(S)])
-        is_fb = kind == 4
+        is_fb = kind == OpKind.FB
         k0 = np.where(is_fb, 0, kind)
         out = table[k0, stage] if n else np.zeros(0)
         if is_fb.any():

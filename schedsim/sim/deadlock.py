@@ -10,9 +10,9 @@ that graph (found with networkx) is the deadlock, reported once, a sentence per 
 """
 from __future__ import annotations
 
-from schedsim.sim.compile import Compiled
+from schedsim.sim.compiled import Compiled
 from schedsim.sim.engine import RunState
-from schedsim.sim.kernels import Step
+from schedsim.sim.opcodes import Step
 from schedsim.timeline import BlockedRank, CycleStep, Deadlock
 
 
@@ -31,19 +31,19 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
     m = h >> 1
     tok = cp.handle_token(h)
     if cp.data_mode:
-        q, i = int(cp.msrc[m]), int(cp.hindex[2 * m])
+        q, i = int(cp.messages.msrc[m]), int(cp.messages.hindex[2 * m])
         return [(q, 2 * m)], [(f"its input from instr {i} ({_instr_token(cp, q, i)}) on "
                                f"rank {q}, which has not run", 0)]
     owner = cp.owner(h)
-    if cp.hindex[h] < 0:      # an unmatched op's partner: nobody posts it
+    if cp.messages.hindex[h] < 0:      # an unmatched op's partner: nobody posts it
         return [], [(f"{tok}, which rank {owner} never posts (the op waiting for it is "
                      f"unmatched)", None)]
     if st.hpost[h] < 0:
         return [(owner, h)], [(f"{tok}, which rank {owner} posts only at instr "
-                               f"{cp.hindex[h]}", 0)]
+                               f"{cp.messages.hindex[h]}", 0)]
     if st.hact[h] < 0:   # posted, but queued on the owner's comm stream
-        u = int(cp.hunit[h])
-        head = int(st.stream_busy[cp.unit_stream[u]])
+        u = int(cp.units.hunit[h])
+        head = int(st.stream_busy[cp.units.unit_stream[u]])
         if head >= 0:
             for h2 in cp.unit_handles[head]:
                 if st.hdone[h2] < 0 and h2 not in seen:
@@ -53,7 +53,7 @@ def _why(cp: Compiled, st: RunState, h: int, seen: set[int]
                         (f"{tok}, queued on rank {owner}'s comm stream behind ", 0)] + [
                         (t, None if k is None else k + 1) for t, k in pieces]
         return [(owner, h)], [(f"{tok}, queued on rank {owner}'s comm stream", 0)]
-    held = _group_hold(cp, st, h, seen) if cp.atomic else None
+    held = _group_hold(cp, st, h, seen) if cp.host.atomic else None
     if held is not None:
         return held
     partner = h ^ 1
@@ -114,7 +114,7 @@ def _group_hold(cp: Compiled, st: RunState, h: int, seen: set[int]
                 pieces = [(f"{cp.handle_token(z)}, which waits for ", None)] + pieces
             return [(q, y)] + hops, [
                 (f"{cp.handle_token(h)}, which {what} (rank {q}, instr "
-                 f"{int(cp.hindex[y])}) with ", 0)] + [
+                 f"{int(cp.messages.hindex[y])}) with ", 0)] + [
                 (t, None if k is None else k + 1) for t, k in pieces]
     return None
 
@@ -122,7 +122,7 @@ def _group_hold(cp: Compiled, st: RunState, h: int, seen: set[int]
 def _init_wait(cp: Compiled, r: int, g: int) -> tuple[int, str, str]:
     """A rank blocked in a lazy communicator init at step g: ``(peer, what it waits for,
     the clause)``."""
-    pair = int(cp.cinit[g])
+    pair = int(cp.code.cinit[g])
     q = pair // cp.ranks if pair % cp.ranks == r else pair % cp.ranks
     j = cp.pair_first.get(pair, {}).get(q)
     what = f"the communicator init of ranks {r}-{q}"
@@ -143,14 +143,14 @@ def diagnose(cp: Compiled, st: RunState) -> Deadlock:
     where: dict[int, tuple[int, str]] = {}
     for r in range(cp.ranks):
         pc = int(st.pcs[r])
-        g = int(cp.crptr[r]) + pc
-        if g >= int(cp.crptr[r + 1]):
+        g = int(cp.code.crptr[r]) + pc
+        if g >= int(cp.code.crptr[r + 1]):
             continue
         idx = cp.instr_index(r, pc)
         tok = _instr_token(cp, r, idx)
         where[r] = (idx, tok)
         waiting = []
-        if cp.cop[g] == Step.LAUNCH:           # blocked in a lazy communicator init
+        if cp.code.cop[g] == Step.LAUNCH:           # blocked in a lazy communicator init
             q, what, txt = _init_wait(cp, r, g)
             waiting.append(txt)
             edges.setdefault(r, []).append((q, what, txt, True))
@@ -212,7 +212,7 @@ def unmatched_consequence(cp: Compiled, st: RunState) -> str:
     """What a run of a program with an unmatched op (``cp.unmatched``) did: the ranks it
     left blocked and what each waits for, and the ranks that finished."""
     done = [r for r in range(cp.ranks)
-            if int(st.pcs[r]) + int(cp.crptr[r]) >= int(cp.crptr[r + 1])]
+            if int(st.pcs[r]) + int(cp.code.crptr[r]) >= int(cp.code.crptr[r + 1])]
     if len(done) == cp.ranks:
         return ("the run still completes: the unmatched send completes without its recv "
                 "(eager), and its data lands nowhere")

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from schedsim.errors import ScenarioError
+from schedsim.sim import compile_kernel, kernels
 
 #: programs with at least this many instructions run on numba when it is installed
 THRESHOLD = 20_000
 
 _JITTED: SimpleNamespace | None = None
-_PURE: SimpleNamespace | None = None
 _AVAILABLE: bool | None = None
 
 
@@ -56,6 +56,14 @@ class _Lists:
 
     floats = ints
     new_ints = ints
+
+    @staticmethod
+    def record(rec: Any, unread: tuple[str, ...] = ()) -> Any:
+        """A read-only input record (a named tuple) with its arrays as lists; the fields
+        ``unread`` (the kernel does not read them) empty instead (converting them would
+        cost time, ~30 ms per million)."""
+        return type(rec)(*(() if f in unread else v.tolist() if isinstance(v, np.ndarray)
+                           else v for f, v in zip(rec._fields, rec)))
 
 
 class _Arrays:
@@ -95,6 +103,15 @@ class _Arrays:
         """A writable copy (for outputs initialised from data)."""
         return np.array(a, dtype=np.int64)
 
+    @staticmethod
+    def record(rec: Any, unread: tuple[str, ...] = ()) -> Any:
+        """A read-only input record (a named tuple) with its arrays contiguous: floats as
+        float64, integers and flags as :meth:`ints` (no copy when they are already);
+        ``unread`` is for :meth:`_Lists.record` (passing an array costs nothing here)."""
+        return type(rec)(*(_Arrays.floats(v) if isinstance(v, np.ndarray) and v.dtype.kind
+                           == "f" else _Arrays.ints(v) if isinstance(v, np.ndarray) else v
+                           for v in rec))
+
 
 def numba_available() -> bool:
     """True if numba can be imported (checked once)."""
@@ -129,8 +146,8 @@ def use_numba(n: int) -> bool:
     return (n >= THRESHOLD or _JITTED is not None) and numba_available()
 
 
-#: the modules whose functions are kernels
-KERNEL_MODULES = ("schedsim.sim.kernels", "schedsim.sim.compile_kernel")
+#: the modules whose functions are kernels (and the helpers they call)
+KERNEL_MODULES = (kernels, compile_kernel)
 
 
 def _functions(module: Any) -> dict[str, FunctionType]:
@@ -138,30 +155,14 @@ def _functions(module: Any) -> dict[str, FunctionType]:
             if isinstance(f, FunctionType) and f.__module__ == module.__name__}
 
 
-def pure() -> SimpleNamespace:
-    """The kernels as plain Python functions."""
-    global _PURE
-    if _PURE is None:
-        import importlib
-
-        out: dict[str, Any] = {}
-        for name in KERNEL_MODULES:
-            out.update(_functions(importlib.import_module(name)))
-        _PURE = SimpleNamespace(**out)
-    return _PURE
-
-
 def jitted() -> SimpleNamespace:
-    """The kernels compiled by numba (cached on disk; compiled on first use)."""
+    """The kernels compiled by numba, by name (cached on disk; compiled on first use)."""
     global _JITTED
     if _JITTED is None:
-        import importlib
-
         import numba
 
         out: dict[str, Any] = {}
-        for mod_name in KERNEL_MODULES:
-            module = importlib.import_module(mod_name)
+        for module in KERNEL_MODULES:
             # numba resolves the functions a kernel calls through its globals: give the
             # module's kernels a namespace in which those names are the compiled versions;
             # helpers (``_name``) are inlined into their callers by numba (no call, no
@@ -177,9 +178,12 @@ def jitted() -> SimpleNamespace:
     return _JITTED
 
 
-def kernels_for(n: int, what: str = "run") -> tuple[Any, Any]:
-    """``(kernels, allocator)`` for a program of ``n`` instructions: the numba-compiled
-    kernels with numpy arrays, or the plain functions with Python lists."""
+def executor(kernel: FunctionType, n: int) -> tuple[Any, Any]:
+    """``(function, allocator)`` that runs ``kernel`` (a kernel function of
+    :data:`KERNEL_MODULES`, e.g. :func:`schedsim.sim.kernels.run_kernel`, passed by name)
+    for a program of ``n`` instructions: its numba-compiled version with numpy arrays,
+    or the function itself with Python lists. Raises :class:`ScenarioError` as
+    :func:`use_numba`."""
     if use_numba(n):
-        return jitted(), _Arrays
-    return pure(), _Lists
+        return getattr(jitted(), kernel.__name__), _Arrays
+    return kernel, _Lists

@@ -13,33 +13,38 @@ Public entry point: the ``free_ops`` / ``free_messages`` arguments of
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from schedsim.errors import ScenarioError
-from schedsim.sim.compile import Compiled
-from schedsim.sim.kernels import Step
+from schedsim.sim.compiled import Code, Compiled, Units, links_of
+from schedsim.sim.opcodes import Step
 
 I64 = np.int64
 
 
 def make_free(cp: Compiled, ops: list[tuple[int, int]],
-              messages: list[tuple[str, int, int]]) -> None:
-    """Make ``ops`` ((rank, instruction index) of compute ops) and ``messages``
-    ((kind, producing stage, mb) keys) free in ``cp`` (module docstring). Raises
-    :class:`ScenarioError` naming an op or message the program does not have."""
+              messages: list[tuple[str, int, int]]) -> Compiled:
+    """A new :class:`Compiled`: ``cp`` with ``ops`` ((rank, instruction index) of compute
+    ops) and ``messages`` ((kind, producing stage, mb) keys) free (module docstring);
+    ``cp`` is left as it is. Raises :class:`ScenarioError` naming an op or message the
+    program does not have."""
+    code = cp.code
     if ops:
-        step_rank = np.repeat(np.arange(cp.ranks, dtype=I64), np.diff(cp.crptr))
-        is_c = cp.cop == Step.COMPUTE
+        is_c = code.cop == Step.COMPUTE
         where = {(r, i): g for g, r, i in zip(np.flatnonzero(is_c).tolist(),
-                                               step_rank[is_c].tolist(),
-                                               cp.cipc[is_c].tolist())}
+                                               cp.step_rank()[is_c].tolist(),
+                                               code.cipc[is_c].tolist())}
+        ccost = code.ccost.copy()
         for r, i in ops:
             g = where.get((int(r), int(i)))
             if g is None:
                 raise ScenarioError(f"free op: rank {r} has no compute op at instruction {i}")
-            cp.ccost[g] = 0.0
+            ccost[g] = 0.0
+        code = code._replace(ccost=ccost)
     if not messages:
-        return
+        return replace(cp, code=code)
     index = {k: m for m, k in enumerate(cp.mkey)}
     free = []
     for key in messages:
@@ -50,52 +55,59 @@ def make_free(cp: Compiled, ops: list[tuple[int, int]],
         free.append(m)
     fm = np.asarray(free, dtype=I64)
     if cp.data_mode:
-        cp.mocc = cp.mocc.copy()
-        cp.mlat = cp.mlat.copy()
-        cp.mocc[fm] = 0.0
-        cp.mlat[fm] = 0.0
-        return
-    _drop_handles(cp, np.concatenate((2 * fm, 2 * fm + 1)))
+        lk = cp.links
+        mocc, mlat = lk.mocc.copy(), lk.mlat.copy()
+        mocc[fm] = 0.0
+        mlat[fm] = 0.0
+        return replace(cp, code=code, links=links_of(mlat, mocc, lk.mlink, lk.meager,
+                                                     msend=lk.msend,
+                                                     num_links=lk.num_links))
+    code, units = _drop_handles(cp, code, np.concatenate((2 * fm, 2 * fm + 1)))
+    return replace(cp, code=code, units=units)
 
 
-def _drop_handles(cp: Compiled, gone: np.ndarray) -> None:
-    """Remove handles ``gone`` from every step and unit; drop emptied launches and units."""
+def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Units]:
+    """``code`` and ``cp.units`` without handles ``gone`` in any step or unit; emptied
+    launches and units dropped."""
     nh = 2 * cp.num_messages
     dead = np.zeros(nh, bool)
     dead[gone] = True
     # units: keep the handles that stay, drop emptied units, renumber
-    ucnt_old = np.diff(cp.unit_hptr)
-    uid = np.repeat(np.arange(len(cp.unit_stream), dtype=I64), ucnt_old)
-    keep_uh = ~dead[cp.unit_h]
-    ucnt = np.bincount(uid[keep_uh], minlength=len(cp.unit_stream))
+    un = cp.units
+    ucnt_old = np.diff(un.unit_hptr)
+    uid = np.repeat(np.arange(len(un.unit_stream), dtype=I64), ucnt_old)
+    keep_uh = ~dead[un.unit_h]
+    ucnt = np.bincount(uid[keep_uh], minlength=len(un.unit_stream))
     ukeep = ucnt > 0
     unew = np.cumsum(ukeep) - 1
-    cp.unit_h = cp.unit_h[keep_uh]
-    cp.unit_stream = cp.unit_stream[ukeep]
-    cp.unit_hptr = np.concatenate(([0], np.cumsum(ucnt[ukeep]))).astype(I64)
+    hunit = un.hunit
     if len(unew):
-        cp.hunit = np.where(cp.hunit >= 0, unew[np.maximum(cp.hunit, 0)], -1)
-    cp.hunit[dead] = -1
+        hunit = np.where(hunit >= 0, unew[np.maximum(hunit, 0)], -1)
+    hunit = np.where(dead, -1, hunit)
+    units = Units(unit_stream=un.unit_stream[ukeep], unit_hptr=np.concatenate(
+        ([0], np.cumsum(ucnt[ukeep]))).astype(I64), unit_h=un.unit_h[keep_uh], hunit=hunit)
     # steps: drop the dead handles; drop launches left empty (unless they create a
     # communicator under lazy init)
-    ns = len(cp.cop)
-    cnt = np.diff(cp.chptr)
+    ns = len(code.cop)
+    cnt = np.diff(code.chptr)
     sid = np.repeat(np.arange(ns, dtype=I64), cnt)
-    keep_h = ~dead[cp.ch]
+    keep_h = ~dead[code.ch]
     hcnt = np.bincount(sid[keep_h], minlength=ns)
-    is_l = cp.cop == Step.LAUNCH
-    keep_step = ~is_l | (hcnt > 0) | (cp.lazy_init & (cp.cinit >= 0))
+    is_l = code.cop == Step.LAUNCH
+    keep_step = ~is_l | (hcnt > 0) | (cp.host.lazy_init & (code.cinit >= 0))
     # units of each step: the first and last unit ids of the step, renumbered
-    ulo, uhi = cp.cuptr[:-1], cp.cuptr[1:]
+    ulo, uhi = code.cuptr[:-1], code.cuptr[1:]
     kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(I64)
     new_lo, new_hi = kept_before[ulo], kept_before[uhi]
-    step_rank = np.repeat(np.arange(cp.ranks, dtype=I64), np.diff(cp.crptr))
-    cp.ch = cp.ch[keep_h]
-    cp.chptr = np.concatenate(([0], np.cumsum(hcnt[keep_step]))).astype(I64)
+    step_rank = cp.step_rank()
     # the handles of dropped steps are none (they were all dead), so ch stays in order
-    cp.cuptr = np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if keep_step.any()
-                               else [0])).astype(I64)
-    for name in ("cop", "cipc", "cwk", "ccost", "cspan", "cinit"):
-        setattr(cp, name, getattr(cp, name)[keep_step])
-    cp.crptr = np.concatenate(([0], np.cumsum(np.bincount(step_rank[keep_step],
-                                                          minlength=cp.ranks)))).astype(I64)
+    return Code(
+        crptr=np.concatenate(([0], np.cumsum(np.bincount(step_rank[keep_step],
+                                                         minlength=cp.ranks)))).astype(I64),
+        cop=code.cop[keep_step], cipc=code.cipc[keep_step], cwk=code.cwk[keep_step],
+        ccost=code.ccost[keep_step], cspan=code.cspan[keep_step],
+        chptr=np.concatenate(([0], np.cumsum(hcnt[keep_step]))).astype(I64),
+        ch=code.ch[keep_h],
+        cuptr=np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if keep_step.any()
+                              else [0])).astype(I64),
+        cinit=code.cinit[keep_step]), units

@@ -14,7 +14,7 @@ import numpy as np
 
 from schedsim.program.flat import Opcode
 from schedsim.sim.compiled import Compiled
-from schedsim.sim.kernels import Step
+from schedsim.sim.opcodes import Step
 
 I64 = np.int64
 
@@ -27,20 +27,21 @@ def atomic_groups(cp: Compiled) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     :func:`schedsim.sim.free.make_free` too."""
     nh = 2 * cp.num_messages
     hgroup = np.full(max(nh, 1), -1, I64)
-    ns = len(cp.cop)
-    step_rank = np.repeat(np.arange(cp.ranks, dtype=I64), np.diff(cp.crptr))
-    gi = cp.flat.rptr[step_rank] + np.minimum(cp.cipc, np.diff(cp.flat.rptr)[step_rank] - 1)
-    cnt = np.diff(cp.chptr)
-    is_g = (cp.cop == Step.LAUNCH) & (cnt >= 2)
+    code = cp.code
+    ns = len(code.cop)
+    step_rank = cp.step_rank()
+    gi = cp.flat.rptr[step_rank] + np.minimum(code.cipc, np.diff(cp.flat.rptr)[step_rank] - 1)
+    cnt = np.diff(code.chptr)
+    is_g = (code.cop == Step.LAUNCH) & (cnt >= 2)
     if ns and is_g.any():
         is_g &= cp.flat.code[np.maximum(gi, 0)] == Opcode.BATCH
     steps = np.flatnonzero(is_g)
     sizes = cnt[steps]
     gptr = np.zeros(len(steps) + 1, I64)
     np.cumsum(sizes, out=gptr[1:])
-    lo = cp.chptr[steps]
+    lo = code.chptr[steps]
     idx = np.repeat(lo - gptr[:-1], sizes) + np.arange(int(gptr[-1]), dtype=I64)
-    gh = cp.ch[idx].astype(I64)
+    gh = code.ch[idx].astype(I64)
     hgroup[gh] = np.repeat(np.arange(len(steps), dtype=I64), sizes)
     matom = ((hgroup[0:nh:2] >= 0) | (hgroup[1:nh:2] >= 0)).astype(I64)
     return hgroup, gptr, gh, matom

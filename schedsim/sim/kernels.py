@@ -8,7 +8,8 @@ the caller, lists of tuples for the event heap, no dicts, sets, closures or exce
 (every real time is >= 0).
 
 Compiled code (see :mod:`schedsim.sim.compile`) is one array per field over all ranks'
-steps, rank r's steps at ``crptr[r]:crptr[r+1]``; step ``pc`` is a :class:`Step`:
+steps, rank r's steps at ``crptr[r]:crptr[r+1]``; step ``pc`` is a
+:class:`~schedsim.sim.opcodes.Step`:
 
 - ``COMPUTE``: occupies the rank for ``ccost[pc]``, records span ``cspan[pc]``; under
   ``data`` semantics its handles ``ch[chptr[pc]:chptr[pc+1]]`` are the messages it sends
@@ -23,39 +24,9 @@ Message m has send handle 2m and recv handle 2m+1.
 """
 from __future__ import annotations
 
-from enum import IntEnum
 from heapq import heappop, heappush
 
-
-class Step(IntEnum):
-    """Opcodes of compiled code."""
-
-    COMPUTE = 0
-    LAUNCH = 1
-    WAIT = 2
-
-
-class WaitKind(IntEnum):
-    """What a recorded wait was (``Timeline.waits[].kind``)."""
-
-    WAIT = 0
-    COMMIT = 1
-    END = 2
-    DATA = 3
-    INIT = 4
-
-
-class Err(IntEnum):
-    """Error codes of :func:`~schedsim.sim.compile_kernel.compile_comm_kernel` (formatted
-    by :mod:`schedsim.sim.compile`)."""
-
-    OK = 0
-    NO_MESSAGE = 1      # a post names a message that does not exist
-    LOCAL = 2           # a post moves a same-rank hand-off
-    POST = 3            # posted by the wrong rank, or twice
-    SEND_EARLY = 4      # a send before its data was made on this rank
-    NEED = 5            # a compute op uses a cross-rank input not received and waited
-    WAIT_UNPOSTED = 6   # a WAIT names an op this rank has not posted before
+from schedsim.sim.opcodes import Step
 
 
 # the opcodes as plain ints (what both executors compare fastest)
@@ -71,22 +42,18 @@ _DONE = 2     # work item: handle x completes at time t
 _FIN = 3      # work item: handle x of an atomic group completes at time t (the group's)
 
 
-def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_delay, msend,
-               has_msend, hunit, unit_stream,
-               unit_hptr, unit_h, mlat, mocc, mlink, meager, data_mode, strict, launch_cost,
-               lazy_init, init_cost, sstart, send, hpost, hact, hdone, mstart, marr, pcs,
-               times, reach, wrec, wt0, wt1, counts, sbusy, sfree, qhead, qtail, unext, uenq,
-               udone, ucnt, waiter, wmax, wcnt, link_free, launched, pair_state, pair_rank,
-               pair_t, delayed, wk_kind, wk_x, wk_t, ready, atomic, hgroup, gptr, gh,
-               matom, gpend, gmax, garm, gleft, gfin):
-    """Execute compiled code; fills the output arrays (see
-    :class:`~schedsim.sim.engine.RunState`). ``counts[0]`` is the number of wait records
-    ``wrec`` (step), ``wt0``/``wt1`` (reached, released); ``pair_*`` track lazy
-    communicator inits (state 0 none, 1 one rank waiting: ``pair_rank`` since ``pair_t``,
-    2 created); ``wk_*`` (the work stack) and ``ready`` are scratch. With ``has_delay``,
-    ``delay[pc]`` is measured host time spent before step pc (``delayed[r]``: the step
-    whose delay rank r has spent); with ``has_msend``, ``msend[m] >= 0`` is message m's
-    measured sender completion after its transfer's start.
+def run_kernel(code, links, units, host, groups, out, scratch):
+    """Execute compiled code (:class:`~schedsim.sim.compiled.Code`, with its
+    :class:`~schedsim.sim.compiled.Links`, :class:`~schedsim.sim.compiled.Units` and
+    :class:`~schedsim.sim.compiled.Host`; atomic :class:`~schedsim.sim.kernel_records.
+    Groups`); fills ``out`` (:class:`~schedsim.sim.kernel_records.RunOut`, see
+    :class:`~schedsim.sim.engine.RunState`) using ``scratch``
+    (:class:`~schedsim.sim.kernel_records.RunScratch`). The records' fields are read into
+    locals once, at the top (what numba compiles to nothing and CPython reads fastest).
+    With a measured ``host.delay``, ``delay[pc]`` is host time spent before step pc
+    (``delayed[r]``: the step whose delay rank r has spent); with a measured
+    ``links.msend``, ``msend[m] >= 0`` is message m's sender completion after its
+    transfer's start.
 
     Event order. The heap holds (time, sequence number, event): a rank to resume, or
     (with ``strict``: finite bandwidth, so links serve transfers in time order) a transfer
@@ -118,6 +85,32 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
     completes when its whole group has (``gleft`` members not done, ``gfin`` their
     latest completion).
     """
+    # the records' fields as locals: the one place the kernel unpacks them
+    crptr, cop, ccost, cspan = code.crptr, code.cop, code.ccost, code.cspan
+    chptr, ch, cuptr, cinit = code.chptr, code.ch, code.cuptr, code.cinit
+    mlat, mocc, mlink, meager = links.mlat, links.mocc, links.mlink, links.meager
+    msend, strict = links.msend, links.strict
+    hunit, unit_stream, unit_hptr, unit_h = (units.hunit, units.unit_stream,
+                                             units.unit_hptr, units.unit_h)
+    launch_cost, lazy_init, init_cost = host.launch_cost, host.lazy_init, host.init_cost
+    delay = host.delay
+    atomic, hgroup, gptr, gh, matom = (groups.atomic, groups.hgroup, groups.gptr,
+                                       groups.gh, groups.matom)
+    sstart, send, hpost, hact, hdone = out.sstart, out.send, out.hpost, out.hact, out.hdone
+    mstart, marr, pcs, times, reach = out.mstart, out.marr, out.pcs, out.times, out.reach
+    wrec, wt0, wt1, sbusy = out.wrec, out.wt0, out.wt1, out.sbusy
+    pair_state, pair_rank, pair_t = out.pair_state, out.pair_rank, out.pair_t
+    sfree, qhead, qtail, unext = scratch.sfree, scratch.qhead, scratch.qtail, scratch.unext
+    uenq, udone, ucnt, waiter = scratch.uenq, scratch.udone, scratch.ucnt, scratch.waiter
+    wmax, wcnt, launched, delayed = (scratch.wmax, scratch.wcnt, scratch.launched,
+                                     scratch.delayed)
+    link_free, ready = scratch.link_free, scratch.ready
+    wk_kind, wk_x, wk_t = scratch.wk_kind, scratch.wk_x, scratch.wk_t
+    gpend, gmax, garm, gleft, gfin = (scratch.gpend, scratch.gmax, scratch.garm,
+                                      scratch.gleft, scratch.gfin)
+    P = len(crptr) - 1
+    has_delay = len(delay) > 0
+    has_msend = len(msend) > 0
     ACT, XFER, DONE, FIN = _ACT, _XFER, _DONE, _FIN   # locals: the fastest in CPython
     COMPUTE, LAUNCH = _COMPUTE, _LAUNCH
     nrec = 0
@@ -413,4 +406,5 @@ def run_kernel(P, crptr, cop, ccost, cspan, chptr, ch, cuptr, cinit, delay, has_
             pc = pcs[r]
             end = crptr[r + 1]
             t = tt
-    counts[0] = nrec
+    out.counts[0] = nrec      # through the record: numba 0.68 lost the write to a local
+    # bound before the loop and written only after it

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.program.flat import FlatProgram, Opcode, ranks_of
+from schedsim.program.flat import FlatProgram, Opcode, OpKind, ranks_of
 from schedsim.program.ir import Program
 from schedsim.program.routing import (
     SKIP_BASE,
@@ -102,7 +102,7 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     a_mb = fl.mb[a_instr]
     if len(fl.fb_at):
         second = aptr[fl.fb_at] + 1
-        a_kind = np.where(a_kind == 4, 0, a_kind)
+        a_kind = np.where(a_kind == OpKind.FB, int(OpKind.F), a_kind)
         a_kind[second] = fl.fb_kind
         a_stage[second] = fl.fb_stage
         a_mb[second] = fl.fb_mb

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 from schedsim.errors import DeadlockError, ProgramError, ScenarioError
 from schedsim.program.ir import Program
-from schedsim.sim.compile import Compiled, compile_program
+from schedsim.sim.compile import compile_program
+from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.deadlock import diagnose, unmatched_consequence
 from schedsim.sim.engine import RunState, build_timeline, run
@@ -30,9 +31,10 @@ def simulate(program: Program, costs: CostModel | None = None, link: LinkModel |
     queries (:mod:`schedsim.analysis.query`) use them; see ``docs/comm-semantics.md``.
 
     Raises :class:`~schedsim.errors.ProgramError` for an ill-formed program (its compute
-    order is checked by :func:`~schedsim.program.validate.validate_program` unless it was
-    built by a registered generator), :class:`~schedsim.errors.ScenarioError` for a free
-    op or message the program does not have, and
+    order is checked by :func:`~schedsim.program.validate.validate_program` unless the
+    value is a checked one: built by a registered generator or policy, or returned by a
+    validator), :class:`~schedsim.errors.ScenarioError` for a free op or message the
+    program does not have, and
     :class:`~schedsim.errors.DeadlockError` (carrying the partial timeline with its
     ``deadlock`` field filled) if it can never finish, unless ``raise_on_deadlock`` is
     False, in which case the partial timeline is returned.
@@ -54,16 +56,14 @@ def simulate_run(program: Program, costs: CostModel | None = None,
     link = link or LinkModel()
     comm = comm or CommModel()
     with no_gc():
-        trusted = program.trusted
-        fl = program.flat()
-        if not trusted:
-            from schedsim.program.validate import validate_program
+        from schedsim.program.validate import validate_program
 
-            validate_program(program)
-        cp = compile_program(program, costs, link, comm, flat=fl, allow_unmatched=True)
+        program = validate_program(program)      # returns a checked value as it is
+        cp = compile_program(program, costs, link, comm, flat=program.flat(),
+                             allow_unmatched=True)
         free_ops, free_messages = list(free_ops), list(free_messages)
         if free_ops or free_messages:
-            make_free(cp, free_ops, free_messages)
+            cp = make_free(cp, free_ops, free_messages)
         st = run(cp)
         if cp.unmatched is not None:
             raise ProgramError(f"{cp.unmatched}; {unmatched_consequence(cp, st)}")

@@ -1,8 +1,8 @@
 """Pydantic models whose big list fields are built on first access.
 
-A simulated program or timeline of a million instructions holds its rows as arrays; the
-object lists (``Program.ranks``, ``Timeline.spans``...) cost more to build than the
-simulation itself, and many callers never read them (a summary table, a search over
+A timeline of a million instructions holds its rows as arrays; the object lists
+(``Timeline.spans``, ``messages``, ``waits``) cost more to build than the simulation
+itself, and many callers never read them (a summary table, a search over
 makespans). :class:`LazyFields` lets a model be created without those fields and builds
 them, all at once, the first time one is read, serialized, compared, copied or pickled.
 Everything else about the model is unchanged.

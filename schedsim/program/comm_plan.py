@@ -1,14 +1,17 @@
-"""The ``async`` and ``commit`` comm policies over the flat form: array operations that
-emit a :class:`~schedsim.program.flat.FlatProgram` straight from a
-:class:`~schedsim.program.flat.FlatSchedule` (the rules are stated in
-:mod:`schedsim.program.lowering`; message routing comes from
-:mod:`schedsim.program.routing`'s array functions).
+"""What every comm policy builds on: which cross-rank messages each op receives and sends,
+the *link order* in which a rank posts its recvs, and the checks a compute order must
+pass before a policy can index it.
 
-Every op is split into its *atoms* (an ``FB`` op has two: its forward and its backward
-part). An atom whose input comes from a stage on another rank needs a RECV; an atom whose
-output goes to a stage on another rank posts a SEND. Recvs are posted in *link order*:
-for an op that needs message x from rank q, rank r posts every not yet posted recv of
-link q -> r up to x, in the order q sends them (:func:`link_order`).
+P2P ops match in posting order per directed link. Every op is split into its *atoms*
+(an ``FB`` op has two: its forward and its backward part). An atom whose input comes from
+a stage on another rank needs a RECV; an atom whose output goes to a stage on another
+rank posts a SEND (:func:`op_recvs`, :func:`op_sends` for one op; :func:`atom_comms` for a
+whole schedule over its arrays). Recvs are posted in link order: for an op that needs
+message x from rank q, rank r posts every not yet posted recv of link q -> r up to x, in
+the order q sends them (:func:`link_order`). Message routing comes from
+:mod:`schedsim.program.routing`. The policies are :mod:`schedsim.program.async_policy`,
+:mod:`schedsim.program.commit_policy`, :mod:`schedsim.program.torch_runtime` and
+:mod:`schedsim.program.megatron`; :mod:`schedsim.program.lower` registers them.
 """
 from __future__ import annotations
 
@@ -17,12 +20,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schedsim.program.flat import CommKind, FlatProgram, FlatSchedule, Opcode, ranks_of
+from schedsim.program.flat import FlatProgram, FlatSchedule, OpKind, ranks_of
+from schedsim.program.ir import Comm, Op, Program, Schedule
+from schedsim.program.ops import COMM_KINDS, recv_comm, send_comm
 from schedsim.program.routing import (
+    consumer_stage,
     consumer_stages,
     cross_stage_inputs,
     key_codes,
+    needs,
     outputs,
+    produces,
     skip_code,
 )
 
@@ -31,6 +39,81 @@ if TYPE_CHECKING:
 
 I64 = np.int64
 I32 = np.int32
+
+
+def op_recvs(op: Op, rank: int, pl: Placement) -> list[Comm]:
+    """The RECVs rank ``rank`` must post for ``op``'s cross-rank inputs, in part order."""
+    out = []
+    for a in op.atoms():
+        for need in needs(a, pl.stages):
+            if pl.rank_of(need[1], need[2]) != rank:
+                out.append(recv_comm(need))
+    return out
+
+
+def op_sends(op: Op, rank: int, pl: Placement, has_backward: bool = True) -> list[Comm]:
+    """The SENDs rank ``rank`` posts after ``op`` for consumers on other ranks."""
+    out = []
+    S = pl.stages
+    for a in op.atoms():
+        k = produces(a)
+        if k is None:
+            continue
+        kind, s, mb = k
+        to = consumer_stage(k)
+        if not 0 <= to < S or (kind == "B" and not has_backward):
+            continue
+        if pl.rank_of(to, mb) != rank:
+            out.append(send_comm(k))
+    return out
+
+
+def has_backward(schedule: Schedule) -> bool:
+    """Whether the schedule trains (has any backward op: any op not a forward ``F``; an
+    ``FB`` has one) or is forward-only."""
+    return bool(np.any(schedule.flat().kind != OpKind.F))
+
+
+def link_ordered_recvs(schedule: Schedule) -> list[list[list[Comm]]]:
+    """``out[r][k]``: the RECVs rank r posts for op k, in *link order*.
+
+    P2P ops match in posting order per directed link, and a policy that posts each send
+    right after its producer fixes the send order of every link. When rank r consumes
+    messages from one peer in a different order than that peer sent them, it must post
+    the earlier messages' recvs first: so for op k this lists, for each input it needs
+    from another rank, every not yet posted recv on that link up to and including it,
+    in the sender's order (a recv whose message no rank sends is kept as it is). Equal to
+    :func:`op_recvs` when consumers follow the send order (1F1B, GPipe, DualPipe).
+    Computed by :func:`link_order`.
+    """
+    check_ranges(schedule)
+    fs = schedule.flat()
+    rp = link_order(atom_comms(fs, schedule.placement, schedule.microbatches),
+                    schedule.placement.ranks)
+    out: list[list[list[Comm]]] = [[[] for _ in range(int(fs.rptr[r + 1] - fs.rptr[r]))]
+                                   for r in range(fs.ranks)]
+    rank = np.repeat(np.arange(fs.ranks), np.diff(fs.rptr))
+    for o, k, st, mb in zip(rp.op.tolist(), rp.kind.tolist(), rp.stage.tolist(),
+                            rp.mb.tolist()):
+        r = int(rank[o])
+        out[r][o - int(fs.rptr[r])].append(Comm(COMM_KINDS[k], st, mb))
+    return out
+
+
+def check_ranges(schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` (the validator's message) for a schedule with a
+    stage or microbatch out of range or a rank count that differs from the placement's,
+    which the array lowering cannot index."""
+    fs = schedule.flat()
+    pl, M = schedule.placement, schedule.microbatches
+    bad = (fs.ranks != pl.ranks or bool(np.any((fs.stage < 0) | (fs.stage >= pl.stages)))
+           or bool(np.any((fs.mb < 0) | (fs.mb >= M)))
+           or bool(np.any((fs.fb_stage < 0) | (fs.fb_stage >= pl.stages)))
+           or bool(np.any((fs.fb_mb < 0) | (fs.fb_mb >= M))))
+    if bad:
+        from schedsim.program.validate import validate_schedule
+
+        validate_schedule(schedule)
 
 
 @dataclass
@@ -219,7 +302,7 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
     return RecvPosts(op=ac.need_op[j], kind=kind, stage=stage, mb=mb, peer=peer)
 
 
-def _members(n_instr: int, counts: np.ndarray, src_start: np.ndarray
+def members(n_instr: int, counts: np.ndarray, src_start: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
     """``(mptr, index)``: instruction i's members are rows ``src_start[i] ..
     src_start[i] + counts[i] - 1`` of a member table, concatenated in instruction
@@ -230,162 +313,14 @@ def _members(n_instr: int, counts: np.ndarray, src_start: np.ndarray
     return mptr, idx
 
 
-def _fb_sides(fs: FlatSchedule, op_instr: np.ndarray) -> tuple[np.ndarray, ...]:
+def fb_sides(fs: FlatSchedule, op_instr: np.ndarray) -> tuple[np.ndarray, ...]:
     return (op_instr[fs.fb_at].astype(I64), fs.fb_kind, fs.fb_stage, fs.fb_mb)
 
 
-def _assemble(fs: FlatSchedule, item_rank: np.ndarray, item_key: np.ndarray,
-              item_code: np.ndarray, item_op: np.ndarray, item_mcount: np.ndarray,
-              item_mstart: np.ndarray, mk: np.ndarray, ms: np.ndarray, mm: np.ndarray,
-              ranks: int, mp: np.ndarray | None = None) -> FlatProgram:
-    """Sort the items (instructions) by (rank, key), stable, and build the program.
-    ``item_op``: the op of a COMPUTE item (else -1); members are rows of the member
-    table (``mk``, ``ms``, ``mm``)."""
-    order = np.lexsort((item_key, item_rank))
-    code = item_code[order]
-    op = item_op[order]
-    n = len(order)
-    is_c = code == Opcode.COMPUTE
-    kind = np.full(n, -1, I32)
-    stage = np.full(n, -1, I32)
-    mb = np.full(n, -1, I32)
-    kind[is_c] = fs.kind[op[is_c]]
-    stage[is_c] = fs.stage[op[is_c]]
-    mb[is_c] = fs.mb[op[is_c]]
-    mptr, midx = _members(n, item_mcount[order], item_mstart[order])
-    rptr = np.zeros(ranks + 1, I64)
-    np.cumsum(np.bincount(item_rank, minlength=ranks), out=rptr[1:])
-    op_instr = np.empty(len(fs), I64)
-    op_instr[op[is_c]] = np.flatnonzero(is_c)
-    fp = FlatProgram(rptr, code.astype(I32), kind, stage, mb, mptr,
-                     mk[midx].astype(I32), ms[midx].astype(I32), mm[midx].astype(I32),
-                     *_fb_sides(fs, op_instr))
-    if mp is not None:          # skip edges (``Placement.skips``)
-        fp.cpeer = mp[midx].astype(I32)
-    return fp
-
-
-def lower_async_flat(fs: FlatSchedule, pl: "Placement", microbatches: int) -> FlatProgram:
-    """The ``async`` policy: per rank, the first op's recvs, then for each op k the next
-    op's recvs (link order), a ``WAIT`` on op k's own recvs, op k, op k's sends.
-
-    Every instruction's position is computed directly: op k's group
-    ``[R(k+1)] [W(k)] C(k) [S(k)]`` starts after the rank's first recvs and the groups
-    before it."""
-    ac = atom_comms(fs, pl, microbatches)
-    rp = link_order(ac, pl.ranks)
-    n = len(fs)
-    nn = np.bincount(ac.need_op, minlength=n)            # recvs op o waits for
-    na = np.bincount(rp.op, minlength=n)                 # recvs posted for op o
-    nsend = np.bincount(ac.send_op, minlength=n)
-    first = np.zeros(n, bool)
-    first[fs.rptr[:-1][np.diff(fs.rptr) > 0]] = True
-    last = np.zeros(n, bool)
-    last[fs.rptr[1:][np.diff(fs.rptr) > 0] - 1] = True
-    a_next = np.where(last, 0, np.r_[na[1:], 0])        # recvs of the next op, same rank
-    w = (nn > 0).astype(I64)
-    pre = np.where(first, na, 0)                         # the rank's first recvs
-    size = pre + a_next + w + 1 + nsend
-    ends = np.cumsum(size)
-    start = ends - size + pre                            # where op o's group starts
-    pos_w = start + a_next
-    pos_c = pos_w + w
-    N = int(ends[-1]) if n else 0
-    code = np.empty(N, I32)
-    mcount = np.zeros(N, I64)
-    mstart = np.zeros(N, I64)
-    # recv posts: in the rank's prefix (first op) or at the previous op's group start
-    k_in = np.arange(len(rp.op)) - (np.cumsum(na) - na)[rp.op]
-    pos_r = np.where(first[rp.op], start[rp.op] - pre[rp.op], start[rp.op - 1]) + k_in
-    np_ = len(rp.op)
-    code[pos_r] = Opcode.POST
-    mcount[pos_r] = 1
-    mstart[pos_r] = np.arange(np_)
-    wo = np.flatnonzero(w)
-    code[pos_w[wo]] = Opcode.WAIT
-    mcount[pos_w[wo]] = nn[wo]
-    mstart[pos_w[wo]] = np_ + (np.cumsum(nn) - nn)[wo]
-    code[pos_c] = Opcode.COMPUTE
-    k_s = np.arange(len(ac.send_op)) - (np.cumsum(nsend) - nsend)[ac.send_op]
-    pos_s = pos_c[ac.send_op] + 1 + k_s
-    code[pos_s] = Opcode.POST
-    mcount[pos_s] = 1
-    mstart[pos_s] = np_ + len(ac.need_op) + np.arange(len(ac.send_op))
-    # member table: recv posts, needs (waited), sends
-    mk = np.concatenate((rp.kind, ac.need_kind, ac.send_kind))
-    ms = np.concatenate((rp.stage, ac.need_stage, ac.send_stage))
-    mm = np.concatenate((rp.mb, ac.need_mb, ac.send_mb))
-    mp = (np.concatenate((rp.peer, ac.need_peer, ac.send_peer)) if rp.peer is not None
-          else None)
-    kind = np.full(N, -1, I32)
-    stage = np.full(N, -1, I32)
-    mb = np.full(N, -1, I32)
-    kind[pos_c], stage[pos_c], mb[pos_c] = fs.kind, fs.stage, fs.mb
-    mptr, midx = _members(N, mcount, mstart)
-    rptr = np.concatenate(([0], ends))[fs.rptr].astype(I64)
-    fp = FlatProgram(rptr, code, kind, stage, mb, mptr, mk[midx].astype(I32),
-                     ms[midx].astype(I32), mm[midx].astype(I32),
-                     *_fb_sides(fs, pos_c.astype(I64)))
-    if mp is not None:
-        fp.cpeer = mp[midx].astype(I32)
-    return fp
-
-
-def _stable_keys(key: np.ndarray) -> np.ndarray:
-    """``key`` refined by generation order, so that ties keep the order items were made
-    (lexsort is stable, but the items of one key come from one block, in order)."""
-    return key.astype(I64) * (len(key) + 1) + np.arange(len(key), dtype=I64)
-
-
-def lower_commit_flat(fs: FlatSchedule, pl: Placement, microbatches: int) -> FlatProgram:
-    """The ``commit`` policy: before op k, one ``BATCH`` of op k-1's sends and op k's
-    recvs (link order) and a ``COMMIT``; after the last op, its sends the same way."""
-    ac = atom_comms(fs, pl, microbatches)
-    rp = link_order(ac, pl.ranks)
-    n = len(fs)
-    pos, rank = ac.op_pos, ac.op_rank
-    row_len = np.diff(fs.rptr)
-    # batch slot b of a rank holds the sends of op b-1 and the recvs of op b
-    # (b = 0 .. len): identify slots by (rank, b); members: sends first, then recvs
-    send_slot = pos[ac.send_op] + 1
-    recv_slot = pos[rp.op]
-    m_rank = np.concatenate((rank[ac.send_op], rank[rp.op]))
-    m_slot = np.concatenate((send_slot, recv_slot))
-    m_sub = np.concatenate((np.zeros(len(send_slot), I64), np.ones(len(recv_slot), I64)))
-    m_order = np.lexsort((np.arange(len(m_slot)), m_sub, m_slot, m_rank))
-    mk = np.concatenate((ac.send_kind, rp.kind))[m_order]
-    ms = np.concatenate((ac.send_stage, rp.stage))[m_order]
-    mm = np.concatenate((ac.send_mb, rp.mb))[m_order]
-    mp = (np.concatenate((ac.send_peer, rp.peer))[m_order] if rp.peer is not None
-          else None)
-    sr, ss = m_rank[m_order], m_slot[m_order]
-    # the non-empty slots, in (rank, slot) order, and their member ranges
-    if len(sr):
-        new = np.r_[True, (sr[1:] != sr[:-1]) | (ss[1:] != ss[:-1])]
-        b_start = np.flatnonzero(new)
-        b_count = np.diff(np.r_[b_start, len(sr)])
-        b_rank, b_slot = sr[b_start], ss[b_start]
-    else:
-        b_start = b_count = b_rank = b_slot = np.zeros(0, I64)
-    nb = len(b_start)
-    del row_len
-    item_rank = np.concatenate((b_rank, b_rank, rank))
-    item_key = np.concatenate((3 * b_slot, 3 * b_slot + 1, 3 * pos + 2))
-    item_code = np.concatenate((np.full(nb, int(Opcode.BATCH)), np.full(nb, int(Opcode.COMMIT)),
-                                np.full(n, int(Opcode.COMPUTE))))
-    item_op = np.concatenate((np.full(2 * nb, -1), np.arange(n)))
-    item_mcount = np.concatenate((b_count, np.zeros(nb + n, I64)))
-    item_mstart = np.concatenate((b_start, np.zeros(nb + n, I64)))
-    return _assemble(fs, item_rank, _stable_keys(item_key), item_code, item_op.astype(I64),
-                     item_mcount, item_mstart.astype(I64), mk, ms, mm, pl.ranks, mp)
-
-
-__all__ = [
-    "AtomComms",
-    "CommKind",
-    "RecvPosts",
-    "atom_comms",
-    "link_order",
-    "lower_async_flat",
-    "lower_commit_flat",
-]
+def lowered(schedule: Schedule, flat: FlatProgram) -> Program:
+    """The :class:`Program` whose arrays are ``flat``, named and placed as ``schedule``:
+    what every policy returns. Validated when the schedule is (every policy runs the
+    schedule's compute order, an ``FB`` at most split into its two parts in turn)."""
+    return Program.from_flat(flat, name=schedule.name, placement=schedule.placement,
+                             microbatches=schedule.microbatches, params=schedule.params,
+                             validated=schedule.validated)
