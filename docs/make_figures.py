@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from schedsim import CommModel, CostModel, LinkModel, build_program, load_scenario, simulate
-from schedsim.plot import compare, gantt, memory_plot, overlay, save_figure
+from schedsim.plot import gantt, gantt_stack, memory_plot, overlay, save_figure
 from schedsim.plot.overlay import write_overlay
 from schedsim.timeline import Timeline
 
@@ -83,9 +83,9 @@ def main(out: Path) -> None:
            simulate(build_program("zb-h1", 8, 16), whole, link, comm),
            simulate(build_program("zbv", 8, 16), half, link, comm),
            simulate(build_program("dualpipev", 8, 16), half, link, comm)]
-    save_figure(compare(tls, suptitle="8 ranks, 16 microbatches, one model: a rank's "
-                        "layers cost F=B=W=2 slots (a V-shape chunk, half of them: 1 slot); "
-                        "data semantics, free comm"), out / "compare-8ranks.png")
+    save_figure(gantt_stack(tls, suptitle="8 ranks, 16 microbatches, one model: a rank's "
+                            "layers cost F=B=W=2 slots (a V-shape chunk, half of them: 1 slot); "
+                            "data semantics, free comm"), out / "compare-8ranks.png")
     # 3. activation memory of the same four runs
     save_figure(memory_plot(tls), out / "memory.png")
     # 4. a 32-rank interleaved schedule (2 chunks per rank, 64 microbatches): scaled

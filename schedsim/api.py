@@ -13,6 +13,7 @@ function               returns
 :func:`query`          does a cause delay an effect, per semantics (``Answer``)
 :func:`lint`           the program's findings (``Finding``)
 :func:`compare`        several schedules side by side (``Comparison``)
+:func:`compare_overlaps` the same once per stage-model overlap mode (``OverlapComparison``)
 :func:`diff`           per-op start deltas of B against A (``TimelineDiff``)
 :func:`replay`         the measured Timeline of a torch.distributed run
 :func:`check_collective` the user's TP reduction checked (``CollectiveCheck``)
@@ -32,12 +33,12 @@ import schedsim.plot  # noqa: F401  (registers the Timeline's PNG view)
 from schedsim.errors import ScenarioError
 from schedsim.replay.collective_api import CollectiveCheck, check_collective
 from schedsim.scenario import Scenario
-from schedsim.sweep import Comparison
+from schedsim.sweep import Comparison, OverlapComparison
 from schedsim.timeline import Timeline
 
 __all__ = ["scenario", "run", "stalls", "align", "critical_path", "query", "lint",
-           "compare", "diff", "replay", "check_collective", "CollectiveCheck",
-           "CriticalPath", "Comparison"]
+           "compare", "compare_overlaps", "diff", "replay", "check_collective", "CollectiveCheck",
+           "CriticalPath", "Comparison", "OverlapComparison"]
 
 def scenario(path: str | Path | None = None, **values: Any) -> Scenario:
     """A :class:`Scenario` from the TOML file ``path`` (optional) with ``values`` on top,
@@ -154,18 +155,38 @@ def compare(sc: Scenario, schedules: str | Sequence[str] | None = None, *,
             jobs: int = 1) -> Comparison:
     """Every schedule (or ``schedules``, ``"interleaved-1f1b:chunks=4,zbv"`` or a list)
     at ``sc``'s ranks and microbatches with its costs, link, comm and memory model
-    (:func:`schedsim.sweep.compare`)."""
+    (:func:`schedsim.sweep.compare_schedules`)."""
     from schedsim.analysis.memory import MemoryModel
-    from schedsim.sweep import compare as run_compare
+    from schedsim.sweep import compare_schedules
 
     s = sc.schedule
     if s.ranks is None or s.microbatches is None:
         raise ScenarioError("compare needs the scenario's ranks and microbatches")
     names = [schedules] if isinstance(schedules, str) else schedules
-    return run_compare(s.ranks, s.microbatches, sc.costs, sc.link, sc.comm, names,
-                       MemoryModel.from_spec(sc.memory or None),
-                       per_rank_costs=per_rank_costs, keep_timelines=keep_timelines,
-                       jobs=jobs)
+    return compare_schedules(s.ranks, s.microbatches, sc.costs, sc.link, sc.comm, names,
+                             MemoryModel.from_spec(sc.memory or None),
+                             per_rank_costs=per_rank_costs, keep_timelines=keep_timelines,
+                             jobs=jobs)
+
+
+def compare_overlaps(sc: Scenario, modes: str | Sequence[str],
+                     schedules: str | Sequence[str] | None = None) -> OverlapComparison:
+    """:func:`compare` once per stage-model overlap mode (``"none,fb"`` or a list, two or
+    more) of a scenario with a ``[model]`` table, with each schedule's makespan gain over
+    the first mode (``compare --model-overlap``; :func:`schedsim.sweep.compare_overlap_modes`).
+    Raises :class:`ScenarioError` without a ``[model]``, ranks or microbatches."""
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.sweep import compare_overlap_modes
+
+    s = sc.schedule
+    if s.ranks is None or s.microbatches is None:
+        raise ScenarioError("compare needs the scenario's ranks and microbatches")
+    names = [schedules] if isinstance(schedules, str) else schedules
+    data = sc.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
+                         exclude_unset=True)
+    return compare_overlap_modes(data, modes, s.ranks, s.microbatches,
+                                 None if names is None else list(names),
+                                 MemoryModel.from_spec(sc.memory or None))
 
 
 def diff(a: Scenario, b: Scenario) -> Any:

@@ -3,6 +3,7 @@ line's scenario flags set (``--schedule``, ``--cost``, ``--semantics``, ...), on
 the CLI (:mod:`schedsim.cli.common`) and the Python API (:func:`schedsim.api.scenario`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -42,31 +43,67 @@ def key_values(items: Sequence[str] | dict[str, Any] | None, flag: str,
     return out
 
 
-def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
-                   ranks: int | None = None, microbatches: int | None = None,
-                   chunks: int | None = None, variant: str | None = None,
-                   mem_limit: float | None = None,
-                   param: Sequence[str] | dict[str, Any] | None = None,
-                   cost: str | None = None, semantics: str | None = None,
-                   comm_stream: str | None = None, eager_threshold: float | None = None,
-                   launch_cost: float | None = None, lazy_init: bool | None = None,
-                   init_cost: float | None = None, connections: int | None = None,
-                   group_semantics: str | None = None,
-                   message_bytes: float | None = None, latency: float | None = None,
-                   bandwidth: float | None = None, comm_policy: str | None = None,
-                   program: Path | None = None, schedule_file: Path | None = None,
-                   stages: int | None = None, placement: str | None = None) -> Scenario:
+@dataclass(frozen=True)
+class ScenarioFlags:
+    """The values the command line's scenario flags set, None where not given: the
+    ``[schedule]`` source and size (``schedule`` is its ``name``; ``param``: KEY=VALUE
+    items or a dict; ``program``/``schedule_file`` replace the file's schedule source),
+    ``cost`` (the ``--cost`` text), the ``[comm]`` settings (``eager_threshold`` is
+    ``eager_threshold_bytes``) and the ``[link]`` and message size."""
+
+    schedule: str | None = None
+    ranks: int | None = None
+    microbatches: int | None = None
+    chunks: int | None = None
+    variant: str | None = None
+    mem_limit: float | None = None
+    param: Sequence[str] | dict[str, Any] | None = None
+    cost: str | None = None
+    semantics: str | None = None
+    comm_stream: str | None = None
+    eager_threshold: float | None = None
+    launch_cost: float | None = None
+    lazy_init: bool | None = None
+    init_cost: float | None = None
+    connections: int | None = None
+    group_semantics: str | None = None
+    message_bytes: float | None = None
+    latency: float | None = None
+    bandwidth: float | None = None
+    comm_policy: str | None = None
+    program: Path | None = None
+    schedule_file: Path | None = None
+    stages: int | None = None
+    placement: str | None = None
+
+
+#: [schedule] key of each schedule flag (``program``/``schedule_file``: resolved paths)
+_SCHEDULE_KEYS = {"schedule": "name", "ranks": "ranks", "microbatches": "microbatches",
+                  "chunks": "chunks", "variant": "variant", "mem_limit": "mem_limit",
+                  "comm_policy": "comm_policy", "stages": "stages",
+                  "placement": "placement", "program": "program",
+                  "schedule_file": "schedule_file"}
+#: [comm] key of each comm flag
+_COMM_KEYS = {"semantics": "semantics", "comm_stream": "comm_stream",
+              "eager_threshold": "eager_threshold_bytes", "launch_cost": "launch_cost",
+              "lazy_init": "lazy_init", "init_cost": "init_cost",
+              "connections": "connections", "group_semantics": "group_semantics"}
+
+
+def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = None,
+                   **values: Any) -> Scenario:
     """A :class:`Scenario` from a TOML file (optional) with the CLI flags' values applied
-    on top (``param``: KEY=VALUE items or a dict). ``program``/``schedule_file`` replace
-    the file's schedule source.
+    on top: ``flags`` and/or its fields as keywords (these win; TypeError for a keyword
+    :class:`ScenarioFlags` does not have).
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
     from schedsim.scenario import load_scenario, parse_scenario
     from schedsim.sim.costs import parse_cost_string
 
-    _check_choices(semantics=semantics, comm_stream=comm_stream, placement=placement,
-                   group_semantics=group_semantics)
+    f = replace(flags or ScenarioFlags(), **values)
+    _check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
+                   group_semantics=f.group_semantics)
     if scenario is not None:
         sc = load_scenario(scenario)
         # exclude_unset: what the file did not set stays unset, so that the cost warnings
@@ -76,36 +113,29 @@ def build_scenario(scenario: Path | None = None, *, schedule: str | None = None,
     else:
         data, base = {}, "."
     sched = data.setdefault("schedule", {})
-    if program is not None or schedule_file is not None:
+    if f.program is not None or f.schedule_file is not None:
         for k in ("name", "program", "schedule_file"):
             sched.pop(k, None)
-    for k, v in (("name", schedule), ("ranks", ranks), ("microbatches", microbatches),
-                 ("chunks", chunks), ("variant", variant), ("mem_limit", mem_limit),
-                 ("comm_policy", comm_policy), ("stages", stages), ("placement", placement),
-                 ("program", str(Path(program).resolve()) if program else None),
-                 ("schedule_file",
-                  str(Path(schedule_file).resolve()) if schedule_file else None)):
+    for flag, key in _SCHEDULE_KEYS.items():
+        v = getattr(f, flag)
         if v is not None:
-            sched[k] = v
-    sched.update(key_values(param, "--param"))
+            sched[key] = str(Path(v).resolve()) if flag in ("program", "schedule_file") else v
+    sched.update(key_values(f.param, "--param"))
     _no_foreign_keys(sched)
-    if cost is not None:
-        data["costs"] = parse_cost_string(cost, parse_scenario(data).costs).model_dump(
+    if f.cost is not None:
+        data["costs"] = parse_cost_string(f.cost, parse_scenario(data).costs).model_dump(
             exclude_unset=True)
     comm = data.setdefault("comm", {})
-    for k, v in (("semantics", semantics), ("comm_stream", comm_stream),
-                 ("eager_threshold_bytes", eager_threshold), ("launch_cost", launch_cost),
-                 ("lazy_init", lazy_init), ("init_cost", init_cost),
-                 ("connections", connections), ("group_semantics", group_semantics)):
-        if v is not None:
-            comm[k] = v
-    if message_bytes is not None:
-        data.setdefault("costs", {})["message_bytes"] = message_bytes
+    for flag, key in _COMM_KEYS.items():
+        if getattr(f, flag) is not None:
+            comm[key] = getattr(f, flag)
+    if f.message_bytes is not None:
+        data.setdefault("costs", {})["message_bytes"] = f.message_bytes
     link = data.setdefault("link", {})
-    if latency is not None:
-        link["latency"] = latency
-    if bandwidth is not None:
-        link["bandwidth"] = bandwidth
+    if f.latency is not None:
+        link["latency"] = f.latency
+    if f.bandwidth is not None:
+        link["bandwidth"] = f.bandwidth
     return parse_scenario(data, str(scenario) if scenario else "command line", base)
 
 

@@ -7,7 +7,7 @@ computed by simulation, not derived by hand. This is the table DualPipe's README
 schedules that table lists, :data:`TABLE_FORMULAS` gives its closed form to print beside
 the simulated value.
 
-Two readings of the costs (:func:`compare`'s ``per_rank_costs``):
+Two readings of the costs (:func:`compare_schedules`'s ``per_rank_costs``):
 
 - **per rank** (default): the costs are one rank's share of the model, so every schedule
   does equal model work per rank; a schedule with S stages on P ranks runs each op at
@@ -90,7 +90,7 @@ class CompareRow:
     stages: int
     formula: dict | None = None
     cost_scale: float = 1.0
-    #: the run itself (only when :func:`compare` was asked to keep it; not in to_dict)
+    #: the run itself (only when :func:`compare_schedules` was asked to keep it; not in to_dict)
     timeline: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
@@ -241,7 +241,7 @@ def _formula(name: str, ranks: int, costs: CostModel) -> dict | None:
 PARALLEL_WORK = 200_000
 
 
-def compare(ranks: int, microbatches: int, costs: CostModel | None = None,
+def compare_schedules(ranks: int, microbatches: int, costs: CostModel | None = None,
             link: LinkModel | None = None, comm: CommModel | None = None,
             schedules: list[str] | None = None, memory: MemoryModel | None = None,
             params: dict[str, dict] | None = None, *, per_rank_costs: bool = True,
@@ -307,9 +307,137 @@ def _run(work: list[_Job], jobs: int, size: int) -> list[CompareRow | str]:
 
 def spread(values: list[float]) -> str:
     """``6`` when all equal, else ``min..max``."""
-    from schedsim.analysis._index import fmt_t
+    from schedsim.util.units import fmt_time
 
     if not values:
         return "-"
     lo, hi = min(values), max(values)
-    return fmt_t(lo) if abs(hi - lo) < 1e-9 else f"{fmt_t(lo)}..{fmt_t(hi)}"
+    return fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}"
+
+
+# -- one comparison per stage-model overlap mode ------------------------------------------
+def stage_cost(costs: CostModel, kind: str, stage: int = 0) -> float:
+    """The cost a simulation uses for ``kind`` on ``stage`` (microbatch 0; ``FB``: the F
+    and BW pair of that stage, :func:`schedsim.sim.pieces.fb_op`), in ``costs.unit``."""
+    from schedsim.program.ir import Op
+    from schedsim.sim.pieces import fb_op
+
+    return costs.cost(fb_op(stage, stage)) if kind == "FB" else costs.cost(Op(kind, stage, 0))
+
+
+def overlap_modes(modes: str | Sequence[str]) -> list[str]:
+    """The stage-model overlap modes of ``modes`` (``"none,fb"`` or a list), checked: two
+    or more of :data:`schedsim.sim.stage_model.Overlap`. Raises :class:`ScenarioError`
+    naming the known ones."""
+    from typing import get_args
+
+    from schedsim.errors import ScenarioError
+    from schedsim.sim.stage_model import Overlap
+
+    given = modes.split(",") if isinstance(modes, str) else list(modes)
+    out = [m.strip() for m in given if m.strip()]
+    known = get_args(Overlap)
+    if any(m not in known for m in out) or len(out) < 2:
+        text = modes if isinstance(modes, str) else ",".join(modes)
+        raise ScenarioError(f"bad --model-overlap {text!r}: give two or more of "
+                            f"{', '.join(known)}, e.g. none,fb")
+    return out
+
+
+@dataclass
+class OverlapComparison:
+    """:func:`compare_overlap_modes`: one record per (mode, schedule) in mode order,
+    ``{schedule, overlap, F, BW, FB, makespan, bubble_ratio}`` (F, BW, FB: stage 0's
+    costs under that mode, in ``unit``) plus ``gain_over_<first mode>`` (makespan of the
+    first mode minus this one's) on every later mode's record of a schedule the first
+    mode ran; ``skipped``: the schedules the first mode skipped, with the reason."""
+
+    ranks: int
+    microbatches: int
+    semantics: str
+    unit: str
+    modes: list[str]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def gains(self) -> list[dict[str, Any]]:
+        """The records that carry a gain over the first mode, in order."""
+        return [r for r in self.records if "gain_over_" + self.modes[0] in r]
+
+
+def compare_overlap_modes(data: dict[str, Any], modes: str | Sequence[str], ranks: int,
+                          microbatches: int, schedules: list[str] | None = None,
+                          memory: MemoryModel | None = None) -> OverlapComparison:
+    """:func:`compare_schedules` once per stage-model overlap mode (:func:`overlap_modes`) of a
+    scenario with a ``[model]`` table: ``data`` is the scenario as a dict (the TOML
+    tables, flags applied), its ``[model] overlap`` set to each mode in turn, the costs
+    derived by the stage model (``compare --model-overlap``). Raises
+    :class:`ScenarioError` without a ``[model]`` or for a bad mode list."""
+    from schedsim.errors import ScenarioError
+
+    if data.get("model") is None:
+        raise ScenarioError("--model-overlap needs a scenario with a [model] table "
+                            "(--scenario FILE)")
+    modes = overlap_modes(modes)
+    out: OverlapComparison | None = None
+    first: dict[str, float] = {}
+    for mode in modes:
+        sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},
+                            f"--model-overlap {mode}")
+        res = compare_schedules(ranks, microbatches, sc.costs, sc.link, sc.comm, schedules, memory)
+        if out is None:
+            out = OverlapComparison(ranks, microbatches, res.semantics, res.unit, modes,
+                                    skipped=dict(res.skipped))
+        f, bw, fb = (stage_cost(sc.costs, k) for k in ("F", "BW", "FB"))
+        for r in res.rows:
+            rec = {"schedule": r.schedule, "overlap": mode, "F": f, "BW": bw, "FB": fb,
+                   "makespan": r.makespan, "bubble_ratio": r.bubble_ratio}
+            if mode == modes[0]:
+                first[r.schedule] = r.makespan
+            elif r.schedule in first:
+                rec["gain_over_" + modes[0]] = first[r.schedule] - r.makespan
+            out.records.append(rec)
+    assert out is not None
+    return out
+
+
+# -- a workload's schedules; the parameters given for every schedule -----------------------
+def compare_workload_schedules(sc: Any, schedules: Sequence[str] | None = None
+                               ) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """Every schedule (or ``schedules``) simulated on the ``[workload]`` of scenario
+    ``sc`` under its comm semantics, each with the stages per rank its generator builds
+    (the ``[workload]``'s ``chunks`` for a generator that takes them): ``([(name,
+    WorkloadResult)], {skipped name: why})``, a schedule whose sizes or layers do not fit
+    skipped with the reason (``compare`` of a workload scenario)."""
+    from schedsim.generators import get, names
+    from schedsim.workload.layout import workload_from_dict
+    from schedsim.workload.run import simulate_workload
+
+    table = dict(sc.workload or {})
+    rows, skipped = [], {}
+    for n in schedules or names():
+        try:
+            gen = get(n)
+            data = dict(table)
+            pp = sc.workload_model().pp
+            if "chunks" not in table or "chunks" not in gen.accepted():
+                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
+            res = simulate_workload(workload_from_dict(data), n, semantics=sc.comm.semantics)
+        except SchedsimError as e:
+            skipped[n] = str(e)
+            continue
+        rows.append((n, res))
+    return rows, skipped
+
+
+def params_for_schedules(**given: Any) -> dict[str, dict]:
+    """Per schedule name, the parameters given for every schedule (None: not given): a
+    generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
+    schedules whose generator takes them, the others (the comm policy and its keys) to
+    every schedule; :func:`compare_schedules`'s ``params``."""
+    from schedsim.generators import GENERATORS
+
+    given = {k: v for k, v in given.items() if v is not None}
+    gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
+    return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
+            for n, g in GENERATORS.items()}

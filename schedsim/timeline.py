@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,9 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from schedsim.timeline_view import NotebookViews
 from schedsim.program.vocab import GroupSemantics
 from schedsim.util.lazy import LazyFields
-
-if TYPE_CHECKING:
-    from schedsim.program.ir import Op, Placement
 
 #: the records of a Timeline JSON refuse keys they do not have (read_json names the key)
 _STRICT = ConfigDict(extra="forbid")
@@ -97,12 +94,12 @@ class Message:
       None for measured timelines that did not record it;
     - ``start`` / ``arrival``: when the transfer began / its last byte arrived. Measured
       timelines (replay, imported traces) cannot observe them; the builder
-      (:func:`build_timeline`) sets them from what they can: ``start`` = when both sides
-      had posted (gloo and NCCL move the bytes only then; :func:`effective_posts`),
-      ``arrival`` = ``recv_done`` (exact when the receiver was blocked on it, an upper
-      bound otherwise); None when a side was not recorded. So a measured side's time
-      from post to done splits into *waiting for the peer* (post to ``start``) and
-      *transferring* (``start`` to done);
+      (:func:`schedsim.timeline_build.timeline_from_columns`) sets them from what they
+      can: ``start`` = when both sides had posted (gloo and NCCL move the bytes only
+      then; :func:`effective_posts`), ``arrival`` = ``recv_done`` (exact when the
+      receiver was blocked on it, an upper bound otherwise); None when a side was not
+      recorded. So a measured side's time from post to done splits into *waiting for
+      the peer* (post to ``start``) and *transferring* (``start`` to done);
     - ``send_done`` / ``recv_done``: when each side completed (measured: when the wait
       for it returned);
     - ``send_active`` / ``recv_active``: when each side became active, i.e. reached the
@@ -363,94 +360,6 @@ def summarize_spans(ranks: int, rank: Sequence[int] | np.ndarray,
             first_start=fk if fk < math.inf else None,
             last_end=lk if lk > -math.inf else None))
     return makespan, rows
-
-
-def assemble_timeline(placement: "Placement", *, name: str, microbatches: int,
-                      span_rank: Sequence[int] | np.ndarray,
-                      span_start: Sequence[float] | np.ndarray,
-                      span_end: Sequence[float] | np.ndarray, semantics: str, unit: str,
-                      source: Literal["simulated", "measured"] = "simulated",
-                      comm_stream: str = "none", params: dict[str, Any] | None = None,
-                      spans: Iterable[Span] = (), messages: Iterable[Message] = (),
-                      waits: Iterable[WaitRecord] = (),
-                      build: Callable[[], dict[str, Any]] | None = None,
-                      span_kinds: Callable[[], set[tuple[str, tuple[str, ...]]]] | None = None,
-                      **extra: Any) -> Timeline:
-    """The one constructor of an executor's :class:`Timeline`: header fields from
-    ``placement`` and the arguments, the summary by :func:`summarize_spans` over the span
-    columns ``span_rank``/``span_start``/``span_end`` (in the order of ``spans``), and the
-    span, message and wait lists either eager (``spans``, ``messages``, ``waits``:
-    validated) or deferred (``build()`` returns them as a dict when first needed, and
-    ``span_kinds()`` answers :meth:`Timeline.span_kinds` without them; see
-    :meth:`Timeline.deferred`; nothing validated: the simulator's arrays are trusted).
-    ``extra`` fields are stored on the Timeline (JSON extra fields).
-
-    Used by :func:`build_timeline` (replay, trace import) and
-    :func:`schedsim.sim.engine.build_timeline` (the simulator). Raises ValueError as
-    :func:`summarize_spans`.
-    """
-    makespan, per_rank = summarize_spans(placement.ranks, span_rank, span_start, span_end)
-    head = {"schedule": name, "ranks": placement.ranks, "stages": placement.stages,
-            "microbatches": microbatches, "semantics": semantics,
-            "comm_stream": comm_stream, "unit": unit, "source": source,
-            "placement": placement.kind, "makespan": makespan, "per_rank": per_rank}
-    if build is not None:
-        return Timeline.deferred(build, span_kinds, **head, deadlock=None,
-                                 params=dict(params or {}), **extra)
-    return Timeline(**head, spans=list(spans), messages=list(messages), waits=list(waits),
-                    params=dict(params or {}), **extra)
-
-
-def build_timeline(placement: "Placement", *, name: str, microbatches: int,
-                   span_rank: Sequence[int], span_op: Sequence["Op"],
-                   span_start: Sequence[float], span_end: Sequence[float],
-                   span_index: Sequence[int], messages: Iterable[Message] = (),
-                   waits: Iterable[WaitRecord] = (), semantics: str, unit: str,
-                   source: Literal["simulated", "measured"] = "simulated",
-                   comm_stream: str = "none", params: dict[str, Any] | None = None,
-                   order: Literal["given", "rank-start"] = "given",
-                   **extra: Any) -> Timeline:
-    """A :class:`Timeline` from columns of op objects: the builder of the measured
-    executors (replay, trace import); :func:`assemble_timeline` makes the Timeline.
-
-    Spans are given as parallel columns (one entry per compute op that ran): ``span_rank``
-    (int), ``span_op`` (an :class:`~schedsim.program.ir.Op`, ``FB`` included: its parts
-    become the span's ``parts``), ``span_start``/``span_end`` (floats in ``unit``) and
-    ``span_index`` (the instruction position in the rank's program). The chunk of every
-    span and part comes from ``placement``. ``messages`` and ``waits`` are taken as they
-    are (``Message(kind, src, dst, mb, stage, ...)`` positionally builds one from
-    columns); a measured run's unobservable transfer times are filled
-    (:func:`infer_transfers`). ``order="rank-start"`` sorts the spans by ``(rank,
-    start)`` (stable); ``"given"`` keeps the input order. ``extra`` fields are stored on
-    the Timeline (JSON extra fields, e.g. ``backend``, ``posts``, ``missing_ranks``).
-
-    Raises ValueError if the span columns differ in length.
-    """
-    n = len(span_op)
-    if not (len(span_rank) == len(span_start) == len(span_end) == len(span_index) == n):
-        raise ValueError("build_timeline: the span columns differ in length")
-    ix = list(range(n))
-    if order == "rank-start":
-        ix.sort(key=lambda k: (span_rank[k], span_start[k]))
-    rank = [span_rank[k] for k in ix]
-    start = [span_start[k] for k in ix]
-    end = [span_end[k] for k in ix]
-    chunk_of = placement.chunk_fn()
-    spans = []
-    for k, r, a, b in zip(ix, rank, start, end):
-        op = span_op[k]
-        parts = ([Part(p.kind, p.mb, chunk_of(p.stage, p.mb), p.stage) for p in op.parts]
-                 if op.parts else None)
-        spans.append(Span(r, op.kind, op.mb, chunk_of(op.stage, op.mb), op.stage, a, b,
-                          span_index[k], parts))
-    messages = list(messages)
-    if source == "measured":
-        infer_transfers(messages)
-    return assemble_timeline(
-        placement, name=name, microbatches=microbatches, span_rank=rank, span_start=start,
-        span_end=end, semantics=semantics, unit=unit, source=source,
-        comm_stream=comm_stream, params=params, spans=spans, messages=messages,
-        waits=waits, **extra)
 
 
 def _sides(m: Message) -> tuple[tuple[int, int, float | None], ...]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from schedsim.util.units import with_unit
+
 #: the function drawing a Timeline as PNG bytes (set by :mod:`schedsim.plot`)
 PNG_VIEW: list[Callable[[Any], bytes] | None] = [None]
 
@@ -16,8 +18,7 @@ class NotebookViews:
         how = (f"measured on {self.semantics}" if self.source == "measured"
                else f"{self.semantics} semantics")
         end = ("DEADLOCK" if self.deadlock is not None else
-               f"makespan {self.makespan:g} {self.unit}"
-               f"{'s' if self.unit == 'slot' and self.makespan != 1 else ''}, bubble "
+               f"makespan {with_unit(self.makespan, self.unit)}, bubble "
                f"{self.bubble_ratio():.3f}")
         return (f"<Timeline {self.schedule}: {self.ranks} ranks x {self.microbatches} "
                 f"microbatches, {how}, {end}>")

@@ -13,7 +13,7 @@ from schedsim import CostModel, build_program, simulate
 from schedsim.analysis.diff import diff_timelines
 from schedsim.cli import app
 from schedsim.errors import ScheduleError
-from schedsim.sweep import compare
+from schedsim.sweep import compare_schedules
 
 FIG = CostModel(**FIGURE_COSTS)
 
@@ -21,7 +21,7 @@ FIG = CostModel(**FIGURE_COSTS)
 def test_dualpipe_table_8_ranks_20_microbatches() -> None:
     want = ["1f1b", "zb-1p", "dualpipe", "dualpipev"]
     # the README table counts per op ("based on the same number of PP stages")
-    res = compare(8, 20, FIG, schedules=want, per_rank_costs=False)
+    res = compare_schedules(8, 20, FIG, schedules=want, per_rank_costs=False)
     assert not res.skipped
     rows = {r.schedule: r for r in res.rows}
     # idle per rank = the table's formulas, B meaning the full backward (our BW = 2):
@@ -42,7 +42,7 @@ def test_dualpipe_table_8_ranks_20_microbatches() -> None:
 
 
 def test_compare_skips_what_the_constraints_reject() -> None:
-    res = compare(3, 4, FIG, schedules=["1f1b", "dualpipe", "gpipe"])
+    res = compare_schedules(3, 4, FIG, schedules=["1f1b", "dualpipe", "gpipe"])
     assert [r.schedule for r in res.rows] == ["1f1b", "gpipe"]
     assert "dualpipe" in res.skipped and "even" in res.skipped["dualpipe"]
 
@@ -70,10 +70,10 @@ def test_per_rank_costs_scale_chunked_schedules() -> None:
                                  "--cost", "F=1,B=1,W=1", "--schedules", "dualpipev",
                                  "--per-rank-costs"])
     assert r.exit_code == 0, r.output
-    res = compare(4, 8, CostModel(F=0.5, B=0.5, W=0.5), schedules=["dualpipev"],
-                  per_rank_costs=False)
+    res = compare_schedules(4, 8, CostModel(F=0.5, B=0.5, W=0.5), schedules=["dualpipev"],
+                            per_rank_costs=False)
     assert f"{res.rows[0].makespan:g}" in r.stdout
-    same = compare(4, 8, CostModel(F=1, B=1, W=1), schedules=["dualpipev"])
+    same = compare_schedules(4, 8, CostModel(F=1, B=1, W=1), schedules=["dualpipev"])
     assert same.rows[0].makespan == res.rows[0].makespan and same.rows[0].cost_scale == 0.5
 
 
@@ -179,9 +179,9 @@ def test_compare_defaults_to_equal_work_per_rank_and_says_so(tmp_path: Path) -> 
 def test_compare_in_worker_processes_gives_the_same_rows() -> None:
     want = ["1f1b", "dualpipe", "zbv", "interleaved-1f1b", "dualpipe-odd-size"]
     with pytest.raises(Exception, match="unknown schedule 'dualpipe-odd-size'"):
-        compare(4, 8, FIG, schedules=want)
-    one = compare(6, 8, FIG, schedules=want[:4])
-    two = compare(6, 8, FIG, schedules=want[:4], jobs=2)
+        compare_schedules(4, 8, FIG, schedules=want)
+    one = compare_schedules(6, 8, FIG, schedules=want[:4])
+    two = compare_schedules(6, 8, FIG, schedules=want[:4], jobs=2)
     assert one == two and [r.schedule for r in two.rows] == ["1f1b", "zbv",
                                                             "interleaved-1f1b"]
     assert "dualpipe" in two.skipped

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ast
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Optional
 
 import pytest
+import typer
 import typer.main
 from typer.testing import CliRunner
 
@@ -101,8 +104,8 @@ def test_list_shows_policies_and_semantics():
     key, and every comm semantics the engine accepts."""
     import typing
 
-    from schedsim.cli.simulate import SEMANTICS_SUMMARY
     from schedsim.program.lower import POLICIES
+    from schedsim.program.vocab import SEMANTICS_SUMMARY
     from schedsim.sim.costs import Semantics
 
     r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
@@ -124,3 +127,81 @@ def test_list_shows_policies_and_semantics():
     assert [ln.split("│")[1].strip() for ln in sems.splitlines()
             if ln.startswith("│") and ln.split("│")[1].strip()] == list(SEMANTICS_SUMMARY)
     assert "both complete at arrival" in sems
+
+
+# -- options records (schedsim.cli.records) ----------------------------------------------
+_Ranks = Annotated[Optional[int], typer.Option("--ranks", "-p", help="Pipeline ranks.")]
+_Name = Annotated[str, typer.Argument(help="Schedule name.")]
+_Quiet = Annotated[bool, typer.Option("--quiet/--loud", help="Less output.")]
+
+
+@dataclass(frozen=True)
+class _Opts:
+    name: _Name
+    ranks: _Ranks = None
+    quiet: _Quiet = True
+
+
+def _record_apps():
+    """The same two-option command written out and as an options record."""
+    from schedsim.cli.records import options_record
+
+    seen: list = []
+    plain, rec = typer.Typer(), typer.Typer()
+
+    @plain.command()
+    def run(name: _Name, ranks: _Ranks = None, quiet: _Quiet = True, extra: int = 3) -> None:
+        """Run it."""
+        seen.append(("plain", name, ranks, quiet, extra))
+
+    @rec.command("run")
+    @options_record(_Opts)
+    def run_rec(o: _Opts, extra: int = 3) -> None:
+        """Run it."""
+        seen.append(("rec", o.name, o.ranks, o.quiet, extra))
+
+    @plain.command()
+    def other() -> None:
+        """Another."""
+
+    @rec.command()
+    def other_() -> None:       # two commands: typer then names them
+        """Another."""
+
+    return plain, rec, seen
+
+
+def test_an_options_record_gives_the_same_command():
+    """A command whose options are a record has the written-out command's --help, flags,
+    defaults and values (a required argument, a short flag, a --x/--no-x pair, a
+    parameter after the record)."""
+    plain, rec, seen = _record_apps()
+    r = CliRunner()
+    env = {"COLUMNS": "100"}
+    a, b = (r.invoke(x, ["run", "--help"], env=env) for x in (plain, rec))
+    assert a.exit_code == b.exit_code == 0 and a.output == b.output
+    for args in (["run", "1f1b"], ["run", "zbv", "-p", "4", "--loud", "--extra", "5"]):
+        assert r.invoke(plain, args).exit_code == 0 and r.invoke(rec, args).exit_code == 0
+    assert [s[1:] for s in seen] == [("1f1b", None, True, 3), ("1f1b", None, True, 3),
+                                     ("zbv", 4, False, 5), ("zbv", 4, False, 5)]
+    a, b = (r.invoke(x, ["run"]) for x in (plain, rec))     # the argument is required
+    assert a.exit_code == b.exit_code == 2
+
+
+def test_commands_with_options_records_keep_their_record():
+    """The converted commands take one record (the <= 12-parameter rule): their
+    typer signature lists every flag of the record, in field order."""
+    import dataclasses
+
+    from schedsim.cli.compare import CompareOptions, compare_command
+    from schedsim.cli.plan import PlanOptions, plan
+    from schedsim.cli.render import RenderOptions, render
+    from schedsim.cli.search import SearchOptions, search
+    from schedsim.cli.simulate import GenerateOptions, generate
+
+    for rec, cmd in ((CompareOptions, compare_command), (PlanOptions, plan),
+                     (RenderOptions, render), (SearchOptions, search),
+                     (GenerateOptions, generate)):
+        names = [f.name for f in dataclasses.fields(rec)]
+        params = list(inspect.signature(cmd).parameters)
+        assert params[:len(names)] == names, rec.__name__

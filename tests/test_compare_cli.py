@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from schedsim.cli import app
 from schedsim.errors import ScenarioError
-from schedsim.sweep import compare, parse_schedules
+from schedsim.sweep import compare_schedules, parse_schedules
 
 FIG = "schedules/dualpipe-figure.toml"
 SPEC = "interleaved-1f1b:chunks=4,zbv,dualpipe"
@@ -33,7 +33,8 @@ def test_parse_schedules() -> None:
 def test_one_schedule_twice_with_different_chunks() -> None:
     """Interleaved 1F1B at v chunks per rank, costs per rank: each rank computes
     m (F + BW) and the bubble is (p - 1)(F + BW) / v (Narayanan et al. 2021, sec. 2.2)."""
-    res = compare(4, 8, schedules=["interleaved-1f1b:chunks=2", "interleaved-1f1b:chunks=4"])
+    res = compare_schedules(4, 8, schedules=["interleaved-1f1b:chunks=2",
+                                             "interleaved-1f1b:chunks=4"])
     assert [(r.schedule, r.stages, r.makespan) for r in res.rows] == [
         ("interleaved-1f1b:chunks=2", 8, 8 * 3 + 3 * 3 / 2),
         ("interleaved-1f1b:chunks=4", 16, 8 * 3 + 3 * 3 / 4)]
@@ -54,9 +55,9 @@ def test_compare_scenario_with_parameters_and_gantt(tmp_path) -> None:
 
 
 def test_compare_figure_has_one_band_per_schedule_on_one_axis() -> None:
-    from schedsim.plot import compare as draw
+    from schedsim.plot import gantt_stack as draw
 
-    res = compare(8, 20, schedules=SPEC, keep_timelines=True)
+    res = compare_schedules(8, 20, schedules=SPEC, keep_timelines=True)
     tls = [r.timeline for r in res.rows]
     assert [t.schedule for t in tls] == SPEC.split(",")
     fig = draw(tls, memory=True)

@@ -21,7 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedsim.errors",),
     ("schedsim.util",),
     ("schedsim.program",),
-    ("schedsim.timeline", "schedsim.timeline_check", "schedsim.timeline_view"),
+    ("schedsim.timeline", "schedsim.timeline_build", "schedsim.timeline_check",
+     "schedsim.timeline_view"),
     ("schedsim.sim",),
     ("schedsim.generators",),
     ("schedsim.workload",),
@@ -219,3 +220,62 @@ def test_function_size_check_catches_a_long_function(tmp_path):
                                    "schedsim/m.py::outer.inner": 81}
     assert not _allowed("schedsim/m.py::A.long")
     assert _allowed("schedsim/sim/kernels.py::run_kernel")
+
+
+#: most parameters a function may take (positional, keyword-only, ``*args`` and
+#: ``**kwargs`` each count; ``self``/``cls`` too): past it, group them into a record
+PARAMETER_LIMIT = 12
+#: functions allowed past :data:`PARAMETER_LIMIT`, as ``path::qualified name``; each is
+#: being converted by the engineer named (issue 26) and leaves this list when it is
+MANY_PARAMETERS_ALLOWED: set[str] = {
+    "schedsim/cli/replay.py::replay",      # measured changes its body; convert after merge
+}
+
+
+def parameter_counts(package: Path = PACKAGE, limit: int = PARAMETER_LIMIT) -> dict[str, int]:
+    """``{"path::Qual.name": parameters}`` of every function (methods and nested
+    functions included) taking more than ``limit`` parameters: positional-only,
+    positional, keyword-only, ``*args`` and ``**kwargs``."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str, rel: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    a = child.args
+                    n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                         + (a.vararg is not None) + (a.kwarg is not None))
+                    if n > limit:
+                        out[f"{rel}::{name}"] = n
+                visit(child, name + ".", rel)
+            else:
+                visit(child, prefix, rel)
+
+    for p in sorted(package.rglob("*.py")):
+        visit(ast.parse(p.read_text()), "", str(p.relative_to(package.parent)))
+    return out
+
+
+def test_no_function_takes_too_many_parameters():
+    found = parameter_counts()
+    over = {k: n for k, n in found.items() if k not in MANY_PARAMETERS_ALLOWED}
+    assert not over, (f"functions taking more than {PARAMETER_LIMIT} parameters (group "
+                      f"related ones into a record; a typer command: an options record, "
+                      f"schedsim.cli.records): {over}")
+    stale = sorted(MANY_PARAMETERS_ALLOWED - set(found))
+    assert not stale, f"allowed but no longer over {PARAMETER_LIMIT} parameters: {stale}"
+
+
+def test_parameter_check_counts_every_kind(tmp_path):
+    """Positional-only, positional, keyword-only, ``*args`` and ``**kwargs`` all count,
+    in methods and nested functions; 12 is allowed, 13 is not."""
+    pkg = tmp_path / "schedsim"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "def ok(a, b, c, d, e, f, g, h, i, j, k, l): pass\n"
+        "def mixed(a, /, b, c, *args, d, e, f, g, h, i, j, k, **kw): pass\n"
+        "class A:\n    def meth(self, a, b, c, d, e, f, g, h, i, j, k, l): pass\n"
+        "def outer():\n    def inner(*, a, b, c, d, e, f, g, h, i, j, k, l, m): pass\n")
+    assert parameter_counts(pkg) == {"schedsim/m.py::mixed": 13, "schedsim/m.py::A.meth": 13,
+                                     "schedsim/m.py::outer.inner": 13}

@@ -153,7 +153,7 @@ def test_connections_is_a_comm_key_and_a_flag(tmp_path) -> None:
     from schedsim.cli import app
 
     r = CliRunner()
-    for c, want in (([], "makespan 33.125 slots"), (["--connections", "1"], "33.125 slots"),
+    for c, want in (([], "makespan 33.12 slots"), (["--connections", "1"], "33.12 slots"),
                     (["--connections", "8"], "makespan 32 slots"),
                     (["--connections", "32"], "makespan 32 slots")):
         out = r.invoke(app, ["simulate", "schedules/1f1b-overlap-queue.toml", "-q", *c])

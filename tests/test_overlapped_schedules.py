@@ -161,3 +161,27 @@ def test_compare_model_overlap_takes_megatron() -> None:
     assert "1f1b-overlap: makespan 240.4 (none) -> 220.4 (megatron): gain 19.97 (8.3%)" in out
     r = runner.invoke(app, [*args, "--model-overlap", "none,combined"])
     assert r.exit_code == 2 and "none, domino, fb, megatron" in r.stderr
+
+
+def test_overlap_sweep_from_python_matches_the_closed_form() -> None:
+    """``schedsim.api.compare_overlaps`` (the library's ``compare --model-overlap``): on
+    the MoE scenario at 4 ranks x 8 microbatches 1F1B gains nothing under ``megatron``
+    (no pairs) and 1F1B-overlap gains (m - 1)(F + BW - FB) of the megatron mode's own
+    costs; the first mode's records carry no gain; a single mode is refused."""
+    import pytest
+
+    import schedsim.api as api
+    from schedsim.errors import ScenarioError
+
+    sc = api.scenario("schedules/1f1b-overlap-moe.toml", ranks=4, microbatches=8)
+    res = api.compare_overlaps(sc, "none,megatron", "1f1b,1f1b-overlap")
+    assert res.modes == ["none", "megatron"] and res.unit == "ms"
+    assert [(r["schedule"], r["overlap"]) for r in res.records] == [
+        ("1f1b", "none"), ("1f1b-overlap", "none"), ("1f1b", "megatron"),
+        ("1f1b-overlap", "megatron")]
+    assert all("gain_over_none" not in r for r in res.records[:2])
+    one, over = res.records[2:]
+    assert one["gain_over_none"] == pytest.approx(0, abs=1e-9)
+    assert over["gain_over_none"] == pytest.approx(7 * (over["F"] + over["BW"] - over["FB"]))
+    with pytest.raises(ScenarioError, match="two or more of none, domino, fb, megatron"):
+        api.compare_overlaps(sc, ["fb"])

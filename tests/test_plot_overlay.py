@@ -16,7 +16,7 @@ from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
 from schedsim.analysis.memory import peak_activation
 from schedsim.cli import app
 from schedsim.errors import ScenarioError
-from schedsim.plot import compare, memory_plot, op_start_errors, overlay
+from schedsim.plot import compare, gantt_stack, memory_plot, op_start_errors, overlay
 from schedsim.timeline import Timeline
 
 FIG = CostModel(F=1, B=1, W=1, BW=2, FB=3)
@@ -139,7 +139,8 @@ def test_overlay_refuses_different_ops():
 
 def test_compare_stacks_one_gantt_per_timeline():
     tls = [sim("1f1b", 4, 8), sim("zb-h1", 4, 8), sim("zbv", 4, 8)]
-    fig = compare(tls)
+    assert compare is gantt_stack        # the earlier name, kept
+    fig = gantt_stack(tls)
     assert len(fig.axes) == 3
     for ax, tl in zip(fig.axes, tls):
         ops = [c for c in ax.collections if c.get_gid() == "ops"][0]

@@ -12,13 +12,13 @@ import sys
 from conftest import ROOT, SCHEDULES
 from typer.testing import CliRunner
 
-from schedsim.analysis._index import fmt_t
 from schedsim.cli import app
 from schedsim.interop.perfetto import trace_events
 from schedsim.plot import gantt
 from schedsim.scenario import load_scenario
 from schedsim.sim.pieces import attach_pieces, exposed_by_kind
 from schedsim.sim.simulate import simulate
+from schedsim.util.units import fmt_time
 
 runner = CliRunner()
 MOE = SCHEDULES / "dualpipe-moe.toml"
@@ -31,9 +31,9 @@ def test_simulate_prints_derived_costs_and_exposed_time():
     d = sc.stage_costs()
     assert "stage model: 4 layers/stage, tp 1, MoE ep 16 top-4" in r.output
     row = re.search(r"│ all\s+│ FB\s+│\s+(\S+) │\s+(\S+) │\s+(\S+) │\s+(\S+) │", r.output)
-    assert row and row[1] == fmt_t(d.fb().cost) and row[4] == "0"
+    assert row and row[1] == fmt_time(d.fb().cost) and row[4] == "0"
     m = re.search(r"per kind: .*FB 0 of (\S+) \(82 ops\)", r.output)
-    assert m and m[1] == fmt_t(82 * d.fb().collective)
+    assert m and m[1] == fmt_time(82 * d.fb().collective)
 
 
 def test_typed_cost_shown_as_typed():
@@ -109,7 +109,7 @@ def test_compare_model_overlap_prints_dualpipe_gain(tmp_path):
     assert gain > 0 and fb["gain_over_none"] == gain
     m = re.search(r"dualpipe: makespan (\S+) \(none\) -> (\S+) \(fb\): gain (\S+) "
                   r"\((\S+)%\)", r.output)
-    assert m and m[3] == fmt_t(gain)
+    assert m and m[3] == fmt_time(gain)
     assert recs[("1f1b", "fb")]["gain_over_none"] == 0     # 1F1B has no FB pairs
     r = runner.invoke(app, ["compare", "--ranks", "8", "--microbatches", "20",
                             "--model-overlap", "none,fb"])

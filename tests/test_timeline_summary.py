@@ -1,4 +1,4 @@
-"""The one Timeline assembler (:func:`schedsim.timeline.assemble_timeline`) and its
+"""The one Timeline assembler (:func:`schedsim.timeline_build.assemble_timeline`) and its
 summary (:func:`schedsim.timeline.summarize_spans`): the array summary equals a plain
 loop over the spans to the bit, whatever the span order, and the simulator's deferred
 Timeline equals one assembled eagerly from the same lists."""
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
-from schedsim.timeline import RankSummary, Timeline, assemble_timeline, summarize_spans
+from schedsim.timeline import RankSummary, Timeline, summarize_spans
+from schedsim.timeline_build import TimelineHeader, assemble_timeline
 
 
 def loop_summary(ranks, rank, start, end):
@@ -77,11 +78,9 @@ def test_deferred_timeline_equals_the_eager_one(name, sem):
     assert tl.is_deferred
     spans = list(tl.spans)
     cols = ([s.rank for s in spans], [s.start for s in spans], [s.end for s in spans])
-    eager = assemble_timeline(
-        prog.placement, name=tl.schedule, microbatches=tl.microbatches, span_rank=cols[0],
-        span_start=cols[1], span_end=cols[2], semantics=tl.semantics, unit=tl.unit,
-        comm_stream=tl.comm_stream, params=tl.params, spans=spans, messages=tl.messages,
-        waits=tl.waits)
+    head = TimelineHeader(prog.placement, tl.schedule, tl.microbatches, tl.semantics, tl.unit,
+                          comm_stream=tl.comm_stream, params=tl.params)
+    eager = assemble_timeline(head, *cols, spans=spans, messages=tl.messages, waits=tl.waits)
     assert not eager.is_deferred
     assert eager.to_json() == tl.to_json()
     mk, rows = loop_summary(tl.ranks, *cols)

@@ -18,10 +18,11 @@ from schedsim.errors import ScenarioError
 from schedsim.interop.kineto import import_traces
 from schedsim.program.ir import Op, Placement, Program
 from schedsim.replay.check import send_waits_before_recv, two_errors
-from schedsim.replay.fit import fit_timeline, host_times
+from schedsim.replay.fit import fit_timeline, host_times, wait_matched_latency
 from schedsim.sim.costs import CommModel, CostModel, HostTime, LinkModel, MessageTime
 from schedsim.sim.simulate import simulate
-from schedsim.timeline import Message, Timeline, build_timeline
+from schedsim.timeline import Message, Timeline
+from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
 runner = CliRunner()
 
@@ -40,21 +41,20 @@ def dressed(tl: Timeline, **extra) -> Timeline:
 
 
 # -- the builder --------------------------------------------------------------------------
-def test_build_timeline_columns():
+def test_timeline_from_columns():
     pl = Placement(kind="v", ranks=2, stages=4)
     fb = Op.fb(Op("F", 3, 1), Op("BW", 0, 0))
-    tl = build_timeline(pl, name="x", microbatches=2, span_rank=[1, 0],
-                        span_op=[Op("F", 3, 0), fb], span_start=[2.0, 0.0],
-                        span_end=[3.0, 1.5], span_index=[4, 7], semantics="eager",
-                        unit="ms", order="rank-start", extra_field=1)
+    tl = timeline_from_columns(TimelineHeader(pl, "x", 2, "eager", "ms"),
+                               SpanColumns([1, 0], [Op("F", 3, 0), fb], [2.0, 0.0],
+                                           [3.0, 1.5], [4, 7]),
+                               order="rank-start", extra_field=1)
     assert [(s.rank, s.kind, s.chunk, s.index) for s in tl.spans] == [(0, "FB", 1, 7),
                                                                       (1, "F", 1, 4)]
     assert [(p.kind, p.chunk) for p in tl.spans[0].parts] == [("F", 1), ("BW", 0)]
     assert tl.makespan == 3.0 and tl.per_rank[1].busy == 1.0 and tl.extra_field == 1
     with pytest.raises(ValueError, match="differ in length"):
-        build_timeline(pl, name="x", microbatches=1, span_rank=[0], span_op=[],
-                       span_start=[], span_end=[], span_index=[], semantics="eager",
-                       unit="ms")
+        timeline_from_columns(TimelineHeader(pl, "x", 1, "eager", "ms"),
+                              SpanColumns([0], [], [], [], []))
 
 
 def test_measured_builder_splits_waiting_and_transferring():
@@ -63,9 +63,8 @@ def test_measured_builder_splits_waiting_and_transferring():
     msgs = [Message("F", 0, 1, 0, 0, send_posted=1.0, recv_posted=3.0, recv_done=3.5),
             Message("F", 0, 1, 1, 0, send_posted=4.0, recv_posted=2.0, recv_done=4.25),
             Message("F", 0, 1, 2, 0, send_posted=4.0)]
-    tl = build_timeline(pl, name="x", microbatches=3, span_rank=[], span_op=[],
-                        span_start=[], span_end=[], span_index=[], messages=msgs,
-                        semantics="gloo", unit="ms", source="measured")
+    tl = timeline_from_columns(TimelineHeader(pl, "x", 3, "gloo", "ms", "measured"),
+                               SpanColumns([], [], [], [], []), msgs)
     assert [(m.start, m.arrival) for m in tl.messages] == [(3.0, 3.5), (4.0, 4.25),
                                                            (None, None)]
 
@@ -97,8 +96,9 @@ def test_host_times_and_sender_completion_closed_form():
 
 # -- fit and exact calibration --------------------------------------------------------------
 def test_fit_medians_link_and_launch():
-    """Op costs: per stage and kind the median over microbatches; the link from the
-    messages whose receiver was waiting; the launch cost: the mean launch."""
+    """Op costs: per stage and kind the median over microbatches (stage 0's F: 1, 1, 7;
+    the durations kept); the link: the wait-matched latency of the messages; the launch
+    cost: the mean launch."""
     prog = build_program("gpipe", 2, 3)
     costs = CostModel(F=1, B=1, W=1, BW=2, unit="ms",
                       overrides=[dict(stage=0, mb=2, kind="F", cost=7)])
@@ -107,9 +107,47 @@ def test_fit_medians_link_and_launch():
              {"rank": 1, "index": 0, "last_index": 0, "start": 0.0, "end": 3.0}]
     fit = fit_timeline(dressed(sim, posts=posts))
     assert fit.stages == {0: {"F": 1.0, "BW": 2.0}, 1: {"F": 1.0, "BW": 2.0}}
+    assert sorted(fit.durations[(0, "F")]) == [1.0, 1.0, 7.0]
     assert fit.link() == (pytest.approx(0.5), math.inf)
     assert fit.launch_cost() == 2.0
     assert "F = 1.0\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
+
+
+def test_wait_matched_latency_closed_form():
+    """A 0.5 ms transfer whose receivers began waiting 0, 0.25 and 1.0 ms into it (the
+    waits: 0.5, 0.25, 0): the latency giving the same summed waits is 0.5 (the mean of
+    the waits, the old rule, 0.25); sum(max(L - d, 0)) = W solved on each segment."""
+    assert wait_matched_latency([0.0, 0.25, 1.0], 0.75) == pytest.approx(0.5)
+    assert wait_matched_latency([1.0, 0.25, 0.0], 0.75) == pytest.approx(0.5)  # any order
+    assert wait_matched_latency([0.0, 0.0], 3.0) == pytest.approx(1.5)
+    assert wait_matched_latency([2.0, 4.0], 5.0) == pytest.approx(5.5)       # (5+2+4)/2
+    assert wait_matched_latency([], 1.0) == 0.0 == wait_matched_latency([0.5], 0.0)
+
+
+def test_fit_steps_latency_reproduces_the_steps_makespan():
+    """The contended merge: op means over every step's durations, and the link latency
+    fitted so that the simulated program takes the steps' median makespan: on simulated
+    steps (latency 0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of
+    the median step (F 3); the fitted latency, above the waits' 0.5, gives its makespan,
+    the spread line says so, and the cost file holds it."""
+    from schedsim.replay.contended import fit_steps
+
+    prog = build_program("1f1b", 2, 4)
+    steps = []
+    for f1 in (1.0, 3.0, 3.0):
+        sim = simulate(prog, CostModel(F=1, B=2, W=1, unit="ms", stage={1: {"F": f1}}),
+                       LinkModel(latency=0.5), CommModel(semantics="rendezvous"))
+        steps.append(json.loads(dressed(sim).to_json()))
+    sf = fit_steps(steps, prog)
+    assert sf.fit.stages[1]["F"] == pytest.approx(7 / 3)
+    target = sorted(s["makespan"] for s in steps)[1]
+    lat = sf.fit.link()[0]
+    pred = simulate(prog, sf.fit.cost_model(), sf.fit.link_model(),
+                    sf.fit.comm_model("rendezvous"))
+    assert sf.fitted and pred.makespan == pytest.approx(target, rel=1e-5)
+    assert sf.waits_latency == pytest.approx(0.5) and lat > 0.5 + 1e-3
+    assert f"fitted to the steps' median makespan {target:.4g}" in sf.spread_lines()[-1]
+    assert f"latency = {lat!r}" in sf.to_toml()
 
 
 def test_exact_calibration_reproduces_a_run():

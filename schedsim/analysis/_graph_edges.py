@@ -38,7 +38,7 @@ ID = np.int32
 
 
 @dataclass(frozen=True)
-class Layout:
+class NodeNumbering:
     """Node numbering: 0 is time 0; then ``S`` and ``E`` per span id; ``T``, ``A``,
     ``DS``, ``DR`` per message id; ``U`` per comm-stream unit; then the launches (``P``)
     and waits (``W``) of every rank, in program order (``pw`` ids); then, under lazy
@@ -102,7 +102,7 @@ class GraphInput:
     (``act``), per unit (``unit_act``), per wait (``wait``) and, under data semantics,
     per compute op (``din``: inputs, ``dout``: outputs), each handle involved."""
 
-    lay: Layout
+    lay: NodeNumbering
     data_mode: bool
     launch_cost: float
     span_ri: list[tuple[int, int]]       # (rank, instruction index) per span id
@@ -137,7 +137,7 @@ class Edges:
     ``pw_wait`` (per launch or wait: rank, instruction index, 1 for a wait); ``t_run``:
     each node's time as the run recorded it (float64, used to order the nodes)."""
 
-    lay: Layout
+    lay: NodeNumbering
     src: np.ndarray
     dst: np.ndarray
     weight: np.ndarray
@@ -242,7 +242,7 @@ def _message_blocks(gi: GraphInput, mc: _Columns, link: LinkModel,
     return out
 
 
-def _activations(lay: Layout, eager: np.ndarray, act: np.ndarray, hs: np.ndarray):
+def _activations(lay: NodeNumbering, eager: np.ndarray, act: np.ndarray, hs: np.ndarray):
     """Block 6: what activating each handle starts (its transfer) or, for an eager
     recv, completes."""
     m = hs >> 1

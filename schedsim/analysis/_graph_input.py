@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedsim.analysis._graph_edges import ID, GraphInput, Layout
+from schedsim.analysis._graph_edges import ID, GraphInput, NodeNumbering
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.opcodes import Step
 
@@ -42,7 +42,7 @@ def graph_input(cp: Compiled) -> GraphInput:
     comp = cop == Step.COMPUTE
     pw = np.flatnonzero(~comp)
     nsp = len(cp.span_gi)
-    lay = Layout(nsp, cp.num_messages, len(un.unit_stream), len(pw))
+    lay = NodeNumbering(nsp, cp.num_messages, len(un.unit_stream), len(pw))
     node = np.empty(G, dtype=np.int64)                   # S node of a compute, else P/W
     span = np.asarray(code.cspan, dtype=np.int64)
     node[comp] = lay.s0 + span[comp]
@@ -79,7 +79,7 @@ def graph_input(cp: Compiled) -> GraphInput:
     init_pairs, pw_init = np.unique(pw_pair[pw_pair >= 0]), np.full(len(pw), -1)
     if len(init_pairs):
         pw_init[pw_pair >= 0] = np.searchsorted(init_pairs, pw_pair[pw_pair >= 0])
-        lay = Layout(lay.spans, lay.messages, lay.units, lay.pws, len(init_pairs))
+        lay = NodeNumbering(lay.spans, lay.messages, lay.units, lay.pws, len(init_pairs))
     fl = cp.flat
     sg = np.asarray(cp.span_gi, dtype=np.int64)
     span_ri = list(zip(fl.rank_of_instr()[sg].tolist(), fl.index_of_instr()[sg].tolist()))

@@ -18,13 +18,6 @@ from schedsim.timeline import Message, Span, Timeline
 EPS = 1e-9
 
 
-def fmt_t(x: float | None) -> str:
-    """A time for humans: ``12`` for whole numbers, else 4 significant digits."""
-    if x is None:
-        return "-"
-    return f"{x:g}" if abs(x - round(x)) < 1e-9 else f"{x:.4g}"
-
-
 def span_atoms(s: Span) -> list[tuple[str, int, int]]:
     """``(kind, stage, mb)`` of each non-overlapped op a span performs."""
     if s.parts:

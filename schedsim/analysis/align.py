@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from schedsim.analysis._index import EPS, TimelineIndex, fmt_t, span_token
+from schedsim.analysis._index import EPS, TimelineIndex, span_token
 from schedsim.analysis.blame import streams_of
 from schedsim.analysis.stalls import queued_behind, transfer_ready
 from schedsim.timeline import Message, Timeline
+from schedsim.util.units import fmt_time
 
 
 @dataclass
@@ -135,16 +136,16 @@ def slot_at(t: float | None) -> str:
 def row_cells(r: AlignRow, slotted: bool) -> list[str]:
     """Table cells of one row: message, producer, ready, posts, transfer, consumer, flags."""
     if slotted and r.ready is not None and float(r.ready).is_integer():
-        ready = f"{fmt_t(r.ready)} ({slot_end(r.ready)})"
-        cons = (f"{r.consumer} {fmt_t(r.consumer_start)} ({slot_at(r.consumer_start)})"
+        ready = f"{fmt_time(r.ready)} ({slot_end(r.ready)})"
+        cons = (f"{r.consumer} {fmt_time(r.consumer_start)} ({slot_at(r.consumer_start)})"
                 if r.consumer_start is not None else r.consumer)
     else:
-        ready = fmt_t(r.ready)
-        cons = f"{r.consumer} {fmt_t(r.consumer_start)}"
+        ready = fmt_time(r.ready)
+        cons = f"{r.consumer} {fmt_time(r.consumer_start)}"
     flags = [f if f != "queued" or not r.queued_behind else f"queued ({r.queued_behind})"
              for f in r.flags]
-    return [r.label, r.producer, ready, fmt_t(r.send_posted), fmt_t(r.recv_posted),
-            f"{fmt_t(r.start)}-{fmt_t(r.arrival)}", fmt_t(r.recv_done), cons,
+    return [r.label, r.producer, ready, fmt_time(r.send_posted), fmt_time(r.recv_posted),
+            f"{fmt_time(r.start)}-{fmt_time(r.arrival)}", fmt_time(r.recv_done), cons,
             ", ".join(flags)]
 
 

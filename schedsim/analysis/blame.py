@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.analysis._index import EPS, fmt_t
+from schedsim.analysis._index import EPS
 from schedsim.program.ops import recv_comm, send_comm
 from schedsim.timeline import Message, Timeline
+from schedsim.util.units import fmt_time
 
 
 @dataclass
@@ -77,12 +78,12 @@ class Blocker:
         """``rank 1's per-rank comm stream, queued behind 1SEND_B0 (posted 3, active 3,
         done 7; the head of that stream when 1RECV_F2 was posted at 4)``."""
         s = self.side
-        txt = (f"{s.token} was posted at {fmt_t(s.posted)} (instr {s.index}) but queued on "
-               f"{self.stream} until {fmt_t(s.active)}")
+        txt = (f"{s.token} was posted at {fmt_time(s.posted)} (instr {s.index}) but queued on "
+               f"{self.stream} until {fmt_time(s.active)}")
         if self.head is not None:
             h = self.head
             txt += (f", behind {h.token} (instr {h.index}, active from "
-                    f"{fmt_t(h.active)}, done {fmt_t(h.done)}), the op at the head of that "
+                    f"{fmt_time(h.active)}, done {fmt_time(h.done)}), the op at the head of that "
                     f"queue")
         return txt
 
@@ -235,7 +236,7 @@ def atomic_hold(idx: object, msg: Message, ready: float) -> tuple[str, Culprit] 
     mine = Side(m, m.src == rank and m.send_index == index)
     other = Side(m, not mine.is_send)
     when = ("never" if t == float("inf") else
-            f"only at {fmt_t(t)}, when rank {other.rank} posted {other.token} (instr "
+            f"only at {fmt_time(t)}, when rank {other.rank} posted {other.token} (instr "
             f"{other.index})")
     return (f"its atomic batch on rank {rank} (instr {index}) also holds {mine.token}, "
             f"matched {when}: no member of a batch moves before all are matched",
@@ -266,20 +267,20 @@ def init_wait(tl: Timeline, rank: int, index: int, token: str, end: float,
     if best is None:
         return (f"{token} (instr {index}) is rank {rank}'s first bare P2P with rank {peer}: "
                 f"under lazy communicator init it waited for rank {peer} to reach its own "
-                f"until {fmt_t(end)}", (peer, -1, ""))
+                f"until {fmt_time(end)}", (peer, -1, ""))
     head = (f"{token} (instr {index}) is rank {rank}'s first bare P2P with rank {peer}: "
             f"under lazy communicator init both ranks create their communicator together")
     there = next((w.start for w in tl.waits if w.rank == peer and w.index == best.index
                   and w.kind == "INIT"), best.posted)
     both = max(there, start) if start is not None else there
     cost = end - both
-    tail = f", then creating it took {fmt_t(cost)}" if cost > EPS else ""
+    tail = f", then creating it took {fmt_time(cost)}" if cost > EPS else ""
     if start is not None and there <= start + EPS:
         return (f"{head}; rank {peer} was already at {best.token} (instr {best.index}) "
-                f"since {fmt_t(there)}, so the wait is the creation itself: "
-                f"{fmt_t(cost)} (the init cost)", (peer, best.index, best.token))
+                f"since {fmt_time(there)}, so the wait is the creation itself: "
+                f"{fmt_time(cost)} (the init cost)", (peer, best.index, best.token))
     return (f"{head}, and rank {peer} reached its own first bare P2P with rank {rank}, "
-            f"{best.token} (instr {best.index}), only at {fmt_t(there)}{tail}",
+            f"{best.token} (instr {best.index}), only at {fmt_time(there)}{tail}",
             (peer, best.index, best.token))
 
 
@@ -296,7 +297,7 @@ def unit_text(ranks: int, unit_stream: np.ndarray, handles: Callable[[int], list
               f"rank {rank}'s comm stream to rank {(sid - ranks) % ranks}")
     toks = "+".join(token(h) for h in handles(u))
     prev = np.flatnonzero(unit_stream[:u] == sid)
-    txt = f"{stream} starts {toks} at {fmt_t(t)}"
+    txt = f"{stream} starts {toks} at {fmt_time(t)}"
     if len(prev):
         ahead = "+".join(token(h) for h in handles(int(prev[-1])))
         txt += f", once {ahead} ahead of it at the head of that stream completed"

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
+from schedsim.analysis._index import EPS, key_label, span_token
 from schedsim.analysis.graph import DepGraph
 from schedsim.timeline import Message
+from schedsim.util.units import fmt_time
 
 
 @dataclass
-class Step:
+class PathStep:
     """One link of a chain: an op (``kind="op"``), a message, a post or a wait."""
 
     kind: str            # op | message | post | wait | stream | init
@@ -37,21 +38,21 @@ class Step:
         return {f: getattr(self, f) for f in _STEP_FIELDS}
 
 
-_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_STEP_FIELDS = tuple(f.name for f in fields(PathStep))
 
 
 def message_detail(m: Message) -> str:
     """One line with every time of message ``m``."""
-    return (f"{key_label(m.key)}: send posted {fmt_t(m.send_posted)}, "
-            f"recv posted {fmt_t(m.recv_posted)}, moved {fmt_t(m.start)}-"
-            f"{fmt_t(m.arrival)}, send done {fmt_t(m.send_done)}, recv done "
-            f"{fmt_t(m.recv_done)}")
+    return (f"{key_label(m.key)}: send posted {fmt_time(m.send_posted)}, "
+            f"recv posted {fmt_time(m.recv_posted)}, moved {fmt_time(m.start)}-"
+            f"{fmt_time(m.arrival)}, send done {fmt_time(m.send_done)}, recv done "
+            f"{fmt_time(m.recv_done)}")
 
 
-def condense(G: DepGraph, nodes: list[int]) -> list[Step]:
+def condense(G: DepGraph, nodes: list[int]) -> list[PathStep]:
     """Turn a chain of node ids into readable steps: an op's S and E become one step, a
     message's transfer/arrival/completion nodes become one step."""
-    steps: list[Step] = []
+    steps: list[PathStep] = []
     for v in nodes:
         k, t = G.kind(v), float(G.t[v])
         last = steps[-1] if steps else None
@@ -60,30 +61,30 @@ def condense(G: DepGraph, nodes: list[int]) -> list[Step]:
             if last and last.kind == "op" and last.rank == s.rank and last.index == s.index:
                 last.end = max(last.end, t)
                 continue
-            steps.append(Step("op", s.rank, s.index, span_token(s), s.start, s.end))
+            steps.append(PathStep("op", s.rank, s.index, span_token(s), s.start, s.end))
         elif k in ("T", "A", "DS", "DR"):
             m = G.message(v)
             label = m.label()
             if last and last.kind == "message" and last.what == label:
                 last.end = max(last.end, t)
                 continue
-            steps.append(Step("message", m.src, None, label, t, t, message_detail(m)))
+            steps.append(PathStep("message", m.src, None, label, t, t, message_detail(m)))
         elif k in ("P", "W"):
             r, i = G.rank_index(v)
             tok = G.instr_token(r, i)
-            steps.append(Step("post", r, i, tok, t, t) if k == "P" else
-                         Step("wait", r, i, tok, t, t, G.describe(v)))
+            steps.append(PathStep("post", r, i, tok, t, t) if k == "P" else
+                         PathStep("wait", r, i, tok, t, t, G.describe(v)))
         elif k == "U":       # names the rank, its stream and the unit ahead
             rank, toks, text = G.unit(v)
-            steps.append(Step("stream", rank, None, toks, t, t, text))
+            steps.append(PathStep("stream", rank, None, toks, t, t, text))
         elif k == "I":
             a, b = divmod(int(G.e.init_pairs[v - G.lay.i0]), G.e.ranks)
-            steps.append(Step("init", None, None, f"communicator init {a}-{b}", t, t,
+            steps.append(PathStep("init", None, None, f"communicator init {a}-{b}", t, t,
                               G.describe(v)))
     return steps
 
 
-def critical_path(G: DepGraph) -> list[Step]:
+def critical_path(G: DepGraph) -> list[PathStep]:
     """The chain of ops, messages and waits that sets the makespan, in time order."""
     last = G.last_end()
     if last is None:
@@ -97,8 +98,8 @@ class Segment:
     waits) that led into them."""
 
     rank: int
-    ops: list[Step]
-    via: list[Step] = field(default_factory=list)
+    ops: list[PathStep]
+    via: list[PathStep] = field(default_factory=list)
 
     @property
     def start(self) -> float:
@@ -114,14 +115,14 @@ class Segment:
             o = self.ops[0]
             return f"{o.what}@r{self.rank}"
         return (f"r{self.rank}: {len(self.ops)} ops {self.ops[0].what}..{self.ops[-1].what} "
-                f"[{fmt_t(self.start)},{fmt_t(self.end)}]")
+                f"[{fmt_time(self.start)},{fmt_time(self.end)}]")
 
 
-def segments(path: list[Step]) -> list[Segment]:
+def segments(path: list[PathStep]) -> list[Segment]:
     """The path's ops grouped into runs on one rank (posts inside a run are dropped;
     messages and waits before a run are its ``via``)."""
     out: list[Segment] = []
-    pending: list[Step] = []
+    pending: list[PathStep] = []
     for s in path:
         if s.kind != "op":
             if s.kind in ("message", "wait", "stream"):
@@ -135,7 +136,7 @@ def segments(path: list[Step]) -> list[Segment]:
     return out
 
 
-def path_headline(path: list[Step], makespan: float, zero_slack: int | None = None,
+def path_headline(path: list[PathStep], makespan: float, zero_slack: int | None = None,
                   ops: int | None = None, route_limit: int = 9) -> list[str]:
     """Two lines that say what sets the makespan: how much of it the path's ops compute
     and how much it waits, and the route over ranks (at most ``route_limit`` segments,
@@ -145,8 +146,8 @@ def path_headline(path: list[Step], makespan: float, zero_slack: int | None = No
     ranks = len({s.rank for s in op_steps})
     slack = ("" if zero_slack is None else
              f"; {zero_slack} of {ops} ops have zero slack")
-    head = (f"makespan {fmt_t(makespan)} = {fmt_t(busy)} compute + "
-            f"{fmt_t(makespan - busy)} waiting along {len(op_steps)} ops on the path "
+    head = (f"makespan {fmt_time(makespan)} = {fmt_time(busy)} compute + "
+            f"{fmt_time(makespan - busy)} waiting along {len(op_steps)} ops on the path "
             f"over {ranks} ranks{slack}")
     segs = segments(path)
     parts = [g.text() for g in segs]

@@ -45,7 +45,7 @@ from schedsim.analysis._graph_edges import (
     build_edges,
 )
 from schedsim.analysis._graph_input import graph_input
-from schedsim.analysis._index import EPS, fmt_t, key_label, span_token
+from schedsim.analysis._index import EPS, key_label, span_token
 from schedsim.analysis._longest_path import _CHUNK, PassEdges, kahn_order, run_order
 from schedsim.analysis._rows import instr_token
 from schedsim.errors import ProgramError
@@ -54,6 +54,7 @@ from schedsim.sim.compile import compile_program
 from schedsim.sim.compiled import Compiled
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.timeline import Message, Span, Timeline
+from schedsim.util.units import fmt_time
 
 Node = tuple
 _MSG_KINDS = ("T", "A", "DS", "DR")
@@ -321,7 +322,7 @@ class DepGraph:
         i = v if isinstance(v, int) else self.node_id(v)
         if i is None:
             raise KeyError(v)
-        k, t = self.kind(i), fmt_t(float(self.t[i]))
+        k, t = self.kind(i), fmt_time(float(self.t[i]))
         if k in ("S", "E"):
             s = self.span(i)
             return (f"rank {s.rank} {'starts' if k == 'S' else 'ends'} {span_token(s)} "

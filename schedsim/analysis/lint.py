@@ -41,12 +41,13 @@ from bisect import bisect_right, insort
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from schedsim.analysis._index import EPS, TimelineIndex, comm_of, fmt_t, span_token
+from schedsim.analysis._index import EPS, TimelineIndex, comm_of, span_token
 from schedsim.program.ir import Comm, Commit, Compute, Program, Wait
 from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage, produces, route
 from schedsim.program.tokens import format_instr
 from schedsim.timeline import Timeline
+from schedsim.util.units import fmt_time
 
 SEVERITY_ORDER = {"error": 0, "deadlock": 1, "stream-risk": 2, "warning": 3, "info": 4}
 
@@ -242,9 +243,9 @@ def late_sends(program: Program, tl: Timeline | None = None,
                     m, prod = idx.msgs.get(key), idx.producer(key)
                     if m is not None and prod is not None and m.send_posted is not None:
                         cost = max(0.0, m.send_posted - prod.end)
-                        timing = (f"; in the run it was posted at {fmt_t(m.send_posted)}, "
-                                  f"{fmt_t(cost)} after the data was ready "
-                                  f"({span_token(prod)} ended {fmt_t(prod.end)})")
+                        timing = (f"; in the run it was posted at {fmt_time(m.send_posted)}, "
+                                  f"{fmt_time(cost)} after the data was ready "
+                                  f"({span_token(prod)} ended {fmt_time(prod.end)})")
                 if idx is not None and cost <= late_threshold + EPS:
                     continue
                 ops = ", ".join(f"{t} (instr {j})" for j, t in between)
@@ -281,14 +282,14 @@ def unrelated_recvs(program: Program, tl: Timeline) -> list[Finding]:
                 continue
             if done >= w.end - EPS and done > need_done + EPS:
                 prod = idx.producer(key)
-                why = (f"rank {m.src} posted the send at {fmt_t(m.send_posted)} (instr "
+                why = (f"rank {m.src} posted the send at {fmt_time(m.send_posted)} (instr "
                        f"{m.send_index})" + (f", its data made by {span_token(prod)} ended "
-                                             f"{fmt_t(prod.end)}" if prod else ""))
+                                             f"{fmt_time(prod.end)}" if prod else ""))
                 out.append(Finding(
                     "unrelated-recv", "warning", w.rank, w.index,
                     f"rank {w.rank} instr {w.index} ({w.kind}): {tok} is batched before "
                     f"{span_token(nxt)}, which does not need it, and holds it from "
-                    f"{fmt_t(need_done)} to {fmt_t(w.end)}: {why}", w.end - need_done,
+                    f"{fmt_time(need_done)} to {fmt_time(w.end)}: {why}", w.end - need_done,
                     f"{w.kind} held by a {comm_of(tok)[0].kind} the next op does not need"))
     return out
 

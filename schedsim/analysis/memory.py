@@ -20,7 +20,7 @@ live at once, the conservative order) or ``free-then-alloc``.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -37,6 +37,9 @@ PRESETS: dict[str, dict[str, float]] = {
     "zb": {"F": 1.0, "B": -0.5, "W": -0.5, "BW": -1.0},
     "inflight": {"F": 1.0, "B": 0.0, "W": -1.0, "BW": -1.0},
 }
+#: how an overlapped FB pair's allocation and free are ordered (``MemoryModel.fb_order``)
+FbOrder = Literal["alloc-then-free", "free-then-alloc"]
+FB_ORDERS: tuple[str, ...] = get_args(FbOrder)
 
 
 class MemoryModel(BaseModel):
@@ -49,7 +52,7 @@ class MemoryModel(BaseModel):
     B: float = -0.5
     W: float = -0.5
     BW: float = -1.0
-    fb_order: Literal["alloc-then-free", "free-then-alloc"] = "alloc-then-free"
+    fb_order: FbOrder = "alloc-then-free"
     scale: Literal["auto"] | float = "auto"
 
     @field_validator("scale")
@@ -96,6 +99,23 @@ class MemoryModel(BaseModel):
                                     f"fb_order, scale)") from None
         raise ScenarioError(f"bad memory model {spec!r}: expected a preset name "
                             f"({', '.join(PRESETS)}) or a [memory] table")
+
+    @classmethod
+    def with_flags(cls, spec: object = None, model: str | None = None,
+                   fb_order: str | None = None) -> "MemoryModel":
+        """:meth:`from_spec` of ``spec`` (a scenario's ``[memory]``), then the command
+        line's ``--memory-model`` (a preset over the table's other keys) and
+        ``--fb-order`` (one of :data:`FB_ORDERS`) on top. Raises :class:`ScenarioError`
+        for a bad value."""
+        mm = cls.from_spec(spec or None)
+        if model is not None:
+            mm = cls.from_spec({**(spec if isinstance(spec, dict) else {}), "model": model})
+        if fb_order is None:
+            return mm
+        if fb_order not in FB_ORDERS:
+            raise ScenarioError(f"bad --fb-order {fb_order!r}: expected "
+                                f"{' or '.join(FB_ORDERS)}")
+        return mm.model_copy(update={"fb_order": fb_order})
 
     def factor(self, ranks: int, stages: int) -> float:
         return ranks / stages if self.scale == "auto" else float(self.scale)

@@ -9,8 +9,9 @@ middle).
 """
 from __future__ import annotations
 
-from schedsim.analysis._index import EPS, fmt_t
+from schedsim.analysis._index import EPS
 from schedsim.analysis.query import Answer
+from schedsim.util.units import fmt_time
 
 #: chain steps printed before the middle of a long chain is elided
 CHAIN_LIMIT = 12
@@ -20,8 +21,8 @@ def _makespan(delta: float | None, before: float, after: float | None = None) ->
     if delta is None or abs(delta) < EPS:
         return "the makespan does not move"
     after = before - delta if after is None else after
-    return (f"the makespan moves by {fmt_t(delta)} ({fmt_t(after)} instead of "
-            f"{fmt_t(before)})")
+    return (f"the makespan moves by {fmt_time(delta)} ({fmt_time(after)} instead of "
+            f"{fmt_time(before)})")
 
 
 def _wait_text(bw: dict | None) -> str:
@@ -48,8 +49,8 @@ def _moved(a: Answer, data_start: float | None) -> str:
     d = a.effect_start - data_start
     if abs(d) <= EPS:
         return ""
-    return (f" ({fmt_t(abs(d))} {'later' if d > 0 else 'earlier'} than under data "
-            f"semantics, {fmt_t(data_start)})")
+    return (f" ({fmt_time(abs(d))} {'later' if d > 0 else 'earlier'} than under data "
+            f"semantics, {fmt_time(data_start)})")
 
 
 def headline(a: Answer, data_start: float | None = None) -> list[str]:
@@ -68,11 +69,11 @@ def headline(a: Answer, data_start: float | None = None) -> list[str]:
     if a.delay is None:
         return [f"{sem}: with the cause free {a.effect} never happens"]
     when = "starts" if a.effect_event == "start" else "completes"
-    t0 = fmt_t(a.effect_start)
+    t0 = fmt_time(a.effect_start)
     if a.delays:
         verb = "together delay" if many else "delays"
-        return [f"{sem}: {causes} {verb} {a.effect} by {fmt_t(a.delay)}: it {when} at "
-                f"{t0}{moved}, at {fmt_t(a.counterfactual_start)} with the cause free; "
+        return [f"{sem}: {causes} {verb} {a.effect} by {fmt_time(a.delay)}: it {when} at "
+                f"{t0}{moved}, at {fmt_time(a.counterfactual_start)} with the cause free; "
                 f"{_makespan(a.makespan_delta, a.makespan, a.counterfactual_makespan)}."]
     if not a.co_causes:
         verb = "do not delay" if many else "does not delay"
@@ -87,11 +88,11 @@ def headline(a: Answer, data_start: float | None = None) -> list[str]:
              f"{_wait_text(a.binding_wait)} too.")
     both = "both" if len(a.causes) + len(a.co_causes) == 2 else "all"
     if a.joint_delay is not None and a.joint_delay > EPS:
-        second = (f"  freeing {both}: delay {fmt_t(a.joint_delay)} (it {when} at "
-                  f"{fmt_t(a.joint_start)} instead of {t0}); "
+        second = (f"  freeing {both}: delay {fmt_time(a.joint_delay)} (it {when} at "
+                  f"{fmt_time(a.joint_start)} instead of {t0}); "
                   f"{_makespan(a.joint_makespan_delta, a.makespan)}.")
     else:
-        second = (f"  freeing {both}: delay {fmt_t(a.joint_delay)} (something else holds "
+        second = (f"  freeing {both}: delay {fmt_time(a.joint_delay)} (something else holds "
                   f"it as well)")
     return [first, second]
 
@@ -106,11 +107,11 @@ def details(a: Answer) -> list[str]:
         parts = []
         for c in bw["comms"]:
             flag = " <- binding" if c["binding"] else ""
-            parts.append(f"{c['comm']} done {fmt_t(c['done'])} (partner {c['partner']} "
-                         f"posted {fmt_t(c['partner_posted'])}){flag}")
+            parts.append(f"{c['comm']} done {fmt_time(c['done'])} (partner {c['partner']} "
+                         f"posted {fmt_time(c['partner_posted'])}){flag}")
         what = "its inputs" if bw["kind"] == "DATA" else f"{bw['kind']} at instr {bw['index']}"
-        lines.append(f"  blocked on {what} from {fmt_t(bw['reached'])} to "
-                     f"{fmt_t(bw['released'])}: " + "; ".join(parts))
+        lines.append(f"  blocked on {what} from {fmt_time(bw['reached'])} to "
+                     f"{fmt_time(bw['released'])}: " + "; ".join(parts))
     elif a.effect_event == "start":
         lines.append("  not blocked: it started as soon as the previous op ended")
     lines.append(chain_text(a.chain))
@@ -136,14 +137,14 @@ def explain(a: Answer) -> list[str]:
 
 
 def step_text(s: dict) -> str:
-    """One chain step (a :class:`~schedsim.analysis.critical.Step` as a dict) in a few
+    """One chain step (a :class:`~schedsim.analysis.critical.PathStep` as a dict) in a few
     characters: ``5W0@r5 [12,13]``, ``msg B mb0 5->4 (12)``, ``r5 COMMIT#28 (12)``."""
     if s["kind"] == "op":
-        return f"{s['what']}@r{s['rank']} [{fmt_t(s['start'])},{fmt_t(s['end'])}]"
+        return f"{s['what']}@r{s['rank']} [{fmt_time(s['start'])},{fmt_time(s['end'])}]"
     if s["kind"] == "message":
-        return f"msg {s['what']} ({fmt_t(s['end'])})"
+        return f"msg {s['what']} ({fmt_time(s['end'])})"
     if s["kind"] == "post":
-        return f"r{s['rank']} posts {s['what']} ({fmt_t(s['start'])})"
+        return f"r{s['rank']} posts {s['what']} ({fmt_time(s['start'])})"
     if s["kind"] == "wait":
-        return f"r{s['rank']} {s['what']}#{s['index']} ({fmt_t(s['start'])})"
-    return f"{s['what']} ({fmt_t(s['start'])})"
+        return f"r{s['rank']} {s['what']}#{s['index']} ({fmt_time(s['start'])})"
+    return f"{s['what']} ({fmt_time(s['start'])})"

@@ -41,7 +41,6 @@ from schedsim.analysis._index import (
     EPS,
     TimelineIndex,
     comm_of,
-    fmt_t,
     key_label,
     partner_token,
     span_token,
@@ -58,6 +57,7 @@ from schedsim.analysis.blame import (
 )
 from schedsim.program.ir import Program
 from schedsim.timeline import Message, Span, Timeline, WaitRecord
+from schedsim.util.units import fmt_time
 
 #: cause -> one-line meaning (shown by ``schedsim stalls --help`` and the README)
 CAUSES: dict[str, str] = {
@@ -167,7 +167,7 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
     if msg is None:
         return "wait-recv", f"{m.token}: no such message in the timeline"
     prod = idx.producer(m.key)
-    made = (f"made by {span_token(prod)} on rank {msg.src}, ended {fmt_t(prod.end)}"
+    made = (f"made by {span_token(prod)} on rank {msg.src}, ended {fmt_time(prod.end)}"
             if prod is not None else f"from rank {msg.src}, never made")
     if m.done is None:
         return "deadlock", f"{m.token} ({key_label(m.key)}) never completes"
@@ -177,18 +177,18 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
         held = atomic_hold(idx, msg, ready)
         if held is not None:
             return "atomic-batch", (f"{m.token} ({key_label(m.key)}, {made}) was ready to "
-                                    f"move at {fmt_t(ready)} but started only at "
-                                    f"{fmt_t(msg.start)}: {held[0]}")
+                                    f"move at {fmt_time(ready)} but started only at "
+                                    f"{fmt_time(msg.start)}: {held[0]}")
         blk = streams_of(idx).transfer_blocker(msg, owner)
         if blk is not None:        # a side queued on its rank's comm stream
             return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to "
-                                    f"move at {fmt_t(ready)} but started only at "
-                                    f"{fmt_t(msg.start)}: {blk.sentence()}")
+                                    f"move at {fmt_time(ready)} but started only at "
+                                    f"{fmt_time(msg.start)}: {blk.sentence()}")
         behind = queued_behind(tl, msg)
-        what = (", ".join(f"{b.label()} (started {fmt_t(b.start)})" for b in behind[:3])
+        what = (", ".join(f"{b.label()} (started {fmt_time(b.start)})" for b in behind[:3])
                 if behind else f"earlier P2P ops on rank {owner}'s comm stream")
         return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) was ready to move "
-                                f"at {fmt_t(ready)} but started only at {fmt_t(msg.start)}, "
+                                f"at {fmt_time(ready)} but started only at {fmt_time(msg.start)}, "
                                 f"queued behind {what}")
     own = Side(msg, m.is_send)
     blk = streams_of(idx).blocker(own)
@@ -196,29 +196,29 @@ def mechanism(idx: TimelineIndex, m: Member) -> tuple[str, str]:
             msg.arrival is None or own.active > msg.arrival + EPS):
         # the op itself was queued on its own rank's stream past the data's arrival
         return "head-of-line", (f"{m.token} ({key_label(m.key)}, {made}) arrived at "
-                                f"{fmt_t(msg.arrival)} but {blk.sentence()}; it completed "
-                                f"at {fmt_t(m.done)}")
+                                f"{fmt_time(msg.arrival)} but {blk.sentence()}; it completed "
+                                f"at {fmt_time(m.done)}")
     if not m.is_send:
         sp = msg.send_posted
         txt = f"{m.token} waits for the {key_label(m.key)} from rank {msg.src} ({made})"
         if (tl.semantics != "data" and prod is not None and sp is not None
                 and sp > prod.end + EPS):
-            txt += (f"; rank {msg.src} posted {partner_token(m.token)} only at {fmt_t(sp)} "
-                    f"(instr {msg.send_index}), {fmt_t(sp - prod.end)} after the data was "
+            txt += (f"; rank {msg.src} posted {partner_token(m.token)} only at {fmt_time(sp)} "
+                    f"(instr {msg.send_index}), {fmt_time(sp - prod.end)} after the data was "
                     f"ready")
         elif sp is not None and tl.semantics != "data":
-            txt += f"; rank {msg.src} posted {partner_token(m.token)} at {fmt_t(sp)}"
-        txt += f"; it completed at {fmt_t(m.done)}"
+            txt += f"; rank {msg.src} posted {partner_token(m.token)} at {fmt_time(sp)}"
+        txt += f"; it completed at {fmt_time(m.done)}"
         return "wait-recv", txt
     rp, sp = msg.recv_posted, msg.send_posted
     if (rp is not None and sp is not None and rp > sp + EPS and m.done >= rp - EPS
             and (msg.start is None or msg.start >= rp - EPS)):
         return "wait-send", (f"{m.token} ({key_label(m.key)}) was not accepted until rank "
-                             f"{msg.dst} posted {partner_token(m.token)} at {fmt_t(rp)} "
-                             f"(instr {msg.recv_index}); it completed at {fmt_t(m.done)}")
+                             f"{msg.dst} posted {partner_token(m.token)} at {fmt_time(rp)} "
+                             f"(instr {msg.recv_index}); it completed at {fmt_time(m.done)}")
     return "transfer", (f"{m.token} ({key_label(m.key)}) was on the wire from "
-                        f"{fmt_t(msg.start if msg.start is not None else sp)} to "
-                        f"{fmt_t(m.done)}")
+                        f"{fmt_time(msg.start if msg.start is not None else sp)} to "
+                        f"{fmt_time(m.done)}")
 
 
 def explain_wait(idx: TimelineIndex, w: WaitRecord, next_span: Span | None
@@ -323,18 +323,18 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
             if c.rank == r and c.peer in blocked:     # the rank it waits for, where stuck
                 who = (c.peer, blocked[c.peer].index, blocked[c.peer].instruction)
         return Stall(r, s0, s1, "deadlock",
-                     f"blocked at instr {b.index} ({b.instruction}) since {fmt_t(b.since)}, "
+                     f"blocked at instr {b.index} ({b.instruction}) since {fmt_time(b.since)}, "
                      f"waiting for " + "; ".join(b.waiting_for), b.index, b.instruction,
                      [], *who)
     if w is None:
         cause = pos or "host"
         if pos == "cooldown":
             detail = (f"no op left on rank {r}: its last op "
-                      f"{span_token(spans[-1])} ended at {fmt_t(s0)}")
+                      f"{span_token(spans[-1])} ended at {fmt_time(s0)}")
         elif pos == "warmup":
             detail = ("no op could run yet" if nxt is None else
                       f"no op could run yet; first op {span_token(nxt)} starts at "
-                      f"{fmt_t(nxt.start)}")
+                      f"{fmt_time(nxt.start)}")
         else:
             detail = "no recorded wait covers this interval (host-side time between ops)"
             launch = _launching(idx.tl, program, r, s0, s1)
@@ -351,7 +351,7 @@ def _stall(idx: TimelineIndex, program: Program | None, r: int, s0: float, s1: f
         cause = "warmup"
     elif pos == "cooldown":
         detail = (f"after its last op {span_token(spans[-1])} (ended "
-                  f"{fmt_t(spans[-1].end)}), the rank only waits: {detail}")
+                  f"{fmt_time(spans[-1].end)}), the rank only waits: {detail}")
         cause = "cooldown"
     return Stall(r, s0, s1, cause, detail, w.index, tok, toks, *who)
 
@@ -369,8 +369,8 @@ def _launching(tl: Timeline, program: Program | None, r: int, s0: float, s1: flo
     t, i = max(mine)
     tok = _instr_token(program, r, i, f"instr {i}")
     more = f" (and {len(mine) - 1} more launches)" if len(mine) > 1 else ""
-    return (f"{fmt_t(sum(x[0] for x in mine))} of it launching sends/recvs: "
-            f"{tok} (instr {i}) {fmt_t(t)}{more}")
+    return (f"{fmt_time(sum(x[0] for x in mine))} of it launching sends/recvs: "
+            f"{tok} (instr {i}) {fmt_time(t)}{more}")
 
 
 def stalls_summary(stalls: list[Stall], ranks: int) -> dict[str, list[float]]:
@@ -391,15 +391,15 @@ def stalls_headline(stalls: list[Stall], tl: Timeline, rank: int | None = None) 
     by: dict[str, float] = {}
     for s in sel:
         by[s.cause] = by.get(s.cause, 0.0) + s.duration
-    causes = ", ".join(f"{c} {fmt_t(v)}" for c, v in sorted(by.items(), key=lambda kv: -kv[1]))
+    causes = ", ".join(f"{c} {fmt_time(v)}" for c, v in sorted(by.items(), key=lambda kv: -kv[1]))
     who = f"rank {rank}" if rank is not None else "all ranks"
     pct = f" ({100 * idle / total:.1f}%)" if total > 0 else ""
-    head = (f"idle by cause ({who}): {causes or 'none'} = {fmt_t(idle)} of "
-            f"{fmt_t(total)}{pct} in {len(sel)} stalls")
+    head = (f"idle by cause ({who}): {causes or 'none'} = {fmt_time(idle)} of "
+            f"{fmt_time(total)}{pct} in {len(sel)} stalls")
     if not sel:
         return head
     top = max(sel, key=lambda s: (s.duration, -s.rank, -s.start))
-    return (f"{head}; longest: rank {top.rank} {fmt_t(top.start)}-{fmt_t(top.end)} "
+    return (f"{head}; longest: rank {top.rank} {fmt_time(top.start)}-{fmt_time(top.end)} "
             f"{top.cause}")
 
 

@@ -23,6 +23,7 @@ from schedsim.cli.common import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -122,7 +123,7 @@ def stalls(
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
     for s in shown:
-        t.add_row(str(s.rank), fmt_t(s.start), fmt_t(s.end), fmt_t(s.duration), s.cause,
+        t.add_row(str(s.rank), fmt_time(s.start), fmt_time(s.end), fmt_time(s.duration), s.cause,
                   escape(s.detail))
     console.print(t)
     if len(shown) < n:
@@ -257,8 +258,8 @@ def critical_path_cmd(
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
-            ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_t(o.start),
-                       fmt_t(o.end), fmt_t(o.slack))
+            ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_time(o.start),
+                       fmt_time(o.end), fmt_time(o.slack))
         console.print(ts)
 
 
@@ -276,7 +277,7 @@ def _path_table(path: list, show_all: bool) -> Table:
         for s in path:
             t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
-                      fmt_t(s.start), fmt_t(s.end), escape(s.detail))
+                      fmt_time(s.start), fmt_time(s.end), escape(s.detail))
         return t
     t = Table(title="critical path by runs of ops on one rank (--all: every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
@@ -288,7 +289,7 @@ def _path_table(path: list, show_all: bool) -> Table:
                         else f"{v.what} (instr {v.index})" if v.kind == "wait" else v.what
                         for v in g.via)
         t.add_row(str(g.rank), str(len(g.ops)), escape(g.ops[0].what),
-                  escape(g.ops[-1].what), fmt_t(g.start), fmt_t(g.end), escape(via))
+                  escape(g.ops[-1].what), fmt_time(g.start), fmt_time(g.end), escape(via))
     return t
 
 
@@ -384,11 +385,11 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
         t.add_column(col, justify="left" if col == "semantics" else "right")
     for a in answers:
         vs = ([] if len(cols) == 2 else
-              [fmt_t(None if a.effect_start is None else a.effect_start - data_t)])
-        co = [fmt_t(a.joint_delay)] if joint else []
-        t.add_row(a.semantics, fmt_t(a.effect_start), *vs, fmt_t(a.counterfactual_start),
-                  "deadlock" if a.deadlock else fmt_t(a.delay), *co, fmt_t(a.makespan),
-                  fmt_t(a.makespan_delta))
+              [fmt_time(None if a.effect_start is None else a.effect_start - data_t)])
+        co = [fmt_time(a.joint_delay)] if joint else []
+        t.add_row(a.semantics, fmt_time(a.effect_start), *vs, fmt_time(a.counterfactual_start),
+                  "deadlock" if a.deadlock else fmt_time(a.delay), *co, fmt_time(a.makespan),
+                  fmt_time(a.makespan_delta))
     return t
 
 
@@ -438,7 +439,7 @@ def lint(
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")
         for f in found:
-            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_t(f.cost),
+            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_time(f.cost),
                       escape(f.message))
     else:
         for col in ("severity", "rule", "count", "ranks", "cost", "finding"):
@@ -452,7 +453,7 @@ def lint(
                 text = (f"{g.pattern}, e.g. {first.message} (also {more}"
                         + (", ..." if g.count > 4 else "") + ")")
             t.add_row(g.severity, g.rule, str(g.count), rank_ranges(g.ranks),
-                      fmt_t(g.cost), escape(text))
+                      fmt_time(g.cost), escape(text))
     console.print(t)
     by: dict[str, int] = {}
     for f in found:

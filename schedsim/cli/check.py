@@ -21,16 +21,18 @@ import typer
 
 from schedsim.cli import app
 from schedsim.cli.common import console, fail, handle_errors
+from schedsim.util.units import with_unit
 
 SEMANTICS_HELP = ("Comm semantics of the predictions: rendezvous (default: gloo and NCCL "
                   "sends complete only once the receiver posted, measured) or eager.")
 
 
 def check_semantics(semantics: str) -> str:
-    if semantics not in ("eager", "rendezvous"):
-        fail(f"unknown --semantics {semantics!r}: expected rendezvous or eager (a measured "
-             f"run posts its sends and recvs, so data semantics does not apply)")
-    return semantics
+    """The ``--semantics`` of predictions checked against a measured run
+    (:func:`schedsim.program.vocab.check_semantics`; ScenarioError: exit 2)."""
+    from schedsim.program.vocab import check_semantics as check
+
+    return check(semantics, measured=True)
 
 
 def report(errors: Any, measured: Any) -> None:
@@ -132,7 +134,7 @@ def check_trace(
     console.print(f"{name}: {tl.ranks} ranks, {tl.stages} stages, {tl.microbatches} "
                   f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "
                   f"{p2p.get('messages', 0)} messages paired; measured makespan "
-                  f"{tl.makespan:.4g} {tl.unit}", highlight=False, soft_wrap=True)
+                  f"{with_unit(tl.makespan, tl.unit)}", highlight=False, soft_wrap=True)
     for note in getattr(tl, "import_notes", []):
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
     errors = two_errors(tl, prog, semantics=semantics, model=model)  # type: ignore[arg-type]

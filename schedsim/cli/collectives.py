@@ -11,7 +11,7 @@ import typer
 
 from schedsim.cli import app
 from schedsim.cli.common import console, fail, handle_errors
-from schedsim.errors import ScenarioError
+from schedsim.util.units import fmt_time
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -32,15 +32,6 @@ def model_summary(sc: Scenario) -> str:
             f"parallel {'on' if m.sequence_parallel else 'off'}, overlap {m.overlap}")
 
 
-def _used(sc: Scenario, kind: str, stage: int) -> float:
-    """The cost the simulation uses for ``kind`` on ``stage`` (microbatch 0)."""
-    from schedsim.sim.pieces import fb_op
-    from schedsim.program.ir import Op
-
-    c = sc.costs
-    return c.cost(fb_op(stage, stage)) if kind == "FB" else c.cost(Op(kind, stage, 0))
-
-
 def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> None:
     """Print the derived cost of every kind per stage group (compute, collectives, the
     exposed and hidden collective time) and, with ``tl``, the exposed collective time per
@@ -48,8 +39,8 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     default row stands for)."""
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
     from schedsim.sim.pieces import exposed_by_kind
+    from schedsim.sweep import stage_cost
 
     sco = sc.stage_costs()
     if sco is None:
@@ -62,86 +53,52 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
                      no_wrap=True)
     for label, kind, oc in sco.table():
         st = default_stage if label in ("all", "default") else int(label)
-        used = "-" if st is None else _used(sc, kind, st)
+        used = "-" if st is None else stage_cost(sc.costs, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
-            1.0, oc.cost) else f"typed: {fmt_t(used)}")
-        t.add_row(label, kind, fmt_t(oc.cost), fmt_t(oc.compute), fmt_t(oc.collective),
-                  fmt_t(oc.exposed), fmt_t(oc.hidden), how)
+            1.0, oc.cost) else f"typed: {fmt_time(used)}")
+        t.add_row(label, kind, fmt_time(oc.cost), fmt_time(oc.compute), fmt_time(oc.collective),
+                  fmt_time(oc.exposed), fmt_time(oc.hidden), how)
     console.print(t)
     if tl is not None and tl.deadlock is None:
         rows = exposed_by_kind(tl, sco)
         if rows:
-            parts = [f"{k} {fmt_t(v['exposed'])} of {fmt_t(v['collective'])} ({v['ops']:g} "
+            parts = [f"{k} {fmt_time(v['exposed'])} of {fmt_time(v['collective'])} ({v['ops']:g} "
                      f"ops)" for k, v in sorted(rows.items())]
             console.print("exposed collective time over the run, per kind: "
                           + "; ".join(parts), highlight=False, soft_wrap=True)
 
 
 # -- compare --model-overlap -------------------------------------------------------------
-def compare_overlaps(ranks: int, microbatches: int, data: dict[str, Any], overlaps: str,
-                     names: list[str] | None, memory: Any, json_out: Path | None) -> None:
-    """``compare --model-overlap none,fb``: the comparison once per overlap mode of the
-    scenario's ``[model]`` (``data``: the scenario dict with the command's flags
-    applied), one table, then per schedule the makespan gain of each mode over the
-    first. Raises :class:`ScenarioError` without a ``[model]`` or for an unknown mode."""
+def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
+    """``compare --model-overlap none,fb``: print an
+    :class:`~schedsim.sweep.OverlapComparison` (one table, then per schedule the makespan
+    gain of each mode over the first) and write its records to ``json_out``."""
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
-    from schedsim.scenario import parse_scenario
-    from schedsim.sweep import compare as run_compare
 
-    modes = [o.strip() for o in overlaps.split(",") if o.strip()]
-    if data.get("model") is None:
-        raise ScenarioError("--model-overlap needs a scenario with a [model] table "
-                            "(--scenario FILE)")
-    from typing import get_args
-
-    from schedsim.sim.stage_model import Overlap
-
-    known = get_args(Overlap)
-    bad = [o for o in modes if o not in known]
-    if bad or len(modes) < 2:
-        raise ScenarioError(f"bad --model-overlap {overlaps!r}: give two or more of "
-                            f"{', '.join(known)}, e.g. none,fb")
-    runs = []
-    for mode in modes:
-        sc = parse_scenario({**data, "model": {**data["model"], "overlap": mode}},
-                            f"--model-overlap {mode}")
-        res = run_compare(ranks, microbatches, sc.costs, sc.link, sc.comm, names, memory)
-        runs.append((mode, sc, res))
-    t = Table(title=f"{ranks} ranks x {microbatches} microbatches, {runs[0][2].semantics} "
+    t = Table(title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
                     f"semantics, costs from the stage model by overlap mode")
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
-    records = []
-    for mode, sc, res in runs:
-        for r in res.rows:
-            fb = _used(sc, "FB", 0)
-            f, bw = _used(sc, "F", 0), _used(sc, "BW", 0)
-            t.add_row(r.schedule, mode, fmt_t(f), fmt_t(bw), fmt_t(fb), fmt_t(r.makespan),
-                      f"{r.bubble_ratio:.3f}")
-            records.append({"schedule": r.schedule, "overlap": mode, "F": f, "BW": bw,
-                            "FB": fb, "makespan": r.makespan,
-                            "bubble_ratio": r.bubble_ratio})
+    for r in res.records:
+        t.add_row(r["schedule"], r["overlap"], fmt_time(r["F"]), fmt_time(r["BW"]),
+                  fmt_time(r["FB"]), fmt_time(r["makespan"]), f"{r['bubble_ratio']:.3f}")
     console.print(t)
-    base = {r["schedule"]: r["makespan"] for r in records if r["overlap"] == modes[0]}
-    for rec in records:
-        b = base.get(rec["schedule"])
-        if rec["overlap"] == modes[0] or b is None:
-            continue
-        gain = b - rec["makespan"]
-        rec["gain_over_" + modes[0]] = gain
+    first = res.modes[0]
+    base = {r["schedule"]: r["makespan"] for r in res.records if r["overlap"] == first}
+    for rec in res.gains():
+        gain = rec["gain_over_" + first]
+        b = base[rec["schedule"]]
         pct = f" ({100 * gain / b:.1f}%)" if b > 0 else ""
-        console.print(f"{rec['schedule']}: makespan {fmt_t(b)} ({modes[0]}) -> "
-                      f"{fmt_t(rec['makespan'])} ({rec['overlap']}): gain "
-                      f"{fmt_t(gain)}{pct}", highlight=False)
-    for _mode, _sc, res in runs[:1]:
-        for n, why in res.skipped.items():
-            console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+        console.print(f"{rec['schedule']}: makespan {fmt_time(b)} ({first}) -> "
+                      f"{fmt_time(rec['makespan'])} ({rec['overlap']}): gain "
+                      f"{fmt_time(gain)}{pct}", highlight=False)
+    for n, why in res.skipped.items():
+        console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
     if json_out is not None:
         from schedsim.cli.analysis import write_json
 
-        write_json(json_out, records)
+        write_json(json_out, res.records)
 
 
 # -- check-collectives -------------------------------------------------------------------

@@ -21,7 +21,9 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
     with_suggestion,
 )
 from schedsim.cli.options import ConnectionsOpt
+from schedsim.cli.records import param_hints
 from schedsim.errors import SchedsimError
+from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
@@ -262,9 +264,9 @@ CostOpt = Annotated[Optional[str], typer.Option(
     "--cost", help="Costs per kind, e.g. F=1,B=1,W=1,BW=2,FB=3 (BW defaults to B+W, FB to "
     "F+BW).")]
 SemanticsOpt = Annotated[Optional[str], typer.Option(
-    "--semantics", help="data | eager | rendezvous.")]
+    "--semantics", help=" | ".join(SEMANTICS) + ".")]
 StreamOpt = Annotated[Optional[str], typer.Option(
-    "--comm-stream", help="none | per-peer | per-rank: P2P launches of a rank share a "
+    "--comm-stream", help=" | ".join(COMM_STREAMS) + ": P2P launches of a rank share a "
     "stream.")]
 ThresholdOpt = Annotated[Optional[float], typer.Option(
     "--eager-threshold", help="Under rendezvous, messages of at most this many bytes are "
@@ -277,7 +279,7 @@ LazyInitOpt = Annotated[Optional[bool], typer.Option("--lazy-init/--no-lazy-init
 InitCostOpt = Annotated[Optional[float], typer.Option("--init-cost", help="With --lazy-init: "
     "time to create a 2-rank communicator (default 0).")]
 GroupSemanticsOpt = Annotated[Optional[str], typer.Option(
-    "--group-semantics", help="independent | atomic: the ops of one BATCH progress each "
+    "--group-semantics", help=" | ".join(GROUP_SEMANTICS) + ": the ops of one BATCH progress each "
     "on its own (gloo), or move no data until all are matched and complete together "
     "(NCCL groups).")]
 BytesOpt = Annotated[Optional[float], typer.Option(
@@ -354,14 +356,6 @@ PROGRAM_FLAGS = ("scenario", "schedule", "ranks", "microbatches", "chunks", "var
                  "placement")
 
 
-def _own_hints(fn: Callable) -> dict[str, Any]:
-    """The evaluated annotations of ``fn``'s parameters but ``sc`` (the scenario the
-    wrapper passes: its type is imported only where a command runs)."""
-    own = {k: v for k, v in fn.__annotations__.items() if k not in ("sc", "return")}
-    holder = type("_Params", (), {"__annotations__": own})
-    return typing.get_type_hints(holder, globalns=fn.__globals__, include_extras=True)
-
-
 def scenario_command(fn: Callable | None = None, *,
                      flags: tuple[str, ...] | None = None, timelines: bool = False
                      ) -> Callable:
@@ -380,7 +374,7 @@ def scenario_command(fn: Callable | None = None, *,
     shared_params = [(n, InputArg if timelines and n == "scenario" else a)
                      for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
-    hints = _own_hints(fn)
+    hints = param_hints(fn)
     own = [p.replace(annotation=hints.get(n, p.annotation))
            for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
     takes_all = any(p.name == "all_semantics" for p in own)

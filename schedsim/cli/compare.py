@@ -1,6 +1,7 @@
 """``schedsim compare``, ``schedsim diff`` and ``schedsim memory``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -36,9 +37,11 @@ from schedsim.cli.common import (
     scenario_command,
 )
 from schedsim.cli.options import GanttOpt
+from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.analysis.memory import MemoryModel
@@ -73,21 +76,6 @@ ModelOverlapOpt = Annotated[Optional[str], typer.Option(
     "schedule's makespan gain over the first mode.")]
 
 
-def _memory_model(spec: object, model: str | None, fb_order: str | None) -> MemoryModel:
-    from schedsim.analysis.memory import MemoryModel
-    mm = MemoryModel.from_spec(spec or None)
-    upd = {}
-    if model is not None:
-        mm = MemoryModel.from_spec({**(spec if isinstance(spec, dict) else {}),
-                                    "model": model})
-    if fb_order is not None:
-        if fb_order not in ("alloc-then-free", "free-then-alloc"):
-            raise ScenarioError(f"bad --fb-order {fb_order!r}: expected alloc-then-free or "
-                                f"free-then-alloc")
-        upd["fb_order"] = fb_order
-    return mm.model_copy(update=upd)
-
-
 CompareArg = Annotated[Optional[Path], typer.Argument(
     help="Scenario TOML file: its ranks, microbatches, costs, link, comm and \\[memory] "
     "(its \\[schedule] name is compared only when --schedules names it).",
@@ -100,38 +88,44 @@ CompareQuietOpt = Annotated[bool, typer.Option(
     "progress.")]
 
 
-@app.command()
+@dataclass(frozen=True)
+class CompareOptions:
+    """The options of ``schedsim compare`` (each one its flag, in --help order)."""
+
+    scenario_arg: CompareArg = None
+    ranks: RanksOpt = None
+    microbatches: MbOpt = None
+    cost: CostOpt = None
+    schedules: SchedulesOpt = None
+    chunks: ChunksOpt = None
+    variant: VariantOpt = None
+    param: ParamOpt = None
+    comm_policy: PolicyOpt = None
+    semantics: SemanticsOpt = None
+    comm_stream: StreamOpt = None
+    eager_threshold: ThresholdOpt = None
+    launch_cost: LaunchCostOpt = None
+    lazy_init: LazyInitOpt = None
+    init_cost: InitCostOpt = None
+    message_bytes: BytesOpt = None
+    latency: LatencyOpt = None
+    bandwidth: BandwidthOpt = None
+    memory_model: MemModelOpt = None
+    fb_order: FbOrderOpt = None
+    per_rank_costs: PerRankCostsOpt = True
+    jobs: JobsOpt = 0
+    scenario: CompareScenarioOpt = None
+    model_overlap: ModelOverlapOpt = None
+    json_out: JsonOpt = None
+    gantt: GanttOpt = None
+    memory: CompareMemoryOpt = False
+    quiet: CompareQuietOpt = False
+
+
+@app.command("compare")
 @handle_errors(tables=True)
-def compare(
-    scenario_arg: CompareArg = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    cost: CostOpt = None,
-    schedules: SchedulesOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    param: ParamOpt = None,
-    comm_policy: PolicyOpt = None,
-    semantics: SemanticsOpt = None,
-    comm_stream: StreamOpt = None,
-    eager_threshold: ThresholdOpt = None,
-    launch_cost: LaunchCostOpt = None,
-    lazy_init: LazyInitOpt = None,
-    init_cost: InitCostOpt = None,
-    message_bytes: BytesOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    memory_model: MemModelOpt = None,
-    fb_order: FbOrderOpt = None,
-    per_rank_costs: PerRankCostsOpt = True,
-    jobs: JobsOpt = 0,
-    scenario: CompareScenarioOpt = None,
-    model_overlap: ModelOverlapOpt = None,
-    json_out: JsonOpt = None,
-    gantt: GanttOpt = None,
-    memory: CompareMemoryOpt = False,
-    quiet: CompareQuietOpt = False,
-) -> None:
+@options_record(CompareOptions)
+def compare_command(o: CompareOptions) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
     peak activation and parameter memory side by side.
 
@@ -152,31 +146,34 @@ def compare(
       schedsim compare schedules/dualpipe-figure.toml \\
         --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.cli.common import build_scenario
-    from schedsim.sweep import compare as run_compare
+    from schedsim.sweep import compare_schedules, params_for_schedules
 
-    _check_flags(scenario_arg, scenario, memory, gantt, json_out)
-    base = build_scenario(scenario_arg or scenario, cost=cost, semantics=semantics,
-                          comm_stream=comm_stream, eager_threshold=eager_threshold,
-                          launch_cost=launch_cost, lazy_init=lazy_init, init_cost=init_cost,
-                          message_bytes=message_bytes, latency=latency, bandwidth=bandwidth)
-    ranks, microbatches = _size(base, ranks, microbatches)
-    mm = _memory_model(base.memory or None, memory_model, fb_order)
-    names = [schedules] if schedules else None
-    if base.workload is not None or model_overlap is not None:
-        return _compare_other(base, names, model_overlap, ranks, microbatches, mm, json_out)
-    shared = _shared_params(chunks=chunks, variant=variant, comm_policy=comm_policy,
-                            **key_values(param, "--param"))
-    with Phases(quiet) as ph:
+    _check_flags(o.scenario_arg, o.scenario, o.memory, o.gantt, o.json_out)
+    base = build_scenario(o.scenario_arg or o.scenario, cost=o.cost, semantics=o.semantics,
+                          comm_stream=o.comm_stream, eager_threshold=o.eager_threshold,
+                          launch_cost=o.launch_cost, lazy_init=o.lazy_init,
+                          init_cost=o.init_cost, message_bytes=o.message_bytes,
+                          latency=o.latency, bandwidth=o.bandwidth)
+    ranks, microbatches = _size(base, o.ranks, o.microbatches)
+    mm = MemoryModel.with_flags(base.memory or None, o.memory_model, o.fb_order)
+    names = [o.schedules] if o.schedules else None
+    if base.workload is not None or o.model_overlap is not None:
+        return _compare_other(base, names, o.model_overlap, ranks, microbatches, mm,
+                              o.json_out)
+    shared = params_for_schedules(chunks=o.chunks, variant=o.variant,
+                                  comm_policy=o.comm_policy, **key_values(o.param, "--param"))
+    with Phases(o.quiet) as ph:
         ph.step(f"simulating {'the' if names else 'every'} schedule(s) at {ranks} ranks "
                 f"x {microbatches} microbatches")
-        res = run_compare(ranks, microbatches, base.costs, base.link, base.comm, names, mm,
-                          shared, per_rank_costs=per_rank_costs, jobs=jobs,
-                          keep_timelines=gantt is not None)
-        if gantt is not None:
-            ph.step(f"drawing {gantt}")
-            _draw_compare(res, gantt, mm if memory else None)
-    _print_compare(res, base.costs, mm, ranks, microbatches, json_out, quiet)
+        res = compare_schedules(ranks, microbatches, base.costs, base.link, base.comm, names,
+                                mm, shared, per_rank_costs=o.per_rank_costs, jobs=o.jobs,
+                                keep_timelines=o.gantt is not None)
+        if o.gantt is not None:
+            ph.step(f"drawing {o.gantt}")
+            _draw_compare(res, o.gantt, mm if o.memory else None)
+    _print_compare(res, base.costs, mm, ranks, microbatches, o.json_out, o.quiet)
 
 
 def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,
@@ -189,11 +186,13 @@ def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str |
 
         plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
         return compare_workload(base, plain, json_out)
-    from schedsim.cli.collectives import compare_overlaps
+    from schedsim.cli.collectives import print_overlap_comparison
+    from schedsim.sweep import compare_overlap_modes
 
     data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
                            exclude_unset=True)
-    return compare_overlaps(ranks, microbatches, data, model_overlap, names, mm, json_out)
+    res = compare_overlap_modes(data, model_overlap or "", ranks, microbatches, names, mm)
+    return print_overlap_comparison(res, json_out)
 
 
 def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
@@ -216,34 +215,20 @@ def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[
     return ranks, microbatches
 
 
-def _shared_params(**given: Any) -> dict[str, dict]:
-    """Per schedule name, the parameters of the flags given for every schedule: a
-    generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
-    schedules whose generator takes them, the others (--comm-policy and its keys) to
-    every schedule."""
-    from schedsim.generators import GENERATORS
-
-    given = {k: v for k, v in given.items() if v is not None}
-    gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
-    return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
-            for n, g in GENERATORS.items()}
-
-
 def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     """One Gantt chart per schedule of ``res`` (rows that kept their run) stacked on one
     time axis, to ``path``; ``memory``: with an activation-memory panel each."""
-    from schedsim.analysis._index import fmt_t
-    from schedsim.plot import compare as draw, save_figure
+    from schedsim.plot import gantt_stack, save_figure
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]
     if not tls:
         raise ScenarioError(f"--gantt {path}: no schedule ran (all were skipped), nothing "
                             f"to draw")
-    titles = [f"{r.schedule}: makespan {fmt_t(r.makespan)}, bubble {r.bubble_ratio:.3f}"
+    titles = [f"{r.schedule}: makespan {fmt_time(r.makespan)}, bubble {r.bubble_ratio:.3f}"
               for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
-    save_figure(draw(tls, titles=titles, suptitle=sup, memory=memory), path)
+    save_figure(gantt_stack(tls, titles=titles, suptitle=sup, memory=memory), path)
 
 
 def compare_records(res: Any, ranks: int, costs: CostModel) -> list[dict]:
@@ -260,13 +245,12 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
                    microbatches: int, json_out: Path | None, quiet: bool = False) -> None:
     """Print the result of ``compare`` (header, table, notes, skipped schedules; with
     ``quiet`` one line per schedule) and write its --json records."""
-    from schedsim.analysis._index import fmt_t
     if quiet:
         write_json(json_out, lambda: compare_records(res, ranks, costs))
-        unit = res.unit + ("s" if res.unit == "slot" else "")
         for r in res.rows:
-            console.print(f"{escape(r.schedule)}: makespan {fmt_t(r.makespan)} "
-                          f"{escape(unit)}, bubble ratio {r.bubble_ratio:.3f}",
+            console.print(f"{escape(r.schedule)}: makespan "
+                          f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "
+                          f"{r.bubble_ratio:.3f}",
                           highlight=False, soft_wrap=True)
         return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
@@ -304,7 +288,6 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 
 
 def _table(res, ranks: int) -> Table:
-    from schedsim.analysis._index import fmt_t
     from schedsim.sweep import spread
 
     t = Table()
@@ -314,11 +297,11 @@ def _table(res, ranks: int) -> Table:
                      else "right", overflow="fold")
     for r in res.rows:
         f = r.formula
-        tidle = "-" if f is None else (f"{f['idle']} = {fmt_t(f['idle_value'])}"
+        tidle = "-" if f is None else (f"{f['idle']} = {fmt_time(f['idle_value'])}"
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
-        tact = "-" if f is None else (f"{f['activation']} = {fmt_t(f['activation_value'])}"
+        tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), fmt_t(r.cost_scale), fmt_t(r.makespan),
+        t.add_row(r.schedule, str(r.stages), fmt_time(r.cost_scale), fmt_time(r.makespan),
                   spread(r.idle), f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
                   spread(r.peak_activation), spread(r.param_memory), tidle, tact)
     return t
@@ -329,13 +312,12 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) ->
     ``rows`` (name, stages) run different numbers of stages per rank (a rank of a
     2-stage-per-rank schedule runs two full-cost ops per microbatch where a 1-stage one
     runs one); None when they all run the same number."""
-    from schedsim.analysis._index import fmt_t
     per: dict[float, list[str]] = {}
     for name, stages in rows:
         per.setdefault(stages / ranks, []).append(name)
     if len(per) < 2:
         return None
-    parts = "; ".join(f"{fmt_t(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
+    parts = "; ".join(f"{fmt_time(k)} for {', '.join(v)}" for k, v in sorted(per.items()))
     fix = ("for the same model give the schedules with more stages per rank fewer [model] "
            "layers per stage (a scenario each)" if model else "--per-rank-costs costs one "
            "rank's share of the model instead")
@@ -344,24 +326,22 @@ def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) ->
 
 
 def _cost_text(c: CostModel) -> str:
-    from schedsim.analysis._index import fmt_t
     if c._derived is not None:     # a [model]: the costs the simulation uses
         from schedsim.program.ir import Op
 
         kinds = [(k, c.cost(Op(k, 0, 0))) for k in ("F", "B", "W", "BW")]
         kinds.append(("FB", c.cost(Op.fb(Op("F", 0, 0), Op("BW", 0, 1)))))
-        return ",".join(f"{k}={fmt_t(v)}" for k, v in kinds) + " (stage model)"
-    parts = [f"F={fmt_t(c.F)}", f"B={fmt_t(c.B)}", f"W={fmt_t(c.W)}"]
+        return ",".join(f"{k}={fmt_time(v)}" for k, v in kinds) + " (stage model)"
+    parts = [f"F={fmt_time(c.F)}", f"B={fmt_time(c.B)}", f"W={fmt_time(c.W)}"]
     if c.BW is not None:
-        parts.append(f"BW={fmt_t(c.BW)}")
+        parts.append(f"BW={fmt_time(c.BW)}")
     if c.FB is not None:
-        parts.append(f"FB={fmt_t(c.FB)}")
+        parts.append(f"FB={fmt_time(c.FB)}")
     return ",".join(parts)
 
 
 def _mem_text(m: MemoryModel) -> str:
-    from schedsim.analysis._index import fmt_t
-    return (f"F {fmt_t(m.F)} B {fmt_t(m.B)} W {fmt_t(m.W)} BW {fmt_t(m.BW)}, FB "
+    return (f"F {fmt_time(m.F)} B {fmt_time(m.B)} W {fmt_time(m.W)} BW {fmt_time(m.BW)}, FB "
             f"{m.fb_order}")
 
 
@@ -369,6 +349,7 @@ def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenar
     """A scenario from a TOML file, a schedule file (.json/.csv), a program (.txt) or a
     schedule name."""
     from schedsim.scenario import load_scenario, parse_scenario
+
     p = Path(spec)
     suffix = p.suffix.lower()
     if suffix == ".toml":
@@ -405,7 +386,6 @@ def diff(
     Example:
       schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
-    from schedsim.analysis._index import fmt_t
     from schedsim.sim.costs import CommModel, parse_cost_string
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
@@ -424,12 +404,12 @@ def diff(
                 "moved"):
         t.add_column(col, justify="right")
     for o in rows:
-        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_t(o.start_a),
-                  fmt_t(o.start_b), fmt_t(o.delta), "moved" if o.moved else "")
+        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_time(o.start_a),
+                  fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
-    console.print(f"makespan A {fmt_t(d.makespan_a)}, B {fmt_t(d.makespan_b)}, delta "
-                  f"[bold]{fmt_t(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
+    console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
+                  f"[bold]{fmt_time(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
 
 
 def moved_line(d: Any) -> str:
@@ -472,7 +452,7 @@ def memory(
     Example:
       schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
-    from schedsim.analysis._index import fmt_t
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of
 
@@ -483,7 +463,7 @@ def memory(
 
     if memory_model is None and fb_order is None and print_memory_gib(tl, json_out):
         return          # a workload's timeline: bytes per rank in GiB
-    mm = _memory_model(sc.memory or None, memory_model, fb_order)
+    mm = MemoryModel.with_flags(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
@@ -493,7 +473,7 @@ def memory(
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):
-        t.add_row(str(r), fmt_t(peaks[r]), fmt_t(params[r]))
+        t.add_row(str(r), fmt_time(peaks[r]), fmt_time(params[r]))
     console.print(t)
     console.print("units: activations in microbatches' worth (1 = the activations one "
                   "microbatch leaves on one rank's 1/ranks share of the model); parameters "

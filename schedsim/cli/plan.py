@@ -1,6 +1,7 @@
 """``schedsim plan``: the best layout and schedule for a model on N GPUs."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -16,6 +17,7 @@ from schedsim.cli.common import (
     handle_errors,
     key_values,
 )
+from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError, Stopped
 from schedsim.util.text import rich_escape as escape
 
@@ -77,38 +79,44 @@ JobsOpt = Annotated[Optional[int], typer.Option(
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary lines.")]
 
 
+@dataclass(frozen=True)
+class PlanOptions:
+    """The options of ``schedsim plan`` (each one its flag, in --help order)."""
+
+    model: ModelOpt
+    gpus: GpusOpt
+    gpu: GpuOpt
+    seq: SeqOpt = None
+    global_batch_size: GbsOpt = None
+    tp: TpOpt = None
+    pp: PpOpt = None
+    chunks: ChunksListOpt = None
+    ep: EpOpt = None
+    cp: CpOpt = None
+    micro_batch_size: MbsOpt = None
+    schedules: SchedulesOpt = None
+    recompute: RecomputeOpt = None
+    zero: ZeroOpt = None
+    mem_limit: PlanMemOpt = None
+    comm_policy: PolicyOpt = None
+    semantics: SemanticsOpt = None
+    param: ParamOpt = None
+    top: TopOpt = 5
+    out: PlanOutOpt = None
+    resume: ResumeOpt = False
+    gantt: GanttOpt = None
+    pareto: ParetoOpt = None
+    html_out: HtmlOpt = None
+    executor: ExecutorOpt = "local"
+    address: AddressOpt = None
+    jobs: JobsOpt = None
+    quiet: QuietOpt = False
+
+
 @app.command()
 @handle_errors
-def plan(
-    model: ModelOpt,
-    gpus: GpusOpt,
-    gpu: GpuOpt,
-    seq: SeqOpt = None,
-    global_batch_size: GbsOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    chunks: ChunksListOpt = None,
-    ep: EpOpt = None,
-    cp: CpOpt = None,
-    micro_batch_size: MbsOpt = None,
-    schedules: SchedulesOpt = None,
-    recompute: RecomputeOpt = None,
-    zero: ZeroOpt = None,
-    mem_limit: PlanMemOpt = None,
-    comm_policy: PolicyOpt = None,
-    semantics: SemanticsOpt = None,
-    param: ParamOpt = None,
-    top: TopOpt = 5,
-    out: PlanOutOpt = None,
-    resume: ResumeOpt = False,
-    gantt: GanttOpt = None,
-    pareto: ParetoOpt = None,
-    html_out: HtmlOpt = None,
-    executor: ExecutorOpt = "local",
-    address: AddressOpt = None,
-    jobs: JobsOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
+@options_record(PlanOptions)
+def plan(o: PlanOptions) -> None:
     """The best parallel layout and schedule for a model on N GPUs.
 
     Enumerates every legal combination of TP, PP, model chunks, EP, CP, DP (what the GPUs
@@ -128,30 +136,31 @@ def plan(
     from schedsim.plan.space import parse_values
 
     space = PlanSpace(
-        model=model, gpus=gpus, gpu=gpu, seq=seq, global_batch_size=global_batch_size,
-        tp=parse_values(tp, "--tp"), pp=parse_values(pp, "--pp"),
-        chunks=parse_values(chunks, "--chunks"), ep=parse_values(ep, "--ep"),
-        cp=parse_values(cp, "--cp"),
-        micro_batch_size=parse_values(micro_batch_size, "--micro-batch-size"),
-        schedules=parse_values(schedules, "--schedules", kind=str),
-        recompute=parse_values(recompute, "--recompute", kind=str),
-        zero=parse_values(zero, "--zero", minimum=0), mem_limit_gib=mem_limit,
-        comm_policy=comm_policy, semantics=semantics or "data",
-        params=key_values(param, "--param"))
-    _check_outputs(out, resume, gantt, pareto, html_out)
+        model=o.model, gpus=o.gpus, gpu=o.gpu, seq=o.seq,
+        global_batch_size=o.global_batch_size,
+        tp=parse_values(o.tp, "--tp"), pp=parse_values(o.pp, "--pp"),
+        chunks=parse_values(o.chunks, "--chunks"), ep=parse_values(o.ep, "--ep"),
+        cp=parse_values(o.cp, "--cp"),
+        micro_batch_size=parse_values(o.micro_batch_size, "--micro-batch-size"),
+        schedules=parse_values(o.schedules, "--schedules", kind=str),
+        recompute=parse_values(o.recompute, "--recompute", kind=str),
+        zero=parse_values(o.zero, "--zero", minimum=0), mem_limit_gib=o.mem_limit,
+        comm_policy=o.comm_policy, semantics=o.semantics or "data",
+        params=key_values(o.param, "--param"))
+    _check_outputs(o.out, o.resume, o.gantt, o.pareto, o.html_out)
     from schedsim.plan.executors import make_executor
 
-    ex = make_executor(executor, jobs, address)
+    ex = make_executor(o.executor, o.jobs, o.address)
     from schedsim.plan.driver import run_plan
 
     try:
-        with ex, _Bar(quiet) as bar:
-            res = run_plan(space, top=top, executor=ex, out=out, resume=resume,
+        with ex, _Bar(o.quiet) as bar:
+            res = run_plan(space, top=o.top, executor=ex, out=o.out, resume=o.resume,
                            progress=bar.update)
     except (KeyboardInterrupt, Stopped) as e:
-        raise _stopped(e, out, space) from None
-    _print(res, top, quiet, out)
-    _figures(res, gantt, pareto, html_out, top)
+        raise _stopped(e, o.out, space) from None
+    _print(res, o.top, o.quiet, o.out)
+    _figures(res, o.gantt, o.pareto, o.html_out, o.top)
 
 
 def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:

@@ -1,6 +1,7 @@
 """``schedsim render``: draw a saved Timeline JSON (Gantt), or overlay two of them."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -17,6 +18,7 @@ from schedsim.cli.options import (
     StallsOpt,
     WindowOpt,
 )
+from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
@@ -73,37 +75,53 @@ def parse_ranks(text: str) -> list[int]:
     return out
 
 
+TimelineArg = Annotated[Path, typer.Argument(
+    help="Timeline JSON (from 'schedsim simulate --json' or a replay).")]
+RenderOutOpt = Annotated[Path, typer.Option(
+    "--out", "-o", "--gantt", help="Figure file (.png, .svg or .pdf); --gantt as in "
+    "simulate.")]
+OverlayOpt = Annotated[Optional[Path], typer.Option(
+    "--overlay", help="Second timeline JSON of the same ops: draw both, one half-row "
+    "each, with per-op start error and makespan error in the title.")]
+NamesOpt = Annotated[Optional[str], typer.Option(
+    "--names", help="With --overlay: names of the two timelines, 'A,B' (default: "
+    "their semantics or source).")]
+RenderMemModelOpt = Annotated[str, typer.Option(
+    "--memory-model", help="With --memory: zb or inflight (see "
+    "schedsim.analysis.memory).")]
+MoveThresholdOpt = Annotated[Optional[str], typer.Option(
+    "--threshold", help="With --overlay: outline ops whose start moved by more than "
+    "this, in the time unit or as a percentage of the second timeline's makespan "
+    "('5%'); default: any move, or 5% when a timeline is measured.")]
+TitleOpt = Annotated[Optional[str], typer.Option("--title", help="Figure title.")]
+RenderQuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")]
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """The options of ``schedsim render`` (each one its flag, in --help order)."""
+
+    timeline: TimelineArg
+    out: RenderOutOpt
+    overlay: OverlayOpt = None
+    names: NamesOpt = None
+    arrows: ArrowsOpt = False
+    memory: MemoryOpt = False
+    memory_model: RenderMemModelOpt = "zb"
+    stalls: StallsOpt = False
+    threshold: MoveThresholdOpt = None
+    detail: DetailOpt = False
+    title: TitleOpt = None
+    highlight: HighlightOpt = None
+    window: WindowOpt = None
+    show_ranks: ShowRanksOpt = None
+    quiet: RenderQuietOpt = False
+
+
 @app.command()
 @handle_errors
-def render(
-    timeline: Annotated[Path, typer.Argument(
-        help="Timeline JSON (from 'schedsim simulate --json' or a replay).")],
-    out: Annotated[Path, typer.Option(
-        "--out", "-o", "--gantt", help="Figure file (.png, .svg or .pdf); --gantt as in "
-        "simulate.")],
-    overlay: Annotated[Optional[Path], typer.Option(
-        "--overlay", help="Second timeline JSON of the same ops: draw both, one half-row "
-        "each, with per-op start error and makespan error in the title.")] = None,
-    names: Annotated[Optional[str], typer.Option(
-        "--names", help="With --overlay: names of the two timelines, 'A,B' (default: "
-        "their semantics or source).")] = None,
-    arrows: ArrowsOpt = False,
-    memory: MemoryOpt = False,
-    memory_model: Annotated[str, typer.Option(
-        "--memory-model", help="With --memory: zb or inflight (see "
-        "schedsim.analysis.memory).")] = "zb",
-    stalls: StallsOpt = False,
-    threshold: Annotated[Optional[str], typer.Option(
-        "--threshold", help="With --overlay: outline ops whose start moved by more than "
-        "this, in the time unit or as a percentage of the second timeline's makespan "
-        "('5%'); default: any move, or 5% when a timeline is measured.")] = None,
-    detail: DetailOpt = False,
-    title: Annotated[Optional[str], typer.Option("--title", help="Figure title.")] = None,
-    highlight: HighlightOpt = None,
-    window: WindowOpt = None,
-    show_ranks: ShowRanksOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
-) -> None:
+@options_record(RenderOptions)
+def render(o: RenderOptions) -> None:
     """Draw a Timeline JSON as a Gantt chart, or overlay two timelines of the same ops.
 
     Examples:
@@ -115,42 +133,44 @@ def render(
     from schedsim.timeline import Timeline
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
-    check_figure_path(out)
-    if threshold is not None and overlay is None:
+    check_figure_path(o.out)
+    if o.threshold is not None and o.overlay is None:
         raise ScenarioError("--threshold needs --overlay")
-    with Phases(quiet) as ph:
-        ph.step(f"reading {timeline}")
-        tl = Timeline.read_json(timeline)
-        if overlay is not None:
-            if arrows or memory or stalls or detail or highlight or window or show_ranks:
+    with Phases(o.quiet) as ph:
+        ph.step(f"reading {o.timeline}")
+        tl = Timeline.read_json(o.timeline)
+        if o.overlay is not None:
+            if (o.arrows or o.memory or o.stalls or o.detail or o.highlight or o.window
+                    or o.show_ranks):
                 raise ScenarioError("--arrows, --memory, --stalls, --detail, --highlight, "
                                     "--window and --show-ranks draw a single timeline; "
                                     "drop them or --overlay")
-            other = Timeline.read_json(overlay)
+            other = Timeline.read_json(o.overlay)
             pair = None
-            if names is not None:
-                pair = [x.strip() for x in names.split(",")]
+            if o.names is not None:
+                pair = [x.strip() for x in o.names.split(",")]
                 if len(pair) != 2 or not all(pair):
-                    raise ScenarioError(f"bad --names {names!r}: expected two names 'A,B'")
+                    raise ScenarioError(f"bad --names {o.names!r}: expected two names 'A,B'")
             ph.step("drawing the overlay")
-            fig = draw_overlay(tl, other, names=pair, title=title,
-                               threshold=parse_threshold(threshold, other.makespan))
+            fig = draw_overlay(tl, other, names=pair, title=o.title,
+                               threshold=parse_threshold(o.threshold, other.makespan))
         else:
-            if names is not None:
+            if o.names is not None:
                 raise ScenarioError("--names needs --overlay")
             from schedsim.plot import resolve_model
 
-            model = resolve_model(memory_model) if memory else None
-            opts = gantt_options(arrows, model, stalls, highlight, window, show_ranks)
-            if detail:
+            model = resolve_model(o.memory_model) if o.memory else None
+            opts = gantt_options(o.arrows, model, o.stalls, o.highlight, o.window,
+                                 o.show_ranks)
+            if o.detail:
                 if not getattr(tl, "pieces", None):
-                    raise ScenarioError(f"{timeline}: no pieces to --detail (simulate a "
+                    raise ScenarioError(f"{o.timeline}: no pieces to --detail (simulate a "
                                         f"scenario with a [model], or replay with --set tp=N)")
                 opts["detail"] = True
             ph.step("drawing the Gantt chart")
-            fig = gantt(tl, title=title, **opts)
-        ph.step(f"writing {out}")
-        save_figure(fig, out)
+            fig = gantt(tl, title=o.title, **opts)
+        ph.step(f"writing {o.out}")
+        save_figure(fig, o.out)
 
 
 def parse_threshold(text: str | None, makespan: float) -> float | None:

@@ -1,6 +1,7 @@
 """``schedsim search``: the best order for your costs, links, semantics and memory."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -26,8 +27,10 @@ from schedsim.cli.common import (
     console,
     handle_errors,
 )
-from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text, _memory_model
+from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
+from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
+from schedsim.util.units import fmt_time
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -88,34 +91,40 @@ def _check_out(out: Path | None) -> None:
     check_output_path(out)
 
 
+@dataclass(frozen=True)
+class SearchOptions:
+    """The options of ``schedsim search`` (each one its flag, in --help order)."""
+
+    scenario: ScenarioArg = None
+    ranks: RanksOpt = None
+    microbatches: MbOpt = None
+    placement: SearchPlacementOpt = "loop"
+    chunks: ChunksOpt = None
+    backward: BackwardOpt = "split"
+    cost: CostOpt = None
+    latency: LatencyOpt = None
+    bandwidth: BandwidthOpt = None
+    message_bytes: BytesOpt = None
+    semantics: SemanticsOpt = None
+    comm_stream: StreamOpt = None
+    eager_threshold: ThresholdOpt = None
+    launch_cost: LaunchCostOpt = None
+    comm_policy: PolicyOpt = None
+    mem_limit: SearchMemLimitOpt = None
+    memory_model: MemModelOpt = None
+    fb_order: FbOrderOpt = None
+    time_limit: TimeLimitOpt = 30.0
+    seed: SeedOpt = 0
+    workers: WorkersOpt = 2
+    out: SearchOutOpt = None
+    json_out: SearchJsonOpt = None
+    quiet: SearchQuietOpt = False
+
+
 @app.command()
 @handle_errors(tables=True)
-def search(
-    scenario: ScenarioArg = None,
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    placement: SearchPlacementOpt = "loop",
-    chunks: ChunksOpt = None,
-    backward: BackwardOpt = "split",
-    cost: CostOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    message_bytes: BytesOpt = None,
-    semantics: SemanticsOpt = None,
-    comm_stream: StreamOpt = None,
-    eager_threshold: ThresholdOpt = None,
-    launch_cost: LaunchCostOpt = None,
-    comm_policy: PolicyOpt = None,
-    mem_limit: SearchMemLimitOpt = None,
-    memory_model: MemModelOpt = None,
-    fb_order: FbOrderOpt = None,
-    time_limit: TimeLimitOpt = 30.0,
-    seed: SeedOpt = 0,
-    workers: WorkersOpt = 2,
-    out: SearchOutOpt = None,
-    json_out: SearchJsonOpt = None,
-    quiet: SearchQuietOpt = False,
-) -> None:
+@options_record(SearchOptions)
+def search(o: SearchOptions) -> None:
     """Search the per-rank order of F, B, W (or F, BW) with the least makespan for these
     costs, links, comm semantics and memory limit.
 
@@ -131,22 +140,23 @@ def search(
       schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 \\
         --mem-limit 1f1b
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.search import search as run_search
 
-    _check_flags(backward, out, json_out)
-    limit = parse_mem_limit(mem_limit)
-    sc = build_scenario(scenario, ranks=ranks, microbatches=microbatches, cost=cost,
-                        semantics=semantics, comm_stream=comm_stream,
-                        eager_threshold=eager_threshold, launch_cost=launch_cost,
-                        message_bytes=message_bytes, latency=latency, bandwidth=bandwidth,
-                        comm_policy=comm_policy)
-    st = _settings(sc, placement, chunks, backward, limit,
-                   _memory_model(sc.memory or None, memory_model, fb_order),
-                   time_limit=time_limit, seed=seed, workers=workers)
+    _check_flags(o.backward, o.out, o.json_out)
+    limit = parse_mem_limit(o.mem_limit)
+    sc = build_scenario(o.scenario, ranks=o.ranks, microbatches=o.microbatches,
+                        cost=o.cost, semantics=o.semantics, comm_stream=o.comm_stream,
+                        eager_threshold=o.eager_threshold, launch_cost=o.launch_cost,
+                        message_bytes=o.message_bytes, latency=o.latency,
+                        bandwidth=o.bandwidth, comm_policy=o.comm_policy)
+    st = _settings(sc, o.placement, o.chunks, o.backward, limit,
+                   MemoryModel.with_flags(sc.memory or None, o.memory_model, o.fb_order),
+                   time_limit=o.time_limit, seed=o.seed, workers=o.workers)
     with _Progress() as prog:
         res = run_search(st, prog.update)
-    _print(res, st, quiet)
-    _write(res, out, json_out)
+    _print(res, st, o.quiet)
+    _write(res, o.out, o.json_out)
 
 
 def _check_flags(backward: str, out: Path | None,
@@ -200,18 +210,17 @@ class _Progress:
 
     def update(self, phase: str, info: dict[str, Any]) -> None:
         from rich.markup import escape
-        from schedsim.analysis._index import fmt_t
 
         if self.status is None:
             return
         self.best.update(info)
         b = self.best
         if phase == "solver":
-            text = (f"solver: best {fmt_t(b.get('best', b.get('model_makespan')))}, "
-                    f"bound {fmt_t(b.get('bound'))} "
-                    f"({fmt_t(round(b.get('seconds', 0.0), 1))} s)")
+            text = (f"solver: best {fmt_time(b.get('best', b.get('model_makespan')))}, "
+                    f"bound {fmt_time(b.get('bound'))} "
+                    f"({fmt_time(round(b.get('seconds', 0.0), 1))} s)")
         elif phase == "refine":
-            text = (f"refinement: best {fmt_t(b.get('best'))} after "
+            text = (f"refinement: best {fmt_time(b.get('best'))} after "
                     f"{b.get('evals', 0)} simulations")
         else:
             text = "search: running the built-in schedules"
@@ -220,7 +229,6 @@ class _Progress:
 
 def _print(res: Any, st: Any, quiet: bool) -> None:
     from rich.markup import escape
-    from schedsim.analysis._index import fmt_t
 
     s = res.solver
     pl = res.schedule.placement
@@ -234,22 +242,22 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         gap = "" if s.optimal else (f", gap {100 * (s.makespan - s.bound) / s.makespan:.1f}%"
                                     if s.makespan > 0 else "")
         console.print(
-            f"solver (data dependencies + link costs): makespan [bold]{fmt_t(s.makespan)}"
-            f"[/], lower bound {fmt_t(s.bound)}, "
+            f"solver (data dependencies + link costs): makespan [bold]{fmt_time(s.makespan)}"
+            f"[/], lower bound {fmt_time(s.bound)}, "
             + ("[bold green]proven optimal[/]" if s.optimal else f"not proven{gap}")
             + f" ({escape(s.status)}, {s.wall:.1f} s; warm start {escape(res.warm_start)} "
-            f"at {fmt_t(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
+            f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
     else:
         console.print(f"solver: no solution in time ({escape(s.status)}, {s.wall:.1f} s; "
-                      f"lower bound {fmt_t(s.bound)}; warm start {escape(res.warm_start)} "
-                      f"at {fmt_t(res.warm_start_model_makespan)})", highlight=False,
+                      f"lower bound {fmt_time(s.bound)}; warm start {escape(res.warm_start)} "
+                      f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False,
                       soft_wrap=True)
     if res.refined:
         how = "converged" if res.converged else "stopped by the time limit"
         console.print(
             f"refinement under {st.comm.semantics} ({st.policy} policy) from "
             f"{escape(' and '.join(res.starts))}"
-            + (f" (the solver's order simulates at {fmt_t(res.solver_sim_makespan)})"
+            + (f" (the solver's order simulates at {fmt_time(res.solver_sim_makespan)})"
                if res.solver_sim_makespan is not None else "")
             + f": best from {escape(res.start_label)}; {res.evals} simulations, "
             f"{res.improvements} improvements, {how}", highlight=False, soft_wrap=True)
@@ -257,7 +265,7 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         console.print("refinement: not needed (data semantics without contention is the "
                       "solver's own model, and its order is proven optimal)",
                       highlight=False, soft_wrap=True)
-    console.print(f"best: makespan [bold]{fmt_t(res.makespan)}[/] {res.timeline.unit}, "
+    console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] {res.timeline.unit}, "
                   f"bubble ratio {res.bubble:.3f}, peak activation {_spread(res.peak)}",
                   highlight=False)
     if quiet:
@@ -285,22 +293,19 @@ def _print_order(ranks: list) -> None:
 
 
 def _spread(v: list[float]) -> str:
-    from schedsim.analysis._index import fmt_t
-
     lo, hi = min(v), max(v)
-    return fmt_t(lo) if abs(hi - lo) < 1e-9 else f"{fmt_t(lo)}..{fmt_t(hi)}"
+    return fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}"
 
 
 def _table(res: Any, st: Any) -> Table:
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
 
     t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
                     f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
-    t.add_row("[bold]search[/]", f"[bold]{fmt_t(res.makespan)}[/]", f"{res.bubble:.3f}",
+    t.add_row("[bold]search[/]", f"[bold]{fmt_time(res.makespan)}[/]", f"{res.bubble:.3f}",
               _spread(res.peak), "yes", "")
     rows = sorted(res.baselines.rows, key=lambda b: (b.makespan is None, b.makespan or 0.0))
     for b in rows:
@@ -308,7 +313,7 @@ def _table(res: Any, st: Any) -> Table:
             t.add_row(escape(b.label), "-", "-", "-", "-", escape(b.note))
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
-        t.add_row(escape(b.label), fmt_t(b.makespan), f"{b.bubble:.3f}", _spread(b.peak),
+        t.add_row(escape(b.label), fmt_time(b.makespan), f"{b.bubble:.3f}", _spread(b.peak),
                   "yes" if b.fits else "no", f"{rel:+.1f}%")
     return t
 

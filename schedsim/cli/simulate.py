@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -41,6 +42,7 @@ from schedsim.cli.options import (
     StallsOpt,
     WindowOpt,
 )
+from schedsim.cli.records import options_record
 from schedsim.cli.workload import (
     GpuOpt,
     ModelOpt,
@@ -50,6 +52,7 @@ from schedsim.cli.workload import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time, unit_text
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -69,18 +72,10 @@ QuietOpt = Annotated[bool, typer.Option(
     "table, no progress.")]
 
 
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)):
-        return str(int(round(x)))
-    return f"{x:.4f}".rstrip("0") if abs(x) < 1e4 else f"{x:.1f}"
-
-
 def result_line(tl: Timeline) -> str:
     """The one-line result: makespan (in the unit) and bubble ratio."""
-    unit = tl.unit + ("s" if tl.unit == "slot" and tl.makespan != 1 else "")
-    return (f"makespan {_fmt(tl.makespan)} {rich_escape(unit)}   bubble ratio "
+    unit = unit_text(tl.unit, tl.makespan)
+    return (f"makespan {fmt_time(tl.makespan)} {rich_escape(unit)}   bubble ratio "
             f"{tl.bubble_ratio():.3f} "
             f"(idle / (ranks x makespan))")
 
@@ -97,37 +92,43 @@ def print_summary(tl: Timeline) -> None:
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
-        t.add_row(str(r.rank), _fmt(r.busy), _fmt(r.idle), f"{r.bubble_ratio:.3f}",
-                  _fmt(r.first_start), _fmt(r.last_end))
+        t.add_row(str(r.rank), fmt_time(r.busy), fmt_time(r.idle), f"{r.bubble_ratio:.3f}",
+                  fmt_time(r.first_start), fmt_time(r.last_end))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
     console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
                   f"(span - busy) / span, span "
-                  f"{_fmt(max(stage_spans(tl), default=0.0))})", highlight=False)
+                  f"{fmt_time(max(stage_spans(tl), default=0.0))})", highlight=False)
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """The options of ``schedsim simulate`` after the shared scenario flags (each one its
+    flag, in --help order)."""
+
+    costs_file: CostsFileOpt = None
+    gantt: GanttOpt = None
+    json_out: TimelineJsonOpt = None
+    trace: TraceOpt = None
+    arrows: ArrowsOpt = False
+    memory: MemoryOpt = False
+    stalls: StallsOpt = False
+    detail: DetailOpt = False
+    highlight: HighlightOpt = None
+    window: WindowOpt = None
+    show_ranks: ShowRanksOpt = None
+    quiet: QuietOpt = False
+    model: ModelOpt = None
+    gpu: GpuOpt = None
 
 
 @app.command()
 @handle_errors(tables=True)
 @scenario_command
-def simulate(
-    sc: Scenario,
-    costs_file: CostsFileOpt = None,
-    gantt: GanttOpt = None,
-    json_out: TimelineJsonOpt = None,
-    trace: TraceOpt = None,
-    arrows: ArrowsOpt = False,
-    memory: MemoryOpt = False,
-    stalls: StallsOpt = False,
-    detail: DetailOpt = False,
-    highlight: HighlightOpt = None,
-    window: WindowOpt = None,
-    show_ranks: ShowRanksOpt = None,
-    quiet: QuietOpt = False,
-    model: ModelOpt = None,
-    gpu: GpuOpt = None,
-) -> None:
+@options_record(SimulateOptions)
+def simulate(sc: Scenario, o: SimulateOptions) -> None:
     """Simulate a schedule and print makespan, per-rank busy/idle and bubble ratio (with
     a \\[workload]: step ms, tokens/s/GPU, MFU and GiB per rank).
 
@@ -142,34 +143,34 @@ def simulate(
     3 deadlock (the wait-for cycle is printed with a fix when one is found; --json is
     still written).
     """
-    sc = with_workload(sc, model=model, gpu=gpu)
-    if costs_file is not None:
+    sc = with_workload(sc, model=o.model, gpu=o.gpu)
+    if o.costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
-        sc = apply_costs_file(sc, costs_file)
+        sc = apply_costs_file(sc, o.costs_file)
     from schedsim.cli.render import gantt_options
 
-    view = gantt_options(False, False, False, highlight, window, show_ranks)
-    _check_outputs(sc, gantt, json_out, trace, arrows or memory or stalls or detail
-                   or len(view) > 3, detail)
-    with Phases(quiet) as ph:
+    view = gantt_options(False, False, False, o.highlight, o.window, o.show_ranks)
+    _check_outputs(sc, o.gantt, o.json_out, o.trace,
+                   o.arrows or o.memory or o.stalls or o.detail or len(view) > 3, o.detail)
+    with Phases(o.quiet) as ph:
         ph.step("building the program")
         prog = sc.build_program()
         ph.step(f"simulating {prog.num_instructions():,} instructions")
         tl, wres = simulate_scenario(prog, sc)
-        if sc.stage_costs() is not None and (json_out or trace or detail):
+        if sc.stage_costs() is not None and (o.json_out or o.trace or o.detail):
             from schedsim.sim.pieces import attach_pieces
 
             ph.step("attaching the compute and collective pieces")
             attach_pieces(tl, sc.stage_costs())     # only these outputs show them
-        _write_outputs(ph, sc, tl, gantt, json_out, trace, (arrows, memory, stalls, detail),
-                       view)
+        _write_outputs(ph, sc, tl, o.gantt, o.json_out, o.trace,
+                       (o.arrows, o.memory, o.stalls, o.detail), view)
         if tl.deadlock is not None:
             ph.step("looking for a fix of the deadlock")
             warn_costs(sc, tl)
             fail_deadlock(tl, sc)
     warn_costs(sc, tl)
-    if quiet:
+    if o.quiet:
         console.print(result_line(tl), highlight=False)
         if wres is not None:
             console.print(workload_line(wres), highlight=False)
@@ -251,18 +252,6 @@ def _flag(param: str) -> str:
     return f"--param {param}=..."
 
 
-#: what each --semantics value means (the names: schedsim.sim.costs.Semantics; the
-#: engine's rules: CommModel's docstring and docs/comm-semantics.md)
-SEMANTICS_SUMMARY = {
-    "data": "comm instructions are ignored: an op waits only for its producers' outputs "
-            "(producer end + link cost); what papers draw (default)",
-    "eager": "a send completes once its bytes have left; data waits at the receiver",
-    "rendezvous": "a transfer starts once both sides have posted; both complete at "
-                  "arrival (--eager-threshold: small messages eager); how NCCL and gloo "
-                  "sends behave",
-}
-
-
 @app.command("list")
 @handle_errors(limits=False, tables=True)
 def list_schedules() -> None:
@@ -317,6 +306,7 @@ def _semantics_table() -> Table:
     """The comm semantics (--semantics NAME) and what each means."""
     from rich.markup import escape
     from rich.table import Table
+    from schedsim.program.vocab import SEMANTICS_SUMMARY
 
     t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
               show_lines=True, expand=True)
@@ -327,27 +317,38 @@ def _semantics_table() -> Table:
     return t
 
 
+GenerateNameArg = Annotated[str, typer.Argument(help="Schedule name (see 'schedsim list').")]
+GenerateFormatOpt = Annotated[str, typer.Option(
+    "--format", "-f", help="program (text, comm included) | json (schedsim schedule) | "
+    "program-json | torch-csv | torch-csv-comms")]
+GenerateOutOpt = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", help="Output file (default: stdout).")]
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """The options of ``schedsim generate`` (each one its flag, in --help order)."""
+
+    name: GenerateNameArg
+    ranks: RanksOpt = None
+    microbatches: MbOpt = None
+    chunks: ChunksOpt = None
+    variant: VariantOpt = None
+    mem_limit: MemLimitOpt = None
+    param: ParamOpt = None
+    comm_policy: PolicyOpt = None
+    cost: CostOpt = None
+    latency: LatencyOpt = None
+    bandwidth: BandwidthOpt = None
+    message_bytes: BytesOpt = None
+    fmt: GenerateFormatOpt = "program"
+    out: GenerateOutOpt = None
+
+
 @app.command()
 @handle_errors
-def generate(
-    name: Annotated[str, typer.Argument(help="Schedule name (see 'schedsim list').")],
-    ranks: RanksOpt = None,
-    microbatches: MbOpt = None,
-    chunks: ChunksOpt = None,
-    variant: VariantOpt = None,
-    mem_limit: MemLimitOpt = None,
-    param: ParamOpt = None,
-    comm_policy: PolicyOpt = None,
-    cost: CostOpt = None,
-    latency: LatencyOpt = None,
-    bandwidth: BandwidthOpt = None,
-    message_bytes: BytesOpt = None,
-    fmt: Annotated[str, typer.Option(
-        "--format", "-f", help="program (text, comm included) | json (schedsim schedule) | "
-        "program-json | torch-csv | torch-csv-comms")] = "program",
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", help="Output file (default: stdout).")] = None,
-) -> None:
+@options_record(GenerateOptions)
+def generate(o: GenerateOptions) -> None:
     """Generate a schedule and write it as a program, JSON schedule or torch CSV.
 
     The cost and link flags matter only for planners whose order depends on them
@@ -359,23 +360,24 @@ def generate(
     """
     from schedsim.util.files import check_output_path
 
-    if ranks is None or microbatches is None:
+    if o.ranks is None or o.microbatches is None:
         fail("generate needs --ranks and --microbatches")
-    if fmt not in ("program", "program-json", "json", "torch-csv", "torch-csv-comms"):
-        fail(f"unknown --format {fmt!r}: expected program, json, program-json, torch-csv or "
+    if o.fmt not in ("program", "program-json", "json", "torch-csv", "torch-csv-comms"):
+        fail(f"unknown --format {o.fmt!r}: expected program, json, program-json, torch-csv or "
              f"torch-csv-comms")
-    if out is not None and str(out) != "-":
-        check_output_path(out)
-    sc = build_scenario(None, schedule=name, ranks=ranks, microbatches=microbatches,
-                        chunks=chunks, variant=variant, mem_limit=mem_limit, param=param,
-                        comm_policy=comm_policy, cost=cost, latency=latency,
-                        bandwidth=bandwidth, message_bytes=message_bytes)
+    if o.out is not None and str(o.out) != "-":
+        check_output_path(o.out)
+    sc = build_scenario(None, schedule=o.name, ranks=o.ranks, microbatches=o.microbatches,
+                        chunks=o.chunks, variant=o.variant, mem_limit=o.mem_limit,
+                        param=o.param, comm_policy=o.comm_policy, cost=o.cost,
+                        latency=o.latency, bandwidth=o.bandwidth,
+                        message_bytes=o.message_bytes)
     prog = sc.build_program()
-    if fmt == "program":
+    if o.fmt == "program":
         text = prog.to_text()
-    elif fmt == "program-json":
+    elif o.fmt == "program-json":
         text = prog.model_dump_json(indent=1) + "\n"
-    elif fmt == "json":
+    elif o.fmt == "json":
         text = prog.schedule().model_dump_json(indent=1) + "\n"
     else:
         from schedsim.interop.torch_format import (
@@ -384,11 +386,11 @@ def generate(
             torch_actions_to_csv,
         )
 
-        actions = _torch_actions(sc) if fmt == "torch-csv-comms" else None
-        text = (schedule_to_torch_csv(prog.schedule()) if fmt == "torch-csv"
+        actions = _torch_actions(sc) if o.fmt == "torch-csv-comms" else None
+        text = (schedule_to_torch_csv(prog.schedule()) if o.fmt == "torch-csv"
                 else program_to_torch_csv(prog) if actions is None
                 else torch_actions_to_csv(actions))
-    write_text_out(out, text)
+    write_text_out(o.out, text)
 
 
 def _torch_actions(sc: Scenario) -> list | None:

@@ -17,7 +17,6 @@ from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
-    from schedsim.program.ir import Program
     from schedsim.scenario import Scenario
 
 ModelOpt = Annotated[Optional[str], typer.Option(
@@ -120,39 +119,6 @@ def workload_line(res: Any) -> str:
             f"{res.step_boundary_ms:.1f} ms")
 
 
-def costs_breakdown(sc: Scenario, prog: Program) -> dict[str, Any]:
-    """Per stage: layers, embedding/head, FLOPs per microbatch on one rank, ms per op kind
-    and per piece, activation bytes; per rank: static bytes and the step boundary."""
-    from schedsim.program.ir import Op
-
-    d = sc.derived_workload(prog.placement)
-    stages = []
-    for s, p in enumerate(d.pieces):
-        st, sb = p.layout, d.stage_bytes[s]
-        pieces = {"attention": p.attention.model_dump(), "mlp" if not d.workload.model.experts
-                  else "experts": p.mlp.model_dump()}
-        if p.dense_mlp is not None:
-            pieces["mlp"] = p.dense_mlp.model_dump()
-        for name, b in (("embedding", p.embedding), ("head", p.head)):
-            if b is not None:
-                pieces[name] = b.model_dump()
-        stages.append({
-            "stage": s, "rank": prog.placement.rank_of(s), "layers": st.layers,
-            "first_layer": st.first, "embedding": st.embedding, "head": st.head,
-            "flops": p.flops,
-            "ms": {k: d.costs.cost(Op(k, s, 0)) for k in ("F", "B", "W", "BW")},
-            "piece_ms_per_layer": pieces,
-            "activation_bytes": {"stored": sb.stored, "stash_w": sb.stash_w,
-                                 "working": sb.working, "rows": list(sb.rows)}})
-    ranks = [{"rank": r, "params": x.params, "grads": x.grads, "optimizer": x.optimizer,
-              "fsdp_unsharded": x.unsharded, "recv_buffers": d.recv_bytes[r],
-              "step_boundary_ms": d.step_boundary[r]} for r, x in enumerate(d.static)]
-    return {"unit": "ms", "model": d.workload.model.name, "gpu": d.workload.gpu.name,
-            "message_bytes": d.costs.message_bytes,
-            "model_flops_per_step": d.model_flops_per_step,
-            "tokens_per_step": d.tokens_per_step, "stages": stages, "ranks": ranks}
-
-
 def _print_breakdown(b: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -218,7 +184,10 @@ def costs(
         from schedsim.util.files import check_output_path
 
         check_output_path(json_out)
-    b = costs_breakdown(sc, sc.build_program())
+    from schedsim.workload.breakdown import costs_breakdown
+
+    prog = sc.build_program()
+    b = costs_breakdown(sc.derived_workload(prog.placement), prog.placement)
     if json_out is not None:
         write_text_out(json_out, json.dumps(b, indent=1) + "\n")
         if str(json_out) == "-":
@@ -233,26 +202,10 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
     sizes or layers do not fit is skipped with the reason."""
     from rich.table import Table
-    from schedsim.errors import SchedsimError
-    from schedsim.generators import generated_stages, get, names as all_names
-    from schedsim.workload.layout import workload_from_dict
-    from schedsim.workload.run import simulate_workload
+    from schedsim.sweep import compare_workload_schedules
 
-    table = dict(sc.workload or {})
-    rows, skipped = [], {}
+    rows, skipped = compare_workload_schedules(sc, names)
     semantics = sc.comm.semantics
-    for n in names or all_names():
-        try:
-            gen = get(n)
-            data = dict(table)
-            pp = sc.workload_model().pp
-            if "chunks" not in table or "chunks" not in gen.accepted():
-                data["chunks"] = max(1, generated_stages(gen, pp, {}) // pp)
-            res = simulate_workload(workload_from_dict(data), n, semantics=semantics)
-        except SchedsimError as e:
-            skipped[n] = str(e)
-            continue
-        rows.append((n, res))
     if json_out is not None:
         from schedsim.util.files import atomic_write_text
 

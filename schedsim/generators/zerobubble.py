@@ -69,7 +69,7 @@ def scheduler_costs(costs: CostModel | None, link: LinkModel | None, stages: int
     return per[0], per[1], per[2], float(comm)
 
 
-def parse_mem_limit(value: object, default: float, name: str) -> float:
+def planner_mem_limit(value: object, default: float, name: str) -> float:
     """The activation limit in microbatches (``M_B``): ``value`` or ``default`` when None.
     Raises :class:`ScheduleError` unless it is a finite number >= 1 (a rank must hold at
     least one microbatch)."""
@@ -215,7 +215,7 @@ def zb_h2(ranks: int, microbatches: int) -> Schedule:
 def _auto(name: str, ranks: int, microbatches: int, mem_limit: float | None,
           default_limit: float, costs: CostModel | None, link: LinkModel | None,
           mem_deltas: object) -> Schedule:
-    limit = parse_mem_limit(mem_limit, default_limit, name)
+    limit = planner_mem_limit(mem_limit, default_limit, name)
     f, b, w, comm = scheduler_costs(costs, link, ranks)
     md = parse_mem_deltas(mem_deltas, name)
     pb = ZBProblem(ranks, microbatches, f, b, w, comm, mem=md,

@@ -26,7 +26,7 @@ from schedsim.generators.zbv_heuristic import VProblem, zbv_plan
 from schedsim.generators.zerobubble import (
     COST_PARAMS,
     parse_mem_deltas,
-    parse_mem_limit,
+    planner_mem_limit,
     scheduler_costs,
 )
 from schedsim.program.ir import Op, Placement, Schedule
@@ -111,7 +111,7 @@ def zbv(ranks: int, microbatches: int, variant: str | None = None,
         raise ScheduleError(f"zbv: unknown variant {variant!r}: expected sail (the "
                             f"authors' zbv.py, default) or torch (ScheduleZBVZeroBubble)")
     _check_ranks("zbv", ranks)
-    limit = parse_mem_limit(mem_limit, ranks, "zbv")
+    limit = planner_mem_limit(mem_limit, ranks, "zbv")
     cost, comm = v_costs(costs, link, ranks)
     md = parse_mem_deltas(mem_deltas, "zbv")
     # a chunk forward holds half a microbatch's activations: limit = 2 x mem_limit x F

@@ -6,7 +6,7 @@ calls (:mod:`.kineto_events`: ``schedsim:<token>``, ``PP:<action>``, ``Forward i
 ``Backward i``; ``c10d::send``/``c10d::recv_`` with their ``gloo:*``/``nccl:*`` work
 ranges and NCCL kernels) -> tell the placement (:mod:`.kineto_placement`) -> rebuild each
 rank's program and timed records (:mod:`.kineto_program`) -> pair the two sides of every
-message -> one Timeline through :func:`schedsim.timeline.build_timeline`.
+message -> one Timeline through :func:`schedsim.timeline_build.timeline_from_columns`.
 
 The rank of a file is its ``distributedInfo.rank`` (Kineto writes it when a process
 group exists), else its position in the argument list; the world size is
@@ -59,7 +59,8 @@ from schedsim.program.ir import Comm, Op, Placement, Program
 from schedsim.program.ops import launched
 from schedsim.program.routing import consumer_stage, route
 from schedsim.sim.identity import ordinal
-from schedsim.timeline import Message, Timeline, WaitRecord, build_timeline
+from schedsim.timeline import Message, Timeline, WaitRecord
+from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
 #: the ranges and events import understands, for messages about traces it cannot read
 RECOGNISED = ("schedsim:<token>, PP:<action> or 'Forward N'/'Backward N' ranges")
@@ -469,8 +470,7 @@ def _import(traces: dict[int, Trace], world: int | None, placement: str | None, 
                        ranks=[runs[r].instrs for r in range(pl.ranks)])
         extra["program"] = prog.model_dump(mode="json")
     backends = {tr.backend for tr in traces.values()} - {None}
-    return build_timeline(
-        pl, name=name, microbatches=mbs + 1, span_rank=cols[0], span_op=cols[1],
-        span_start=cols[2], span_end=cols[3], span_index=cols[4], order="rank-start",
-        messages=msgs, waits=waits, semantics=backends.pop() if len(backends) == 1 else "trace",
-        unit="ms", source="measured", **extra)
+    head = TimelineHeader(pl, name, mbs + 1, backends.pop() if len(backends) == 1 else "trace",
+                          "ms", "measured")
+    return timeline_from_columns(head, SpanColumns(*cols), msgs, waits, order="rank-start",
+                                 **extra)

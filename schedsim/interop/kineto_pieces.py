@@ -279,7 +279,7 @@ def pieces_timeline(pt: PieceTrace, name: str = "imported") -> Any:
     kernel."""
     from schedsim.program.ir import Placement, Program
     from schedsim.program.tokens import parse_instr
-    from schedsim.timeline import build_timeline
+    from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
     phases = {p.phase for p in pt.pieces}
     fwd, bwd = "F" in phases, bool(phases & {"B", "W"})
@@ -304,9 +304,9 @@ def pieces_timeline(pt: PieceTrace, name: str = "imported") -> Any:
                          "start": (use.start - t0) / 1e3, "end": (use.end - t0) / 1e3,
                          "tp_rank": 0, "device_stream": s, "busy": use.busy / 1e3,
                          "kernels": use.kernels})
-    return build_timeline(
-        pl, name=name, microbatches=mbs, span_rank=[0], span_op=[instr.op],
-        span_start=[0.0], span_end=[(t1 - t0) / 1e3], span_index=[0], semantics="trace",
-        unit="ms", source="measured", trace_source="pieces", import_notes=list(pt.notes),
+    return timeline_from_columns(
+        TimelineHeader(pl, name, mbs, "trace", "ms", "measured"),
+        SpanColumns([0], [instr.op], [0.0], [(t1 - t0) / 1e3], [0]), trace_source="pieces",
+        import_notes=list(pt.notes),
         pieces=recs, program=prog.model_dump(mode="json"),
         p2p={"messages": 0, "paired": 0, "one_sided": 0, "calls": 0})

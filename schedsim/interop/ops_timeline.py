@@ -11,12 +11,11 @@ def ops_only_timeline(pl: Any, name: str, microbatches: int, rows: list, cols: l
     its compute instructions) on placement ``pl`` with span columns ``cols`` (rank, op,
     start, end, index; ms), its program, ``import_notes`` and no messages."""
     from schedsim.program.ir import Program
-    from schedsim.timeline import build_timeline
+    from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
     prog = Program(name=name, placement=pl, microbatches=microbatches, ranks=rows)
-    return build_timeline(pl, name=name, microbatches=microbatches, span_rank=cols[0],
-                          span_op=cols[1], span_start=cols[2], span_end=cols[3],
-                          span_index=cols[4], order="rank-start", semantics="trace",
-                          unit="ms", source="measured", trace_source=trace_source,
+    return timeline_from_columns(TimelineHeader(pl, name, microbatches, "trace", "ms",
+                                                "measured"), SpanColumns(*cols),
+                                 order="rank-start", trace_source=trace_source,
                           import_notes=notes, program=prog.model_dump(mode="json"),
                           p2p={"messages": 0, "paired": 0, "one_sided": 0, "calls": 0})

@@ -11,6 +11,7 @@ import math
 from typing import Any, get_args
 
 from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.program.vocab import check_semantics
 from schedsim.plan.candidates import Legal, Resolved, divisors
 from schedsim.plan.rows import GIB, PlanRow
 from schedsim.plan.space import DEFAULT_RECOMPUTE, DEFAULT_SCHEDULES, PlanSpace
@@ -75,9 +76,7 @@ def resolve_space(space: PlanSpace) -> Resolved:
         limit = space.mem_limit_gib * GIB
     else:
         limit = gpu.hbm_bytes - RESERVE_GIB * GIB
-    if space.semantics not in ("data", "eager", "rendezvous"):
-        raise ScenarioError(f"unknown --semantics {space.semantics!r}: expected data, "
-                            f"eager or rendezvous")
+    check_semantics(space.semantics)
     return Resolved(space, model, gpu, seq, gbs, lists, limit, RESERVE_GIB)
 
 

@@ -10,8 +10,9 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from schedsim.analysis._index import message_consumer, rank_atom_index, recv_token
 from schedsim.plot.boxes import PAD
-from schedsim.plot.style import ARROW_READY, ARROW_WAITED, fmt_time
+from schedsim.plot.style import ARROW_READY, ARROW_WAITED
 from schedsim.timeline import Message, Span, Timeline
+from schedsim.util.units import fmt_time
 
 #: most arrows drawn in one band; beyond it only the messages a receiver waited for are
 #: drawn, and beyond that every k-th of those (the legend says so)

@@ -53,6 +53,7 @@ from schedsim.plot.style import (
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
+from schedsim.util.units import with_unit
 
 __all__ = ["GanttInfo", "draw_gantt", "gantt", "receiver_waited", "legend_handles",
            "legend_columns", "row_major", "get_stalls", "boxes_integral"]
@@ -150,26 +151,35 @@ def _draw_stuck(ax: Axes, tl: Timeline, ranks: Sequence[int], n: int,
     return done
 
 
-def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
-               label_mb: bool = True, arrows: bool = False,
-               highlight: Iterable[tuple[str, int, int, int]] = (),
-               stalls: Sequence[Any] = (), xmax: float | None = None,
-               time_labels: bool = True, window: tuple[float, float] | None = None,
-               boxes: Boxes | None = None, arrow_data: Arrows | None = None,
-               ranks: Sequence[int] | None = None, nchunks: int | None = None
-               ) -> GanttInfo:
-    """Draw ``tl`` as a Gantt chart on ``ax`` (rank 0 on top), over the time ``window``
-    (default ``(0, xmax or makespan)``).
+@dataclass(frozen=True)
+class Band:
+    """What one axes of a Gantt chart shows. ``px_size``: the axes' size in pixels (where
+    microbatch numbers fit, how dense arrows are); ``window``: the time range (default
+    ``(0, xmax or makespan)``); ``ranks``: only these ranks, in this order (no arrows
+    then); ``nchunks``: shade and hatch chunks as for this many (several charts of one
+    figure alike); ``time_labels``: label the time axis."""
 
-    ``px_size`` is the axes' size in pixels (where microbatch numbers fit, how dense
-    arrows are). ``highlight``: messages ``(kind, src, dst, mb)`` drawn bold and
-    annotated. ``stalls``: objects with ``rank, start, end, cause`` hatched by cause.
+    px_size: tuple[float, float]
+    window: tuple[float, float] | None = None
+    xmax: float | None = None
+    ranks: Sequence[int] | None = None
+    nchunks: int | None = None
+    time_labels: bool = True
+
+
+def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
+               arrows: bool = False, highlight: Iterable[tuple[str, int, int, int]] = (),
+               stalls: Sequence[Any] = (), boxes: Boxes | None = None,
+               arrow_data: Arrows | None = None) -> GanttInfo:
+    """Draw ``tl`` as a Gantt chart on ``ax`` (rank 0 on top), over ``band``.
+
+    ``highlight``: messages ``(kind, src, dst, mb)`` drawn bold and annotated.
+    ``stalls``: objects with ``rank, start, end, cause`` hatched by cause.
     ``boxes``/``arrow_data``: precomputed :func:`span_boxes` / :func:`message_arrows`
-    (several bands share them). ``ranks``: draw only these ranks, in this order (no
-    arrows then). ``nchunks``: shade and hatch chunks as for this many (several charts
-    of one figure alike). A deadlocked run marks where each blocked rank is stuck.
+    (several bands share them). A deadlocked run marks where each blocked rank is stuck.
     Returns what was drawn (:class:`GanttInfo`).
     """
+    px_size, window, xmax, ranks = band.px_size, band.window, band.xmax, band.ranks
     info = GanttInfo()
     shown = list(ranks) if ranks is not None else list(range(tl.ranks))
     n = len(shown)
@@ -180,7 +190,7 @@ def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
     end = max(xmax if xmax is not None else tl.makespan, 1e-9)
     t0, t1 = window if window is not None else (0.0, end)
     integral = boxes_integral(bx_all)
-    nch = max(nchunks or 1, _nchunks(bx_all))
+    nch = max(band.nchunks or 1, _nchunks(bx_all))
     info.nchunks = nch
     px_x = px_size[0] / max(t1 - t0, 1e-9)
     px_row = px_size[1] / max(n, 1)
@@ -216,7 +226,7 @@ def draw_gantt(ax: Axes, tl: Timeline, *, px_size: tuple[float, float],
     if tl.deadlock is not None:
         info.stuck = _draw_stuck(ax, tl, shown, n, (t0, t1), fs)
     ax.tick_params(axis="y", length=0)
-    time_axis(ax, tl, (t0, t1), integral, labels=time_labels, px=px_size[0])
+    time_axis(ax, tl, (t0, t1), integral, labels=band.time_labels, px=px_size[0])
     ax.set_facecolor(IDLE_COLOR)
     for sp in ax.spines.values():
         sp.set_visible(False)
@@ -344,7 +354,7 @@ def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
         raise ScenarioError(f"time window {t0:g}:{t1:g}: give 0 <= start < end")
     if t0 >= tl.makespan and tl.makespan > 0:
         raise ScenarioError(f"time window {t0:g}:{t1:g} starts after the run's end "
-                            f"({tl.makespan:g} {tl.unit})")
+                            f"({with_unit(tl.makespan, tl.unit)})")
     shown = None
     if ranks is not None:
         shown = [int(r) for r in ranks]
@@ -359,13 +369,29 @@ def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
     return (t0, t1), shown
 
 
-def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
-          dpi: float = DPI, label_mb: bool = True, arrows: bool = False,
-          highlight: Iterable[tuple[str, int, int, int]] = (), stalls: Any = None,
-          memory: Any = None, legend: bool = True, wrap: bool = True,
-          detail: bool = False, window: tuple[float, float] | None = None,
-          ranks: Sequence[int] | None = None) -> Figure:
-    """Gantt chart of a timeline; returns the Figure (nothing shown or saved).
+@dataclass(frozen=True)
+class GanttOptions:
+    """The options of :func:`gantt`, each described there."""
+
+    title: str | None = None
+    width: float | None = None
+    dpi: float = DPI
+    label_mb: bool = True
+    arrows: bool = False
+    highlight: Iterable[tuple[str, int, int, int]] = ()
+    stalls: Any = None
+    memory: Any = None
+    legend: bool = True
+    wrap: bool = True
+    detail: bool = False
+    window: tuple[float, float] | None = None
+    ranks: Sequence[int] | None = None
+
+
+def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figure:
+    """Gantt chart of a timeline; returns the Figure (nothing shown or saved). The
+    options: an :class:`GanttOptions` and/or its fields as keywords (these win);
+    TypeError for a keyword it does not have.
 
     - rows per rank (rank 0 on top); a colour per kind (:data:`KIND_COLORS`), later
       chunks/directions lighter; ``FB`` as two halves (forward on top) with a dark outline;
@@ -393,13 +419,15 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
     """
     from schedsim.plot.memory import draw_memory, memory_curves_of, resolve_model
 
+    o = replace(options or GanttOptions(), **kw)
+    memory = o.memory
     bx = span_boxes(tl)
-    highlight = list(highlight)
-    win_t, shown = _window_ranks(tl, window, ranks, arrows or detail, highlight)
+    highlight = list(o.highlight)
+    win_t, shown = _window_ranks(tl, o.window, o.ranks, o.arrows or o.detail, highlight)
     sub = bx if shown is None else _rows_of(bx, (), shown)[0]
     n = tl.ranks if shown is None else len(shown)
-    lay = _layout(tl, sub.select(in_window(sub, *win_t)), dpi, bool(memory), width,
-                  wrap and not highlight, win_t, n)
+    lay = _layout(tl, sub.select(in_window(sub, *win_t)), o.dpi, bool(memory), o.width,
+                  o.wrap and not highlight, win_t, n)
     mem_h = (lay.band_height * lay.dpi - n * lay.row_px - AXIS_PX) / lay.dpi if memory else 0
     gh = n * lay.row_px / lay.dpi
     top = 0.55 + (0.3 * len(highlight))
@@ -407,8 +435,8 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
                  dpi=lay.dpi, layout="constrained")
     ratios = [gh, mem_h] * lay.bands if memory else [gh] * lay.bands
     axes = fig.subplots(len(ratios), 1, height_ratios=ratios, squeeze=False)[:, 0]
-    ar = message_arrows(tl) if (arrows or highlight) else None
-    st = get_stalls(tl, stalls)
+    ar = message_arrows(tl) if (o.arrows or highlight) else None
+    st = get_stalls(tl, o.stalls)
     model = resolve_model(memory) if memory else None
     curves = memory_curves_of(tl, model) if memory else None
     plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
@@ -417,11 +445,12 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
     for b in range(lay.bands):
         win = (lay.edges[b], lay.edges[b + 1])
         ax = axes[2 * b] if memory else axes[b]
-        info.merge(draw_gantt(ax, tl, px_size=(plot_w, gh * lay.dpi), label_mb=label_mb,
-                              arrows=arrows, highlight=highlight if b == 0 else (),
-                              stalls=st, window=win, boxes=bx, arrow_data=ar,
-                              time_labels=not memory, ranks=shown))
-        if detail:
+        info.merge(draw_gantt(ax, tl, Band((plot_w, gh * lay.dpi), win, ranks=shown,
+                                           time_labels=not memory),
+                              label_mb=o.label_mb, arrows=o.arrows,
+                              highlight=highlight if b == 0 else (), stalls=st, boxes=bx,
+                              arrow_data=ar))
+        if o.detail:
             from schedsim.plot.detail import draw_detail
 
             extra = draw_detail(ax, tl, PAD) or extra
@@ -432,9 +461,9 @@ def gantt(tl: Timeline, *, title: str | None = None, width: float | None = None,
             draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves,
                         ranks=shown)
             time_axis(axm, tl, win, boxes_integral(bx), px=plot_w)
-    head = _title(tl, title, win_t if window is not None else None, shown, lay.bands)
+    head = _title(tl, o.title, win_t if o.window is not None else None, shown, lay.bands)
     axes[0].set_title(wrap_title(head, lay.width - 0.4), fontsize=10,
                       pad=6 + 19 * len(set(highlight)))
-    if legend:
+    if o.legend:
         add_legend(fig, legend_handles(info, tl) + extra, lay.width, info.notes)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)

@@ -23,9 +23,10 @@ from matplotlib.figure import Figure
 from schedsim.analysis.memory import MemoryModel, memory_curves
 from schedsim.errors import ScenarioError
 from schedsim.plot.layout import DPI, MAX_WIDTH_PX, wrap_title
-from schedsim.plot.style import fmt_time, is_integral, time_axis
+from schedsim.plot.style import is_integral, time_axis
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
+from schedsim.util.units import fmt_time
 
 #: up to this many ranks every rank is drawn as a line
 MAX_LINES = 4

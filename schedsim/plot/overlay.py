@@ -26,6 +26,7 @@ from schedsim.plot.boxes import (
     span_boxes,
 )
 from schedsim.plot.gantt import (
+    Band,
     GanttInfo,
     add_legend,
     boxes_integral,
@@ -39,14 +40,14 @@ from schedsim.plot.style import (
     KIND_NAMES,
     chunk_handles,
     default_title,
-    fmt_time,
     per_kind_chunks,
     time_axis,
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
+from schedsim.util.units import fmt_time, unit_text
 
-__all__ = ["overlay", "compare", "error_summary", "op_start_errors", "OpError",
+__all__ = ["overlay", "gantt_stack", "error_summary", "op_start_errors", "OpError",
            "write_overlay", "default_threshold", "MOVED"]
 
 #: outline colour of ops whose start moved by more than the threshold
@@ -65,7 +66,7 @@ def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
     ``names`` label the two timelines (``tol``: a smaller start difference is no move).
     """
     na, nb = names
-    u = f" {a.unit}{'s' if a.unit == 'slot' else ''}"
+    u = f" {unit_text(a.unit)}"
     dm = a.makespan - b.makespan
     text = (f"makespan {na} {fmt_time(a.makespan)} vs {nb} {fmt_time(b.makespan)}{u}: "
             f"error {dm:+.4g}{u}")
@@ -94,7 +95,7 @@ def default_threshold(a: Timeline, b: Timeline) -> float:
 def _threshold_label(thr: float, b: Timeline, nb: str) -> str:
     if thr <= 0:
         return "start moved (by any amount)"
-    unit = f" {b.unit}{'s' if b.unit == 'slot' and thr != 1 else ''}"
+    unit = f" {unit_text(b.unit, thr)}"
     pct = f" = {100 * thr / b.makespan:.3g}% of {nb} makespan" if b.makespan > 0 else ""
     return f"start moved > {fmt_time(thr)}{unit}{pct}"
 
@@ -213,10 +214,10 @@ def _name(tl: Timeline) -> str:
     return tl.semantics if tl.source == "simulated" else tl.source
 
 
-def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
-            width: float | None = None, dpi: float = DPI, label_mb: bool = True,
-            shared_time: bool = True, suptitle: str | None = None,
-            memory: Any = None) -> Figure:
+def gantt_stack(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = None,
+                width: float | None = None, dpi: float = DPI, label_mb: bool = True,
+                shared_time: bool = True, suptitle: str | None = None,
+                memory: Any = None) -> Figure:
     """Several Gantt charts stacked on one figure (one per timeline, same time scale when
     ``shared_time``), e.g. 1F1B vs ZB-H1 vs ZB-V vs DualPipeV; at most 2000 px wide (never
     wrapped). Each panel's title is :func:`default_title` unless ``titles`` are given.
@@ -228,7 +229,7 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
 
     tls = list(timelines)
     if not tls:
-        raise ScenarioError("compare needs at least one timeline")
+        raise ScenarioError("gantt_stack needs at least one timeline")
     span_t = max(t.makespan for t in tls)
     bxs = [span_boxes(t) for t in tls]
     durs = np.concatenate([bx.x1 - bx.x0 for bx in bxs])
@@ -247,10 +248,10 @@ def compare(timelines: Sequence[Timeline], *, titles: Sequence[str] | None = Non
     nch = max(int(bx.chunk.max(initial=0)) + 1 for bx in bxs)    # one shading for all
     for i, (ax, tl) in enumerate(zip(axes[::step], tls)):
         xmax = span_t if shared_time else tl.makespan
-        got = draw_gantt(ax, tl, px_size=(plot_w * xmax / span_t if not shared_time
-                                          else plot_w, (heights[i] - 0.55) * lay.dpi),
-                         label_mb=label_mb, xmax=xmax, boxes=bxs[i],
-                         time_labels=model is None, nchunks=nch)
+        px = (plot_w * xmax / span_t if not shared_time else plot_w,
+              (heights[i] - 0.55) * lay.dpi)
+        got = draw_gantt(ax, tl, Band(px, xmax=xmax, nchunks=nch, time_labels=model is None),
+                         label_mb=label_mb, boxes=bxs[i])
         if model is not None:
             axm = axes[2 * i + 1]
             draw_memory(axm, tl, model, xmax=xmax, legend=True)

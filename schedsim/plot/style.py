@@ -9,6 +9,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 
 from schedsim.timeline import Timeline
+from schedsim.util.units import with_unit
 
 #: base colour per compute kind (colour-blind-safe palette); FB is drawn as its two parts
 KIND_COLORS = {
@@ -107,20 +108,15 @@ def text_color(rgb: Sequence[float]) -> str:
     return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "white"
 
 
-def fmt_time(x: float) -> str:
-    """A time as short text: whole numbers without decimals, else 4 significant digits."""
-    return f"{x:g}" if float(x).is_integer() else f"{x:.4g}"
-
-
 def is_integral(tl: Timeline) -> bool:
     """True when every span starts and ends on a whole number (slot diagrams)."""
     return all(float(s.start).is_integer() and float(s.end).is_integer() for s in tl.spans)
 
 
 def unit_label(tl: Timeline, value: float) -> str:
-    """``value`` with the timeline's unit (``66 slots``, ``12.5 ms``)."""
-    plural = tl.unit == "slot" and value != 1
-    return f"{fmt_time(value)} {tl.unit}{'s' if plural else ''}"
+    """``value`` with the timeline's unit (``66 slots``, ``12.5 ms``;
+    :func:`schedsim.util.units.with_unit`)."""
+    return with_unit(value, tl.unit)
 
 
 def default_title(tl: Timeline) -> str:

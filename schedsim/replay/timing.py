@@ -35,7 +35,8 @@ import torch.distributed as dist
 from schedsim.program.ir import Program
 from schedsim.program.routing import route
 from schedsim.program.tokens import parse_comm
-from schedsim.timeline import Message, Timeline, WaitRecord, build_timeline
+from schedsim.timeline import Message, Timeline, WaitRecord
+from schedsim.timeline_build import SpanColumns, TimelineHeader, timeline_from_columns
 
 
 class Clock:
@@ -130,7 +131,7 @@ def estimate_offsets(rounds: int = 8, group: Any = None, device: Any = "cpu") ->
 def measured_timeline(program: Program, records: list[dict[str, Any]], *,
                       backend: str, **extra: Any) -> Timeline:
     """Assemble the measured Timeline from every rank's resolved records (rank order),
-    with the one builder :func:`schedsim.timeline.build_timeline`.
+    with the one builder :func:`schedsim.timeline_build.timeline_from_columns`.
 
     ``extra`` fields (``world_size``, ``grad_check``, ...) are added to the Timeline, as
     are ``backend``, ``posts`` (module docstring) and ``program`` (the Program JSON, so
@@ -168,10 +169,9 @@ def measured_timeline(program: Program, records: list[dict[str, Any]], *,
                 m.send_posted, m.send_done, m.send_index = ms(tp), done, i
             else:
                 m.recv_posted, m.recv_done, m.recv_index = ms(tp), done, i
-    return build_timeline(
-        program.placement, name=program.name, microbatches=program.microbatches,
-        span_rank=cols[0], span_op=cols[1], span_start=cols[2], span_end=cols[3],
-        span_index=cols[4], order="rank-start",
-        messages=sorted(msgs.values(), key=lambda m: (m.src, m.send_index)), waits=waits,
-        semantics=backend, unit="ms", source="measured", params=dict(program.params),
-        backend=backend, posts=posts, program=program.model_dump(mode="json"), **extra)
+    head = TimelineHeader(program.placement, program.name, program.microbatches, backend,
+                          "ms", "measured", params=dict(program.params))
+    return timeline_from_columns(
+        head, SpanColumns(*cols), sorted(msgs.values(), key=lambda m: (m.src, m.send_index)),
+        waits, order="rank-start", backend=backend, posts=posts,
+        program=program.model_dump(mode="json"), **extra)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from schedsim.scenario import Scenario
 from schedsim.sim.costs import CostModel
 from schedsim.timeline import Deadlock, Timeline
+from schedsim.util.units import fmt_time, with_unit
 
 KINDS = ("F", "B", "W", "BW", "FB")
 #: most instructions simulated in all while looking for a deadlock fix
@@ -233,7 +234,7 @@ def format_deadlock(dl: Deadlock | str, fixes: Iterable[Fix] = (), unit: str = "
         head, body, tail = m.groups()
         edges = re.split(r"\. (?=rank \d)", body)
         msg = "\n".join([f"{head}; wait-for cycle:", *(f"  {e}" for e in edges), tail])
-    u = f" {unit}{'s' if unit == 'slot' else ''}" if unit else ""
     for f in fixes:
-        msg += f"\nfix: {f.flags} completes (makespan {f.makespan:g}{u}): {f.why}"
+        made = with_unit(f.makespan, unit) if unit else fmt_time(f.makespan)
+        msg += f"\nfix: {f.flags} completes (makespan {made}): {f.why}"
     return msg

@@ -29,6 +29,7 @@ from schedsim.plot.boxes import KINDS, PAD, box_colors, box_geometry, span_boxes
 from schedsim.plot.memory import UNIT, memory_curves_of, selected_ranks
 from schedsim.plot.style import ARROW_READY, ARROW_WAITED, default_title, stall_style
 from schedsim.timeline import Timeline
+from schedsim.util.units import fmt_time, unit_text
 
 #: above this many boxes the Gantt is drawn with WebGL and without microbatch numbers
 MANY_BOXES = 20_000
@@ -70,10 +71,6 @@ def _hex(rgba: np.ndarray) -> list[str]:
     return [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in c]
 
 
-def _fmt(x: float) -> str:
-    return f"{x:g}" if float(x).is_integer() else f"{x:.6g}"
-
-
 def _op_names(tl: Timeline) -> list[str]:
     """Program token of every span (``5W0``, ``(2F15;5BW1)``)."""
     out = []
@@ -92,7 +89,7 @@ def _stall_before(tl: Timeline, stalls: Sequence[Any]) -> list[str]:
     out = []
     for s in tl.spans:
         st = ends.get((s.rank, round(s.start, 9)))
-        out.append(f"{st.cause} for {_fmt(st.end - st.start)}: {st.detail}" if st else
+        out.append(f"{st.cause} for {fmt_time(st.end - st.start)}: {st.detail}" if st else
                    "none (it started as soon as the previous op ended)")
     return out
 
@@ -238,7 +235,7 @@ def _memory(tl: Timeline, model: Any, x_range: Any, width: int | None) -> Any:
         ts, vs = curves[r]
         fig.step(x=np.append(ts, end), y=np.append(vs, vs[-1]), mode="after",
                  line_color=palette[j % 4], line_dash=dashes[j % 4], line_width=2,
-                 legend_label=f"rank {r} (peak {_fmt(peaks[r])})")
+                 legend_label=f"rank {r} (peak {fmt_time(peaks[r])})")
     if gib:
         hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
         fig.line(x=[0, end], y=[hbm, hbm], line_color="#c0392b", line_dash="dashed",
@@ -268,14 +265,14 @@ def _summary_html(tl: Timeline, warnings: Sequence[str], notes: Sequence[str]) -
     from schedsim.analysis.metrics import bubble_rate_paper
 
     e = html.escape
-    unit = tl.unit + ("s" if tl.unit == "slot" else "")
+    unit = unit_text(tl.unit, tl.makespan)
     warn = "".join(f"<p class='warn'>warning: {e(w)}</p>" for w in warnings)
     dead = (f"<pre class='warn'>{e(tl.deadlock.message)}</pre>" if tl.deadlock else "")
     extra = "".join(f"<p class='note'>{e(x)}</p>" for x in notes)
     stream = "no comm stream" if tl.comm_stream == "none" else f"{tl.comm_stream} comm stream"
     return f"""{STYLE}
 <h1>{e(tl.schedule)}: {tl.ranks} ranks, {tl.microbatches} microbatches</h1>
-<p class='big'><b>makespan {_fmt(tl.makespan)} {e(unit)}</b> &nbsp; bubble ratio
+<p class='big'><b>makespan {fmt_time(tl.makespan)} {e(unit)}</b> &nbsp; bubble ratio
  {tl.bubble_ratio():.3f} (idle / (ranks x makespan)) &nbsp; span-based bubble rate
  {bubble_rate_paper(tl):.3f} (zero-bubble paper) &nbsp; {e(tl.semantics)} semantics,
  {e(stream)}, {e(tl.source)}</p>
@@ -288,10 +285,10 @@ the stall before it; click a legend entry to hide it.</p>
 
 def _ranks_html(tl: Timeline) -> str:
     rows = "".join(
-        f"<tr><td>{r.rank}</td><td>{_fmt(r.busy)}</td><td>{_fmt(r.idle)}</td>"
+        f"<tr><td>{r.rank}</td><td>{fmt_time(r.busy)}</td><td>{fmt_time(r.idle)}</td>"
         f"<td>{r.bubble_ratio:.3f}</td>"
-        f"<td>{'' if r.first_start is None else _fmt(r.first_start)}</td>"
-        f"<td>{'' if r.last_end is None else _fmt(r.last_end)}</td></tr>"
+        f"<td>{'' if r.first_start is None else fmt_time(r.first_start)}</td>"
+        f"<td>{'' if r.last_end is None else fmt_time(r.last_end)}</td></tr>"
         for r in tl.per_rank)
     return (f"{STYLE}<h2>per rank</h2><table class='ranks'><tr><th>rank</th><th>busy</th>"
             "<th>idle</th><th>bubble ratio</th><th>first start</th><th>last end</th></tr>"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from schedsim.analysis.memory import MemoryModel, peak_activation
 from schedsim.errors import ScenarioError, SchedsimError
@@ -239,7 +239,7 @@ def search(st: SearchSettings, progress: Progress | None = None) -> SearchResult
     t_ref = time.perf_counter()
     seconds = {"baselines": t_base - t0, "solver": t_solve - t_base,
                "refine": t_ref - t_solve}
-    return _finish(st, pb, sol, sim_solver, hint_label, hint_ms,
+    return _finish(st, pb, sol, sim_solver, WarmStart(hint_label, hint_ms),
                    (label, [x[0] for x in starts]), base, res, refined, limit, seconds,
                    t_ref >= deadline)
 
@@ -297,11 +297,19 @@ def _refine_all(pb: SearchProblem, st: SearchSettings,
                                converged)
 
 
+class WarmStart(NamedTuple):
+    """The solver's warm start: its label and its makespan in the solver's model."""
+
+    label: str
+    model_makespan: float | None
+
+
 def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
-            sim_solver: float | None, hint_label: str, hint_ms: float | None,
-            labels: tuple[str, list[str]], base: Baselines, res: Any, refined: bool,
-            limit: list[float], seconds: dict[str, float], time_limited: bool
-            ) -> SearchResult:
+            sim_solver: float | None, warm: WarmStart, labels: tuple[str, list[str]],
+            base: Baselines, res: Any, refined: bool, limit: list[float],
+            seconds: dict[str, float], time_limited: bool) -> SearchResult:
+    """The :class:`SearchResult` of the refined order ``res``: lowered by the comm
+    policy and simulated, with what the search found on the way."""
     from schedsim.program.lower import lower
     from schedsim.sim.simulate import simulate
 
@@ -312,5 +320,5 @@ def _finish(st: SearchSettings, pb: SearchProblem, sol: SolveResult,
     tl = simulate(lower(sched, st.policy), st.costs, st.link, st.comm)
     peak = peak_activation(tl, st.memory)
     return SearchResult(sched, tl, tl.makespan, tl.bubble_ratio(), peak, limit, sol,
-                        sim_solver, hint_label, hint_ms, *labels, base, res.evals,
+                        sim_solver, *warm, *labels, base, res.evals,
                         res.improvements, res.converged, refined, seconds, time_limited)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from schedsim.errors import ScenarioError
 from schedsim.program.flat import OpKind
 from schedsim.program.ir import Op
-from schedsim.program.vocab import CommStream, GroupSemantics, Semantics
+from schedsim.program.vocab import MEASURED_SEMANTICS, CommStream, GroupSemantics, Semantics
 
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
@@ -457,7 +457,7 @@ class CommModel(BaseModel):
             return [f"{', '.join(flags)} change{'s' * (len(flags) == 1)} nothing under data "
                     f"semantics, which ignore the program's sends and recvs: add --semantics "
                     f"eager or rendezvous"] if flags else []
-        if semantics not in ("eager", "rendezvous"):       # a measured timeline
+        if semantics not in MEASURED_SEMANTICS:       # a measured timeline
             return []
         if self.init_cost > 0 and not self.lazy_init:
             return ["--init-cost changes nothing without --lazy-init: add --lazy-init"]

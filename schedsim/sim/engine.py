@@ -31,7 +31,8 @@ from schedsim.sim.costs import CommModel
 from schedsim.sim.kernel_records import Groups, RunOut, RunScratch
 from schedsim.sim.kernels import run_kernel
 from schedsim.sim.run_objects import RunSource, run_objects, run_span_kinds
-from schedsim.timeline import Timeline, assemble_timeline
+from schedsim.timeline import Timeline
+from schedsim.timeline_build import TimelineHeader, assemble_timeline
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,17 +145,16 @@ def _groups(cp: Compiled, xs) -> tuple[Groups, dict, int, np.ndarray | None]:
 def build_timeline(cp: Compiled, st: RunState, comm: CommModel, unit: str) -> Timeline:
     """Turn raw run results into a :class:`Timeline`: the span columns of the ops that
     ran, for the summary, and a deferred builder of the span, message and wait objects,
-    given to :func:`schedsim.timeline.assemble_timeline`. The builder keeps a
+    given to :func:`schedsim.timeline_build.assemble_timeline`. The builder keeps a
     :class:`~schedsim.sim.run_objects.RunSource` (what those objects need of ``cp`` and
     ``st``), not ``cp``: the Timeline does not keep the compiled program alive."""
     prog = cp.program
     src = RunSource.of(cp, st)
-    tl = assemble_timeline(
-        prog.placement, name=prog.name, microbatches=prog.microbatches,
-        span_rank=src.span_rank, span_start=src.span_start, span_end=src.span_end,
-        semantics=comm.semantics, comm_stream=comm.comm_stream, unit=unit,
-        source="simulated", params=prog.params, build=partial(run_objects, src),
-        span_kinds=partial(run_span_kinds, src))
+    head = TimelineHeader(prog.placement, prog.name, prog.microbatches, comm.semantics, unit,
+                          "simulated", comm.comm_stream, prog.params)
+    tl = assemble_timeline(head, src.span_rank, src.span_start, src.span_end,
+                           build=partial(run_objects, src),
+                           span_kinds=partial(run_span_kinds, src))
     if cp.host.atomic:
         tl.group_semantics = "atomic"
     return tl

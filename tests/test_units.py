@@ -1,0 +1,64 @@
+"""The one rule for times as text (:mod:`schedsim.util.units`) and the names' one home
+(:mod:`schedsim.program.vocab`): exact strings, and the places that print through them."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from schedsim.errors import ScenarioError
+from schedsim.program.vocab import MEASURED_SEMANTICS, SEMANTICS, check_semantics
+from schedsim.util.units import fmt_time, unit_text, with_unit
+
+
+@pytest.mark.parametrize("x,text", [
+    (None, "-"), (66, "66"), (66.0, "66"), (-3.0, "-3"), (0.0, "0"), (1e-12, "0"),
+    (1234.5678, "1235"), (240.3775, "240.4"), (12.5, "12.5"), (0.0123456, "0.01235"),
+    (19882.2, "19882"), (9999.96, "10000"), (-0.25, "-0.25"), (0.1 + 0.2, "0.3"),
+    (123456.7, "123457"), (math.inf, "inf")])
+def test_fmt_time_rule(x, text):
+    assert fmt_time(x) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False))
+def test_fmt_time_keeps_four_significant_digits_and_every_integer_digit(x):
+    """No exponent; a whole number exact; otherwise within half a unit of the 4th
+    significant digit (of the last integer digit past 4 of them)."""
+    text = fmt_time(x)
+    assert "e" not in text
+    got = float(text)
+    if abs(x - round(x)) <= 1e-9 * max(1.0, abs(x)):
+        assert got == round(x)
+    else:
+        step = max(10.0 ** (math.floor(math.log10(abs(x))) - 3), 1.0 if abs(x) >= 1 else 0)
+        assert abs(got - x) <= step / 2 * (1 + 1e-9) + 1e-15
+
+
+def test_units_read_as_written():
+    assert [with_unit(66.0, "slot"), with_unit(1, "slot"), with_unit(12.5, "ms")] == [
+        "66 slots", "1 slot", "12.5 ms"]
+    assert (unit_text("slot"), unit_text("ms", 2)) == ("slots", "ms")
+
+
+def test_semantics_names_have_one_home():
+    assert SEMANTICS == ("data", "eager", "rendezvous")
+    assert MEASURED_SEMANTICS == ("rendezvous", "eager")
+    assert check_semantics("data") == "data"
+    with pytest.raises(ScenarioError, match="expected data, eager or rendezvous"):
+        check_semantics("lazy")
+    with pytest.raises(ScenarioError, match="expected rendezvous or eager .a measured"):
+        check_semantics("data", measured=True)
+
+
+def test_fb_order_flag_is_the_memory_model_rule():
+    from schedsim.analysis.memory import FB_ORDERS, MemoryModel
+
+    assert FB_ORDERS == ("alloc-then-free", "free-then-alloc")
+    mm = MemoryModel.with_flags({"model": "inflight", "F": 2.0}, None, "free-then-alloc")
+    assert (mm.F, mm.W, mm.fb_order) == (2.0, -1.0, "free-then-alloc")
+    assert MemoryModel.with_flags(None, "inflight").B == 0.0
+    with pytest.raises(ScenarioError, match="bad --fb-order 'x': expected alloc-then-free "
+                                            "or free-then-alloc"):
+        MemoryModel.with_flags(None, None, "x")
