@@ -103,7 +103,6 @@ def stalls(
     """
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
@@ -222,7 +221,6 @@ def critical_path_cmd(
     """
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
     from schedsim.analysis._simulated import simulate_compiled
     from schedsim.analysis.critical import (
         critical_path,
@@ -267,7 +265,6 @@ def _path_table(path: list, show_all: bool) -> Table:
     """The critical path as a table: one row per step, or per run of ops on a rank."""
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
     from schedsim.analysis.critical import segments
 
     if show_all:
@@ -373,7 +370,6 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
     """The table of ``query``: one row per semantics (effect time, against data, with the
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
 
     t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
@@ -422,7 +418,6 @@ def lint(
     """
     from rich.markup import escape
     from rich.table import Table
-    from schedsim.analysis._index import fmt_t
     from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 
     prog = sc.build_program()
