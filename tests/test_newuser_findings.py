@@ -248,3 +248,26 @@ def test_a_deadlocked_chart_says_deadlock_not_makespan() -> None:
     title = default_title(tl)
     assert "DEADLOCK (blocked ranks 0, 1); what ran before it" in title
     assert "makespan" not in title and "bubble" not in title
+
+
+def test_a_refused_flag_value_names_the_flag_a_file_value_its_key(tmp_path: Path) -> None:
+    """`simulate -s 1f1b -p 0 -m 8` said `'schedule.ranks': Input should be ...`: the
+    value came from `--ranks`, so the flag is named (FlagError); the same value in a
+    file still names the file's key."""
+    from schedsim.errors import FlagError, ScenarioError
+    from schedsim.scenario_flags import build_scenario
+
+    with pytest.raises(FlagError) as e:
+        build_scenario(None, schedule="1f1b", ranks=0, microbatches=8)
+    assert (e.value.flag, e.value.reason) == ("ranks", "Input should be greater than or "
+                                                       "equal to 1")
+    with pytest.raises(FlagError) as e:
+        build_scenario(None, schedule="1f1b", ranks=2, microbatches=2, connections=0)
+    assert e.value.flag == "connections"
+    f = tmp_path / "s.toml"
+    f.write_text("[schedule]\nname = '1f1b'\nranks = 0\nmicrobatches = 8\n")
+    with pytest.raises(ScenarioError) as e:
+        build_scenario(f)
+    assert not isinstance(e.value, FlagError) and "'schedule.ranks'" in str(e.value)
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "0", "-m", "8"])
+    assert r.exit_code == 2 and "Invalid value for '--ranks' / '-p'" in r.output, r.output

@@ -45,8 +45,16 @@ def format_validation(e: ValidationError, source: str, root: Any) -> str:
             hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
             msgs.append(f"unknown key '{loc}'{hint}")
         else:
-            got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
-                   if err["type"].endswith(("_type", "_parsing")) else "")
-            msgs.append(f"'{loc}': {shorten_quotes(err['msg'])}{got}")
+            msgs.append(f"'{loc}': {error_text(err)}")
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
     return f"{source}: " + "; ".join(msgs) + more
+
+
+def error_text(err: Any) -> str:
+    """What is wrong in one pydantic error (an item of ``ValidationError.errors()``):
+    pydantic's message and, for a wrong type, the type and value given."""
+    from schedsim.util.text import clip, shorten_quotes
+
+    got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
+           if err["type"].endswith(("_type", "_parsing")) else "")
+    return f"{shorten_quotes(err['msg'])}{got}"
