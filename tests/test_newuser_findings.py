@@ -271,3 +271,27 @@ def test_a_refused_flag_value_names_the_flag_a_file_value_its_key(tmp_path: Path
     assert not isinstance(e.value, FlagError) and "'schedule.ranks'" in str(e.value)
     r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "0", "-m", "8"])
     assert r.exit_code == 2 and "Invalid value for '--ranks' / '-p'" in r.output, r.output
+
+
+def test_a_long_gantt_title_lies_inside_the_figure() -> None:
+    """`render dp.json --gantt r.png --arrows --memory --stalls --highlight B:5:4:0
+    --window 10:40` (dualpipe, 8 ranks, 16 microbatches) drew its title from left of the
+    figure (`ualpipe: 8 ranks, ...`): the title, centred on the axes that constrained
+    layout moves, is wrapped until it fits (schedsim.plot.layout.fit_title)."""
+    from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+    from schedsim.plot import gantt
+
+    tl = simulate(build_program("dualpipe", 8, 16),
+                  CostModel(F=1, B=1, W=1, BW=2, FB=3), LinkModel(), CommModel())
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.cli.render import gantt_options
+
+    fig = gantt(tl, **gantt_options(True, MemoryModel(), True, highlight=["B:5:4:0"],
+                                    window="10:40"))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    title = fig.axes[0].title
+    box = title.get_window_extent()
+    assert title.get_text().startswith("dualpipe: 8 ranks") and "\n" in title.get_text()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
