@@ -153,9 +153,11 @@ class Scenario(BaseModel):
 
     def derived_workload(self, placement: Placement) -> Any:
         """:func:`schedsim.workload.table.derive_scenario` (None without a workload)."""
+        if self._workload is None:
+            return None
         from schedsim.workload.table import derive_scenario
 
-        return None if self._workload is None else derive_scenario(self, placement)
+        return derive_scenario(self, placement)
 
     def stage_costs(self) -> StageCosts | None:
         """The derived costs of ``[model]`` (None without one)."""

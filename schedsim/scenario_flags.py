@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import parse_cost_string
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 def parse_value(text: str) -> Any:
@@ -100,6 +101,9 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
+    from schedsim.scenario import load_scenario, parse_scenario
+    from schedsim.sim.costs import parse_cost_string
+
     f = replace(flags or ScenarioFlags(), **values)
     _check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
                    group_semantics=f.group_semantics)

@@ -61,10 +61,11 @@ def check(files, tmp_path, *extra):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("name, expect", [("gpipe", 0.077), ("interleaved-1f1b", -0.031)])
+@pytest.mark.parametrize("name, expect", [("gpipe", 0.091), ("interleaved-1f1b", -0.002)])
 def test_shipped_traces_within_10_percent_from_the_same_trace(name, expect, tmp_path):
-    """Costs fitted from the trace itself: makespan within 10% (measured: GPipe +7.7%,
-    Interleaved1F1B -3.1%; the files are fixed, so these figures are exact); the cost
+    """Costs fitted from the trace itself: makespan within 10% (measured: GPipe +9.1%,
+    Interleaved1F1B -0.2%, with the wait-matched link; +7.7% and -3.1% with the mean of
+    the waits; the files are fixed, so these figures are exact); the cost
     file calibrate --from-timeline writes gives the same prediction."""
     files = sorted((TRACES / name).glob("rank*.json.gz"))
     e = check(files, tmp_path)
@@ -119,6 +120,7 @@ def test_contended_calibration_and_errors_over_steps(tmp_path):
     assert (got["min"], got["max"]) == (pytest.approx(min(per)), pytest.approx(max(per)))
     assert got["median"] == pytest.approx(sorted(per)[1])
     assert "cost-model error over the 3 measured steps (makespan): median" in text
+    assert "link latency fitted to the steps' median makespan" in text
 
 
 def test_contention_warning(monkeypatch):

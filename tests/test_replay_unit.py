@@ -332,3 +332,14 @@ def test_error_messages_print_brackets_literally(tmp_path):
     r = runner.invoke(app, ["import-trace", name])
     assert r.exit_code == 2
     assert "a[/red].json: no such trace file" in r.output.replace("\n", "")
+
+
+def test_interleaved_step_order():
+    """replay --compare's contended calibration takes turns with the measured steps
+    (both see the machine's drifting load); the surplus first, a measured step last."""
+    from schedsim.replay.worker import step_order
+
+    assert step_order(5, 5) == "cmcmcmcmcm"
+    assert step_order(3, 1) == "cccm" and step_order(1, 3) == "mmcm"
+    assert all(step_order(c, m).count("c") == c and step_order(c, m).count("m") == m
+               and step_order(c, m)[-1] == "m" for c in range(1, 7) for m in range(1, 7))

@@ -18,7 +18,7 @@ from schedsim.errors import ScenarioError
 from schedsim.interop.kineto import import_traces
 from schedsim.program.ir import Op, Placement, Program
 from schedsim.replay.check import send_waits_before_recv, two_errors
-from schedsim.replay.fit import fit_timeline, host_times
+from schedsim.replay.fit import fit_timeline, host_times, wait_matched_latency
 from schedsim.sim.costs import CommModel, CostModel, HostTime, LinkModel, MessageTime
 from schedsim.sim.simulate import simulate
 from schedsim.timeline import Message, Timeline
@@ -96,8 +96,9 @@ def test_host_times_and_sender_completion_closed_form():
 
 # -- fit and exact calibration --------------------------------------------------------------
 def test_fit_medians_link_and_launch():
-    """Op costs: per stage and kind the median over microbatches; the link from the
-    messages whose receiver was waiting; the launch cost: the mean launch."""
+    """Op costs: per stage and kind the median over microbatches (stage 0's F: 1, 1, 7;
+    the durations kept); the link: the wait-matched latency of the messages; the launch
+    cost: the mean launch."""
     prog = build_program("gpipe", 2, 3)
     costs = CostModel(F=1, B=1, W=1, BW=2, unit="ms",
                       overrides=[dict(stage=0, mb=2, kind="F", cost=7)])
@@ -106,9 +107,47 @@ def test_fit_medians_link_and_launch():
              {"rank": 1, "index": 0, "last_index": 0, "start": 0.0, "end": 3.0}]
     fit = fit_timeline(dressed(sim, posts=posts))
     assert fit.stages == {0: {"F": 1.0, "BW": 2.0}, 1: {"F": 1.0, "BW": 2.0}}
+    assert sorted(fit.durations[(0, "F")]) == [1.0, 1.0, 7.0]
     assert fit.link() == (pytest.approx(0.5), math.inf)
     assert fit.launch_cost() == 2.0
     assert "F = 1.0\n" in fit.to_toml() and "[[costs.overrides]]" not in fit.to_toml()
+
+
+def test_wait_matched_latency_closed_form():
+    """A 0.5 ms transfer whose receivers began waiting 0, 0.25 and 1.0 ms into it (the
+    waits: 0.5, 0.25, 0): the latency giving the same summed waits is 0.5 (the mean of
+    the waits, the old rule, 0.25); sum(max(L - d, 0)) = W solved on each segment."""
+    assert wait_matched_latency([0.0, 0.25, 1.0], 0.75) == pytest.approx(0.5)
+    assert wait_matched_latency([1.0, 0.25, 0.0], 0.75) == pytest.approx(0.5)  # any order
+    assert wait_matched_latency([0.0, 0.0], 3.0) == pytest.approx(1.5)
+    assert wait_matched_latency([2.0, 4.0], 5.0) == pytest.approx(5.5)       # (5+2+4)/2
+    assert wait_matched_latency([], 1.0) == 0.0 == wait_matched_latency([0.5], 0.0)
+
+
+def test_fit_steps_latency_reproduces_the_steps_makespan():
+    """The contended merge: op means over every step's durations, and the link latency
+    fitted so that the simulated program takes the steps' median makespan: on simulated
+    steps (latency 0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of
+    the median step (F 3); the fitted latency, above the waits' 0.5, gives its makespan,
+    the spread line says so, and the cost file holds it."""
+    from schedsim.replay.contended import fit_steps
+
+    prog = build_program("1f1b", 2, 4)
+    steps = []
+    for f1 in (1.0, 3.0, 3.0):
+        sim = simulate(prog, CostModel(F=1, B=2, W=1, unit="ms", stage={1: {"F": f1}}),
+                       LinkModel(latency=0.5), CommModel(semantics="rendezvous"))
+        steps.append(json.loads(dressed(sim).to_json()))
+    sf = fit_steps(steps, prog)
+    assert sf.fit.stages[1]["F"] == pytest.approx(7 / 3)
+    target = sorted(s["makespan"] for s in steps)[1]
+    lat = sf.fit.link()[0]
+    pred = simulate(prog, sf.fit.cost_model(), sf.fit.link_model(),
+                    sf.fit.comm_model("rendezvous"))
+    assert sf.fitted and pred.makespan == pytest.approx(target, rel=1e-5)
+    assert sf.waits_latency == pytest.approx(0.5) and lat > 0.5 + 1e-3
+    assert f"fitted to the steps' median makespan {target:.4g}" in sf.spread_lines()[-1]
+    assert f"latency = {lat!r}" in sf.to_toml()
 
 
 def test_exact_calibration_reproduces_a_run():

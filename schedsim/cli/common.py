@@ -7,7 +7,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -21,10 +21,13 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
     with_suggestion,
 )
 from schedsim.cli.options import ConnectionsOpt
+from schedsim.cli.records import param_hints
 from schedsim.errors import FlagError, SchedsimError
 from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
-from schedsim.scenario import Scenario
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 
@@ -61,6 +64,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
     ``sc`` is given, the fixes that make it complete (each verified by simulating it,
     within a bounded budget: :func:`schedsim.report.advice.deadlock_fixes`)."""
     from schedsim.report.advice import deadlock_fixes, format_deadlock
+    from schedsim.scenario import Scenario
 
     fixes = deadlock_fixes(sc, tl) if isinstance(sc, Scenario) else []
     fail(format_deadlock(tl.deadlock, fixes, tl.unit), 3)
@@ -387,7 +391,7 @@ def scenario_command(fn: Callable | None = None, *,
     shared_params = [(n, InputArg if timelines and n == "scenario" else a)
                      for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
-    hints = typing.get_type_hints(fn, include_extras=True)
+    hints = param_hints(fn)
     own = [p.replace(annotation=hints.get(n, p.annotation))
            for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
     takes_all = any(p.name == "all_semantics" for p in own)

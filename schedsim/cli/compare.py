@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schedsim.analysis.memory import MemoryModel
 from schedsim.cli import app
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
@@ -41,10 +40,13 @@ from schedsim.cli.options import GanttOpt
 from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time, with_unit
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.scenario import Scenario
+    from schedsim.sim.costs import CostModel
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -144,6 +146,7 @@ def compare_command(o: CompareOptions) -> None:
       schedsim compare schedules/dualpipe-figure.toml \\
         --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare_schedules, params_for_schedules
 
@@ -360,6 +363,8 @@ def _mem_text(m: MemoryModel) -> str:
 def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenario:
     """A scenario from a TOML file, a schedule file (.json/.csv), a program (.txt) or a
     schedule name."""
+    from schedsim.scenario import load_scenario, parse_scenario
+
     p = Path(spec)
     suffix = p.suffix.lower()
     if suffix == ".toml":
@@ -396,6 +401,7 @@ def diff(
     Example:
       schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
+    from schedsim.sim.costs import CommModel, parse_cost_string
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
 
@@ -461,6 +467,7 @@ def memory(
     Example:
       schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of
 

@@ -30,9 +30,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import (
@@ -80,8 +79,10 @@ from schedsim.cli.replay_options import (
     WarmupOpt,
 )
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario
 from schedsim.util.text import rich_escape
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scenario:
@@ -96,6 +97,8 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scen
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
+    from rich.table import Table
+
     t = Table(title=f"gradient check vs single-process reference ({gc['dtype']}, tolerance "
                     f"{gc['tolerance']:g})")
     for col in ("stage", "copies", "max rel error"):

@@ -7,18 +7,29 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
 
 - **op costs**: per stage and kind (F, B, W, BW, FB; an FB span counts at its forward
   part's stage), the median of the span durations over microbatches (ms); the global
-  F/B/W/BW are the means over the stages that ran the kind;
-- **link** (contended: the run's own messages, moving while both hosts computed): each
-  paired message whose receiver waited for it gives one sample, the time its wait took
-  once the message could move, ``recv_done - max(start, wait start)`` (``start``: both
-  sides posted, :class:`~schedsim.timeline.Message`; :func:`observed_transfer`): the
-  transfer itself when the receiver was already waiting, else how long the wait took to
-  let go (on shared cores the comm thread must get the CPU first). The **mean** per
-  message size (the simulator must get the summed waits right; the samples have a heavy
-  tail) is fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth;
-  one size: latency only). No sample: latency 0. (The median of the transfers seen
-  with the receiver already waiting, the earlier rule, left the real torch traces and
-  replays of this project 10-57% short: the fast ones are the ones seen waiting.)
+  F/B/W/BW are the means over the stages that ran the kind. In one step the median:
+  a stall (a rank losing the CPU for 10-20 ms inside one op) in one of 4 microbatches
+  would be spread over all 4 by the mean, onto the critical path (the shipped GPipe
+  trace: +36% with the mean, +9% with the median). The durations are kept
+  (``durations``): the contended calibration merges several steps with their mean
+  (:func:`schedsim.replay.contended.merge_fits`);
+- **link** (contended: the run's own messages, moving while both hosts computed),
+  fitted by **wait matching** (:func:`wait_matched_latency`): every paired message whose
+  receiver waited for it gives one sample, ``(offset, wait)``: ``offset = max(wait
+  start - start, 0)``, how far into the message's transfer the receiver began waiting
+  (``start``: both sides posted, :class:`~schedsim.timeline.Message`), and ``wait =
+  recv_done - max(start, wait start)``, at least 0 (:func:`observed_transfer`; 0 when
+  the message was in before the wait began), the time the wait took once the message
+  could move. The latency ``L`` per message size is the one under which the simulator,
+  which moves a message from its ``start`` and lets the wait go at ``start + L``, gives
+  the same summed waits: ``sum(max(L - offset, 0)) = sum(wait)`` (on a run with a
+  constant transfer time ``T`` this gives ``T`` exactly); the sizes' latencies are
+  fitted with :func:`~schedsim.replay.calibrate.fit_link` (latency, bandwidth; one
+  size: latency only). No sample: latency 0. (The mean of the waits, the earlier rule,
+  counted a wait that began while its message was already moving as a whole transfer:
+  with every other duration exact, 1F1B replays were simulated 6% short; the median of
+  the transfers seen with the receiver already waiting, the rule before it, 10-57%: the
+  fast ones are the ones seen waiting.)
 - **launch cost**: the mean host time of the run's launches (the Timeline's ``posts``:
   one ``isend``/``irecv``/``batch_isend_irecv`` call each; the mean because the
   simulator charges one constant per launch and must get a rank's summed launch time
@@ -69,9 +80,10 @@ _KINDS = ("F", "B", "W", "BW", "FB")
 class TimelineFit:
     """What :func:`fit_timeline` found (module docstring); times in ms.
 
-    ``stages``: stage -> kind -> median cost; ``samples``: ``[bytes, transfer ms]`` per
-    usable message; ``launches``: every launch's host time; ``overrides`` and
-    ``transfers`` only with ``exact``.
+    ``stages``: stage -> kind -> median cost; ``durations``: (stage, kind) -> every
+    span's duration; ``samples``: ``[bytes, wait ms, offset ms]`` per usable message
+    (:func:`wait_matched_latency`); ``launches``: every launch's host time;
+    ``overrides`` and ``transfers`` only with ``exact``.
     """
 
     unit: str
@@ -85,13 +97,21 @@ class TimelineFit:
     host: list[HostTime] = field(default_factory=list)
     source: str = ""
     host_cost: float = 0.0
+    #: the link latency fitted elsewhere (the contended calibration's makespan fit,
+    #: :func:`schedsim.replay.contended.fit_latency`), replacing the wait-matched one
+    latency: float | None = None
+    durations: dict[tuple[int, str], list[float]] = field(default_factory=dict)
 
     def link(self) -> tuple[float, float]:
-        """``(latency, bandwidth)``: the per-size medians fitted (module docstring)."""
-        by: dict[float, list[float]] = {}
-        for b, t in self.samples:
-            by.setdefault(b, []).append(t)
-        return fit_link([[b, statistics.fmean(v)] for b, v in sorted(by.items())])
+        """``(latency, bandwidth)``: each size's wait-matched latency, fitted (module
+        docstring)."""
+        by: dict[float, list[tuple[float, float]]] = {}
+        for b, w, d in self.samples:
+            by.setdefault(b, []).append((w, d))
+        lat, bw = fit_link([[b, wait_matched_latency([d for _, d in v],
+                                                     sum(w for w, _ in v))]
+                            for b, v in sorted(by.items())])
+        return (lat if self.latency is None else self.latency), bw
 
     def launch_cost(self) -> float:
         return statistics.fmean(self.launches) if self.launches else 0.0
@@ -117,9 +137,10 @@ class TimelineFit:
         lines = [f"# schedsim calibrate --from-timeline{' --exact' if self.exact else ''}"
                  + (f": {title}" if title else ""),
                  f"# fitted from a measured timeline{f' ({self.source})' if self.source else ''}"
-                 ": op costs = median over microbatches per stage (ms); link = fit of the "
-                 "paired messages' receiver waits (mean per size); launch cost = mean launch "
-                 "host time; host cost = mean host time before an instruction",
+                 ": op costs = median over microbatches per stage (ms); link = the latency "
+                 "that gives the paired messages' receiver waits (wait matching, per size); "
+                 "launch cost = mean launch host time; host cost = mean host time before an "
+                 "instruction",
                  "", "[costs]", f'unit = "{self.unit}"']
         cm = self.cost_model()
         for k in ("F", "B", "W", "BW"):
@@ -223,6 +244,27 @@ def observed_transfer(m: Message, waiting_since: float | None) -> float | None:
     return max(m.recv_done - max(m.start, waiting_since), 0.0)
 
 
+def wait_matched_latency(offsets: list[float], waited: float) -> float:
+    """The latency ``L >= 0`` with ``sum(max(L - d, 0) for d in offsets) = waited``: the
+    simulator's summed receiver waits equal the measured ones (module docstring).
+
+    ``offsets`` (ms, each >= 0): per message, how far into its transfer the receiver
+    began waiting; ``waited``: the measured waits' sum (ms). The left side is continuous,
+    piecewise linear and increasing in ``L`` once ``L`` passes the smallest offset, so the
+    root is found in one pass over the sorted offsets. 0 without offsets or waits.
+    """
+    if not offsets or waited <= 0:
+        return 0.0
+    ds = sorted(offsets)
+    acc = 0.0
+    for k, d in enumerate(ds):      # on [ds[k], ds[k+1]]: sum over the first k+1 offsets
+        acc += d
+        lat = (waited + acc) / (k + 1)
+        if k + 1 == len(ds) or lat <= ds[k + 1]:
+            return lat
+    return 0.0      # not reached: the last segment always holds the root
+
+
 def _recv_wait_starts(tl: Timeline) -> dict[tuple[str, int, int], float]:
     """Message key -> when the receiver's wait covering it began."""
     out: dict[tuple[str, int, int], float] = {}
@@ -264,9 +306,10 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
     samples, transfers = [], []
     for m in tl.messages:
         key = m.key
-        t = observed_transfer(m, since.get(key))
-        if t is not None:
-            samples.append([m.bytes, t])
+        w0 = since.get(key)
+        if m.start is not None and m.recv_done is not None and w0 is not None:
+            samples.append([m.bytes, observed_transfer(m, w0) or 0.0,
+                            max(w0 - m.start, 0.0)])
         if exact and m.start is not None and m.arrival is not None:
             send = None if m.send_done is None else max(m.send_done - m.start, 0.0)
             transfers.append(MessageTime(kind=m.kind, stage=m.stage, mb=m.mb,
@@ -280,6 +323,6 @@ def fit_timeline(tl: Timeline, program: Program | None = None, *,
                        message_bytes=statistics.median(sizes) if sizes else 0.0,
                        samples=samples, launches=[p["end"] - p["start"] for p in posts],
                        exact=exact, overrides=overrides, transfers=transfers,
-                       host=host, host_cost=0.0 if exact or not every else
+                       host=host, durations=per, host_cost=0.0 if exact or not every else
                        statistics.fmean(h.before for h in every),
                        source=f"{tl.schedule}, {tl.ranks} ranks, {tl.semantics}")

@@ -147,8 +147,11 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
             tpc = make_context(cfg, rank, program.placement.ranks, clock.stamp)
         ex = RankExecutor(program, rank // tp, cfg, device, clock,
                           profile=spec.profile_dir is not None, tp=tpc)
-        calib = None
-        if spec.calibrate and spec.calib_contended:
+        calib, recs = None, None
+        if spec.calibrate and spec.calib_contended and spec.replay and tpc is None:
+            calib, recs = _interleaved_steps(spec, ex, deadline, clock, offset, rank,
+                                             program, world)
+        elif spec.calibrate and spec.calib_contended:
             calib = _calibration_steps(spec, ex, deadline, clock, offset, rank, program,
                                        world)
         elif spec.calibrate:
@@ -157,7 +160,9 @@ def run_rank(spec: JobSpec) -> dict[str, Any] | None:
             calib = calibrate_rank(ex, spec)
         result: dict[str, Any] | None = None
         if spec.replay:
-            recs = _measure_steps(spec, ex, deadline, clock, offset, rank, tpc is not None)
+            if recs is None:
+                recs = _measure_steps(spec, ex, deadline, clock, offset, rank,
+                                      tpc is not None)
             grads = ({k: [g.detach().cpu() for g in gs] for k, gs in ex.grads().items()}
                      if spec.check_grads else None)
             got: list[Any] = [None] * world if rank == 0 else []
@@ -240,7 +245,7 @@ def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
     (fitted by :mod:`schedsim.replay.contended`), the other ranks None."""
     import torch.distributed as dist
 
-    from schedsim.replay.timing import measured_timeline, resolve_records
+    from schedsim.replay.timing import resolve_records
 
     dist.barrier()
     ex.step(deadline)
@@ -250,6 +255,59 @@ def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
         dist.barrier()
         recs.append(resolve_records(ex.step(deadline), clock, offset))
     ex.zero_grad()
+    return _calibration_result(spec, recs, program, rank, world)
+
+
+def _interleaved_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: int,
+                       rank: int, program: Any, world: int
+                       ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """``replay --compare``'s contended calibration and measured steps taking turns
+    (calibration, measured, calibration, ...; the surplus of either kind first, so the
+    gradients left are a measured step's), after ``max(warmup, 1)`` untimed steps, each
+    step after a zero_grad and a barrier: on a shared machine the load drifts within a
+    minute, and steps in turns see the same drift. The fault (if any) goes to the first
+    measured step; under ``--profile-dir`` the one measured step is profiled. Returns
+    ``(calibration result as _calibration_steps, this rank's measured records)``."""
+    import torch.distributed as dist
+
+    from schedsim.replay.timing import resolve_records
+
+    order = step_order(spec.calib_repeats, 1 if spec.profile_dir else spec.config.steps)
+    for _ in range(max(spec.config.warmup, 1)):
+        dist.barrier()
+        ex.step(deadline)
+        ex.zero_grad()
+    cal, recs = [], []
+    for what in order:
+        ex.zero_grad()
+        dist.barrier()
+        if what == "c":
+            cal.append(resolve_records(ex.step(deadline), clock, offset))
+            continue
+        fault = spec.fault if not recs else None
+        rec = (_profiled_step(spec.profile_dir, ex, deadline, fault, rank)
+               if spec.profile_dir else ex.step(deadline, fault))
+        recs.append(resolve_records(rec, clock, offset))
+    return _calibration_result(spec, cal, program, rank, world), recs
+
+
+def step_order(calibration: int, measured: int) -> str:
+    """The order of :func:`_interleaved_steps`: ``"c"`` a calibration step, ``"m"`` a
+    measured one; the surplus of either kind first, then pairs ``"cm"``, so the run
+    ends on a measured step. ``step_order(5, 5) == "cmcmcmcmcm"``."""
+    both = min(calibration, measured)
+    return "c" * (calibration - both) + "m" * (measured - both) + "cm" * both
+
+
+def _calibration_result(spec: JobSpec, recs: list[dict[str, Any]], program: Any,
+                        rank: int, world: int) -> dict[str, Any] | None:
+    """Gather every rank's calibration step records on rank 0 and return there
+    ``{"contended": True, "steps": [Timeline JSON, ...], "backend", "world_size",
+    "workload"}``; None on the other ranks."""
+    import torch.distributed as dist
+
+    from schedsim.replay.timing import measured_timeline
+
     got: list[Any] = [None] * world if rank == 0 else []
     dist.gather_object(recs, got if rank == 0 else None, dst=0)
     if rank != 0:
@@ -257,7 +315,7 @@ def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
     backend = spec.config.backend
     steps = [json.loads(measured_timeline(program, [g[k] for g in got],
                                           backend=backend).to_json())
-             for k in range(spec.calib_repeats)]
+             for k in range(len(recs))]
     return {"contended": True, "steps": steps, "backend": backend, "world_size": world,
             "workload": spec.config.model_dump(include={"workload", "hidden",
                                                         "layers_per_stage", "seq",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from schedsim.program.vocab import COMM_STREAMS
+
 
 class Step(IntEnum):
     """Opcodes of compiled code (``Code.cop``)."""
@@ -53,6 +55,7 @@ class StreamMode(IntEnum):
     PER_RANK = 2
 
 
-#: ``CommModel.comm_stream`` -> :class:`StreamMode`
-STREAM_MODES = {"none": StreamMode.NONE, "per-peer": StreamMode.PER_PEER,
-                "per-rank": StreamMode.PER_RANK}
+#: ``CommModel.comm_stream`` (its names: :data:`schedsim.program.vocab.COMM_STREAMS`, in
+#: this order) -> :class:`StreamMode`
+STREAM_MODES = dict(zip(COMM_STREAMS, (StreamMode.NONE, StreamMode.PER_PEER,
+                                       StreamMode.PER_RANK), strict=True))
