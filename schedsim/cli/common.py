@@ -22,7 +22,7 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
 )
 from schedsim.cli.options import ConnectionsOpt
 from schedsim.cli.records import param_hints
-from schedsim.errors import SchedsimError
+from schedsim.errors import FlagError, SchedsimError
 from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
 
@@ -165,6 +165,11 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
                     stdout_data(fmt, dash, quiet_tables):
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
+        except FlagError as e:      # a usage error, in typer's form: the flag's names
+            decls = _flag_decls(e.flag)
+            if not decls:
+                fail(str(e), e.exit_code)
+            raise typer.BadParameter(e.reason, param_hint=decls) from None
         except SchedsimError as e:
             tl = getattr(e, "timeline", None)
             if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:
@@ -299,6 +304,18 @@ StagesOpt = Annotated[Optional[int], typer.Option(
     "--stages", help="Number of stages (with --program / --schedule-file).")]
 PlacementOpt = Annotated[Optional[str], typer.Option(
     "--placement", help="loop | v | dual (with --program / --schedule-file).")]
+
+
+def _flag_decls(flag: str) -> str | None:
+    """``'--ranks' / '-p'``: the names of the shared scenario flag ``flag``
+    (:data:`_SCENARIO_PARAMS`), as click names a parameter; None for another name."""
+    ann = dict(_SCENARIO_PARAMS).get(flag)
+    info = next((a for a in typing.get_args(ann)[1:] if hasattr(a, "param_decls")), None)
+    if info is None:
+        return None
+    decls = [info.default] if isinstance(info.default, str) and info.default.startswith("-") \
+        else []
+    return " / ".join(f"'{d}'" for d in [*decls, *info.param_decls]) or None
 
 
 def build_scenario(scenario: Path | None = None, **flags: Any) -> Scenario:

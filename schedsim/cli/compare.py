@@ -264,14 +264,29 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
                   f"memory: {_mem_text(mm)}", highlight=False, soft_wrap=True)
     console.print(_table(res, ranks))
     if any(r.formula for r in res.rows):
-        console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
-                      "F, B, W, F&B at the op costs each schedule ran at; its activation "
-                      "counts stage activations, chunk activations for 2-chunk placements: "
-                      "17 chunks = 8.5 here)", highlight=False)
+        console.print(escape(_table_footnote(res, mm, ranks)), highlight=False)
     if note is not None:
         console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     for n, why in res.skipped.items():
         console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+
+
+def _table_footnote(res: Any, mm: MemoryModel, ranks: int) -> str:
+    """The footnote under ``compare``'s table: where its "table" columns come from and,
+    for each row whose closed form counts chunk activations (a 2-chunk placement: PP =
+    stages != ranks), what that count is in this run's activation unit: count x the
+    memory model's F x its factor for that row (``MemoryModel.factor``, ranks / stages
+    by default), e.g. ``dualpipev: PP+1 = 9 chunks = 4.5 here``."""
+    chunks = [f"{r.schedule}: {r.formula['activation']} = "
+              f"{fmt_time(r.formula['activation_value'])} chunks = "
+              f"{fmt_time(r.formula['activation_value'] * mm.F * mm.factor(ranks, r.stages))}"
+              f" here" for r in res.rows
+              if r.formula and r.formula["activation_unit"] == "chunk activations"]
+    act = ("its activation counts stage activations, chunk activations for 2-chunk "
+           "placements: " + "; ".join(chunks)) if chunks else \
+        "its activation counts stage activations"
+    return ("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; F, B, W, "
+            f"F&B at the op costs each schedule ran at; {act})")
 
 
 def _reading(per_rank_costs: bool, model: bool = False) -> str:
