@@ -20,6 +20,17 @@ class ScenarioError(SchedsimError):
     """A scenario file or CLI option is malformed (bad TOML, unknown key, bad value)."""
 
 
+class FlagError(ScenarioError):
+    """A value a command-line flag set is refused: ``flag`` is the flag's field name
+    (``ranks`` for ``--ranks``/``-p``, a :class:`schedsim.scenario_flags.ScenarioFlags`
+    field), ``reason`` what is wrong with it. The CLI names the flag as a usage error
+    (:func:`schedsim.cli.common.handle_errors`)."""
+
+    def __init__(self, flag: str, reason: str) -> None:
+        super().__init__(f"--{flag.replace('_', '-')}: {reason}")
+        self.flag, self.reason = flag, reason
+
+
 class ScheduleError(SchedsimError):
     """A schedule is invalid: impossible parameters, a missing/duplicate op, a wrong order."""
 

@@ -153,9 +153,11 @@ class Scenario(BaseModel):
 
     def derived_workload(self, placement: Placement) -> Any:
         """:func:`schedsim.workload.table.derive_scenario` (None without a workload)."""
+        if self._workload is None:
+            return None
         from schedsim.workload.table import derive_scenario
 
-        return None if self._workload is None else derive_scenario(self, placement)
+        return derive_scenario(self, placement)
 
     def stage_costs(self) -> StageCosts | None:
         """The derived costs of ``[model]`` (None without one)."""
@@ -306,17 +308,26 @@ def _no_policy_params(params: dict[str, Any], path: Path) -> None:
 
 
 def parse_scenario(data: dict[str, Any], source: str = "scenario",
-                   base_dir: str = ".") -> Scenario:
+                   base_dir: str = ".", flags: dict[tuple[str, str], str] | None = None
+                   ) -> Scenario:
     """Validate a scenario dict in pydantic's strict mode: a quoted number or a boolean
     where a number goes (``F = "1"``, ``F = true``, ``ranks = "2"``) is refused with the
-    type expected and the one given, as the trace loader already did. Raises
-    :class:`ScenarioError` naming the bad key."""
+    type expected and the one given, as the trace loader already did. ``flags``: the
+    keys a command-line flag set, ``(table, key)`` -> the flag's field name. Raises
+    :class:`ScenarioError` naming the bad key (a :class:`~schedsim.errors.FlagError`
+    naming the flag when a flag set it)."""
+    from schedsim.errors import FlagError
     from schedsim.scenario_keys import format_validation, index_keys
+    from schedsim.util.validation import error_text
 
     try:
         sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
                                      strict=True)
     except ValidationError as e:
+        err = e.errors()[0]
+        flag = (flags or {}).get(tuple(str(x) for x in err["loc"][:2]))
+        if flag is not None and len(err["loc"]) == 2:
+            raise FlagError(flag, error_text(err)) from None
         raise ScenarioError(format_validation(e, source, Scenario)) from None
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import parse_cost_string
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 def parse_value(text: str) -> Any:
@@ -87,6 +88,9 @@ _COMM_KEYS = {"semantics": "semantics", "comm_stream": "comm_stream",
               "eager_threshold": "eager_threshold_bytes", "launch_cost": "launch_cost",
               "lazy_init": "lazy_init", "init_cost": "init_cost",
               "connections": "connections", "group_semantics": "group_semantics"}
+#: [link] and [costs] key of each link flag and the message size flag
+_LINK_KEYS = {"latency": "latency", "bandwidth": "bandwidth"}
+_COSTS_KEYS = {"message_bytes": "message_bytes"}
 
 
 def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = None,
@@ -97,6 +101,9 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
 
     Raises :class:`~schedsim.errors.ScenarioError` for bad values.
     """
+    from schedsim.scenario import load_scenario, parse_scenario
+    from schedsim.sim.costs import parse_cost_string
+
     f = replace(flags or ScenarioFlags(), **values)
     _check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
                    group_semantics=f.group_semantics)
@@ -132,7 +139,14 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
         link["latency"] = f.latency
     if f.bandwidth is not None:
         link["bandwidth"] = f.bandwidth
-    return parse_scenario(data, str(scenario) if scenario else "command line", base)
+    # a refused value a flag set names the flag (FlagError), not the [table] key
+    flags_set = {(table, key): flag for table, keys in (("schedule", _SCHEDULE_KEYS),
+                                                        ("comm", _COMM_KEYS),
+                                                        ("link", _LINK_KEYS),
+                                                        ("costs", _COSTS_KEYS))
+                 for flag, key in keys.items() if getattr(f, flag) is not None}
+    return parse_scenario(data, str(scenario) if scenario else "command line", base,
+                          flags_set)
 
 
 def _check_choices(**flags: str | None) -> None:

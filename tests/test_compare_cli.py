@@ -86,3 +86,26 @@ def test_global_flags_go_to_the_schedules_that_take_them() -> None:
 def test_compare_refuses(args: list[str], says: str) -> None:
     r = CliRunner().invoke(app, ["compare", *args])
     assert r.exit_code == 2 and says in r.stderr, r.output
+
+
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_table_footnote_counts_this_runs_chunks(ranks: int) -> None:
+    # dualpipev on P ranks: 2P stages, the table's PP+1 = 2P+1 chunk activations, each
+    # F x ranks/stages = 1/2 of a stage activation: the simulated peak
+    cost = ["--cost", "F=1,B=1,W=1,BW=2,FB=3"]
+    r = CliRunner().invoke(app, ["compare", "-p", ranks, "-m", 2 * ranks, *cost,
+                                 "--schedules", "1f1b,dualpipev,dualpipe"],
+                           terminal_width=400)
+    assert r.exit_code == 0, r.output
+    chunks = 2 * ranks + 1
+    peak = max(compare_schedules(ranks, 2 * ranks, schedules=["dualpipev"]).rows[0]
+               .peak_activation)
+    assert peak == chunks / 2
+    note = " ".join(x for x in r.output.splitlines() if x.startswith("table = "))
+    assert note.endswith(f"for 2-chunk placements: dualpipev: PP+1 = {chunks} chunks = "
+                         f"{chunks / 2:g} here)"), note
+    # no 2-chunk row: no chunk count at all
+    r = CliRunner().invoke(app, ["compare", "-p", ranks, "-m", 2 * ranks, *cost,
+                                 "--schedules", "1f1b,zbv"], terminal_width=400)
+    note = " ".join(x for x in r.output.splitlines() if x.startswith("table = "))
+    assert r.exit_code == 0 and note and "chunks" not in note, r.output

@@ -248,3 +248,50 @@ def test_a_deadlocked_chart_says_deadlock_not_makespan() -> None:
     title = default_title(tl)
     assert "DEADLOCK (blocked ranks 0, 1); what ran before it" in title
     assert "makespan" not in title and "bubble" not in title
+
+
+def test_a_refused_flag_value_names_the_flag_a_file_value_its_key(tmp_path: Path) -> None:
+    """`simulate -s 1f1b -p 0 -m 8` said `'schedule.ranks': Input should be ...`: the
+    value came from `--ranks`, so the flag is named (FlagError); the same value in a
+    file still names the file's key."""
+    from schedsim.errors import FlagError, ScenarioError
+    from schedsim.scenario_flags import build_scenario
+
+    with pytest.raises(FlagError) as e:
+        build_scenario(None, schedule="1f1b", ranks=0, microbatches=8)
+    assert (e.value.flag, e.value.reason) == ("ranks", "Input should be greater than or "
+                                                       "equal to 1")
+    with pytest.raises(FlagError) as e:
+        build_scenario(None, schedule="1f1b", ranks=2, microbatches=2, connections=0)
+    assert e.value.flag == "connections"
+    f = tmp_path / "s.toml"
+    f.write_text("[schedule]\nname = '1f1b'\nranks = 0\nmicrobatches = 8\n")
+    with pytest.raises(ScenarioError) as e:
+        build_scenario(f)
+    assert not isinstance(e.value, FlagError) and "'schedule.ranks'" in str(e.value)
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "0", "-m", "8"])
+    assert r.exit_code == 2 and "Invalid value for '--ranks' / '-p'" in r.output, r.output
+
+
+def test_a_long_gantt_title_lies_inside_the_figure() -> None:
+    """`render dp.json --gantt r.png --arrows --memory --stalls --highlight B:5:4:0
+    --window 10:40` (dualpipe, 8 ranks, 16 microbatches) drew its title from left of the
+    figure (`ualpipe: 8 ranks, ...`): the title, centred on the axes that constrained
+    layout moves, is wrapped until it fits (schedsim.plot.layout.fit_title)."""
+    from schedsim import CommModel, CostModel, LinkModel, build_program, simulate
+    from schedsim.plot import gantt
+
+    tl = simulate(build_program("dualpipe", 8, 16),
+                  CostModel(F=1, B=1, W=1, BW=2, FB=3), LinkModel(), CommModel())
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.cli.render import gantt_options
+
+    fig = gantt(tl, **gantt_options(True, MemoryModel(), True, highlight=["B:5:4:0"],
+                                    window="10:40"))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    title = fig.axes[0].title
+    box = title.get_window_extent()
+    assert title.get_text().startswith("dualpipe: 8 ranks") and "\n" in title.get_text()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)

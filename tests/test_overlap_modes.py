@@ -37,8 +37,11 @@ def _dags(draw) -> list[Piece]:
 @given(_dags())
 def test_event_pass_is_the_list_scheduler(pieces: list[Piece]) -> None:
     """The event-driven pass with no device option places every piece exactly where the
-    list scheduler does (bounded random DAGs, empty pieces included); each
-    option only ever delays: one queue >= in order, slowdown >= none."""
+    list scheduler does (bounded random DAGs, empty pieces included); one queue >= in
+    order; under a slowdown the compute total is unchanged, no piece runs shorter than its
+    duration, and dependencies and one piece per stream at a time still hold. (A slowdown
+    may *shorten* the op: greedy list scheduling is not monotone in durations, Graham's
+    anomaly; see test_a_slowdown_can_shorten_a_list_schedule.)"""
     from schedsim.sim.overlap import _dispatch, levels
 
     a = schedule(pieces)
@@ -52,7 +55,33 @@ def test_event_pass_is_the_list_scheduler(pieces: list[Piece]) -> None:
     starts = [p.start for p in one.pieces]
     assert starts == sorted(starts)
     slow = schedule(pieces, slowdown=1.5)
-    assert slow.cost >= a.cost - 1e-12 and slow.compute == a.compute
+    assert slow.compute == a.compute
+    for p, q in zip(pieces, slow.pieces):
+        assert q.end - q.start >= p.duration - 1e-12
+        assert all(q.start >= slow.pieces[d].end - 1e-12 for d in p.deps)
+    for stream in (COMPUTE, COLLECTIVE):
+        busy = sorted((q.start, q.end) for p, q in zip(pieces, slow.pieces)
+                      if p.stream == stream and q.end > q.start)
+        assert all(b[0] >= a_[1] - 1e-12 for a_, b in zip(busy, busy[1:]))
+
+
+def test_a_slowdown_can_shorten_a_list_schedule() -> None:
+    """Graham's timing anomaly (R. L. Graham, "Bounds on multiprocessing timing anomalies",
+    SIAM J. Appl. Math. 17(2), 1969): longer pieces can give a shorter list schedule. Here,
+    found by the property test above: without a slowdown the collective stream, free at
+    1.5, takes the ready p8 (level 1.0) before the empty p2 (level 0.5) that p7 waits for,
+    so p7 ends at 3.0; slowed by 1.5x, p1 ends at 1.5 and p5 at 1.75, p8 is not ready at
+    1.5, p2 goes first and p7 ends at 2.5: the op costs 2.75 instead of 3.0."""
+    def p(name, stream, d, deps=()):
+        return Piece(name, stream, d, deps)
+    pieces = [p("p0", COMPUTE, 0), p("p1", COMPUTE, 1.0), p("p2", COLLECTIVE, 0),
+              p("p3", COLLECTIVE, 1.5), p("p4", COMPUTE, 0), p("p5", COMPUTE, 0.25),
+              p("p6", COMPUTE, 0), p("p7", COMPUTE, 0.5, (2,)),
+              p("p8", COLLECTIVE, 1.0, (0, 1, 5))]
+    a, slow = schedule(pieces), schedule(pieces, slowdown=1.5)
+    assert (a.cost, slow.cost) == (3.0, 2.75) and a.compute == slow.compute == 1.75
+    assert (a.pieces[8].start, a.pieces[2].start, a.pieces[7].end) == (1.5, 2.5, 3.0)
+    assert (slow.pieces[2].start, slow.pieces[8].start, slow.pieces[7].end) == (1.5, 1.75, 2.5)
 
 
 def _moe(**kw) -> StageModel:

@@ -108,6 +108,11 @@ def test_every_timeline_field_mutated_is_ok_or_one_line(tmp_path, timeline, data
     (["simulate", "-s", "1f1b", "-p", "abc", "-m", "4"], "Invalid value for '--ranks' / '-p'"),
     (["simulate", "--bogus-flag"], "No such option: --bogus-flag"),
     (["report", "schedules/1f1b.toml"], "Missing option '--html'"),
+    # a value the scenario refuses names the flag that set it, not the [schedule] key
+    (["simulate", "-s", "1f1b", "-p", "0", "-m", "8"],
+     "Invalid value for '--ranks' / '-p': Input should be greater than or equal to 1"),
+    (["simulate", "-s", "1f1b", "-p", "2", "-m", "4", "--latency", "-1"],
+     "Invalid value for '--latency': Input should be greater than or equal to 0"),
 ])
 def test_usage_errors_are_one_line(args, want):
     """``-p abc`` printed typer's boxed multi-line usage error: now one ``error:`` line

@@ -66,6 +66,27 @@ def test_cost_warning_rules(name, kw, cost, expect):
         assert e in g
 
 
+def test_no_default_cost_warning_on_a_workload_scenario():
+    # --cost F=1 on a [workload] scenario: F costs 1 ms, B/W/BW keep their derived costs
+    # (docs/workload.md), so the "defaults BW = 1 + 1" warning would be false
+    from schedsim.cli.common import build_scenario
+
+    path = SCHEDULES / "llama3-70b-h100.toml"
+    sc = build_scenario(path, cost="F=1")
+    tl = simulate(sc.build_program(), sc.costs, sc.link, sc.comm)
+    spans = [s for r in range(tl.ranks) for s in tl.spans_of(r)]
+    assert given_costs(sc.costs) == {"F"}
+    assert all(s.duration == pytest.approx(1.0) for s in spans if s.kind == "F")
+    # the derived full backward (ms): B + W of the stage model, not the defaults 1 + 1
+    derived = load_scenario(path).costs
+    bw = [s for s in spans if s.kind == "BW"]
+    assert bw and all(s.duration == pytest.approx(derived.kind_cost("BW", s.stage, s.mb))
+                      and s.duration > 30 for s in bw)
+    assert cost_warnings(run_kinds(tl), sc.costs, tl.schedule) == []
+    r = run("simulate", path, "--cost", "F=1", "-q")
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+
+
 def test_given_costs_come_from_the_file_the_flag_and_stage_tables(tmp_path):
     f = tmp_path / "s.toml"
     f.write_text("[schedule]\nname = '1f1b'\nranks = 4\nmicrobatches = 8\n[costs]\nF = 1\n"

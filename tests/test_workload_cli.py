@@ -119,6 +119,15 @@ BAD = [
     ("tp = 2", "tp = 2\ncp = 2", "context parallelism is not built"),
     ("seq = 4096", "seq = 4096\nsequence_lenght = 1", "unknown key 'sequence_lenght'"),
     ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100'"),
+    # strict types, as the other tables: a quoted number or a boolean is not coerced
+    ("tp = 2", 'tp = "2"', "'tp': Input should be a valid integer (got str '2')"),
+    ("seq = 4096", 'seq = "4096"', "'seq': Input should be a valid integer (got str '4096')"),
+    ("seq = 4096", 'seq = 4096\nefficiency = "0.5"',
+     "'efficiency': Input should be a valid number (got str '0.5')"),
+    ("seq = 4096", "seq = 4096\nzero = true",
+     "'zero': Input should be a valid integer (got bool True)"),
+    ("seq = 4096", 'seq = 4096\nnum_gpus = "16"',
+     "'num_gpus': Input should be a valid integer (got str '16')"),
 ]
 
 

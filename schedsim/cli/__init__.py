@@ -9,7 +9,27 @@ import importlib
 
 import typer
 
-app = typer.Typer(
+class _Commands(typer.Typer):
+    """The ``schedsim`` app. Its command list loads every command module the first time
+    it is read (building the click command, a test's ``CliRunner``), unless
+    :func:`load_commands` chose the modules for one command line first."""
+
+    _chosen = False
+
+    @property
+    def registered_commands(self) -> list:
+        if not self._chosen:
+            self._chosen = True
+            for mod in COMMAND_MODULES:
+                importlib.import_module(f"{__name__}.{mod}")
+        return self._registered
+
+    @registered_commands.setter
+    def registered_commands(self, value: list) -> None:
+        self._registered = value
+
+
+app = _Commands(
     name="schedsim",
     help="Pipeline-parallel schedule simulator: generate, simulate, explain, draw and "
          "replay PP schedules.",
@@ -40,9 +60,36 @@ def _main(version: bool = typer.Option(
 #: command modules, imported in this order (each adds its commands to ``app``)
 COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",
                    "check", "search", "report", "workload", "plan")
+#: each command's module: a command line that names one loads only that module (the
+#: start-up of a small ``simulate`` does not import the others); tests/test_cli_imports.py
+#: checks it against what the modules register
+COMMAND_MODULE = {
+    **dict.fromkeys(("simulate", "list", "generate"), "simulate"),
+    "render": "render",
+    **dict.fromkeys(("replay", "calibrate", "import-trace"), "replay"),
+    **dict.fromkeys(("stalls", "align", "critical-path", "query", "lint"), "analysis"),
+    **dict.fromkeys(("compare", "diff", "memory"), "compare"),
+    "check-collectives": "collectives", "check-trace": "check", "search": "search",
+    "report": "report", "costs": "workload", "plan": "plan",
+}
 
-for _mod in COMMAND_MODULES:
-    importlib.import_module(f"{__name__}.{_mod}")
+
+def load_commands(argv: list[str] | None = None) -> None:
+    """Import the command modules ``argv`` (the arguments after the program name) needs:
+    the named command's module when the first argument is a command, else all of them
+    (``--help``, ``--version``, an unknown command: the full list)."""
+    name = next(iter(argv or ()), None)
+    mods = (COMMAND_MODULE[name],) if name in COMMAND_MODULE else COMMAND_MODULES
+    app._chosen = True
+    for mod in mods:
+        importlib.import_module(f"{__name__}.{mod}")
+
+
+def __getattr__(name: str):
+    """``schedsim.cli.<command module>`` for readers that reach for one as an attribute."""
+    if name in COMMAND_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _usage_error_types() -> tuple[type, type]:
@@ -63,6 +110,7 @@ def main() -> None:
     from schedsim.util.signals import stop_at_exit
 
     stop_at_exit()      # outside a command's work a stop signal is one line, 128 + N
+    load_commands(sys.argv[1:])
     usage, abort = _usage_error_types()
     try:
         code = app(standalone_mode=False)

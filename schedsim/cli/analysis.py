@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.tables import data_format
@@ -24,11 +22,13 @@ from schedsim.cli.common import (
     warn_costs,
 )
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario
-from schedsim.sim.costs import CommModel
-from schedsim.util.files import atomic_write_text
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from rich.table import Table
+    from schedsim.scenario import Scenario
+    from schedsim.sim.costs import CommModel
 
 JsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the records as JSON (atomically; - for stdout).",
@@ -39,6 +39,7 @@ ALIGN_LIMIT = 40
 def run_scenario(sc: Scenario, comm: CommModel | None = None):
     """``(program, timeline)`` of a command's input: a scenario simulated (deadlocks are
     returned, not raised), or a Timeline JSON as it is (:mod:`schedsim.cli.inputs`)."""
+    from schedsim.scenario import Scenario
     from schedsim.cli.inputs import run_input
 
     prog, tl = run_input(sc, comm)
@@ -56,6 +57,8 @@ def check_rank(rank: int | None, tl: Any) -> None:
 def write_json(path: Path | None, data: Any) -> None:
     """Write ``data`` (or what the callable ``data`` returns, built only when ``path`` is
     given) to ``path`` as indented JSON, atomically; nothing when ``path`` is None."""
+    from schedsim.util.files import atomic_write_text
+
     if path is not None:
         if callable(data):
             data = data()
@@ -98,6 +101,8 @@ def stalls(
       schedsim stalls schedules/dualpipe-issue-t10-t12.toml --semantics eager \\
         --rank 5
     """
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
@@ -159,6 +164,8 @@ def align(
       schedsim align schedules/dualpipe-issue-t10-t12.toml \\
         --semantics rendezvous --rank 5
     """
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
     _, tl = run_scenario(sc)
@@ -212,6 +219,8 @@ def critical_path_cmd(
     Example:
       schedsim critical-path schedules/dualpipe-figure.toml --semantics rendezvous
     """
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.analysis._simulated import simulate_compiled
     from schedsim.analysis.critical import (
         critical_path,
@@ -254,6 +263,8 @@ def critical_path_cmd(
 
 def _path_table(path: list, show_all: bool) -> Table:
     """The critical path as a table: one row per step, or per run of ops on a rank."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.analysis.critical import segments
 
     if show_all:
@@ -323,6 +334,7 @@ def query(
       schedsim query schedules/dualpipe-issue-t10-t12.toml --semantics all \\
         --effect "rank=5 W mb=0" --cause "rank=5 SEND_B mb=0"
     """
+    from rich.markup import escape
     from schedsim.analysis.query import SEMANTICS, answer
     from schedsim.analysis.query_text import details, headline
     from schedsim.analysis.select import select
@@ -357,6 +369,8 @@ def query(
 def _query_table(answers: list, causes: list, eff: Any) -> Table:
     """The table of ``query``: one row per semantics (effect time, against data, with the
     cause free, delay, with both co-causes free, makespan and its delta)."""
+    from rich.table import Table
+
     t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
@@ -402,6 +416,8 @@ def lint(
     Example:
       schedsim lint schedules/crossed-sends.toml
     """
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 
     prog = sc.build_program()

@@ -5,18 +5,17 @@ ways to write a tensor-parallel all-reduce)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import console, fail, handle_errors
-from schedsim.scenario import Scenario
-from schedsim.sim.pieces import exposed_by_kind
-from schedsim.timeline import Timeline
 from schedsim.util.units import fmt_time
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
+    from schedsim.timeline import Timeline
 
 
 def model_summary(sc: Scenario) -> str:
@@ -38,6 +37,9 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     exposed and hidden collective time) and, with ``tl``, the exposed collective time per
     kind summed over the run. ``stages``: the program's stage count (to name the stages a
     default row stands for)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from schedsim.sim.pieces import exposed_by_kind
     from schedsim.sweep import stage_cost
 
     sco = sc.stage_costs()
@@ -71,6 +73,9 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     """``compare --model-overlap none,fb``: print an
     :class:`~schedsim.sweep.OverlapComparison` (one table, then per schedule the makespan
     gain of each mode over the first) and write its records to ``json_out``."""
+    from rich.markup import escape
+    from rich.table import Table
+
     t = Table(title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
                     f"semantics, costs from the stage model by overlap mode")
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
@@ -158,6 +163,9 @@ def check_collectives(
 
 def print_check(res: dict[str, Any]) -> None:
     """Print the table and findings of a :func:`run_check` result."""
+    from rich.markup import escape
+    from rich.table import Table
+
     n = res["tp"]
     t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
                     f"1.0 = equal, {n}.0 = {n}x)")
@@ -182,6 +190,8 @@ def print_check(res: dict[str, Any]) -> None:
 def _check_function(function: str | None, input_function: str | None, tp: int,
                     timeout: float, json_out: Path | None) -> None:
     """``check-collectives --function``: measure, print the scales and the verdict."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.replay.collective_api import check_collective
 
     if function is None:

@@ -7,7 +7,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -21,10 +21,13 @@ from schedsim.cli.console import (  # noqa: F401  (the CLI's consoles, re-export
     with_suggestion,
 )
 from schedsim.cli.options import ConnectionsOpt
-from schedsim.errors import SchedsimError
+from schedsim.cli.records import param_hints
+from schedsim.errors import FlagError, SchedsimError
 from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
-from schedsim.scenario import Scenario
 from schedsim.scenario_flags import key_values  # noqa: F401  (the commands' KEY=VALUE flags)
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 
@@ -61,6 +64,7 @@ def fail_deadlock(tl: Any, sc: Scenario | None = None) -> None:
     ``sc`` is given, the fixes that make it complete (each verified by simulating it,
     within a bounded budget: :func:`schedsim.report.advice.deadlock_fixes`)."""
     from schedsim.report.advice import deadlock_fixes, format_deadlock
+    from schedsim.scenario import Scenario
 
     fixes = deadlock_fixes(sc, tl) if isinstance(sc, Scenario) else []
     fail(format_deadlock(tl.deadlock, fixes, tl.unit), 3)
@@ -161,6 +165,11 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
                     stdout_data(fmt, dash, quiet_tables):
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
+        except FlagError as e:      # a usage error, in typer's form: the flag's names
+            decls = _flag_decls(e.flag)
+            if not decls:
+                fail(str(e), e.exit_code)
+            raise typer.BadParameter(e.reason, param_hint=decls) from None
         except SchedsimError as e:
             tl = getattr(e, "timeline", None)
             if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:
@@ -297,6 +306,18 @@ PlacementOpt = Annotated[Optional[str], typer.Option(
     "--placement", help="loop | v | dual (with --program / --schedule-file).")]
 
 
+def _flag_decls(flag: str) -> str | None:
+    """``'--ranks' / '-p'``: the names of the shared scenario flag ``flag``
+    (:data:`_SCENARIO_PARAMS`), as click names a parameter; None for another name."""
+    ann = dict(_SCENARIO_PARAMS).get(flag)
+    info = next((a for a in typing.get_args(ann)[1:] if hasattr(a, "param_decls")), None)
+    if info is None:
+        return None
+    decls = [info.default] if isinstance(info.default, str) and info.default.startswith("-") \
+        else []
+    return " / ".join(f"'{d}'" for d in [*decls, *info.param_decls]) or None
+
+
 def build_scenario(scenario: Path | None = None, **flags: Any) -> Scenario:
     """A :class:`Scenario` from a TOML file (optional) with the CLI flags applied on top
     (:func:`schedsim.scenario_flags.build_scenario`, the one home of that rule).
@@ -370,7 +391,7 @@ def scenario_command(fn: Callable | None = None, *,
     shared_params = [(n, InputArg if timelines and n == "scenario" else a)
                      for n, a in _SCENARIO_PARAMS if flags is None or n in flags]
     names = [n for n, _ in shared_params]
-    hints = typing.get_type_hints(fn, include_extras=True)
+    hints = param_hints(fn)
     own = [p.replace(annotation=hints.get(n, p.annotation))
            for n, p in inspect.signature(fn).parameters.items() if n != "sc"]
     takes_all = any(p.name == "all_semantics" for p in own)

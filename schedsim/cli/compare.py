@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schedsim.analysis.memory import MemoryModel
 from schedsim.cli import app
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
@@ -41,10 +40,13 @@ from schedsim.cli.options import GanttOpt
 from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, load_scenario, parse_scenario
-from schedsim.sim.costs import CommModel, CostModel, parse_cost_string
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time, with_unit
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.scenario import Scenario
+    from schedsim.sim.costs import CostModel
 
 MemModelOpt = Annotated[Optional[str], typer.Option(
     "--memory-model", help="Activation memory model: zb (default; F +1, B -1/2, W -1/2, "
@@ -144,6 +146,7 @@ def compare_command(o: CompareOptions) -> None:
       schedsim compare schedules/dualpipe-figure.toml \\
         --schedules interleaved-1f1b:chunks=4,zbv,dualpipe --gantt cmp.png
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.cli.common import build_scenario
     from schedsim.sweep import compare_schedules, params_for_schedules
 
@@ -261,14 +264,29 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
                   f"memory: {_mem_text(mm)}", highlight=False, soft_wrap=True)
     console.print(_table(res, ranks))
     if any(r.formula for r in res.rows):
-        console.print("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; "
-                      "F, B, W, F&B at the op costs each schedule ran at; its activation "
-                      "counts stage activations, chunk activations for 2-chunk placements: "
-                      "17 chunks = 8.5 here)", highlight=False)
+        console.print(escape(_table_footnote(res, mm, ranks)), highlight=False)
     if note is not None:
         console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     for n, why in res.skipped.items():
         console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
+
+
+def _table_footnote(res: Any, mm: MemoryModel, ranks: int) -> str:
+    """The footnote under ``compare``'s table: where its "table" columns come from and,
+    for each row whose closed form counts chunk activations (a 2-chunk placement: PP =
+    stages != ranks), what that count is in this run's activation unit: count x the
+    memory model's F x its factor for that row (``MemoryModel.factor``, ranks / stages
+    by default), e.g. ``dualpipev: PP+1 = 9 chunks = 4.5 here``."""
+    chunks = [f"{r.schedule}: {r.formula['activation']} = "
+              f"{fmt_time(r.formula['activation_value'])} chunks = "
+              f"{fmt_time(r.formula['activation_value'] * mm.F * mm.factor(ranks, r.stages))}"
+              f" here" for r in res.rows
+              if r.formula and r.formula["activation_unit"] == "chunk activations"]
+    act = ("its activation counts stage activations, chunk activations for 2-chunk "
+           "placements: " + "; ".join(chunks)) if chunks else \
+        "its activation counts stage activations"
+    return ("table = deepseek-ai/DualPipe README (PP = stages, B = full backward; F, B, W, "
+            f"F&B at the op costs each schedule ran at; {act})")
 
 
 def _reading(per_rank_costs: bool, model: bool = False) -> str:
@@ -345,6 +363,8 @@ def _mem_text(m: MemoryModel) -> str:
 def _load_side(spec: str, ranks: int | None, microbatches: int | None) -> Scenario:
     """A scenario from a TOML file, a schedule file (.json/.csv), a program (.txt) or a
     schedule name."""
+    from schedsim.scenario import load_scenario, parse_scenario
+
     p = Path(spec)
     suffix = p.suffix.lower()
     if suffix == ".toml":
@@ -381,6 +401,7 @@ def diff(
     Example:
       schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
+    from schedsim.sim.costs import CommModel, parse_cost_string
     from schedsim.analysis.diff import diff_timelines
     from schedsim.sim.simulate import simulate
 
@@ -446,6 +467,7 @@ def memory(
     Example:
       schedsim memory -s zb-h1 -p 4 -m 8 --memory-model inflight
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.analysis.memory import memory_curves, param_memory, peak_activation
     from schedsim.cli.inputs import placement_of
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 
 from schedsim.cli.common import console, fail, write_text_out
 from schedsim.cli.outputs import check_outputs
@@ -17,6 +16,7 @@ from schedsim.errors import ScenarioError
 def print_pieces(pt: Any) -> None:
     """The per-piece GPU times of a piece trace (mean, range over layers, streams) and,
     when the blocks fit the stage model, its prediction of the overlapped pair."""
+    from rich.table import Table
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto_pieces import piece_costs
     from schedsim.interop.piece_model import predict_pair
@@ -69,6 +69,7 @@ def calibrate_from_trace(path: Path, out: Path | None) -> None:
 def calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
     """``calibrate --from-timeline``: fit and write the cost file
     (:func:`schedsim.replay.fit.fit_timeline`)."""
+    from rich.table import Table
     from schedsim.replay.fit import fit_timeline
 
     tl = ti.timeline
@@ -125,6 +126,7 @@ def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str 
                   contended: bool | None) -> None:
     """``schedsim calibrate SCENARIO``: run the calibration on the real ranks (contended
     steps of the program, or the benchmarks) and write the cost file."""
+    from rich.table import Table
     from schedsim.cli.common import Phases
     from schedsim.program.ir import Program
     from schedsim.replay.config import spec_from_scenario

@@ -1,4 +1,6 @@
-"""typer's rich ``--help``, tidied (imported once by :mod:`schedsim.cli.common`)."""
+"""typer's rich ``--help``, tidied (imported once by :mod:`schedsim.cli.common`): the fixes
+are installed the first time a help page is formatted, so a command that prints no help
+never imports typer's rich formatting (rich, markdown-it, pygments)."""
 from __future__ import annotations
 
 import inspect
@@ -59,4 +61,21 @@ def _tidy_help() -> None:
     rich_utils._get_help_text = get_help_text
 
 
-_tidy_help()
+def _tidy_on_first_help() -> None:
+    """Run :func:`_tidy_help` just before typer formats its first help page (its
+    commands' and groups' ``format_help``)."""
+    from typer import core
+
+    for cls in (getattr(core, "TyperCommand", None), getattr(core, "TyperGroup", None)):
+        orig = getattr(cls, "format_help", None)
+        if orig is None or getattr(orig, "_schedsim", False):
+            continue
+
+        def format_help(self: Any, ctx: Any, formatter: Any, _orig: Any = orig) -> Any:
+            _tidy_help()
+            return _orig(self, ctx, formatter)
+        format_help._schedsim = True            # type: ignore[attr-defined]
+        cls.format_help = format_help
+
+
+_tidy_on_first_help()

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from schedsim.errors import ScenarioError
-from schedsim.program.ir import Placement, Program
-from schedsim.sim.costs import CommModel, LinkModel
-from schedsim.program.vocab import SEMANTICS
-from schedsim.timeline import Timeline
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.sim.costs import CommModel, LinkModel
+    from schedsim.program.ir import Placement, Program
+    from schedsim.program.vocab import SEMANTICS
+    from schedsim.timeline import Timeline
+
 
 #: the positional input of a command that takes a scenario or a timeline
 InputArg = Annotated[Optional[Path], typer.Argument(
@@ -31,6 +34,13 @@ InputArg = Annotated[Optional[Path], typer.Argument(
     "analyse as it is.", show_default=False)]
 #: scenario flags that still mean something for a timeline input
 TIMELINE_FLAGS = ("scenario", "program", "placement", "stages")
+
+
+def _costs():
+    """:mod:`schedsim.sim.costs`, imported when a timeline input is made."""
+    from schedsim.sim import costs
+
+    return costs
 
 
 @dataclass
@@ -42,8 +52,8 @@ class TimelineInput:
     path: Path
     timeline: Timeline
     program: Program | None
-    link: LinkModel = field(default_factory=LinkModel)
-    comm: CommModel = field(default_factory=CommModel)
+    link: LinkModel = field(default_factory=lambda: _costs().LinkModel())
+    comm: CommModel = field(default_factory=lambda: _costs().CommModel())
     memory: Any = None
 
     def build_program(self) -> Program:
@@ -63,6 +73,9 @@ def is_timeline_path(path: Path | None) -> bool:
 
 def placement_of(tl: Timeline) -> Placement:
     """The timeline's placement (its ``program``'s when it carries one)."""
+
+    from schedsim.program.ir import Placement, Program
+
     data = getattr(tl, "program", None)
     if data:
         return Program.model_validate(data).placement
@@ -77,6 +90,12 @@ def timeline_input(path: Path, flags: dict[str, Any]) -> TimelineInput:
     """Load a Timeline JSON and its program (module docstring). ``flags`` are the shared
     scenario flags the user gave (None = not given). Raises :class:`ScenarioError` for a
     flag that cannot apply to a timeline, an unreadable timeline or program."""
+
+    from schedsim.program.ir import Program
+    from schedsim.program.vocab import SEMANTICS
+    from schedsim.sim.costs import CommModel
+    from schedsim.timeline import Timeline
+
     bad = sorted(k for k, v in flags.items() if v is not None and k not in TIMELINE_FLAGS)
     if bad:
         names = ", ".join("--" + k.replace("_", "-") for k in bad)

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import (
@@ -21,6 +20,9 @@ from schedsim.cli.common import (
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError, Stopped
 from schedsim.util.text import rich_escape as escape
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from rich.table import Table
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", help="Model: a preset (llama3.1-8b, llama3.1-70b, llama3.1-405b, "
@@ -269,6 +271,8 @@ def _peaks(gib: list[float]) -> str:
 
 def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
     """The top table, the rejection counts and the summary lines."""
+    from rich.table import Table
+
     sp = res.space
     head = (f"plan: {res.resolved.model.name} on {sp.gpus} x {res.resolved.gpu.name}, seq "
             f"{res.resolved.seq}, global batch {res.resolved.global_batch_size}, memory "

@@ -33,6 +33,15 @@ def record_parameters(record: type) -> list[inspect.Parameter]:
             for f in dataclasses.fields(record)]
 
 
+def param_hints(fn: Callable, skip: tuple[str, ...] = ("sc",)) -> dict[str, Any]:
+    """The evaluated annotations of ``fn``'s parameters but those in ``skip`` (``sc``:
+    the scenario :func:`~schedsim.cli.common.scenario_command` passes, whose type is
+    imported only where a command runs, so that the start-up stays light)."""
+    own = {k: v for k, v in fn.__annotations__.items() if k not in (*skip, "return")}
+    holder = type("_Params", (), {"__annotations__": own})
+    return typing.get_type_hints(holder, globalns=fn.__globals__, include_extras=True)
+
+
 def options_record(record: type, name: str = "o") -> Callable[[Callable], Callable]:
     """Decorator: ``fn(..., o: record, ...)`` as a typer callback whose parameters are
     ``fn``'s with ``o`` (``name``) replaced by the fields of ``record``
@@ -42,7 +51,7 @@ def options_record(record: type, name: str = "o") -> Callable[[Callable], Callab
     names = [p.name for p in fields]
 
     def decorate(fn: Callable) -> Callable:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = param_hints(fn, ("sc", name))
         params: list[inspect.Parameter] = []
         for n, p in inspect.signature(fn).parameters.items():
             if n == name:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -20,7 +20,9 @@ from schedsim.cli.options import (
 )
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
-from schedsim.timeline import Timeline
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.timeline import Timeline
 
 
 def check_figure_path(path: Path) -> None:
@@ -128,6 +130,7 @@ def render(o: RenderOptions) -> None:
       schedsim render pred.json --overlay meas.json --threshold 5% --out o.png
       schedsim render dualpipe.json --out part.png --window 10:30 --show-ranks 0-3
     """
+    from schedsim.timeline import Timeline
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
     check_figure_path(o.out)

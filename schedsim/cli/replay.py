@@ -29,12 +29,13 @@ hang is stopped at ``--timeout``.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
 
 from schedsim.cli import app
+from schedsim.cli.records import options_record
 from schedsim.cli.common import (
     PROGRAM_FLAGS,
     Phases,
@@ -80,8 +81,10 @@ from schedsim.cli.replay_options import (
     WarmupOpt,
 )
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario
 from schedsim.util.text import rich_escape
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scenario:
@@ -96,6 +99,8 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scen
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
+    from rich.table import Table
+
     t = Table(title=f"gradient check vs single-process reference ({gc['dtype']}, tolerance "
                     f"{gc['tolerance']:g})")
     for col in ("stage", "copies", "max rel error"):
@@ -109,30 +114,36 @@ def _print_grad_check(gc: dict[str, Any]) -> None:
                   soft_wrap=True)
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The options of ``schedsim replay`` after the shared program flags (each one its
+    flag, in --help order)."""
+
+    nproc: NprocOpt = None
+    backend: BackendOpt = None
+    check_grads: CheckGradsOpt = False
+    json_out: ReplayJsonOpt = None
+    gantt: ReplayGanttOpt = None
+    compare: CompareOpt = False
+    costs_file: ReplayCostsFileOpt = None
+    out_dir: OutDirOpt = None
+    semantics: ReplaySemanticsOpt = None
+    isolated: CompareIsolatedOpt = False
+    contended: ContendedOpt = None
+    steps: StepsOpt = None
+    warmup: WarmupOpt = None
+    timeout: TimeoutOpt = None
+    set_: SetOpt = None
+    profile_dir: ProfileDirOpt = None
+    no_precheck: NoPrecheckOpt = False
+    inject_fault: InjectFaultOpt = None
+
+
 @app.command()
 @handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS)
-def replay(
-    sc: Scenario,
-    nproc: NprocOpt = None,
-    backend: BackendOpt = None,
-    check_grads: CheckGradsOpt = False,
-    json_out: ReplayJsonOpt = None,
-    gantt: ReplayGanttOpt = None,
-    compare: CompareOpt = False,
-    costs_file: ReplayCostsFileOpt = None,
-    out_dir: OutDirOpt = None,
-    semantics: ReplaySemanticsOpt = None,
-    isolated: CompareIsolatedOpt = False,
-    contended: ContendedOpt = None,
-    steps: StepsOpt = None,
-    warmup: WarmupOpt = None,
-    timeout: TimeoutOpt = None,
-    set_: SetOpt = None,
-    profile_dir: ProfileDirOpt = None,
-    no_precheck: NoPrecheckOpt = False,
-    inject_fault: InjectFaultOpt = None,
-) -> None:
+@options_record(ReplayOptions)
+def replay(sc: Scenario, o: ReplayOptions) -> None:
     """Run a schedule for real on torch.distributed (local processes) and measure it.
 
     Examples:
@@ -151,31 +162,32 @@ def replay(
 
     from schedsim.cli.from_measured import check_nproc, contended_default, warn_contention
 
-    sc = _with_replay_keys(sc, set_, steps=steps, warmup=warmup)
-    semantics = _compare_flags(compare, costs_file, semantics, isolated)
-    if contended is not None and not compare:
+    sc = _with_replay_keys(sc, o.set_, steps=o.steps, warmup=o.warmup)
+    semantics = _compare_flags(o.compare, o.costs_file, o.semantics, o.isolated)
+    if o.contended is not None and not o.compare:
         fail("--contended / --no-contended go with --compare (they set how it calibrates)")
-    if compare and out_dir is None:
-        out_dir = Path(".")
-    spec = _replay_spec(sc, json_out, gantt, out_dir, profile_dir, compare=compare,
-                        calibrate=compare and costs_file is None, backend=backend,
-                        timeout=timeout, check_grads=check_grads, calib_isolated=isolated,
-                        fault=inject_fault, precheck=not no_precheck)
-    spec.calib_contended = contended_default(spec, contended, isolated)
-    warn_contention(check_nproc(spec, nproc))
-    if costs_file is not None:
+    out_dir = Path(".") if o.compare and o.out_dir is None else o.out_dir
+    spec = _replay_spec(sc, o.json_out, o.gantt, out_dir, o.profile_dir, compare=o.compare,
+                        calibrate=o.compare and o.costs_file is None, backend=o.backend,
+                        timeout=o.timeout, check_grads=o.check_grads,
+                        calib_isolated=o.isolated, fault=o.inject_fault,
+                        precheck=not o.no_precheck)
+    spec.calib_contended = contended_default(spec, o.contended, o.isolated)
+    warn_contention(check_nproc(spec, o.nproc))
+    if o.costs_file is not None:
         from schedsim.scenario import apply_costs_file
 
-        sc = apply_costs_file(sc, costs_file)
-    n = check_nproc(spec, nproc)
+        sc = apply_costs_file(sc, o.costs_file)
+    n = check_nproc(spec, o.nproc)
     with Phases() as ph:
-        ph.step(f"{'calibrating, then ' if compare and costs_file is None else ''}replaying "
-                f"on {n} ranks")
+        calibrating = "calibrating, then " if o.compare and o.costs_file is None else ""
+        ph.step(f"{calibrating}replaying on {n} ranks")
         res = launch(spec, n)
     tl = Timeline.model_validate(res["timeline"])
     _print_run(res, tl)
-    written = _write_replay(sc, spec, res, tl, (json_out, gantt, out_dir),
-                            semantics if compare else None, calibrated=costs_file is None)
+    written = _write_replay(sc, spec, res, tl, (o.json_out, o.gantt, out_dir),
+                            semantics if o.compare else None,
+                            calibrated=o.costs_file is None)
     if written:
         console.print("wrote " + ", ".join(map(str, written)), highlight=False,
                       soft_wrap=True, markup=False)

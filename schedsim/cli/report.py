@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,7 +17,9 @@ from schedsim.cli.common import (
     warn_costs,
 )
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 
 @app.command()
@@ -49,6 +51,7 @@ def report(
     Exit codes: 0 ok, 2 bad input (bokeh missing included), 3 deadlock (the report of
     what ran before it is still written).
     """
+    from schedsim.scenario import Scenario
     from schedsim.analysis.stalls import attribute_stalls
     from schedsim.cli.inputs import run_input
     from schedsim.plot.memory import resolve_model

@@ -3,13 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from schedsim.analysis.memory import MemoryModel
 from schedsim.cli import app
 from schedsim.cli.analysis import write_json
 from schedsim.cli.common import (
@@ -34,6 +31,9 @@ from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
 from schedsim.util.units import fmt_time
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from rich.table import Table
 
 OUT_FORMATS = {".json": "schedsim JSON schedule", ".csv": "torch compute-only CSV"}
 
@@ -140,6 +140,7 @@ def search(o: SearchOptions) -> None:
       schedsim search -p 4 -m 8 --semantics rendezvous --latency 0.5 \\
         --mem-limit 1f1b
     """
+    from schedsim.analysis.memory import MemoryModel
     from schedsim.search import search as run_search
 
     _check_flags(o.backward, o.out, o.json_out)
@@ -208,6 +209,8 @@ class _Progress:
             self.status.__exit__(*exc)
 
     def update(self, phase: str, info: dict[str, Any]) -> None:
+        from rich.markup import escape
+
         if self.status is None:
             return
         self.best.update(info)
@@ -225,6 +228,8 @@ class _Progress:
 
 
 def _print(res: Any, st: Any, quiet: bool) -> None:
+    from rich.markup import escape
+
     s = res.solver
     pl = res.schedule.placement
     console.print(f"search: {pl.ranks} ranks x {res.schedule.microbatches} microbatches, "
@@ -293,6 +298,9 @@ def _spread(v: list[float]) -> str:
 
 
 def _table(res: Any, st: Any) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
                     f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
@@ -311,6 +319,7 @@ def _table(res: Any, st: Any) -> Table:
 
 
 def _write(res: Any, out: Path | None, json_out: Path | None) -> None:
+    from rich.markup import escape
     from schedsim.util.files import output_group
 
     with output_group() as outs:

@@ -4,11 +4,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import (
@@ -53,11 +51,13 @@ from schedsim.cli.workload import (
     workload_line,
 )
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario
-from schedsim.timeline import Timeline
-from schedsim.util.files import check_output_path, output_group
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time, unit_text
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from rich.table import Table
+    from schedsim.scenario import Scenario
+    from schedsim.timeline import Timeline
 
 CostsFileOpt = Annotated[Optional[Path], typer.Option(
     "--costs-file", help="Cost file (TOML \\[costs]/\\[link], \\[comm] launch_cost, e.g. "
@@ -82,6 +82,8 @@ def result_line(tl: Timeline) -> str:
 
 def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
+    from rich.table import Table
+
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
     t = Table(title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
@@ -186,6 +188,8 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
                    trace: Path | None, drawing: bool, detail: bool) -> None:
     """Refuse bad output flags of ``simulate`` before simulating (``drawing``: a Gantt
     option was given). Raises :class:`ScenarioError`."""
+    from schedsim.util.files import check_output_path
+
     if gantt is not None:
         from schedsim.cli.render import check_figure_path
 
@@ -210,6 +214,8 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
     """Write the outputs of ``simulate`` all together, or none (a trace: only of a run
     that completed). ``draw_flags``: arrows, memory, stalls, detail; ``view``: the
     highlight, window and ranks of :func:`~schedsim.cli.render.gantt_options`."""
+    from schedsim.util.files import output_group
+
     with output_group() as outs:
         if json_out:
             ph.step(f"writing {json_out}")
@@ -251,6 +257,8 @@ def _flag(param: str) -> str:
 def list_schedules() -> None:
     """List the schedules (placement, parameters, constraints, source), the comm
     policies with their --param keys, and the comm semantics."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.generators import GENERATORS, names
 
     t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
@@ -271,6 +279,8 @@ def list_schedules() -> None:
 
 def _policies_table() -> Table:
     """The comm policies (schedsim.program.lower.POLICIES): summary and --param keys."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.program.lower import POLICIES, policy_names
 
     t = Table(title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
@@ -294,6 +304,8 @@ def _param_values(annotation: object) -> str:
 
 def _semantics_table() -> Table:
     """The comm semantics (--semantics NAME) and what each means."""
+    from rich.markup import escape
+    from rich.table import Table
     from schedsim.program.vocab import SEMANTICS_SUMMARY
 
     t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
@@ -346,6 +358,8 @@ def generate(o: GenerateOptions) -> None:
       schedsim generate dualpipev -p 4 -m 8
       schedsim generate zb-h1 -p 4 -m 8 --format torch-csv --out zb-h1.csv
     """
+    from schedsim.util.files import check_output_path
+
     if o.ranks is None or o.microbatches is None:
         fail("generate needs --ranks and --microbatches")
     if o.fmt not in ("program", "program-json", "json", "torch-csv", "torch-csv-comms"):

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from schedsim.cli import app
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
-from schedsim.scenario import Scenario, parse_scenario
 from schedsim.util.text import rich_escape
+
+if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
+    from schedsim.scenario import Scenario
 
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="The \\[workload]'s model: a preset (llama3.1-8b, llama3.1-70b, "
@@ -31,6 +32,8 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     """``sc`` read again with ``changes`` (``model``, ``gpu``; None: unchanged) in its
     ``[workload]`` (everything it derived is derived again). Raises
     :class:`ScenarioError` when it has none."""
+    from schedsim.scenario import parse_scenario
+
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
         return sc
@@ -50,6 +53,8 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
 
 def print_workload(res: Any) -> None:
     """The step line and a table of bytes per pipeline rank (GiB)."""
+    from rich.table import Table
+
     w = res.derived.workload
     t = Table(title=rich_escape(
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
@@ -72,6 +77,7 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     model): per rank the static bytes, the peak activations, the peak and when, the
     headroom against HBM (GiB); ``json_out`` gets the bytes and the curves (``[ms,
     bytes of activations]`` points)."""
+    from rich.table import Table
     from schedsim.analysis.memory import workload_memory
 
     mem = workload_memory(tl)
@@ -114,6 +120,8 @@ def workload_line(res: Any) -> str:
 
 
 def _print_breakdown(b: dict[str, Any]) -> None:
+    from rich.table import Table
+
     t = Table(title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
                                 f"rank"))
     for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
@@ -193,6 +201,7 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
     sizes or layers do not fit is skipped with the reason."""
+    from rich.table import Table
     from schedsim.sweep import compare_workload_schedules
 
     rows, skipped = compare_workload_schedules(sc, names)

@@ -20,7 +20,7 @@ the rank's order is the slot order. The order does not depend on the costs.
 """
 from __future__ import annotations
 
-import heapq
+import numpy as np
 
 from schedsim.errors import ScheduleError
 
@@ -46,77 +46,113 @@ def pattern_v_half(n: int) -> list[list[int]]:
             for i in range(n)]
 
 
-def _slot_kinds(rank: list[list[int]]) -> list[int]:
-    """Kind occupying each slot of one rank (-1: free). Slots of a rank are unique: the
-    pattern has no collisions and the squeeze only moves a pass into a free slot."""
+def _slot_kinds(rank: list[list[int]]) -> np.ndarray:
+    """Kind occupying each slot of one rank (-1: free), up to the rank's last slot.
+    Raises :class:`InfeasiblePattern` naming the first slot (in kind, then list order)
+    that two passes share."""
     bound = max(x[-1] for x in rank if x)
-    kinds = [-1] * (bound + 1)
-    for t, slots in enumerate(rank):
-        for v in slots:
-            if kinds[v] != -1:
-                raise InfeasiblePattern(f"two passes share slot {v}")
-            kinds[v] = t
+    lens = [len(x) for x in rank]
+    vals = np.fromiter((v for x in rank for v in x), dtype=np.int64, count=sum(lens))
+    by_slot = np.argsort(vals, kind="stable")
+    ordered = vals[by_slot]
+    again = by_slot[1:][ordered[1:] == ordered[:-1]]
+    if len(again):
+        raise InfeasiblePattern(f"two passes share slot {int(vals[again.min()])}")
+    kinds = np.full(bound + 1, -1, dtype=np.int64)
+    kinds[vals] = np.repeat(np.arange(len(rank), dtype=np.int64), lens)
     return kinds
+
+
+def _backlog(arrive: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Queue length after each slot: one arrival per ``arrive`` slot, one departure per
+    ``free`` slot while the queue is not empty, ``q(i) = max(0, q(i-1) + arrive(i) -
+    free(i))``; in closed form (Lindley's recursion) ``X(i) - min(0, min_{j<=i} X(j))``
+    with ``X`` the running sum of ``arrive - free``."""
+    x = np.cumsum(arrive.astype(np.int64) - free)
+    return x - np.minimum(np.minimum.accumulate(x), 0)
 
 
 def put_w(rank: list[list[int]], split: bool = False) -> list[list[int]]:
     """``rank`` (F, f, B, b slot lists) plus W slot lists: one W list, or with ``split``
     one per backward kind (W of ``B`` first, then W of ``b``). Walking the slots, each
     free slot takes the oldest pending W (of ``B`` before ``b`` when split); leftovers go
-    after the last slot."""
-    out = [list(x) for x in rank[:TYPES]] + ([[], []] if split else [[]])
-    kinds = _slot_kinds(out[:TYPES])
-    pend = [0, 0]
-    for i, kind in enumerate(kinds):
-        if kind >= 2:
-            pend[kind - 2 if split else 0] += 1
-        elif kind < 0:
-            for w in range(2):
-                if pend[w]:
-                    out[TYPES + w].append(i)
-                    pend[w] -= 1
-                    break
-    i = len(kinds) - 1
-    for w in range(2):
-        while pend[w] > 0:
-            i += 1
-            out[TYPES + w].append(i)
-            pend[w] -= 1
+    after the last slot.
+
+    The pending Ws are queues (:func:`_backlog`): a free slot takes a W when any is
+    pending after the slot before, one of ``B`` when one of those is (the ``B`` queue is
+    served at every free slot, so it is a queue of its own)."""
+    out = [list(x) for x in rank[:TYPES]]
+    kinds = _slot_kinds(out)
+    free = kinds < 0
+    arrive = np.zeros(len(kinds), dtype=bool)    # Ws of this kind and of those served first
+    served = np.zeros(len(kinds), dtype=bool)
+    lefts, before = [], 0
+    for queue in ([kinds == 2, kinds == 3] if split else [kinds >= 2]):
+        arrive |= queue
+        back = _backlog(arrive, free)
+        takes = np.zeros(len(kinds), dtype=bool)
+        takes[1:] = free[1:] & (back[:-1] > 0)
+        out.append(np.flatnonzero(takes & ~served).tolist())
+        served |= takes
+        lefts.append(int(back[-1]) - before)
+        before = int(back[-1])
+    i = len(kinds)          # leftovers after the last slot, the B queue's first
+    for w, k in enumerate(lefts):
+        out[TYPES + w].extend(range(i, i + k))
+        i += k
     return out
 
 
 _MEM = (1, 1, 0, 0, -1)
+#: activation delta of each kind when W passes are in the grid (index -1: a free slot)
+_MEM_W = np.array([*_MEM, 0], dtype=np.int64)
+
+
+def _no_w_profile(kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, base)`` of one rank's slots without W lists: ``X`` the running sum of
+    B - free, ``base`` = F's - B's + ``X`` so far; the activation after slot i is
+    ``base(i) - min(0, min_{j<=i} X(j))`` (:func:`_backlog`: the pending Ws are
+    ``X - min(0, min X)``)."""
+    x = np.cumsum(((kinds == 2) | (kinds == 3)).astype(np.int64) - (kinds < 0))
+    fwd = np.cumsum((kinds == 0) | (kinds == 1))
+    bwd = np.cumsum((kinds == 2) | (kinds == 3))
+    return x, fwd - bwd + x
+
+
+def _peak_without_w(kinds: np.ndarray) -> int:
+    """:func:`peak_memory` of one rank's slot kinds (-1: free) without W lists: a B/b
+    leaves a W pending, each free slot retires the oldest pending one (the pending count
+    is a queue, :func:`_backlog`; :func:`_no_w_profile` in closed form)."""
+    x, base = _no_w_profile(kinds)
+    cur = base - np.minimum(np.minimum.accumulate(x), 0)
+    return max(0, int(cur.max())) if len(cur) else 0
 
 
 def peak_memory(rank: list[list[int]]) -> int:
     """Peak activation (in chunk forwards) of one rank's slot lists, walking the slots:
     F/f +1, W -1; without W lists, each free slot retires one pending W."""
-    has_w = len(rank) > TYPES
-    pend = cur = peak = 0
-    for kind in _slot_kinds(rank):
-        if kind >= 0:
-            cur += _MEM[kind]
-            if 2 <= kind < 4:
-                pend += 1
-        elif not has_w and pend:
-            cur -= 1
-            pend -= 1
-        if cur > peak:
-            peak = cur
-    return peak
+    kinds = _slot_kinds(rank)
+    if len(rank) > TYPES:
+        return max(0, int(np.cumsum(_MEM_W[kinds]).max()))
+    return _peak_without_w(kinds)
 
 
 def _slot_order(grid: list[list[list[int]]]):
-    """Yield ``(slot, rank, kind, mb)`` over all passes in increasing slot, then rank,
-    kind, mb order. Entries not yet yielded must not change while iterating."""
-    heap = [(r[t][0], s, t, 0) for s, r in enumerate(grid) for t in range(len(r)) if r[t]]
-    heapq.heapify(heap)
-    while heap:
-        item = heapq.heappop(heap)
-        yield item
-        _, s, t, mb = item
-        if mb + 1 < len(grid[s][t]):
-            heapq.heappush(heap, (grid[s][t][mb + 1], s, t, mb + 1))
+    """Every pass as ``(slot, rank, kind, mb)``, in increasing slot, then rank, kind, mb
+    order (one sort of the grid as it is now; the caller may move a pass once it has been
+    reached, which does not change the order of those after it)."""
+    lists = [slots for r in grid for slots in r]
+    lens = np.array([len(x) for x in lists], dtype=np.int64)
+    total = int(lens.sum())
+    if total == 0:
+        return iter(())
+    slot = np.fromiter((v for x in lists for v in x), dtype=np.int64, count=total)
+    seg = np.repeat(np.arange(len(lists), dtype=np.int64), lens)
+    nt = len(grid[0])
+    rank, kind = seg // nt, seg % nt
+    mb = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    idx = np.lexsort((mb, kind, rank, slot))
+    return zip(slot[idx].tolist(), rank[idx].tolist(), kind[idx].tolist(), mb[idx].tolist())
 
 
 def eager_times(grid: list[list[list[int]]], cost: list[float], comm: float
@@ -127,31 +163,99 @@ def eager_times(grid: list[list[list[int]]], cost: list[float], comm: float
     order as ``(kind, mb)``. Dependencies: F and B wait for rank-1, f and b for rank+1
     (plus ``comm``); f, B, b wait for the previous kind on the rank (the V turn-around);
     every pass waits for the same kind's previous microbatch and the rank's previous pass.
+    Raises :class:`InfeasiblePattern` when a pass comes before one of its inputs.
     """
     nt = len(cost)
     n = len(grid)
-    done: dict[tuple[int, int, int], float] = {}
+    # end[s][t][mb]: end time of a placed pass, None while it is not placed (a read of
+    # None, or past a list's end, is an input that is not placed: TypeError/IndexError)
+    end: list[list[list[float | None]]] = [[[None] * len(grid[s][t]) for t in range(nt)]
+                                           for s in range(n)]
     order: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for _, s, t, mb in _slot_order(grid):
-        try:
-            ready = 0.0
-            if t in (0, 2) and s > 0:
-                ready = max(ready, done[(s - 1, t, mb)] + comm)
-            if t in (1, 3) and s + 1 < n:
-                ready = max(ready, done[(s + 1, t, mb)] + comm)
+    last = [0.0] * n            # end of each rank's last pass (times are >= 0)
+    try:
+        for _, s, t, mb in _slot_order(grid):
+            e = end[s]
+            ready = last[s]
+            if mb:
+                x = e[t][mb - 1]
+                if x > ready:
+                    ready = x
             if 0 < t < 4:
-                ready = max(ready, done[(s, t - 1, mb)])
-            if mb > 0:
-                ready = max(ready, done[(s, t, mb - 1)])
-            if order[s]:
-                ready = max(ready, done[(s, *order[s][-1])])
-        except KeyError:
-            raise InfeasiblePattern("a pass comes before its input") from None
-        done[(s, t, mb)] = ready + cost[t]
-        order[s].append((t, mb))
-    start = [[[done[(s, t, mb)] - cost[t] for mb in range(len(grid[s][t]))]
-              for t in range(nt)] for s in range(n)]
+                x = e[t - 1][mb]
+                if x > ready:
+                    ready = x
+            if t < 4:
+                if t & 1:       # f, b: from rank s+1
+                    if s + 1 < n:
+                        x = end[s + 1][t][mb] + comm
+                        if x > ready:
+                            ready = x
+                elif s > 0:     # F, B: from rank s-1
+                    x = end[s - 1][t][mb] + comm
+                    if x > ready:
+                        ready = x
+            done = ready + cost[t]
+            e[t][mb] = done
+            last[s] = done
+            order[s].append((t, mb))
+    except (TypeError, IndexError):
+        raise InfeasiblePattern("a pass comes before its input") from None
+    start = [[[x - cost[t] for x in end[s][t]] for t in range(nt)] for s in range(n)]
     return start, order
+
+
+def _first_fit_w(kinds: list[int], cur: list[int], t: int, lo: int, slot: int,
+                 peak: int) -> int:
+    """The earliest free slot in ``[lo, slot)`` where the pass of kind ``t`` now at
+    ``slot`` keeps the rank's peak activation <= ``peak``, else ``slot``, with W lists in
+    the grid (the authors' ``reorder`` candidate loop, which re-walked the rank for each
+    candidate slot). ``kinds``: the rank's slot kinds (-1: free); ``cur``: the running
+    activation sum after each slot.
+
+    Moving a pass of delta d from ``slot`` to c adds d on ``[c, slot)``. d <= 0 cannot
+    raise the peak (the rank is within ``peak`` before the move), so the first free slot
+    wins; for d = 1 (F/f) c must come after the last slot before ``slot`` whose running
+    sum is already ``peak``."""
+    if _MEM[t] > 0:
+        j = slot - 1
+        while j >= lo and cur[j] < peak:
+            j -= 1
+        lo = j + 1
+    for c in range(lo, slot):
+        if kinds[c] < 0:
+            return c
+    return slot
+
+
+def _move_deltas(t: int) -> tuple[int, int]:
+    """What moving a pass of kind t (F/f/B/b) from slot a into a free slot c < a adds on
+    ``[c, a)`` to ``X`` and to ``base`` (:func:`_no_w_profile`): slot c stops being free
+    and slot a becomes free, so ``X`` gains 1 (plus 1 for a B/b's pending W) and ``base``
+    gains 1 (plus 1 for an F/f's activation)."""
+    is_b = 1 if t in (2, 3) else 0
+    return 1 + is_b, 2 - is_b
+
+
+def _first_fit(kinds: np.ndarray, x: np.ndarray, base: np.ndarray, t: int, lo: int,
+               slot: int, peak: int) -> int:
+    """:func:`_first_fit_w` without W lists: the retirements depend on which slots are
+    free, so each free candidate's peak is computed, from the rank's profile
+    (:func:`_no_w_profile`) and the move's deltas (:func:`_move_deltas`)."""
+    if lo >= slot:
+        return slot
+    dx, db = _move_deltas(t)
+    for c in (lo + np.flatnonzero(kinds[lo:slot] < 0)).tolist():
+        xs = x.copy()
+        xs[c:slot] += dx
+        cur = base.copy()
+        cur[c:slot] += db
+        np.minimum.accumulate(xs, out=xs)
+        np.minimum(xs, 0, out=xs)
+        cur -= xs
+        if int(cur.max()) <= peak:
+            return c
+    return slot
 
 
 def _squeeze(grid: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]:
@@ -161,8 +265,13 @@ def _squeeze(grid: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]
     else:
         grid = [[list(x) for x in r] for r in grid]
     n = len(grid)
-    peak = max(peak_memory(r) for r in grid)
-    taken = [[False] * (max(max(x) for x in r) + 1) for r in grid]
+    peak = max(peak_memory(r) for r in grid)     # also checks that no two passes collide
+    kinds = [_slot_kinds(r) for r in grid]
+    if with_w:          # lists, and the running activation sums (see _first_fit_w)
+        cur = [np.cumsum(_MEM_W[k]).tolist() for k in kinds]
+        kinds = [k.tolist() for k in kinds]
+    else:
+        prof = [_no_w_profile(k) for k in kinds]
     last_f = len(grid[0][0]) - 1
     phase = 0            # 0 warm-up, 1 steady (kept), 2 cooldown
     for slot, s, t, mb in _slot_order(grid):
@@ -171,30 +280,39 @@ def _squeeze(grid: list[list[list[int]]], with_w: bool) -> list[list[list[int]]]
         if phase == 1 or (phase == 0 and not with_w):
             if phase == 1 and t == 0 and mb == last_f:
                 phase = 2
-            taken[s][grid[s][t][mb]] = True
             continue
+        g = grid[s]
         dep = -1
         if t in (0, 2) and s > 0:
-            dep = max(dep, grid[s - 1][t][mb])
-        if t in (1, 3) and s + 1 < n:
-            dep = max(dep, grid[s + 1][t][mb])
-        if 0 < t < 4:
-            dep = max(dep, grid[s][t - 1][mb])
+            dep = grid[s - 1][t][mb]
+        elif t in (1, 3) and s + 1 < n:
+            dep = grid[s + 1][t][mb]
+        if 0 < t < 4 and g[t - 1][mb] > dep:
+            dep = g[t - 1][mb]
         if t == 4:
-            dep = max(dep, sorted(grid[s][2] + grid[s][3])[mb])
-        if mb > 0:
-            dep = max(dep, grid[s][t][mb - 1])
+            dep = max(dep, sorted(g[2] + g[3])[mb])
+        if mb > 0 and g[t][mb - 1] > dep:
+            dep = g[t][mb - 1]
         dep += 1
         if dep > slot:
             raise InfeasiblePattern("a pass is scheduled before its input")
-        for cand_slot in range(dep, slot):
-            if not taken[s][cand_slot]:
-                grid[s][t][mb] = cand_slot
-                if peak_memory(grid[s]) <= peak:
-                    break
+        if with_w:
+            new = _first_fit_w(kinds[s], cur[s], t, dep, slot, peak)
+            if new != slot and _MEM[t]:
+                c = cur[s]
+                for i in range(new, slot):
+                    c[i] += _MEM[t]
         else:
-            grid[s][t][mb] = slot
-        taken[s][grid[s][t][mb]] = True
+            x, base = prof[s]
+            new = _first_fit(kinds[s], x, base, t, dep, slot, peak)
+            if new != slot:
+                dx, db = _move_deltas(t)
+                x[new:slot] += dx
+                base[new:slot] += db
+        if new != slot:
+            kinds[s][slot] = -1
+            kinds[s][new] = t
+            g[t][mb] = new
     if not with_w:
         grid = [put_w(r) for r in grid]
     unit = [1.0] * (TYPES + 1)
@@ -214,8 +332,20 @@ def greedy_v_order(pattern: list[list[int]], microbatches: int
         g1 = [r[:TYPES] for r in g1]
         g2 = _squeeze(g1, with_w=False)
         g2 = [put_w(r[:TYPES], split=True) for r in g2]
-        _, order = eager_times(g2, [1.0] * 6, 0.0)
     except InfeasiblePattern as e:
         raise ScheduleError(f"the V pattern cannot be laid out for {len(pattern)} ranks x "
                             f"{microbatches} microbatches: {e}") from None
+    return _rank_orders(g2)
+
+
+def _rank_orders(grid: list[list[list[int]]]) -> list[list[tuple[int, int]]]:
+    """Each rank's passes ``(kind, mb)`` in slot order: the order :func:`eager_times`
+    gives for a grid whose F/f/B/b slots are the start times of an eager run (each
+    input's slot is below its consumer's, so every pass is placed; W lists are sorted and
+    wait only for their own previous entry)."""
+    order = []
+    for r in grid:
+        slots = [(v, t, mb) for t, x in enumerate(r) for mb, v in enumerate(x)]
+        slots.sort()
+        order.append([(t, mb) for _, t, mb in slots])
     return order

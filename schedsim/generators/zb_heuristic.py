@@ -24,7 +24,7 @@ authors' order).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 from schedsim.errors import ScheduleError
@@ -86,22 +86,32 @@ class _ZBPlanner:
         self.mem = [0.0] * S
         self.bubble = [0.0] * S                  # idle time planned after the first F
         self.placed: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+        # flags whose test came out differently for the other value (see zb_schedule)
+        self.used = [False, False, False]
 
     def place(self, s: int, k: int) -> None:
-        mb = self.cnt[k][s]
+        """Place stage s's next op of kind k after the stage's last op and its input
+        (F: stage s-1's F, B: stage s+1's B, plus the comm cost)."""
+        cnt = self.cnt[k]
+        mb = cnt[s]
         c = self.cost[k][s]
         t = packed = self.busy_until[s] + c
-        if k == F and s > 0:
-            t = max(t, self.end[F][s - 1][mb] + self.comm + c)
+        if k == F:
+            if s > 0:
+                x = self.end[F][s - 1][mb] + self.comm + c
+                if x > t:
+                    t = x
         elif k == B and s < self.S - 1:
-            t = max(t, self.end[B][s + 1][mb] + self.comm + c)
+            x = self.end[B][s + 1][mb] + self.comm + c
+            if x > t:
+                t = x
         if self.cnt[F][s] > 0:
             self.bubble[s] += t - packed
         self.busy_until[s] = t
         self.end[k][s][mb] = t
         self.mem[s] += self.mem_d[k]
         self.placed[s].append((k, mb))
-        self.cnt[k][s] += 1
+        cnt[s] = mb + 1
 
     def spare(self, s: int) -> float:
         return max(self.bubble) - self.bubble[s]
@@ -122,6 +132,7 @@ class _ZBPlanner:
             self.place(s, W)
         if wc[s] < bc[s] and busy[s] < ready:
             if ready - busy[s] <= self.spare(s):
+                self.used[2] = True
                 if self.flags[2]:                      # no_bubble_greedy
                     self.place(s, W)
             else:
@@ -139,10 +150,10 @@ class _ZBPlanner:
                 continue
             m_s, t_s = self.mem[s], self.busy_until[s]
             while fc[s] + warm[s] < M and m_s + self.mem_d[F] <= self.limit[s]:
-                if self.flags[0]:                      # allow_bubble_before_first_b
-                    if t_s + cost[F][s] > last_t + comm:
-                        break
-                elif t_s >= last_t + comm:
+                stop_if = (t_s + cost[F][s] > last_t + comm, t_s >= last_t + comm)
+                if stop_if[0] != stop_if[1]:
+                    self.used[0] = True
+                if stop_if[0] if self.flags[0] else stop_if[1]:  # allow_bubble_before_first_b
                     break
                 m_s += self.mem_d[F]
                 t_s += cost[F][s]
@@ -166,11 +177,21 @@ class _ZBPlanner:
     def wants_forward(self, s: int) -> bool:
         """Whether stage s places a forward this round (``prioritize_b`` may hold it back
         while the stage below is about to hand it a backward)."""
-        S, cost, fc, (_, bc, wc) = self.S, self.cost, self.cnt[F], self.cnt
+        S, fc = self.S, self.cnt[F]
         if fc[s] >= self.M:
             return False
-        if not (self.flags[1] and s + 1 < S and fc[s] >= fc[s + 1] + 2):
+        if not (s + 1 < S and fc[s] >= fc[s + 1] + 2):
             return True
+        held = not self._forward_fits(s)        # prioritize_b holds this forward back
+        if held:
+            self.used[1] = True
+        return not (self.flags[1] and held)
+
+    def _forward_fits(self, s: int) -> bool:
+        """``prioritize_b``'s test: whether stage s's forward (and the W passes memory
+        requires first) ends before the stage below can hand it a backward, or the wait
+        for that backward would exceed the stage's bubble budget."""
+        S, cost, (_, bc, wc) = self.S, self.cost, self.cnt
         busy = self.busy_until[s]
         next_ready = self.busy_until[s + 1] + cost[F][s + 1] + cost[B][s + 1] + self.comm
         if busy >= next_ready:
@@ -214,8 +235,11 @@ class _ZBPlanner:
                 self.place(s, W)
         span = max(end[W][s][M - 1] - end[F][s][0] + cost[F][s] for s in range(S))
         # the runtime orders each stage by completion time (ties: F < B < W, then mb)
-        order = [sorted(row, key=lambda km, s=s: (end[km[0]][s][km[1]], km[0], km[1]))
-                 for s, row in enumerate(self.placed)]
+        order = []
+        for s, row in enumerate(self.placed):
+            keyed = [(end[k][s][mb], k, mb) for k, mb in row]
+            keyed.sort()
+            order.append([(k, mb) for _, k, mb in keyed])
         return ZBResult(order, end, span, self.flags)
 
     def run(self) -> ZBResult:
@@ -239,11 +263,23 @@ def zb_schedule(pb: ZBProblem) -> ZBResult:
     stops with "Cannot fit memory"); raises :class:`ScheduleError` if every variant fails.
     """
     best: ZBResult | None = None
+    done: dict[tuple[bool, ...], ZBResult | None] = {}
     for flags in product((True, False), repeat=3):
-        try:
-            res = _plan(pb, *flags)
-        except MemoryExceeded:
+        if flags not in done:
+            planner = _ZBPlanner(pb, *flags)
+            try:
+                res = planner.run()
+            except MemoryExceeded:
+                res = None
+            # a flag whose every test came out the same for both values gives the same
+            # walk, step for step, with it flipped: that variant is this one (exact)
+            for other in product(*[(f,) if u else (True, False)
+                                   for f, u in zip(flags, planner.used)]):
+                done.setdefault(other, res)
+        res = done[flags]
+        if res is None:
             continue
+        res = replace(res, variant=flags)
         if best is None or res.span < best.span:
             best = res
     if best is None:

@@ -31,6 +31,8 @@ from itertools import product
 from schedsim.errors import ScheduleError
 
 F, B, W = 0, 1, 2
+#: which switch lets :meth:`_VPlanner.fill` put a W into a budgeted gap
+FILL_F, FILL_B, ALWAYS = 0, 1, 2
 
 
 class InfeasibleV(Exception):
@@ -73,8 +75,10 @@ class _VPlanner:
         self.cost, self.comm, self.md = pb.cost, pb.comm, pb.mem
         self.limit = pb.max_mem if pb.max_mem is not None else pb.mem[F] * n * 2
         self.fill_f, self.fill_b = fill_f, fill_b
+        self.used = [False, False]        # fill_f / fill_b tested (see fill)
         # flat end-time table indexed like the authors' (kind, leg, rank, mb) ids, so
         # that "no producer" (-1) reads the last entry, exactly as their code does
+        self.nm = n * m
         self.end = [-1.0] * (6 * n * m)
         self.count = [[0] * 6 for _ in range(n)]    # passes placed per (kind, leg)
         self.cur = [0.0] * n
@@ -91,49 +95,49 @@ class _VPlanner:
     def budget(self, s: int) -> float:
         return max(max(self.bubble), self.top_approved - self.approved[s])
 
-    def _input_end(self, k: int, leg: int, s: int, mb: int) -> float | None:
-        """End of the cross-rank producer of an F/B pass (None: it has none)."""
-        if k == W:
-            return None
-        if leg == 1 and s < self.n - 1:
-            src = self.end[self.key(k, 1, s + 1, mb)]
-        elif leg == 0 and s > 0:
-            src = self.end[self.key(k, 0, s - 1, mb)]
-        else:
-            return None
-        if src < 0:
-            raise InfeasibleV(f"rank {s} would run {'FB'[k]} of mb {mb} before its input is "
-                              f"planned")
-        return src
-
     def place(self, k: int, leg: int, s: int) -> None:
-        t = packed = self.cur[s] + self.cost[k]
-        mb = self.count[s][k * 2 + leg]
+        """Place rank s's next pass of kind k on ``leg`` as early as the rank and its
+        inputs allow. Inputs: the same-rank predecessor (F leg 0 -> F leg 1 -> B leg 0
+        -> B leg 1; W after its B) and, for F/B, the cross-rank producer (leg 0: rank
+        s-1, leg 1: rank s+1) plus the comm cost. Raises :class:`InfeasibleV`."""
+        j = k * 2 + leg             # the (kind, leg) index; table ids are j*n*m + s*m + mb
+        cnt = self.count[s]
+        mb = cnt[j]
         if mb >= self.m:
             raise InfeasibleV(f"rank {s} has no {'FBW'[k]} left on leg {leg}")
-        if self.mem[s] + self.md[k] > self.limit:
+        mem = self.mem[s] + self.md[k]
+        if mem > self.limit:
             raise InfeasibleV(f"rank {s} would exceed the memory limit")
-        if k == W:      # same-rank predecessor: F leg 0 -> F leg 1 -> B leg 0 -> B leg 1
-            prev = self.key(B, leg, s, mb)
-        elif k or leg:
-            j = k * 2 + leg - 1
-            prev = self.key(j // 2, j % 2, s, mb)
-        else:
-            prev = -1
-        if prev >= 0 and self.end[prev] < 0:
+        c = self.cost[k]
+        t = packed = self.cur[s] + c
+        end, m, nm = self.end, self.m, self.nm
+        here = s * m + mb
+        prev = (2 + leg) * nm + here if k == W else (j - 1) * nm + here if j else -1
+        if prev >= 0 and end[prev] < 0:
             raise InfeasibleV(f"rank {s}: {'FBW'[k]} leg {leg} mb {mb} before its input")
-        src = self._input_end(k, leg, s, mb)
-        if src is not None:
-            t = max(t, src + self.comm + self.cost[k])
-        if self.count[s][0] > 0:
+        if k != W:
+            src = None
+            if leg == 1:
+                if s < self.n - 1:
+                    src = end[j * nm + here + m]
+            elif s > 0:
+                src = end[j * nm + here - m]
+            if src is not None:
+                if src < 0:
+                    raise InfeasibleV(f"rank {s} would run {'FB'[k]} of mb {mb} before its "
+                                      f"input is planned")
+                x = src + self.comm + c
+                if x > t:
+                    t = x
+        if cnt[0] > 0:
             self.bubble[s] += t - packed
-        self.end[self.key(k, leg, s, mb)] = t
+        end[j * nm + here] = t
         self.cur[s] = t
-        self.mem[s] += self.md[k]
+        self.mem[s] = mem
         self.order[s].append((k, leg, mb))
         if k == B:
             self.pending[s].append((leg, mb))
-        self.count[s][k * 2 + leg] += 1
+        cnt[j] += 1
 
     def place_w(self, s: int) -> None:
         if not self.pending[s]:
@@ -146,14 +150,20 @@ class _VPlanner:
         while self.mem[s] + self.md[k] > self.limit:
             self.place_w(s)
 
-    def fill(self, s: int, src_id: int, switch: bool) -> None:
-        """Defer-W rule before a pass whose input is ``end[src_id]`` (-1: none)."""
+    def fill(self, s: int, src_id: int, switch: int) -> None:
+        """Defer-W rule before a pass whose input is ``end[src_id]`` (-1: none).
+        ``switch``: whether a W may go into the budgeted gap: :data:`ALWAYS`, or the
+        plan's ``fill_f`` (:data:`FILL_F`) or ``fill_b`` (:data:`FILL_B`); a switch
+        whose gap was tested is recorded in ``used`` (a plan that never tested one is the
+        same plan with that switch flipped)."""
         end, pending, comm = self.end, self.pending, self.comm
         while pending[s] and src_id >= 0 and end[src_id] + comm >= self.cur[s] + self.cost[W]:
             self.place_w(s)
-        if pending[s] and end[src_id] + comm - self.cur[s] > self.budget(s) - self.bubble[s] \
-                and switch:
-            self.place_w(s)
+        if pending[s] and end[src_id] + comm - self.cur[s] > self.budget(s) - self.bubble[s]:
+            if switch != ALWAYS:
+                self.used[switch] = True
+            if switch == ALWAYS or (self.fill_f, self.fill_b)[switch]:
+                self.place_w(s)
 
     def warmup(self) -> None:
         """(1) forwards on chunk 0 until chunk 1's first forward comes back."""
@@ -209,7 +219,7 @@ class _VPlanner:
                 src = key(B, 1, s + 1, count[s][3])
             if lg == 0 and s > 0:
                 src = key(B, 0, s - 1, count[s][2])
-            self.fill(s, src, lg == 1 or self.fill_b)
+            self.fill(s, src, ALWAYS if lg == 1 else FILL_B)
             self.place(B, lg, s)
 
     def next_forward_leg(self, s: int) -> int | None:
@@ -238,7 +248,7 @@ class _VPlanner:
                 src = key(F, 0, s - 1, count[s][0])
             if nxt == 1 and s < n - 1:
                 src = key(F, 1, s + 1, count[s][1])
-            self.fill(s, src, self.fill_f)
+            self.fill(s, src, FILL_F)
             self.place(F, nxt, s)
 
     def run(self) -> VPlan:
@@ -253,17 +263,41 @@ class _VPlanner:
         return VPlan(self.order, self.bubble, max(self.bubble))
 
 
-def _try(pb: VProblem, fill_f: bool, fill_b: bool, approved: list[float] | None) -> VPlan:
-    """One plan (``try_v_schedule`` without its recursion)."""
-    return _VPlanner(pb, fill_f, fill_b, approved).run()
+class _Tries:
+    """Plans by ``(fill_f, fill_b, approved)``, each run once: a plan that never tested
+    a switch (:meth:`_VPlanner.fill`) is also the plan, or the same error, with that
+    switch flipped (the walk is the same step for step), so it is kept for those keys
+    too. An exact shortcut: the four variants of :func:`zbv_plan` often share runs."""
+
+    def __init__(self, pb: VProblem) -> None:
+        self.pb = pb
+        self.done: dict[tuple, VPlan | InfeasibleV] = {}
+
+    def __call__(self, fill_f: bool, fill_b: bool, approved: list[float] | None) -> VPlan:
+        """One plan (``try_v_schedule`` without its recursion). Raises InfeasibleV."""
+        key = (fill_f, fill_b, None if approved is None else tuple(approved))
+        out = self.done.get(key)
+        if out is None:
+            planner = _VPlanner(self.pb, fill_f, fill_b, approved)
+            try:
+                out = planner.run()
+            except InfeasibleV as e:
+                out = e
+            used_f, used_b = planner.used
+            for ff in ((fill_f,) if used_f else (True, False)):
+                for fb in ((fill_b,) if used_b else (True, False)):
+                    self.done.setdefault((ff, fb, key[2]), out)
+        if isinstance(out, InfeasibleV):
+            raise out
+        return out
 
 
-def _refined(pb: VProblem, fill_f: bool, fill_b: bool) -> VPlan:
+def _refined(tries: _Tries, fill_f: bool, fill_b: bool) -> VPlan:
     """A plan re-run with its own per-rank bubbles as approved budgets while the worst
     bubble strictly shrinks (the authors' recursion, unrolled)."""
-    best = _try(pb, fill_f, fill_b, None)
+    best = tries(fill_f, fill_b, None)
     while True:
-        nxt = _try(pb, fill_f, fill_b, best.bubble)
+        nxt = tries(fill_f, fill_b, best.bubble)
         if nxt.worst < best.worst:
             best = nxt
         else:
@@ -275,9 +309,10 @@ def zbv_plan(pb: VProblem) -> VPlan:
     first on ties). Raises :class:`ScheduleError` if no variant is feasible."""
     best: VPlan | None = None
     why = ""
+    tries = _Tries(pb)
     for fill_b, fill_f in product((True, False), repeat=2):
         try:
-            plan = _refined(pb, fill_f, fill_b)
+            plan = _refined(tries, fill_f, fill_b)
         except InfeasibleV as e:
             why = str(e)
             continue

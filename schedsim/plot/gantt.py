@@ -38,7 +38,7 @@ from schedsim.plot.boxes import (
     rect_verts,
     span_boxes,
 )
-from schedsim.plot.layout import DPI, LEFT_PX, RIGHT_PX, Layout, plan, wrap_title
+from schedsim.plot.layout import DPI, LEFT_PX, RIGHT_PX, Layout, fit_title, plan
 from schedsim.plot.style import (
     ARROW_READY,
     ARROW_WAITED,
@@ -462,8 +462,7 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
                         ranks=shown)
             time_axis(axm, tl, win, boxes_integral(bx), px=plot_w)
     head = _title(tl, o.title, win_t if o.window is not None else None, shown, lay.bands)
-    axes[0].set_title(wrap_title(head, lay.width - 0.4), fontsize=10,
-                      pad=6 + 19 * len(set(highlight)))
+    fit_title(axes[0], head, 10, lay.width - 0.4, pad=6 + 19 * len(set(highlight)))
     if o.legend:
         add_legend(fig, legend_handles(info, tl) + extra, lay.width, info.notes)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)

@@ -16,6 +16,7 @@ import math
 import re
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -128,3 +129,26 @@ def wrap_title(text: str, width_in: float, fontsize: float = 10.0) -> str:
                 cur = cur[len(head):].lstrip()
         out.append(cur.rstrip())
     return "\n".join(out)
+
+
+def fit_title(ax: Any, text: str, fontsize: float = 10.0, width_in: float | None = None,
+              **kw: Any) -> Any:
+    """Set ``ax``'s title to ``text`` wrapped (:func:`wrap_title`) narrowly enough that
+    the drawn title lies inside the figure: a title is centred on its axes, which need
+    not be centred on the figure (the rank labels on the left), so a title as wide as the
+    figure was clipped at one edge. The figure's layout engine (constrained) runs
+    before each measure, as it will when drawn. The wrap width starts at ``width_in``
+    (inches; default the figure's width) and shrinks by 15% until the title's box, as
+    the renderer measures it, fits (at most 10 tries; the last is kept). ``kw``: more ``set_title`` arguments. Returns the title."""
+    fig = ax.figure
+    width = fig.get_figwidth() if width_in is None else width_in
+    for _ in range(10):
+        t = ax.set_title(wrap_title(text, width, fontsize), fontsize=fontsize, **kw)
+        engine = fig.get_layout_engine()
+        if engine is not None:          # constrained layout moves the axes when drawn
+            engine.execute(fig)
+        box = t.get_window_extent()      # the figure's own renderer, at its dpi
+        if box.x0 >= 0 and box.x1 <= fig.bbox.width:
+            break
+        width *= 0.85
+    return t

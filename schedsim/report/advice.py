@@ -75,7 +75,10 @@ def cost_warnings(kinds: Iterable[str], costs: CostModel, schedule: str) -> list
     """One-line warnings for costs that are probably not what the user meant.
 
     ``kinds``: what the program runs (:func:`run_kinds`). Nothing is said when no cost
-    was given at all (the defaults F = B = W = 1 are then taken knowingly). Warned:
+    was given at all (the defaults F = B = W = 1 are then taken knowingly), nor when the
+    costs carry a derived stage model (a ``[workload]`` or ``[model]`` table,
+    :meth:`CostModel.with_derived`): a kind nobody typed then costs what the model derives,
+    never a default, so no rule below applies. Warned:
 
     - a full backward ``BW`` runs, ``BW`` was not given and only one of ``B``, ``W`` was:
       ``BW = B + W`` silently takes the other's default;
@@ -87,7 +90,7 @@ def cost_warnings(kinds: Iterable[str], costs: CostModel, schedule: str) -> list
     """
     kinds = set(kinds)
     given = given_costs(costs)
-    if not given:
+    if not given or costs._derived is not None:      # untyped kinds: derived, not defaults
         return []
     out = []
     B, W, F = costs.B, costs.W, costs.F

@@ -133,7 +133,7 @@ class Workload(BaseModel):
     dp: int | None = Field(default=None, ge=1)
     pp: int = Field(default=1, ge=1)
     chunks: int = Field(default=1, ge=1)
-    zero: Literal[0, 1, 2, 3] = 1
+    zero: int = Field(default=1, ge=0, le=3)     # an int: strict mode refuses true
     recompute: Recompute = "none"
     params_dtype: Dtype = "bf16"
     grad_dtype: Dtype = "fp32"
@@ -367,14 +367,21 @@ def parse_layout(text: str) -> list[str]:
 
 def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Workload:
     """A :class:`Workload` from a ``[workload]`` table, not yet :meth:`checked
-    <Workload.check>`. Raises :class:`ScenarioError` naming the bad key or value."""
+    <Workload.check>`, validated in pydantic's strict mode as the scenario's other tables
+    (:func:`schedsim.scenario.parse_scenario`): a quoted number or a boolean where a
+    number goes (``tp = "8"``, ``zero = true``) is refused with the type expected and the
+    one given. ``model`` and ``gpu`` (a name, a path or a table) are loaded by their own
+    rules (:func:`~schedsim.workload.model.load_model`,
+    :func:`~schedsim.workload.hardware.gpu_preset`). Raises :class:`ScenarioError`
+    naming the bad key or value."""
     from pydantic import ValidationError
 
     from schedsim.errors import SchedsimError
+    from schedsim.util.validation import format_validation
     from schedsim.util.suggest import did_you_mean
 
     try:
-        return Workload.model_validate(data)
+        return Workload.model_validate(data, strict=True)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
@@ -384,6 +391,6 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
                                 f"{', '.join(Workload.model_fields)})") from None
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
-        raise ScenarioError(f"{source}: {loc!r}: {err['msg']}") from None
+        raise ScenarioError(format_validation(e, source, Workload)) from None
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None

@@ -1,0 +1,96 @@
+"""The command line's start-up loads only what a command needs: ``schedsim --help`` imports
+no numpy, pydantic, matplotlib, networkx, numba or torch (nor schedsim's core), a small
+``simulate -q`` no plotting, graph, workload or rich help formatting; and the table that
+picks a command's module (:data:`schedsim.cli.COMMAND_MODULE`) is what the modules
+register. A set of modules, not a timing: the start-up figures are in benchmarks/NOTES.md."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: run the CLI's entry point, then write the imported module names to stderr (the CLI
+#: ends with os._exit, so the names are written from there)
+_PROBE = """
+import os, sys
+real_exit = os._exit
+def _exit(code):
+    sys.stdout.flush()
+    sys.stderr.write("\\nMODULES " + " ".join(sorted(sys.modules)) + "\\n")
+    sys.stderr.flush()
+    real_exit(code)
+os._exit = _exit
+sys.argv = ["schedsim", *sys.argv[1:]]
+from schedsim.__main__ import main
+main()
+"""
+
+#: third-party packages that --help must not import
+HEAVY = ("numpy", "pydantic", "pydantic_core", "matplotlib", "networkx", "numba", "torch",
+         "bokeh", "scipy", "ortools")
+
+
+def _modules(*args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(x for x in out.stderr.splitlines() if x.startswith("MODULES "))
+    return set(line.split()[1:])
+
+
+def _loaded(mods: set[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of ``mods`` in the top-level packages ``names``."""
+    return sorted(m for m in mods if m.split(".")[0] in names)
+
+
+def _within(mods: set[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of ``mods`` that are one of ``names`` or inside one."""
+    return sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_help_imports_no_heavy_module() -> None:
+    mods = _modules("--help")
+    assert "typer.rich_utils" in mods           # the help itself was formatted
+    assert not _loaded(mods, HEAVY)
+    # (schedsim.program.vocab, the names of the semantics and modes, is plain data)
+    core = ("schedsim.timeline", "schedsim.scenario", "schedsim.program.ir",
+            "schedsim.program.flat", "schedsim.program.lower", "schedsim.sim",
+            "schedsim.analysis", "schedsim.workload", "schedsim.generators")
+    assert not _within(mods, core)
+
+
+def test_small_simulate_imports_what_it_uses() -> None:
+    mods = _modules("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "-q")
+    assert {"numpy", "pydantic", "schedsim.sim.engine"} <= mods
+    assert not _loaded(mods, ("matplotlib", "networkx", "numba", "torch", "bokeh"))
+    assert not _within(mods, ("typer.rich_utils", "rich.markdown", "schedsim.workload",
+                              "schedsim.plot", "schedsim.cli.replay", "schedsim.cli.compare",
+                              "schedsim.analysis.graph"))
+
+
+def test_command_module_table_matches_the_registrations() -> None:
+    """Each command's entry in COMMAND_MODULE is the module that registers it, and every
+    registered command has one."""
+    from schedsim.cli import COMMAND_MODULE, COMMAND_MODULES, app
+
+    registered = {}
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        registered[name] = info.callback.__module__.rsplit(".", 1)[1]
+    assert registered == COMMAND_MODULE
+    assert set(COMMAND_MODULE.values()) == set(COMMAND_MODULES)
+
+
+@pytest.mark.parametrize("name", ["simulate", "compare", "costs"])
+def test_a_named_command_loads_only_its_module(name: str) -> None:
+    from schedsim.cli import COMMAND_MODULE, COMMAND_MODULES
+
+    mods = _modules(name, "--help")
+    cli = {m.rsplit(".", 1)[1] for m in mods
+           if m.startswith("schedsim.cli.") and m.rsplit(".", 1)[1] in COMMAND_MODULES}
+    assert COMMAND_MODULE[name] in cli
+    assert "replay" not in cli and "plan" not in cli
