@@ -109,3 +109,15 @@ def test_table_footnote_counts_this_runs_chunks(ranks: int) -> None:
                                  "--schedules", "1f1b,zbv"], terminal_width=400)
     note = " ".join(x for x in r.output.splitlines() if x.startswith("table = "))
     assert r.exit_code == 0 and note and "chunks" not in note, r.output
+
+
+@pytest.mark.parametrize("args, flag", [(["-p", "0", "-m", "8"], "'--ranks' / '-p'"),
+                                        (["-p", "4", "-m", "-1"], "'--microbatches' / '-m'")])
+def test_compare_refuses_a_size_below_one_naming_the_flag(args, flag):
+    """``compare -p 0`` divided by zero in the sweep (a traceback, found by a new user):
+    a size below 1 is one line naming the flag, exit 2."""
+    r = CliRunner().invoke(app, ["compare", *args, "-q"])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: Invalid value for {flag}"), r.output
+    assert "Traceback" not in r.output

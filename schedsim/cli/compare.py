@@ -212,6 +212,9 @@ def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[
     if ranks is None or microbatches is None:
         fail("compare needs --ranks and --microbatches (or a scenario whose [schedule] "
              "sets them)")
+    for flag, v in (("'--ranks' / '-p'", ranks), ("'--microbatches' / '-m'", microbatches)):
+        if v < 1:
+            fail(f"Invalid value for {flag}: {v} is not >= 1 (see 'schedsim compare --help')")
     return ranks, microbatches
 
 
