@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Iterator
 
 import networkx as nx
 import pytest
@@ -169,27 +170,29 @@ LONG_FUNCTIONS_ALLOWED = {
 FUNCTION_LIMIT = 80
 
 
-def long_functions(package: Path = PACKAGE, limit: int = FUNCTION_LIMIT) -> dict[str, int]:
-    """``{"path::Qual.name": lines}`` of every function (methods and nested functions
-    included) longer than ``limit`` lines, counted from its ``def`` line to its last line
-    (decorators not counted, docstring counted)."""
-    out: dict[str, int] = {}
-
-    def visit(node: ast.AST, prefix: str, rel: str) -> None:
+def functions(package: Path = PACKAGE) -> Iterator[tuple[str, ast.AST]]:
+    """``("path::Qual.name", node)`` of every function of ``package`` (methods and nested
+    functions included), in file order."""
+    def visit(node: ast.AST, prefix: str, rel: str) -> Iterator[tuple[str, ast.AST]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = prefix + child.name
                 if not isinstance(child, ast.ClassDef):
-                    n = child.end_lineno - child.lineno + 1     # type: ignore[operator]
-                    if n > limit:
-                        out[f"{rel}::{name}"] = n
-                visit(child, name + ".", rel)
+                    yield f"{rel}::{name}", child
+                yield from visit(child, name + ".", rel)
             else:
-                visit(child, prefix, rel)
+                yield from visit(child, prefix, rel)
 
     for p in sorted(package.rglob("*.py")):
-        visit(ast.parse(p.read_text()), "", str(p.relative_to(package.parent)))
-    return out
+        yield from visit(ast.parse(p.read_text()), "", str(p.relative_to(package.parent)))
+
+
+def long_functions(package: Path = PACKAGE, limit: int = FUNCTION_LIMIT) -> dict[str, int]:
+    """``{"path::Qual.name": lines}`` of every function (methods and nested functions
+    included) longer than ``limit`` lines, counted from its ``def`` line to its last line
+    (decorators not counted, docstring counted)."""
+    sizes = {k: f.end_lineno - f.lineno + 1 for k, f in functions(package)}  # type: ignore
+    return {k: n for k, n in sizes.items() if n > limit}
 
 
 def _allowed(key: str) -> bool:
@@ -234,25 +237,11 @@ def parameter_counts(package: Path = PACKAGE, limit: int = PARAMETER_LIMIT) -> d
     """``{"path::Qual.name": parameters}`` of every function (methods and nested
     functions included) taking more than ``limit`` parameters: positional-only,
     positional, keyword-only, ``*args`` and ``**kwargs``."""
-    out: dict[str, int] = {}
-
-    def visit(node: ast.AST, prefix: str, rel: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = prefix + child.name
-                if not isinstance(child, ast.ClassDef):
-                    a = child.args
-                    n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
-                         + (a.vararg is not None) + (a.kwarg is not None))
-                    if n > limit:
-                        out[f"{rel}::{name}"] = n
-                visit(child, name + ".", rel)
-            else:
-                visit(child, prefix, rel)
-
-    for p in sorted(package.rglob("*.py")):
-        visit(ast.parse(p.read_text()), "", str(p.relative_to(package.parent)))
-    return out
+    def count(a: ast.arguments) -> int:
+        return (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                + (a.vararg is not None) + (a.kwarg is not None))
+    sizes = {k: count(f.args) for k, f in functions(package)}  # type: ignore[attr-defined]
+    return {k: n for k, n in sizes.items() if n > limit}
 
 
 def test_no_function_takes_too_many_parameters():
