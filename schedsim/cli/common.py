@@ -169,7 +169,15 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
             decls = _flag_decls(e.flag)
             if not decls:
                 fail(str(e), e.exit_code)
-            raise typer.BadParameter(e.reason, param_hint=decls) from None
+            import importlib  # main()'s usage line here too (a CliRunner, the API)
+
+            # the click typer runs on (typer may vendor its own): its current context
+            click = importlib.import_module(
+                typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+            ctx = click.get_current_context(silent=True)
+            bad = typer.BadParameter(e.reason, ctx=ctx, param_hint=decls)
+            path = ctx.command_path if ctx is not None else "schedsim"
+            fail(f"{' '.join(bad.format_message().split())} (see '{path} --help')", 2)
         except SchedsimError as e:
             tl = getattr(e, "timeline", None)
             if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:

@@ -139,11 +139,16 @@ def fit_title(ax: Any, text: str, fontsize: float = 10.0, width_in: float | None
     figure was clipped at one edge. The figure's layout engine (constrained) runs
     before each measure, as it will when drawn. The wrap width starts at ``width_in``
     (inches; default the figure's width) and shrinks by 15% until the title's box, as
-    the renderer measures it, fits (at most 10 tries; the last is kept). ``kw``: more ``set_title`` arguments. Returns the title."""
+    the renderer measures it, fits (at most 10 tries; the last is kept). User text is measured literally
+    (:func:`schedsim.util.text.literal_text`). ``kw``: more ``set_title`` arguments.
+    Returns the title."""
+    from schedsim.util.text import literal_text
+
     fig = ax.figure
     width = fig.get_figwidth() if width_in is None else width_in
     for _ in range(10):
         t = ax.set_title(wrap_title(text, width, fontsize), fontsize=fontsize, **kw)
+        literal_text(fig)                # measured as drawn: no mathtext, escapes shown
         engine = fig.get_layout_engine()
         if engine is not None:          # constrained layout moves the axes when drawn
             engine.execute(fig)
