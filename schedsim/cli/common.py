@@ -126,6 +126,24 @@ def _exit_if_stopped() -> None:
         fail(stop_message(signum), 128 + signum)
 
 
+def _fail_flag(e: FlagError) -> None:
+    """Exit 2 with :func:`main`'s one usage line for a refused flag value (``Invalid value
+    for '--ranks' / '-p': ...``), under any caller (a CliRunner, the API too); a flag
+    without declarations: the error's own line."""
+    import importlib
+
+    decls = _flag_decls(e.flag)
+    if not decls:
+        fail(str(e), e.exit_code)
+    # the click typer runs on (typer may vendor its own): its current context
+    click = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0]
+                                    + ".globals")
+    ctx = click.get_current_context(silent=True)
+    bad = typer.BadParameter(e.reason, ctx=ctx, param_hint=decls)
+    path = ctx.command_path if ctx is not None else "schedsim"
+    fail(f"{' '.join(bad.format_message().split())} (see '{path} --help')", 2)
+
+
 def handle_errors(fn: Callable | None = None, *, limits: bool = True,
                   tables: bool = False) -> Callable:
     """The top-level guard of every command: turn :class:`SchedsimError` and OS errors into
@@ -166,18 +184,7 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
                 _claim_paths(kwargs)
                 return fn(*args, **kwargs)
         except FlagError as e:      # a usage error, in typer's form: the flag's names
-            decls = _flag_decls(e.flag)
-            if not decls:
-                fail(str(e), e.exit_code)
-            import importlib  # main()'s usage line here too (a CliRunner, the API)
-
-            # the click typer runs on (typer may vendor its own): its current context
-            click = importlib.import_module(
-                typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
-            ctx = click.get_current_context(silent=True)
-            bad = typer.BadParameter(e.reason, ctx=ctx, param_hint=decls)
-            path = ctx.command_path if ctx is not None else "schedsim"
-            fail(f"{' '.join(bad.format_message().split())} (see '{path} --help')", 2)
+            _fail_flag(e)
         except SchedsimError as e:
             tl = getattr(e, "timeline", None)
             if e.exit_code == 3 and getattr(tl, "deadlock", None) is not None:
