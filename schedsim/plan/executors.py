@@ -64,12 +64,9 @@ class LocalExecutor(Executor):
 
     def _get(self) -> Any:
         if self._pool is None:
-            from concurrent.futures import ProcessPoolExecutor
+            from schedsim.util.signals import quiet_pool
 
-            from schedsim.util.signals import quiet_worker
-
-            # the workers stay quiet on a stop: the parent reports it once
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=quiet_worker)
+            self._pool = quiet_pool(self.jobs)   # a stop is reported once, by the parent
         return self._pool
 
     def __exit__(self, *exc: object) -> None:

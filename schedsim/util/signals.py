@@ -189,15 +189,21 @@ def quiet_worker() -> None:
         signal.signal(s, signal.SIG_IGN if s == signal.SIGINT else signal.SIG_DFL)
 
 
+def quiet_pool(workers: int) -> Any:
+    """A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes started
+    with :func:`quiet_worker` (a stop is the parent's to report, once)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
+
+
 @contextmanager
 def worker_pool(workers: int) -> Iterator[Any]:
     """A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` quiet processes
     (:func:`quiet_worker`). Left normally it waits for its tasks; left by an exception (a
     stop, an error) it ends the workers at once (SIGTERM) and cancels what has not run, so
     a stop neither waits for the running tasks nor leaves a process behind."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
+    pool = quiet_pool(workers)
     try:
         yield pool
     except BaseException:
