@@ -38,6 +38,7 @@ from schedsim.sim.compiled import (
     Messages,
     Part,
     Units,
+    index_dtype,
     links_of,
     message_keys,
 )
@@ -168,35 +169,36 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
     keys, mkey, a_in, a_out = _key_ids(pr)
     n, nmem, P = len(fl), len(pr.mcode), pr.P
     is_c = fl.code == Opcode.COMPUTE
-    icost = np.zeros(n)
-    if with_costs and is_c.any():
-        icost[is_c] = compute_costs(fl, costs, is_c)
-    ispan = np.where(is_c, np.cumsum(is_c) - 1, -1).astype(I64)
+    nc = int(np.count_nonzero(is_c))
+    scost = compute_costs(fl, costs, is_c) if with_costs and nc else np.zeros(nc)
     nk = len(keys)
     nsteps = n + P
     nlaunch = int(np.diff(fl.mptr)[(fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)].sum())
     cap_h = 3 * nlaunch + (nmem - nlaunch) + 1
+    dt = index_dtype(max(nsteps, cap_h, 2 * nk, nmem, 2 * P * P) + 1)
     kernel, xs = executor(compile_comm_kernel, n)
+    side = pr.side
     inp = PassInput(
         ranks=P, stream_mode=int(STREAM_MODES[comm.comm_stream]), rptr=xs.ints(fl.rptr),
         icode=xs.ints(fl.code), mptr=xs.ints(fl.mptr), mkey=xs.ints(mkey),
-        mside=xs.ints(pr.side), mowner=xs.ints(np.where(pr.side == 0, pr.msrc, pr.mdst)),
-        mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).astype(I64)),
-        mpeer=xs.ints(np.where(pr.side == 0, pr.mdst, pr.msrc)), aptr=xs.ints(pr.aptr),
-        a_in=xs.ints(a_in), a_out=xs.ints(a_out), icost=xs.floats(icost),
-        ispan=xs.ints(ispan))
+        mside=xs.ints(side), mowner=xs.ints(np.where(side == 0, pr.msrc, pr.mdst)),
+        mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).view(np.int8)),
+        mpeer=xs.ints(np.where(side == 0, pr.mdst, pr.msrc)), aptr=xs.ints(pr.aptr),
+        a_in=xs.ints(a_in), a_out=xs.ints(a_out), scost=xs.floats(scost))
     tables = PassTables(
-        key_msg=xs.full(nk, -1), msg_key=xs.empty(nk), msg_src=xs.empty(nk),
-        msg_dst=xs.empty(nk), made_rank=xs.full(nk, -1), waited=xs.full(nk, 0),
-        hindex=xs.full(2 * nk, -1), hseq=xs.full(2 * nk, -1), hord=xs.full(2 * nk, -1),
-        link_posts=xs.full(2 * P * P, 0))
-    code = Code(crptr=xs.empty(P + 1), cop=xs.empty(nsteps), cipc=xs.empty(nsteps),
-                cwk=xs.full(nsteps, -1), ccost=xs.emptyf(nsteps), cspan=xs.empty(nsteps),
-                chptr=xs.empty(nsteps + 1), ch=xs.empty(cap_h), cuptr=xs.empty(nsteps + 1),
-                cinit=np.full(nsteps, -1, I64))
-    units = Units(unit_stream=xs.empty(nlaunch + 1), unit_hptr=xs.full(nlaunch + 2, 0),
-                  unit_h=xs.empty(nlaunch + 1), hunit=xs.full(2 * nk, -1))
-    scratch = PassScratch(posted=xs.empty(nlaunch + 1), ugroup=xs.empty(max(P, 1)),
+        key_msg=xs.full(nk, -1, dt), msg_key=xs.empty(nk, dt), msg_src=xs.empty(nk, dt),
+        msg_dst=xs.empty(nk, dt), made_rank=xs.full(nk, -1, dt), waited=xs.full(nk, 0, dt),
+        hindex=xs.full(2 * nk, -1, dt), hseq=xs.full(2 * nk, -1, dt),
+        hord=xs.full(2 * nk, -1, dt), link_posts=xs.full(2 * P * P, 0, dt))
+    code = Code(crptr=xs.empty(P + 1, dt), cop=xs.empty(nsteps, dt),
+                cipc=xs.empty(nsteps, dt), cwk=xs.full(nsteps, -1, dt),
+                ccost=xs.emptyf(nsteps), cspan=xs.empty(nsteps, dt),
+                chptr=xs.empty(nsteps + 1, dt), ch=xs.empty(cap_h, dt),
+                cuptr=xs.empty(nsteps + 1, dt), cinit=np.full(nsteps, -1, dt))
+    units = Units(unit_stream=xs.empty(nlaunch + 1, dt),
+                  unit_hptr=xs.full(nlaunch + 2, 0, dt), unit_h=xs.empty(nlaunch + 1, dt),
+                  hunit=xs.full(2 * nk, -1, dt))
+    scratch = PassScratch(posted=xs.empty(nlaunch + 1, dt), ugroup=xs.empty(max(P, 1)),
                           counts=xs.full(4, 0), err=xs.full(4, 0))
     # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
     # program's order puts its launch after the op whose tensor it announces)
@@ -204,28 +206,29 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
     for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
         tables.made_rank[k] = r
     kernel(inp=inp, tables=tables, code=code, units=units, scratch=scratch)
+    del inp
     err = [int(x) for x in scratch.err]
     if err[0] != Err.OK:
         raise _comm_error(fl, pr, err, mkey, a_in, tables)
     ns, nh, nm, nu = (int(x) for x in scratch.counts)
-    tb = PassTables(*(np.asarray(v, dtype=I64) for v in tables))
+    tb = PassTables(*(np.asarray(v, dtype=dt) for v in tables))
     nuh = int(units.unit_hptr[nu])
     part = Part(
-        code=Code(crptr=np.asarray(code.crptr, I64), cop=np.asarray(code.cop[:ns], I64),
-                  cipc=np.asarray(code.cipc[:ns], I64), cwk=np.asarray(code.cwk[:ns], I64),
+        code=Code(crptr=np.asarray(code.crptr, dt), cop=np.asarray(code.cop[:ns], dt),
+                  cipc=np.asarray(code.cipc[:ns], dt), cwk=np.asarray(code.cwk[:ns], dt),
                   ccost=np.asarray(code.ccost[:ns], np.float64),
-                  cspan=np.asarray(code.cspan[:ns], I64),
-                  chptr=np.asarray(code.chptr[:ns + 1], I64),
-                  ch=np.asarray(code.ch[:nh], I64), cuptr=np.asarray(code.cuptr[:ns + 1], I64),
+                  cspan=np.asarray(code.cspan[:ns], dt),
+                  chptr=np.asarray(code.chptr[:ns + 1], dt),
+                  ch=np.asarray(code.ch[:nh], dt), cuptr=np.asarray(code.cuptr[:ns + 1], dt),
                   cinit=code.cinit[:ns]),
-        span_gi=np.flatnonzero(is_c).astype(I64),
+        span_gi=np.flatnonzero(is_c).astype(dt),
         messages=Messages(mcode=keys[tb.msg_key[:nm]], msrc=tb.msg_src[:nm],
                           mdst=tb.msg_dst[:nm], mbytes=np.zeros(0),
                           hindex=tb.hindex[:2 * nm], hseq=tb.hseq[:2 * nm]),
-        units=Units(unit_stream=np.asarray(units.unit_stream[:nu], I64),
-                    unit_hptr=np.asarray(units.unit_hptr[:nu + 1], I64),
-                    unit_h=np.asarray(units.unit_h[:nuh], I64),
-                    hunit=np.asarray(units.hunit[:2 * nm], I64)))
+        units=Units(unit_stream=np.asarray(units.unit_stream[:nu], dt),
+                    unit_hptr=np.asarray(units.unit_hptr[:nu + 1], dt),
+                    unit_h=np.asarray(units.unit_h[:nuh], dt),
+                    hunit=np.asarray(units.hunit[:2 * nm], dt)))
     return _check_matching(part, fl, tb.hord[:2 * nm], pr, costs, tb.key_msg[mkey],
                            allow_unmatched)
 
@@ -355,8 +358,8 @@ def _repair(part: Part, perm: np.ndarray, ma: np.ndarray, mb_: np.ndarray) -> Pa
     mrcode = ms.mcode.copy()
     mrcode[ma] = ms.mcode[mb_]
     return part._replace(
-        code=part.code._replace(ch=perm[part.code.ch]),
-        units=part.units._replace(unit_h=perm[part.units.unit_h],
+        code=part.code._replace(ch=perm[part.code.ch].astype(part.code.ch.dtype)),
+        units=part.units._replace(unit_h=perm[part.units.unit_h].astype(part.code.ch.dtype),
                                   hunit=moved(part.units.hunit)),
         messages=ms._replace(hindex=moved(ms.hindex), hseq=moved(ms.hseq), mrcode=mrcode))
 
@@ -382,8 +385,8 @@ def _message_arrays(ms: Messages, decode: Callable, shape: tuple[int, int],
     mbw = bw_t[lk]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mocc = np.where(np.isinf(mbw), 0.0, nbytes / np.where(np.isinf(mbw), 1.0, mbw))
-    links = links_of(lat_t[lk], mocc, lk.astype(I64),
-                     comm.eager_messages(link, nbytes, ms.msrc, ms.mdst).astype(I64),
+    links = links_of(lat_t[lk], mocc, lk,
+                     comm.eager_messages(link, nbytes, ms.msrc, ms.mdst).astype(lk.dtype),
                      num_links=P * P)
     return ms._replace(mbytes=nbytes), links
 

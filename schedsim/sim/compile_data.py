@@ -8,7 +8,7 @@ import numpy as np
 from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.routing import cross_stage_inputs
-from schedsim.sim.compiled import Code, Messages, Part, Units
+from schedsim.sim.compiled import Code, Messages, Part, Units, index_dtype
 from schedsim.sim.costs import CostModel
 from schedsim.sim.opcodes import Step, WaitKind
 from schedsim.sim.prep import I64, Prep, compute_costs, where
@@ -78,15 +78,19 @@ def compile_data(fl: FlatProgram, pr: Prep, costs: CostModel) -> Part:
     crptr = np.zeros(P + 1, I64)
     np.cumsum(np.bincount(rank_of[gi_c], weights=per, minlength=P).astype(I64),
               out=crptr[1:])
-    return Part(code=Code(crptr=crptr, cop=cop, cipc=cipc, cwk=cwk, ccost=ccost, cspan=cspan,
-                          chptr=chptr, ch=ch.astype(I64), cuptr=np.zeros(ns + 1, I64),
-                          cinit=np.full(ns, -1, I64)),
-                span_gi=gi_c,
-                messages=Messages(mcode=mcode, msrc=rank_of[m_prod], mdst=rank_of[m_cons],
-                                  mbytes=np.zeros(0), hindex=hindex,
-                                  hseq=np.full(2 * nm, -1, I64)),
-                units=Units(unit_stream=np.zeros(0, I64), unit_hptr=np.zeros(1, I64),
-                            unit_h=np.zeros(0, I64), hunit=np.full(2 * nm, -1, I64)))
+    dt = index_dtype(max(ns, len(ch), 2 * nm, n, P * P) + 1)
+
+    def ix(a: np.ndarray) -> np.ndarray:
+        return a.astype(dt, copy=False)
+    return Part(code=Code(crptr=ix(crptr), cop=ix(cop), cipc=ix(cipc), cwk=ix(cwk),
+                          ccost=ccost, cspan=ix(cspan), chptr=ix(chptr), ch=ix(ch),
+                          cuptr=np.zeros(ns + 1, dt), cinit=np.full(ns, -1, dt)),
+                span_gi=ix(gi_c),
+                messages=Messages(mcode=mcode, msrc=ix(rank_of[m_prod]),
+                                  mdst=ix(rank_of[m_cons]), mbytes=np.zeros(0),
+                                  hindex=ix(hindex), hseq=np.full(2 * nm, -1, dt)),
+                units=Units(unit_stream=np.zeros(0, dt), unit_hptr=np.zeros(1, dt),
+                            unit_h=np.zeros(0, dt), hunit=np.full(2 * nm, -1, dt)))
 
 
 def _producers_or_raise(fl: FlatProgram, pr: Prep, prod_code: np.ndarray,

@@ -33,7 +33,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     handles in code, messages, units).
 
     Inputs: ``inp`` (:class:`~schedsim.sim.kernel_records.PassInput`: per instruction
-    its opcode, members, atoms, cost and span id). Written: ``tables``
+    its opcode, members and atoms; per compute instruction its cost; the compute
+    instructions are spans 0, 1, ... in the pass's order). Written: ``tables``
     (:class:`~schedsim.sim.kernel_records.PassTables`: messages made, handles posted,
     ``hord[h]``: the k of "the k-th send (or recv) on its directed link" of handle h,
     so that matching in posting order per link holds when ``hord[2m] == hord[2m+1]``
@@ -69,7 +70,7 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     P, stream_mode, rptr, icode = inp.ranks, inp.stream_mode, inp.rptr, inp.icode
     mptr, mkey, mside, mowner = inp.mptr, inp.mkey, inp.mside, inp.mowner
     mlocal, mpeer, aptr, a_in, a_out = inp.mlocal, inp.mpeer, inp.aptr, inp.a_in, inp.a_out
-    icost, ispan = inp.icost, inp.ispan
+    scost = inp.scost
     key_msg, msg_key, msg_src, msg_dst = (tables.key_msg, tables.msg_key, tables.msg_src,
                                           tables.msg_dst)
     made_rank, waited, hindex, hseq = (tables.made_rank, tables.waited, tables.hindex,
@@ -83,6 +84,7 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     nh = 0      # handles emitted in code
     nm = 0      # messages
     nu = 0      # units
+    nsp = 0     # spans (compute instructions) so far
     for r in range(P):
         crptr[r] = n
         npost = 0            # handles posted so far by this rank (posted[0:npost])
@@ -166,8 +168,9 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                         made_rank[k] = r
                 cop[n] = _COMPUTE
                 cipc[n] = ipc
-                ccost[n] = icost[i]
-                cspan[n] = ispan[i]
+                ccost[n] = scost[nsp]
+                cspan[n] = nsp
+                nsp += 1
                 chptr[n] = nh
                 cuptr[n] = nu
                 n += 1

@@ -21,6 +21,16 @@ from schedsim.program.ops import recv_comm, send_comm
 from schedsim.program.routing import MESSAGE_KINDS, decode_codes
 
 I64 = np.int64
+I32 = np.int32
+
+
+def index_dtype(bound: int) -> type:
+    """The integer type of a compiled program's ids, offsets and counts: int32 when every
+    value is below ``bound`` and ``bound`` fits in int32 (every program the default
+    ``instructions`` limit admits: it halves the arrays the engine reads and the memory
+    the compile pass touches), else int64. One rule for every builder of :class:`Code`,
+    :class:`Messages` and :class:`Units`, so that the numba kernels see one array type."""
+    return I32 if bound < np.iinfo(I32).max else I64
 
 
 def message_keys(mk: np.ndarray, ps: np.ndarray, cs: np.ndarray, mb: np.ndarray) -> list[tuple]:

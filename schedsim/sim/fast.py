@@ -34,7 +34,8 @@ class _Lists:
     """Allocation and conversion for the CPython executor (Python lists)."""
 
     @staticmethod
-    def full(n: int, v: int) -> list:
+    def full(n: int, v: int, dtype: type = np.int64) -> list:
+        """``n`` copies of ``v`` (``dtype``: the array's type under numba)."""
         return [v] * n
 
     @staticmethod
@@ -42,7 +43,7 @@ class _Lists:
         return [float(v)] * n
 
     @staticmethod
-    def empty(n: int) -> list:
+    def empty(n: int, dtype: type = np.int64) -> list:
         """Scratch or output the kernel writes before reading."""
         return [0] * n
 
@@ -70,17 +71,17 @@ class _Arrays:
     """Allocation and conversion for the numba executor (contiguous numpy arrays)."""
 
     @staticmethod
-    def full(n: int, v: int) -> np.ndarray:
-        return np.full(n, v, dtype=np.int64)
+    def full(n: int, v: int, dtype: type = np.int64) -> np.ndarray:
+        return np.full(n, v, dtype=dtype)
 
     @staticmethod
     def fullf(n: int, v: float) -> np.ndarray:
         return np.full(n, v, dtype=np.float64)
 
     @staticmethod
-    def empty(n: int) -> np.ndarray:
+    def empty(n: int, dtype: type = np.int64) -> np.ndarray:
         """Scratch or output the kernel writes before reading."""
-        return np.empty(n, dtype=np.int64)
+        return np.empty(n, dtype=dtype)
 
     @staticmethod
     def emptyf(n: int) -> np.ndarray:
@@ -88,9 +89,10 @@ class _Arrays:
 
     @staticmethod
     def ints(a: Any) -> np.ndarray:
-        """Read-only input: int32 and int64 arrays pass as they are (no copy)."""
+        """Read-only input: int8 (flags), int32 and int64 arrays pass as they are (no
+        copy)."""
         a = np.asarray(a)
-        if a.dtype == np.int32 or a.dtype == np.int64:
+        if a.dtype == np.int32 or a.dtype == np.int64 or a.dtype == np.int8:
             return np.ascontiguousarray(a)
         return np.ascontiguousarray(a, dtype=np.int64)
 

@@ -70,6 +70,7 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     """``code`` and ``cp.units`` without handles ``gone`` in any step or unit; emptied
     launches and units dropped."""
     nh = 2 * cp.num_messages
+    dt = code.chptr.dtype        # the compiled program's index type (compiled.index_dtype)
     dead = np.zeros(nh, bool)
     dead[gone] = True
     # units: keep the handles that stay, drop emptied units, renumber
@@ -83,9 +84,9 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     hunit = un.hunit
     if len(unew):
         hunit = np.where(hunit >= 0, unew[np.maximum(hunit, 0)], -1)
-    hunit = np.where(dead, -1, hunit)
+    hunit = np.where(dead, -1, hunit).astype(dt)
     units = Units(unit_stream=un.unit_stream[ukeep], unit_hptr=np.concatenate(
-        ([0], np.cumsum(ucnt[ukeep]))).astype(I64), unit_h=un.unit_h[keep_uh], hunit=hunit)
+        ([0], np.cumsum(ucnt[ukeep]))).astype(dt), unit_h=un.unit_h[keep_uh], hunit=hunit)
     # steps: drop the dead handles; drop launches left empty (unless they create a
     # communicator under lazy init)
     ns = len(code.cop)
@@ -97,17 +98,17 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     keep_step = ~is_l | (hcnt > 0) | (cp.host.lazy_init & (code.cinit >= 0))
     # units of each step: the first and last unit ids of the step, renumbered
     ulo, uhi = code.cuptr[:-1], code.cuptr[1:]
-    kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(I64)
+    kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(dt)
     new_lo, new_hi = kept_before[ulo], kept_before[uhi]
     step_rank = cp.step_rank()
     # the handles of dropped steps are none (they were all dead), so ch stays in order
     return Code(
         crptr=np.concatenate(([0], np.cumsum(np.bincount(step_rank[keep_step],
-                                                         minlength=cp.ranks)))).astype(I64),
+                                                         minlength=cp.ranks)))).astype(dt),
         cop=code.cop[keep_step], cipc=code.cipc[keep_step], cwk=code.cwk[keep_step],
         ccost=code.ccost[keep_step], cspan=code.cspan[keep_step],
-        chptr=np.concatenate(([0], np.cumsum(hcnt[keep_step]))).astype(I64),
+        chptr=np.concatenate(([0], np.cumsum(hcnt[keep_step]))).astype(dt),
         ch=code.ch[keep_h],
         cuptr=np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if keep_step.any()
-                              else [0])).astype(I64),
+                              else [0])).astype(dt),
         cinit=code.cinit[keep_step]), units

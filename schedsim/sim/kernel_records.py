@@ -99,10 +99,11 @@ class PassInput(NamedTuple):
     compile_comm_kernel`): ``ranks``; ``stream_mode`` (a :class:`~schedsim.sim.opcodes.StreamMode`);
     per instruction (rank r's at ``rptr[r]:rptr[r+1]``) ``icode`` (its
     :class:`~schedsim.program.flat.Opcode`), members ``mptr[i]:mptr[i+1]``, atoms
-    ``aptr[i]:aptr[i+1]``, ``icost``, ``ispan``; per member ``mkey`` (key id, -1: no such
+    ``aptr[i]:aptr[i+1]``; per member ``mkey`` (key id, -1: no such
     message), ``mside`` (0 send, 1 recv), ``mowner`` (the rank that must issue it),
     ``mlocal`` (1: a same-rank hand-off), ``mpeer`` (the other side's rank); per atom
-    ``a_in``/``a_out`` (key of its cross-rank input / its output, -1)."""
+    ``a_in``/``a_out`` (key of its cross-rank input / its output, -1); per compute
+    instruction, in order (span id), ``scost``."""
 
     ranks: int
     stream_mode: int
@@ -117,8 +118,7 @@ class PassInput(NamedTuple):
     aptr: Arr
     a_in: Arr
     a_out: Arr
-    icost: Arr
-    ispan: Arr
+    scost: Arr
 
 
 class PassTables(NamedTuple):
