@@ -143,35 +143,61 @@ class AtomComms:
     send_peer: np.ndarray | None = None
 
 
+def _ix(n: int) -> type:
+    """The integer type of op, atom and message indices and of ranks, stages and
+    microbatches in the lowering's arrays for ``n`` entries: int32 (half the memory of
+    int64, whose first touch dominates lowering a large program) when ``n`` and every
+    value derived from it stay far below 2**31, else int64."""
+    return I32 if n < 1 << 29 else I64
+
+
+def _atoms(fs: FlatSchedule, ix: type) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+    """``fs.atoms()`` as ``ix`` arrays; without ``FB`` ops the atoms are the ops and the
+    schedule's own int32 columns serve (no copy)."""
+    if len(fs.fb_at) or ix is I64:
+        return tuple(a.astype(ix, copy=False) for a in fs.atoms())
+    return np.arange(len(fs), dtype=ix), fs.kind, fs.stage, fs.mb
+
+
 def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     """:class:`AtomComms` of schedule ``fs`` under placement ``pl`` (stages and
-    microbatches in range)."""
+    microbatches in range). Indices, ranks, stages and microbatches are int32 below
+    2**29 atoms (:func:`_ix`), message key codes int64."""
     S, M = pl.stages, microbatches
     n = len(fs)
-    op_rank = np.repeat(np.arange(fs.ranks, dtype=I64), np.diff(fs.rptr))
-    op_pos = np.arange(n, dtype=I64) - np.repeat(fs.rptr[:-1], np.diff(fs.rptr))
-    a_op, a_kind, a_stage, a_mb = fs.atoms()
-    a_rank = op_rank[a_op]
+    ix = _ix(2 * n + 2)
+    cnt = np.diff(fs.rptr)
+    op_rank = np.repeat(np.arange(fs.ranks, dtype=ix), cnt)
+    op_pos = np.arange(n, dtype=ix)
+    op_pos -= np.repeat(fs.rptr[:-1].astype(ix), cnt)
+    a_op, a_kind, a_stage, a_mb = _atoms(fs, ix)
+    a_rank = op_rank[a_op] if len(a_op) != n else op_rank
     # recvs: the cross-stage input, when its producer is on another rank
     mk, ps = cross_stage_inputs(a_kind, a_stage, S)
+    mk = mk.astype(ix, copy=False)
     has = ps >= 0
-    src = np.full(len(a_op), -1, I64)
+    src = np.full(len(a_op), -1, ix)
     src[has] = ranks_of(pl, ps[has], a_mb[has])
     need = has & (src != a_rank)
+    del has
     # sends: the output, when its consumer is on another rank
     ok, os_ = outputs(a_kind, a_stage)
+    ok = ok.astype(ix, copy=False)
     cs = consumer_stages(ok, os_)
     out = (os_ >= 0) & (cs >= 0) & (cs < S)
-    dst = np.full(len(a_op), -1, I64)
+    dst = np.full(len(a_op), -1, ix)
     dst[out] = ranks_of(pl, cs[out], a_mb[out])
+    del cs
     send = out & (dst != a_rank)
+    del out
     ac = AtomComms(
         op_rank=op_rank, op_pos=op_pos,
         need_op=a_op[need], need_kind=(2 * mk + 1)[need], need_stage=a_stage[need],
-        need_mb=a_mb[need], need_code=key_codes(mk, ps, a_mb, S, M)[need],
+        need_mb=a_mb[need], need_code=key_codes(mk[need], ps[need], a_mb[need], S, M),
         need_src=src[need],
         send_op=a_op[send], send_kind=(2 * ok)[send], send_stage=a_stage[send],
-        send_mb=a_mb[send], send_code=key_codes(ok, os_, a_mb, S, M)[send],
+        send_mb=a_mb[send], send_code=key_codes(ok[send], os_[send], a_mb[send], S, M),
         send_dst=dst[send])
     if getattr(pl, "skips", ()):
         _add_skips(ac, pl, M, a_op, a_kind, a_stage, a_mb, a_rank)
@@ -240,57 +266,33 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
     s_link = ac.op_rank[ac.send_op] * P + ac.send_dst
     order = np.argsort(s_link, kind="stable")            # sends grouped by link
     sl = s_link[order]
-    starts = np.flatnonzero(np.r_[True, sl[1:] != sl[:-1]]) if len(sl) else np.zeros(0, I64)
-    grp = np.repeat(starts, np.diff(np.r_[starts, len(sl)]))
-    s_pos = np.empty(len(sl), I64)
-    s_pos[order] = np.arange(len(sl)) - grp               # position within its link
-    # each need's position on its link (-1: no such send): look its key up among the
-    # sends' keys (a dense table when the key space is small, else a sorted search)
+    s_pos = _link_positions(sl, order)                    # position within its link
+    # each need's position on its link (-1: no such send)
     n_link = ac.need_src * P + ac.op_rank[ac.need_op]
-    space = int(max(ac.send_code.max(initial=-1), ac.need_code.max(initial=-1))) + 1
-    if space <= 4 * (len(ac.send_code) + len(ac.need_code)) + 1024:
-        table = np.full(space, -1, I64)
-        table[ac.send_code] = np.arange(len(ac.send_code))
-        sid = table[ac.need_code]
-        found = sid >= 0
-        sid = np.maximum(sid, 0)
-    else:
-        code_order = np.argsort(ac.send_code, kind="stable")
-        sc = ac.send_code[code_order]
-        at = np.searchsorted(sc, ac.need_code)
-        atc = np.minimum(at, max(len(sc) - 1, 0))
-        found = (at < len(sc)) & (sc[atc] == ac.need_code) if len(sc) else \
-            np.zeros(len(ac.need_code), bool)
-        sid = code_order[atc] if len(sc) else np.zeros(len(ac.need_code), I64)
+    sid, found = _send_of_need(ac)
     if len(ac.send_code):
         found &= s_link[sid] == n_link
+    del s_link
     pos = np.where(found, s_pos[sid] if len(ac.send_code) else 0, -1)
-    # running maximum of positions per link, in need order
-    BIG = int(pos.max(initial=0)) + 2
-    n_order = np.argsort(n_link, kind="stable")
-    key = n_link[n_order] * BIG + (pos[n_order] + 1)
-    run = np.maximum.accumulate(key) if len(key) else key
-    prev = np.r_[-1, run[:-1]] if len(run) else run
-    same = np.r_[False, n_link[n_order][1:] == n_link[n_order][:-1]] if len(run) else \
-        np.zeros(0, bool)
-    prev_pos = np.where(same, prev - n_link[n_order] * BIG - 1, -1)
-    prev_max = np.empty(len(pos), I64)
-    prev_max[n_order] = prev_pos
+    del s_pos, sid
+    prev_max = _previous_max(n_link, pos)
     count = np.where(found, np.maximum(pos - prev_max, 0), 1)
+    del pos
     # expand: need j posts positions prev_max+1 .. pos on its link (or itself)
     total = int(count.sum())
-    j = np.repeat(np.arange(len(count)), count)
-    k = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-    p_pos = prev_max[j] + 1 + k
+    j = np.repeat(np.arange(len(count), dtype=ac.need_op.dtype), count)
+    k = np.arange(total, dtype=I64) - np.repeat(np.cumsum(count) - count, count)
+    del count
     # the send at (link, position): sends sorted by link, then position
-    kind = ac.need_kind[j].copy()
-    stage = ac.need_stage[j].copy()
-    mb = ac.need_mb[j].copy()
-    peer = ac.need_peer[j].copy() if ac.need_peer is not None else None
+    kind = ac.need_kind[j]
+    stage = ac.need_stage[j]
+    mb = ac.need_mb[j]
+    peer = ac.need_peer[j] if ac.need_peer is not None else None
     via = found[j]
     if via.any():
-        base = np.searchsorted(sl, n_link)[j[via]]        # the link's first send
-        s = order[base + p_pos[via]]
+        jv = j[via]
+        s = order[np.searchsorted(sl, n_link[jv]) + prev_max[jv] + 1 + k[via]]
+        del jv
         kind[via] = ac.send_kind[s] + 1                    # the matching RECV
         mk = ac.send_kind[s] >> 1
         stage[via] = np.where(mk == 0, ac.send_stage[s] + 1, ac.send_stage[s] - 1)
@@ -300,6 +302,53 @@ def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
             stage[via] = np.where(sp >= 0, sp, stage[via])
             peer[via] = np.where(sp >= 0, ac.send_stage[s], -1)
     return RecvPosts(op=ac.need_op[j], kind=kind, stage=stage, mb=mb, peer=peer)
+
+
+def _link_positions(sl: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each send's position on its link (by send index), from the sends' links sorted
+    (``sl``, the sort ``order``)."""
+    starts = np.flatnonzero(np.r_[True, sl[1:] != sl[:-1]]) if len(sl) else np.zeros(0, I64)
+    s_pos = np.empty(len(sl), I64)
+    s_pos[order] = np.arange(len(sl)) - np.repeat(starts, np.diff(np.r_[starts, len(sl)]))
+    return s_pos
+
+
+def _send_of_need(ac: AtomComms) -> tuple[np.ndarray, np.ndarray]:
+    """``(send index, found)`` of every need's message (a need whose message no rank
+    sends: index 0, not found): its key looked up among the sends' keys (a dense table
+    when the key space is small, else a sorted search)."""
+    space = int(max(ac.send_code.max(initial=-1), ac.need_code.max(initial=-1))) + 1
+    if space <= 4 * (len(ac.send_code) + len(ac.need_code)) + 1024:
+        table = np.full(space, -1, I64)
+        table[ac.send_code] = np.arange(len(ac.send_code))
+        sid = table[ac.need_code]
+        del table
+        found = sid >= 0
+        return np.maximum(sid, 0, out=sid), found
+    code_order = np.argsort(ac.send_code, kind="stable")
+    sc = ac.send_code[code_order]
+    at = np.searchsorted(sc, ac.need_code)
+    atc = np.minimum(at, max(len(sc) - 1, 0))
+    found = (at < len(sc)) & (sc[atc] == ac.need_code) if len(sc) else \
+        np.zeros(len(ac.need_code), bool)
+    sid = code_order[atc] if len(sc) else np.zeros(len(ac.need_code), I64)
+    return sid, found
+
+
+def _previous_max(n_link: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Per need, the largest link position of the needs before it on its link (in need
+    order; -1 for the link's first): a running maximum per link."""
+    BIG = int(pos.max(initial=0)) + 2
+    n_order = np.argsort(n_link, kind="stable")
+    nl = n_link[n_order].astype(I64)
+    key = nl * BIG + (pos[n_order] + 1)
+    run = np.maximum.accumulate(key) if len(key) else key
+    del key
+    prev = np.r_[-1, run[:-1]] if len(run) else run
+    same = np.r_[False, nl[1:] == nl[:-1]] if len(run) else np.zeros(0, bool)
+    prev_max = np.empty(len(pos), I64)
+    prev_max[n_order] = np.where(same, prev - nl * BIG - 1, -1)
+    return prev_max
 
 
 def members(n_instr: int, counts: np.ndarray, src_start: np.ndarray
