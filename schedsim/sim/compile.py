@@ -71,28 +71,31 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     if fl.ranks != P:
         raise ProgramError(f"program has {fl.ranks} rank rows but the placement has {P} "
                            f"ranks")
-    pr = prep(fl, program)
+    S, M = pl.stages, program.microbatches
     data_mode = comm.semantics == "data"
     host, pair_first = Host(), MappingProxyType({})
     if data_mode:
+        pr = prep(fl, program)
         if fl.has_comm():      # the comm instructions are ignored, but must be right
             _compile_comm(program, fl, pr, costs, comm, with_costs=False)
         part = compile_data(fl, pr, costs)
     else:
+        # without lazy init the pass computes the Prep and frees it before it runs
+        pr = prep(fl, program) if comm.lazy_init else None
         part = _compile_comm(program, fl, pr, costs, comm, allow_unmatched=allow_unmatched)
         host = Host(launch_cost=comm.launch_cost, atomic=comm.group_semantics == "atomic")
         if comm.lazy_init:
             host = host._replace(lazy_init=True, init_cost=comm.init_cost)
             cinit, pair_first = _first_touch(fl, pr, part.code)
             part = part._replace(code=part.code._replace(cinit=cinit))
-    decode = partial(decode_codes, stages=pr.S, microbatches=pr.M, skips=tuple(pl.skips))
-    messages, links = _message_arrays(part.messages, decode, (P, pr.S), costs, link, comm)
+    decode = partial(decode_codes, stages=S, microbatches=M, skips=tuple(pl.skips))
+    messages, links = _message_arrays(part.messages, decode, (P, S), costs, link, comm)
     if link.messages:
         links = _measured_messages(links, message_keys(*decode(messages.mcode)), link)
     if (comm.host or comm.host_cost) and not data_mode:
         host = _host_delays(host, part.code, P, comm)
-    return Compiled(program=program, flat=fl, data_mode=data_mode, ranks=P, stages=pr.S,
-                    microbatches=pr.M, code=part.code, span_gi=part.span_gi,
+    return Compiled(program=program, flat=fl, data_mode=data_mode, ranks=P, stages=S,
+                    microbatches=M, code=part.code, span_gi=part.span_gi,
                     messages=messages, links=links, units=part.units, host=host,
                     pair_first=pair_first, swaps=part.swaps, unmatched=part.unmatched)
 
@@ -159,13 +162,21 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return keys, inv[:n1], inv[n1:n2], inv[n2:]
 
 
-def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
+def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: CostModel,
                   comm: CommModel, with_costs: bool = True,
                   allow_unmatched: bool = False) -> Part:
     """The sequential pass (:func:`~schedsim.sim.compile_kernel.compile_comm_kernel`)
-    plus the link-order check."""
+    plus the link-order check. ``pr``: the program's :class:`Prep`, or None: computed
+    here and freed before the pass runs (a third of its memory at 10 M instructions),
+    computed again only to word an error or to look at mismatched pairs."""
     from schedsim.sim.fast import executor
 
+    kept = pr
+    if pr is None:
+        pr = prep(fl, program)
+
+    def get_prep() -> Prep:
+        return kept if kept is not None else prep(fl, program)
     keys, mkey, a_in, a_out = _key_ids(pr)
     n, nmem, P = len(fl), len(pr.mcode), pr.P
     is_c = fl.code == Opcode.COMPUTE
@@ -205,15 +216,27 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
     shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
     for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
         tables.made_rank[k] = r
+    del pr, shape, side
     kernel(inp=inp, tables=tables, code=code, units=units, scratch=scratch)
     del inp
     err = [int(x) for x in scratch.err]
     if err[0] != Err.OK:
-        raise _comm_error(fl, pr, err, mkey, a_in, tables)
-    ns, nh, nm, nu = (int(x) for x in scratch.counts)
+        raise _comm_error(fl, get_prep(), err, mkey, a_in, tables)
     tb = PassTables(*(np.asarray(v, dtype=dt) for v in tables))
+    part = _pass_part(code, units, tb, [int(x) for x in scratch.counts], keys, is_c, dt)
+    nm = len(part.messages.mcode)
+    return _check_matching(part, fl, tb.hord[:2 * nm], get_prep, costs, tb.key_msg[mkey],
+                           allow_unmatched)
+
+
+def _pass_part(code: Code, units: Units, tb: PassTables, counts: list[int],
+               keys: np.ndarray, is_c: np.ndarray, dt: type) -> Part:
+    """The :class:`Part` of the compile pass's capacity arrays (``counts``: steps,
+    handles in code, messages, units; ``tb``: its tables as arrays; ``keys``: key id ->
+    key code; ``dt``: the index type)."""
+    ns, nh, nm, nu = counts
     nuh = int(units.unit_hptr[nu])
-    part = Part(
+    return Part(
         code=Code(crptr=np.asarray(code.crptr, dt), cop=np.asarray(code.cop[:ns], dt),
                   cipc=np.asarray(code.cipc[:ns], dt), cwk=np.asarray(code.cwk[:ns], dt),
                   ccost=np.asarray(code.ccost[:ns], np.float64),
@@ -229,8 +252,6 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep, costs: CostModel,
                     unit_hptr=np.asarray(units.unit_hptr[:nu + 1], dt),
                     unit_h=np.asarray(units.unit_h[:nuh], dt),
                     hunit=np.asarray(units.hunit[:2 * nm], dt)))
-    return _check_matching(part, fl, tb.hord[:2 * nm], pr, costs, tb.key_msg[mkey],
-                           allow_unmatched)
 
 
 def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
@@ -276,9 +297,9 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
     return ProgramError(f"{loc}: waits for {c}, which this rank has not posted before")
 
 
-def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray, pr: Prep,
-                    costs: CostModel, msg_of_member: np.ndarray,
-                    allow_unmatched: bool = False) -> Part:
+def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray,
+                    get_prep: Callable[[], Prep], costs: CostModel,
+                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> Part:
     """``part`` after the link-order check: every message posted by both sides, and on
     each directed link the k-th send and the k-th recv agree (:mod:`schedsim.sim.
     identity`: the same bytes; the same tag, else a silent swap, recorded in ``swaps``
@@ -302,6 +323,7 @@ def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray, pr: Prep,
     if (fl.ctag is None and np.all(hi >= 0)
             and np.array_equal(hord[0::2], hord[1::2])):
         return part
+    pr = get_prep()
     pairs = pair_members(fl, pr)
     swaps = tuple(check_pairs(fl, pr, costs, pairs))
     ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]

@@ -88,14 +88,15 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     # atoms: one per compute op, two for FB (forward part, then backward part)
     is_c = fl.code == Opcode.COMPUTE
     n = len(fl)
-    cnt = is_c.astype(I64)
+    cnt = is_c.view(np.int8)
     if len(fl.fb_at):
+        cnt = cnt.copy()
         cnt[fl.fb_at] += 1
         a_instr = np.repeat(np.arange(n, dtype=I64), cnt)
     else:
         a_instr = np.flatnonzero(is_c)
-    aptr = np.zeros(n + 1, I64)
-    np.cumsum(cnt, out=aptr[1:])
+    aptr = np.zeros(n + 1, _atom_index(len(a_instr)))
+    np.cumsum(cnt, dtype=aptr.dtype, out=aptr[1:])
     na = len(a_instr)
     a_kind = fl.kind[a_instr]
     a_stage = fl.stage[a_instr]
@@ -122,6 +123,11 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     if skips:
         _skip_atoms(pr, pl, skips, n)
     return pr
+
+
+def _atom_index(na: int) -> type:
+    """The type of ``Prep.aptr`` for ``na`` atoms: int32 unless that overflows."""
+    return np.int32 if na < np.iinfo(np.int32).max else I64
 
 
 def _code_space(mk: np.ndarray, S: int, M: int, skips: tuple) -> int:
@@ -201,8 +207,8 @@ def _skip_atoms(pr: Prep, pl, skips, n: int) -> None:
     pr.a_out = np.where(is_ex, cat[3][exi], pr.a_out[src_atom])
     pr.a_skip = np.where(is_ex, cat[0][exi], -1)
     cnt = np.bincount(pr.a_instr, minlength=n)
-    pr.aptr = np.zeros(n + 1, I64)
-    np.cumsum(cnt, out=pr.aptr[1:])
+    pr.aptr = np.zeros(n + 1, _atom_index(len(pr.a_instr)))
+    np.cumsum(cnt, dtype=pr.aptr.dtype, out=pr.aptr[1:])
 
 
 def compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:

@@ -70,19 +70,26 @@ class RunSource:
         lo, cnt = code.chptr[g], code.chptr[g + 1] - code.chptr[g]
         offs = np.concatenate(([0], np.cumsum(cnt))).astype(I64)
         # the handles of every record, concatenated: record k's are ch[lo[k]:lo[k]+cnt[k]]
-        allh = code.ch[np.repeat(lo - offs[:-1], cnt) + np.arange(int(offs[-1]))]
+        # (the positions in the compiled program's index type: no int64 temporary)
+        at = np.arange(int(offs[-1]), dtype=lo.dtype)
+        at += np.repeat((lo - offs[:-1]).astype(lo.dtype), cnt)
+        allh = code.ch[at]
+        del at
+        # each span's rank and index in it (fl.rank_of_instr()[gi], fl.index_of_instr()[gi]
+        # without a per-instruction array)
+        span_rank = (np.searchsorted(fl.rptr, gi, side="right") - 1).astype(np.int32)
+        span_index = (gi - fl.rptr[span_rank]).astype(np.int32)
         pl = cp.program.placement
         return cls(placement=pl, data_mode=cp.data_mode, stages=cp.stages,
                    microbatches=cp.microbatches, skips=tuple(pl.skips),
                    messages=cp.messages, st=st, span_gi=gi,
-                   span_rank=fl.rank_of_instr()[gi], span_index=fl.index_of_instr()[gi],
-                   span_kind=fl.kind[gi].astype(I64), span_stage=fl.stage[gi].astype(I64),
-                   span_mb=fl.mb[gi].astype(I64), span_start=st.sstart[ran],
+                   span_rank=span_rank, span_index=span_index,
+                   span_kind=fl.kind[gi], span_stage=fl.stage[gi], span_mb=fl.mb[gi],
+                   span_start=st.sstart[ran],
                    span_end=st.send[ran], fb_at=fl.fb_at, fb_kind=fl.fb_kind,
                    fb_stage=fl.fb_stage, fb_mb=fl.fb_mb,
                    wait_rank=np.searchsorted(code.crptr, g, side="right") - 1,
-                   wait_index=code.cipc[g], wait_kind=kind, wait_ptr=offs,
-                   wait_h=allh.astype(I64))
+                   wait_index=code.cipc[g], wait_kind=kind, wait_ptr=offs, wait_h=allh)
 
     def decode(self, codes: np.ndarray) -> tuple[np.ndarray, ...]:
         """:meth:`Compiled.decode <schedsim.sim.compiled.Compiled.decode>`."""
