@@ -37,6 +37,7 @@ from schedsim.sim.compiled import (
     Links,
     Messages,
     Part,
+    OPCODE,
     Units,
     index_dtype,
     links_of,
@@ -201,11 +202,11 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
         msg_dst=xs.empty(nk, dt), made_rank=xs.full(nk, -1, dt), waited=xs.full(nk, 0, dt),
         hindex=xs.full(2 * nk, -1, dt), hseq=xs.full(2 * nk, -1, dt),
         hord=xs.full(2 * nk, -1, dt), link_posts=xs.full(2 * P * P, 0, dt))
-    code = Code(crptr=xs.empty(P + 1, dt), cop=xs.empty(nsteps, dt),
-                cipc=xs.empty(nsteps, dt), cwk=xs.full(nsteps, -1, dt),
+    code = Code(crptr=xs.empty(P + 1, dt), cop=xs.empty(nsteps, OPCODE),
+                cipc=xs.empty(nsteps, dt), cwk=xs.full(nsteps, -1, OPCODE),
                 ccost=xs.emptyf(nsteps), cspan=xs.empty(nsteps, dt),
                 chptr=xs.empty(nsteps + 1, dt), ch=xs.empty(cap_h, dt),
-                cuptr=xs.empty(nsteps + 1, dt), cinit=np.full(nsteps, -1, dt))
+                cuptr=xs.empty(nsteps + 1, dt), cinit=np.zeros(0, dt))
     units = Units(unit_stream=xs.empty(nlaunch + 1, dt),
                   unit_hptr=xs.full(nlaunch + 2, 0, dt), unit_h=xs.empty(nlaunch + 1, dt),
                   hunit=xs.full(2 * nk, -1, dt))
@@ -237,21 +238,29 @@ def _pass_part(code: Code, units: Units, tb: PassTables, counts: list[int],
     ns, nh, nm, nu = counts
     nuh = int(units.unit_hptr[nu])
     return Part(
-        code=Code(crptr=np.asarray(code.crptr, dt), cop=np.asarray(code.cop[:ns], dt),
-                  cipc=np.asarray(code.cipc[:ns], dt), cwk=np.asarray(code.cwk[:ns], dt),
+        code=Code(crptr=np.asarray(code.crptr, dt), cop=np.asarray(code.cop[:ns], OPCODE),
+                  cipc=np.asarray(code.cipc[:ns], dt), cwk=np.asarray(code.cwk[:ns], OPCODE),
                   ccost=np.asarray(code.ccost[:ns], np.float64),
                   cspan=np.asarray(code.cspan[:ns], dt),
                   chptr=np.asarray(code.chptr[:ns + 1], dt),
                   ch=np.asarray(code.ch[:nh], dt), cuptr=np.asarray(code.cuptr[:ns + 1], dt),
-                  cinit=code.cinit[:ns]),
+                  cinit=code.cinit),
         span_gi=np.flatnonzero(is_c).astype(dt),
         messages=Messages(mcode=keys[tb.msg_key[:nm]], msrc=tb.msg_src[:nm],
                           mdst=tb.msg_dst[:nm], mbytes=np.zeros(0),
                           hindex=tb.hindex[:2 * nm], hseq=tb.hseq[:2 * nm]),
-        units=Units(unit_stream=np.asarray(units.unit_stream[:nu], dt),
-                    unit_hptr=np.asarray(units.unit_hptr[:nu + 1], dt),
-                    unit_h=np.asarray(units.unit_h[:nuh], dt),
+        units=Units(unit_stream=_head(units.unit_stream, nu, dt),
+                    unit_hptr=_head(units.unit_hptr, nu + 1, dt),
+                    unit_h=_head(units.unit_h, nuh, dt),
                     hunit=np.asarray(units.hunit[:2 * nm], dt)))
+
+
+def _head(a, k: int, dt: type) -> np.ndarray:
+    """The first ``k`` entries of capacity array ``a`` as ``dt``: a copy when they are
+    under half of it (the capacity is then freed: without comm streams the unit arrays
+    hold one entry of millions), else a view."""
+    out = np.asarray(a[:k], dt)
+    return out.copy() if 2 * k < len(a) and out.base is not None else out
 
 
 def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
@@ -419,7 +428,7 @@ def _first_touch(fl: FlatProgram, pr: Prep, code: Code
     each peer marked with the rank pair's id (``cinit``, per step), and where each side
     first touches each pair (``pair_first[pair][rank] = instruction index``)."""
     P = fl.ranks
-    cinit = code.cinit.copy()
+    cinit = np.full(len(code.cop), -1, code.cinit.dtype)
     first: dict[int, dict[int, int]] = {}
     for r, peer, gi in first_touches(fl, pr.msrc, pr.mdst, pr.side):
         pair = min(r, peer) * P + max(r, peer)

@@ -8,7 +8,7 @@ import numpy as np
 from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.routing import cross_stage_inputs
-from schedsim.sim.compiled import Code, Messages, Part, Units, index_dtype
+from schedsim.sim.compiled import OPCODE, Code, Messages, Part, Units, index_dtype
 from schedsim.sim.costs import CostModel
 from schedsim.sim.opcodes import Step, WaitKind
 from schedsim.sim.prep import I64, Prep, compute_costs, where
@@ -82,9 +82,10 @@ def compile_data(fl: FlatProgram, pr: Prep, costs: CostModel) -> Part:
 
     def ix(a: np.ndarray) -> np.ndarray:
         return a.astype(dt, copy=False)
-    return Part(code=Code(crptr=ix(crptr), cop=ix(cop), cipc=ix(cipc), cwk=ix(cwk),
+    return Part(code=Code(crptr=ix(crptr), cop=cop.astype(OPCODE), cipc=ix(cipc),
+                          cwk=cwk.astype(OPCODE),
                           ccost=ccost, cspan=ix(cspan), chptr=ix(chptr), ch=ix(ch),
-                          cuptr=np.zeros(ns + 1, dt), cinit=np.full(ns, -1, dt)),
+                          cuptr=np.zeros(ns + 1, dt), cinit=np.zeros(0, dt)),
                 span_gi=ix(gi_c),
                 messages=Messages(mcode=mcode, msrc=ix(rank_of[m_prod]),
                                   mdst=ix(rank_of[m_cons]), mbytes=np.zeros(0),

@@ -24,6 +24,10 @@ I64 = np.int64
 I32 = np.int32
 
 
+#: the type of ``Code.cop`` and ``Code.cwk`` (opcodes, :mod:`schedsim.sim.opcodes`)
+OPCODE = np.int8
+
+
 def index_dtype(bound: int) -> type:
     """The integer type of a compiled program's ids, offsets and counts: int32 when every
     value is below ``bound`` and ``bound`` fits in int32 (every program the default
@@ -52,7 +56,9 @@ class Code(NamedTuple):
     ``ccost``/``cspan``: a compute's cost (in the cost model's unit) and span id (-1);
     its handles ``ch[chptr[pc]:chptr[pc+1]]``; its comm-stream units
     ``cuptr[pc]..cuptr[pc+1]-1``; ``cinit``: under lazy init, the rank pair
-    (``min * ranks + max``) whose communicator this bare post creates, -1.
+    (``min * ranks + max``) whose communicator this bare post creates, -1 (empty
+    without lazy init: nothing reads it then). ``cop`` and ``cwk`` are :data:`OPCODE`,
+    the other integers :func:`index_dtype`.
     """
 
     crptr: np.ndarray

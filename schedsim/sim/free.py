@@ -95,7 +95,9 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     keep_h = ~dead[code.ch]
     hcnt = np.bincount(sid[keep_h], minlength=ns)
     is_l = code.cop == Step.LAUNCH
-    keep_step = ~is_l | (hcnt > 0) | (cp.host.lazy_init & (code.cinit >= 0))
+    keep_step = ~is_l | (hcnt > 0)
+    if cp.host.lazy_init:
+        keep_step |= code.cinit >= 0
     # units of each step: the first and last unit ids of the step, renumbered
     ulo, uhi = code.cuptr[:-1], code.cuptr[1:]
     kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(dt)
@@ -111,4 +113,4 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
         ch=code.ch[keep_h],
         cuptr=np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if keep_step.any()
                               else [0])).astype(dt),
-        cinit=code.cinit[keep_step]), units
+        cinit=code.cinit[keep_step] if len(code.cinit) else code.cinit), units

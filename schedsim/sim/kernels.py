@@ -291,7 +291,7 @@ def run_kernel(code, links, units, host, groups, out, scratch):
                             seq += 1
                             stop = True
                 elif op == LAUNCH:
-                    q = cinit[pc]
+                    q = cinit[pc] if lazy_init else -1     # empty without lazy init
                     if lazy_init and q >= 0 and pair_state[q] != 2:
                         if pair_state[q] == 0:     # first of the pair: wait for the peer
                             pair_state[q] = 1
