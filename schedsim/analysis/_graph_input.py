@@ -66,6 +66,8 @@ def graph_input(cp: Compiled) -> GraphInput:
     if cp.host.lazy_init:
         pw_pair[launch] = np.asarray(code.cinit, dtype=np.int64)[pw[launch]]
     cuptr = np.asarray(code.cuptr, dtype=np.int64)
+    if not len(cuptr):          # no comm streams: no step has units
+        cuptr = np.zeros(len(cop) + 1, dtype=np.int64)
     unit_p = np.full(lay.units, -1, dtype=ID)
     ls = pw[launch]
     ustep, units = _gather(ls, cuptr, np.arange(lay.units, dtype=np.int64))

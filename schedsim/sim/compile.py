@@ -66,9 +66,12 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     the op's never completing does to the other ranks (:func:`schedsim.sim.simulate.
     simulate_run`). The :class:`Compiled` is made once, at the end, from its records.
     """
+    from schedsim.util.memory import large_blocks_unpooled
+
     pl = program.placement
     P = pl.ranks
     fl = flat if flat is not None else program.flat()
+    large_blocks_unpooled(len(fl))          # a large compile frees its temporaries
     if fl.ranks != P:
         raise ProgramError(f"program has {fl.ranks} rank rows but the placement has {P} "
                            f"ranks")
@@ -152,7 +155,7 @@ def _key_ids(pr: Prep) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     n = len(pr.mcode) + len(pr.a_in) + len(pr.a_out)
     space = pr.ncodes
     if space <= max(4 * n, 1 << 16):
-        return np.arange(space, dtype=I64), pr.mcode, pr.a_in, pr.a_out
+        return np.arange(space, dtype=index_dtype(space)), pr.mcode, pr.a_in, pr.a_out
     allc = np.concatenate((pr.mcode, pr.a_in, pr.a_out))
     keys, inv = np.unique(allc, return_inverse=True)
     if len(keys) and keys[0] < 0:
@@ -206,7 +209,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
                 cipc=xs.empty(nsteps, dt), cwk=xs.full(nsteps, -1, OPCODE),
                 ccost=xs.emptyf(nsteps), cspan=xs.empty(nsteps, dt),
                 chptr=xs.empty(nsteps + 1, dt), ch=xs.empty(cap_h, dt),
-                cuptr=xs.empty(nsteps + 1, dt), cinit=np.zeros(0, dt))
+                cuptr=xs.empty(nsteps + 1 if comm.comm_stream != "none" else 0, dt),
+                cinit=np.zeros(0, dt))
     units = Units(unit_stream=xs.empty(nlaunch + 1, dt),
                   unit_hptr=xs.full(nlaunch + 2, 0, dt), unit_h=xs.empty(nlaunch + 1, dt),
                   hunit=xs.full(2 * nk, -1, dt))
@@ -243,7 +247,7 @@ def _pass_part(code: Code, units: Units, tb: PassTables, counts: list[int],
                   ccost=np.asarray(code.ccost[:ns], np.float64),
                   cspan=np.asarray(code.cspan[:ns], dt),
                   chptr=np.asarray(code.chptr[:ns + 1], dt),
-                  ch=np.asarray(code.ch[:nh], dt), cuptr=np.asarray(code.cuptr[:ns + 1], dt),
+                  ch=np.asarray(code.ch[:nh], dt), cuptr=_head(code.cuptr, ns + 1, dt),
                   cinit=code.cinit),
         span_gi=np.flatnonzero(is_c).astype(dt),
         messages=Messages(mcode=keys[tb.msg_key[:nm]], msrc=tb.msg_src[:nm],

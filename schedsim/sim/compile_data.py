@@ -85,7 +85,7 @@ def compile_data(fl: FlatProgram, pr: Prep, costs: CostModel) -> Part:
     return Part(code=Code(crptr=ix(crptr), cop=cop.astype(OPCODE), cipc=ix(cipc),
                           cwk=cwk.astype(OPCODE),
                           ccost=ccost, cspan=ix(cspan), chptr=ix(chptr), ch=ix(ch),
-                          cuptr=np.zeros(ns + 1, dt), cinit=np.zeros(0, dt)),
+                          cuptr=np.zeros(0, dt), cinit=np.zeros(0, dt)),
                 span_gi=ix(gi_c),
                 messages=Messages(mcode=mcode, msrc=ix(rank_of[m_prod]),
                                   mdst=ix(rank_of[m_cons]), mbytes=np.zeros(0),

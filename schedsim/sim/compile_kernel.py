@@ -39,7 +39,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     ``hord[h]``: the k of "the k-th send (or recv) on its directed link" of handle h,
     so that matching in posting order per link holds when ``hord[2m] == hord[2m+1]``
     for every message), ``code`` (a :class:`~schedsim.sim.compiled.Code` of capacity
-    arrays, ``cinit`` untouched), ``units`` (:class:`~schedsim.sim.compiled.Units`;
+    arrays, ``cinit`` untouched, ``cuptr`` empty and untouched without comm streams),
+    ``units`` (:class:`~schedsim.sim.compiled.Units`;
     ``unit_hptr`` allocated zeroed) and ``scratch``
     (:class:`~schedsim.sim.kernel_records.PassScratch`: ``counts``, ``err``). The
     records' fields are read into locals once, at the top.
@@ -80,6 +81,7 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     chptr, ch, cuptr, crptr = code.chptr, code.ch, code.cuptr, code.crptr
     unit_hptr = units.unit_hptr
     posted, counts, err = scratch.posted, scratch.counts, scratch.err
+    streams = stream_mode != _S_NONE      # else ``cuptr`` is empty: no units
     n = 0       # steps emitted
     nh = 0      # handles emitted in code
     nm = 0      # messages
@@ -148,8 +150,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                     npost += 1
                     ch[nh] = h
                     nh += 1
-                cuptr[n] = nu
-                if stream_mode != _S_NONE:
+                if streams:
+                    cuptr[n] = nu
                     nu = _units(inp, r, first, npost, mptr[i], nu, posted, units,
                                 scratch.ugroup)
                 n += 1
@@ -172,7 +174,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                 cspan[n] = nsp
                 nsp += 1
                 chptr[n] = nh
-                cuptr[n] = nu
+                if streams:
+                    cuptr[n] = nu
                 n += 1
             elif c == _P_COMMIT:
                 cop[n] = _WAIT
@@ -181,7 +184,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                 ccost[n] = 0.0
                 cspan[n] = -1
                 chptr[n] = nh
-                cuptr[n] = nu
+                if streams:
+                    cuptr[n] = nu
                 for q in range(committed, npost):
                     h = posted[q]
                     if h & 1:
@@ -197,7 +201,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                 ccost[n] = 0.0
                 cspan[n] = -1
                 chptr[n] = nh
-                cuptr[n] = nu
+                if streams:
+                    cuptr[n] = nu
                 for j in range(mptr[i], mptr[i + 1]):
                     k = mkey[j]
                     m = -1 if k < 0 else key_msg[k]
@@ -219,14 +224,16 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
         ccost[n] = 0.0
         cspan[n] = -1
         chptr[n] = nh
-        cuptr[n] = nu
+        if streams:
+            cuptr[n] = nu
         for q in range(npost):
             ch[nh] = posted[q]
             nh += 1
         n += 1
     crptr[P] = n
     chptr[n] = nh
-    cuptr[n] = nu
+    if streams:
+        cuptr[n] = nu
     counts[0] = n
     counts[1] = nh
     counts[2] = nm

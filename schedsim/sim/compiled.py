@@ -57,7 +57,8 @@ class Code(NamedTuple):
     its handles ``ch[chptr[pc]:chptr[pc+1]]``; its comm-stream units
     ``cuptr[pc]..cuptr[pc+1]-1``; ``cinit``: under lazy init, the rank pair
     (``min * ranks + max``) whose communicator this bare post creates, -1 (empty
-    without lazy init: nothing reads it then). ``cop`` and ``cwk`` are :data:`OPCODE`,
+    without lazy init: nothing reads it then; ``cuptr`` is empty without comm streams,
+    when there are no units). ``cop`` and ``cwk`` are :data:`OPCODE`,
     the other integers :func:`index_dtype`.
     """
 

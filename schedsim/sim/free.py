@@ -99,9 +99,12 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     if cp.host.lazy_init:
         keep_step |= code.cinit >= 0
     # units of each step: the first and last unit ids of the step, renumbered
-    ulo, uhi = code.cuptr[:-1], code.cuptr[1:]
-    kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(dt)
-    new_lo, new_hi = kept_before[ulo], kept_before[uhi]
+    cuptr = code.cuptr          # empty without comm streams
+    if len(cuptr):
+        kept_before = np.concatenate(([0], np.cumsum(ukeep))).astype(dt)
+        new_lo, new_hi = kept_before[cuptr[:-1]], kept_before[cuptr[1:]]
+        cuptr = np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if
+                                keep_step.any() else [0])).astype(dt)
     step_rank = cp.step_rank()
     # the handles of dropped steps are none (they were all dead), so ch stays in order
     return Code(
@@ -111,6 +114,5 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
         ccost=code.ccost[keep_step], cspan=code.cspan[keep_step],
         chptr=np.concatenate(([0], np.cumsum(hcnt[keep_step]))).astype(dt),
         ch=code.ch[keep_h],
-        cuptr=np.concatenate((new_lo[keep_step], new_hi[keep_step][-1:] if keep_step.any()
-                              else [0])).astype(dt),
+        cuptr=cuptr,
         cinit=code.cinit[keep_step] if len(code.cinit) else code.cinit), units

@@ -88,6 +88,7 @@ def run_kernel(code, links, units, host, groups, out, scratch):
     # the records' fields as locals: the one place the kernel unpacks them
     crptr, cop, ccost, cspan = code.crptr, code.cop, code.ccost, code.cspan
     chptr, ch, cuptr, cinit = code.chptr, code.ch, code.cuptr, code.cinit
+    has_units = len(cuptr) > 0        # comm streams (else cuptr is empty)
     mlat, mocc, mlink, meager = links.mlat, links.mocc, links.mlink, links.meager
     msend, strict = links.msend, links.strict
     hunit, unit_stream, unit_hptr, unit_h = (units.hunit, units.unit_stream,
@@ -330,7 +331,7 @@ def run_kernel(code, links, units, host, groups, out, scratch):
                             t += launch_cost
                     for q in range(chptr[pc], chptr[pc + 1]):
                         hpost[ch[q]] = t
-                    if cuptr[pc + 1] > cuptr[pc]:       # comm streams: queue the units
+                    if has_units and cuptr[pc + 1] > cuptr[pc]:    # queue the units
                         for u in range(cuptr[pc + 1] - 1, cuptr[pc] - 1, -1):
                             s = unit_stream[u]
                             uenq[u] = t

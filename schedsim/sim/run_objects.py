@@ -64,6 +64,8 @@ class RunSource:
         """The source of the run ``st`` of ``cp`` (numpy gathers; nothing per object)."""
         fl, code = cp.flat, cp.code
         ran = st.send >= 0.0
+        if ran.all():                # a finished run: every span, no copies
+            ran = slice(None)
         gi = cp.span_gi[ran]
         g = st.waits[0]
         kind = np.where(code.cop[g] == Step.LAUNCH, int(WaitKind.INIT), code.cwk[g])
