@@ -157,7 +157,9 @@ class Band:
     microbatch numbers fit, how dense arrows are); ``window``: the time range (default
     ``(0, xmax or makespan)``); ``ranks``: only these ranks, in this order (no arrows
     then); ``nchunks``: shade and hatch chunks as for this many (several charts of one
-    figure alike); ``time_labels``: label the time axis."""
+    figure alike); ``time_labels``: label the time axis; ``integral``: a slot axis
+    (``T0, T1, ...``) or a plain one (None: slots when every box is on whole numbers;
+    several charts of one time axis alike)."""
 
     px_size: tuple[float, float]
     window: tuple[float, float] | None = None
@@ -165,6 +167,7 @@ class Band:
     ranks: Sequence[int] | None = None
     nchunks: int | None = None
     time_labels: bool = True
+    integral: bool | None = None
 
 
 def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
@@ -189,7 +192,7 @@ def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
         arrows, highlight = False, ()
     end = max(xmax if xmax is not None else tl.makespan, 1e-9)
     t0, t1 = window if window is not None else (0.0, end)
-    integral = boxes_integral(bx_all)
+    integral = boxes_integral(bx_all) if band.integral is None else band.integral
     nch = max(band.nchunks or 1, _nchunks(bx_all))
     info.nchunks = nch
     px_x = px_size[0] / max(t1 - t0, 1e-9)
