@@ -124,8 +124,8 @@ def test_contended_calibration_and_errors_over_steps(tmp_path):
 
 
 def test_contention_warning(monkeypatch):
-    """More ranks than CPUs, or a load average above the CPUs the run leaves free: one
-    warning saying why; neither: none."""
+    """More ranks than CPUs, or a load average above the CPUs the run leaves free (unless
+    at a real-time priority): one warning saying why; neither: none."""
     import os
 
     from schedsim.replay.launch import contention
@@ -135,7 +135,13 @@ def test_contention_warning(monkeypatch):
     assert contention(2) == ""
     assert contention(4).startswith("4 ranks on 2 CPUs: ranks share cores")
     monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 0.0, 0.0))
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: os.SCHED_OTHER)
     assert contention(2).startswith("load average 7.5 on 2 CPUs before starting 2 ranks")
+    assert contention(2).endswith("(nice does not prevent it; as root, 'chrt -f 1 "
+                                  "schedsim ...' does)")
+    monkeypatch.setattr(os, "sched_getscheduler", lambda pid: os.SCHED_FIFO)
+    assert contention(2) == ""          # real-time ranks: the load cannot take the cores
+    assert contention(4).startswith("4 ranks on 2 CPUs")
 
 
 def test_contended_and_isolated_conflict(tmp_path):
