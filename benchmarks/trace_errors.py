@@ -10,8 +10,9 @@ predicts each of B's steps (what ``check-trace --step i --costs-file F`` does,
 - from the same step (``calibrate --from-timeline`` of B's step i itself);
 - from one step of run A (each of A's steps in turn: a separate calibration run);
 - from all of A's steps merged as the contended calibration merges its steps
-  (:func:`schedsim.replay.contended.fit_steps`: op means, link latency fitted to the
-  steps' median makespan); also against B's median step;
+  (:func:`schedsim.replay.contended.fit_steps`: each cost the median over the steps of
+  the step's mean, link latency fitted to the steps' median makespan); also against B's
+  median step;
 
 and the shipped trace of the schedule (``docs/examples/traces``, one step) with A's and
 B's merged costs: ``check-trace`` of the shipped trace from a separate calibration run.

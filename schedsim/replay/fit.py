@@ -104,6 +104,9 @@ class TimelineFit:
     #: :func:`schedsim.replay.contended.fit_latency`), replacing the wait-matched one
     latency: float | None = None
     durations: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    #: the launch cost set elsewhere (the contended calibration's median over its steps,
+    #: :func:`schedsim.replay.contended.merge_fits`), replacing the launches' mean
+    launch: float | None = None
 
     def link(self) -> tuple[float, float]:
         """``(latency, bandwidth)``: each size's wait-matched latency, fitted (module
@@ -117,6 +120,8 @@ class TimelineFit:
         return (lat if self.latency is None else self.latency), bw
 
     def launch_cost(self) -> float:
+        if self.launch is not None:
+            return self.launch
         return statistics.fmean(self.launches) if self.launches else 0.0
 
     def cost_model(self) -> CostModel:
@@ -167,8 +172,10 @@ class TimelineFit:
             lines += ["", "[[link.messages]]",
                       f'kind = "{t.kind}"\nstage = {t.stage}\nmb = {t.mb}\ntime = {t.time!r}'
                       + ("" if t.send is None else f"\nsend = {t.send!r}")]
+        how = (f"mean of {len(self.launches)}" if self.launch is None else
+               f"median of the steps' means; {len(self.launches)} launches")
         lines += ["", "[comm]", f"launch_cost = {toml_number(self.launch_cost())}   # ms "
-                  f"per launch (mean of {len(self.launches)})",
+                  f"per launch ({how})",
                   f"host_cost = {toml_number(self.host_cost)}   # ms before each "
                   "instruction (mean)"]
         for x in self.host:
