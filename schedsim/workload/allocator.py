@@ -1,0 +1,227 @@
+"""A model of PyTorch's CUDA caching allocator: what ``torch.cuda.memory_stats()``
+reports as ``reserved_bytes.all`` (the segments taken from ``cudaMalloc``) for a stream of
+allocations and frees, beside ``allocated_bytes.all`` (the blocks handed out).
+
+The rules are those of ``DeviceCachingAllocator`` in pytorch/pytorch
+``c10/cuda/CUDACachingAllocator.cpp`` (read at commit ``001074d``; the constants and the
+functions named below are the same at torch ``1963fc8``, Dec 2024, the commit
+torchtitan's benchmark names), under the default configuration (no
+``max_split_size_mb``, no ``garbage_collection_threshold``, no
+``roundup_power2_divisions``, no CUDA graphs):
+
+- **rounding** (``round_size``): a request rounds up to a multiple of 512 bytes
+  (``kMinBlockSize``), 512 at least;
+- **pools** (``get_pool``): requests up to 1 MiB (``kSmallSize``) use the small pool, the
+  rest the large one; each pool keeps its free blocks per stream, ordered by (size,
+  address) (``BlockComparatorSize``);
+- **best fit** (``get_free_block``): the smallest free block of the request's pool and
+  stream that is at least the rounded size (the lowest address among equal sizes);
+- **segment sizes** (``get_allocation_size``): when no free block fits, a new segment of
+  2 MiB (``kSmallBuffer``) for a small request, 20 MiB (``kLargeBuffer``) for one under
+  10 MiB (``kMinLargeAlloc``), else the request rounded up to 2 MiB (``kRoundLarge``);
+- **splitting** (``should_split``, ``alloc_found_block``): a block is split when what
+  remains is at least 512 bytes (small pool) or more than 1 MiB (large pool); the request
+  takes the lower addresses, the remainder goes back to the pool;
+- **coalescing** (``free_block``, ``try_merge_blocks``): a freed block merges with a free
+  neighbour on either side within its segment;
+- **at capacity** (``malloc``): when a new segment would take reserved memory past the
+  capacity, every cached segment that is wholly free is released (``release_cached_blocks``
+  releases the blocks that are not split) and the segment is tried again; if it still
+  does not fit the request is out of memory (:class:`OutOfMemory`).
+
+Approximated: addresses. Segments get increasing addresses in the order they are made
+(``cudaMalloc``'s addresses only break ties between free blocks of equal size). Not
+modelled: ``expandable_segments``, ``max_split_size_mb`` (whose oversize-block rules are
+off by default), cross-stream use (``record_stream`` delays a free until the other
+stream's work is done; here a free is immediate) and the allocator's CUDA events.
+
+Work: ``O(log n)`` search plus an ``O(n)`` list insertion per event, ``n`` the free blocks
+of one pool and stream (bisect on a sorted list). Sizes are integer bytes. Plain Python.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+
+MIN_BLOCK = 512                 # kMinBlockSize
+SMALL_SIZE = 1 << 20            # kSmallSize: the largest small request
+SMALL_BUFFER = 2 << 20          # kSmallBuffer
+MIN_LARGE_ALLOC = 10 << 20      # kMinLargeAlloc
+LARGE_BUFFER = 20 << 20         # kLargeBuffer
+ROUND_LARGE = 2 << 20           # kRoundLarge
+
+
+def round_size(nbytes: int) -> int:
+    """The bytes a request of ``nbytes`` takes (``round_size``): a multiple of 512, at
+    least 512."""
+    if nbytes < MIN_BLOCK:
+        return MIN_BLOCK
+    return MIN_BLOCK * -(-nbytes // MIN_BLOCK)
+
+
+def segment_size(nbytes: int) -> int:
+    """The size of a new segment for a rounded request of ``nbytes``
+    (``get_allocation_size``)."""
+    if nbytes <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if nbytes < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * -(-nbytes // ROUND_LARGE)
+
+
+class OutOfMemory(Exception):
+    """A request that fits in no cached block and no new segment within the capacity:
+    ``request`` (bytes asked), ``reserved`` and ``allocated`` at that moment."""
+
+    def __init__(self, request: int, reserved: int, allocated: int, capacity: int) -> None:
+        super().__init__(f"out of memory: {request:,} bytes asked with {reserved:,} "
+                         f"reserved ({allocated:,} allocated) of {capacity:,}")
+        self.request, self.reserved, self.allocated = request, reserved, allocated
+
+
+class _Block:
+    __slots__ = ("addr", "size", "prev", "next", "free", "key")
+
+    def __init__(self, addr: int, size: int, key: tuple[bool, int]) -> None:
+        self.addr, self.size, self.key = addr, size, key
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.free = True
+
+
+@dataclass
+class AllocatorStats:
+    """What :meth:`CachingAllocator.stats` gives (bytes): ``reserved`` and ``allocated``
+    (the blocks handed out, rounded and unsplit remainders included) now, their peaks,
+    ``requested`` (the sum of live requests as asked) and its peak, ``segments`` and
+    ``releases`` (times the cache was released to fit a segment)."""
+
+    reserved: int
+    allocated: int
+    requested: int
+    peak_reserved: int
+    peak_allocated: int
+    peak_requested: int
+    segments: int
+    releases: int
+
+
+class CachingAllocator:
+    """One device's caching allocator (module docstring). ``capacity``: the bytes the
+    segments may take (None: no bound).
+
+    >>> a = CachingAllocator()
+    >>> x = a.malloc(3 << 20)          # 3 MiB: a 20 MiB segment, split
+    >>> a.reserved, a.allocated
+    (20971520, 3145728)
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        self._at: dict[int, _Block] = {}          # every block by its address
+        self._asked: dict[int, int] = {}          # live block address -> bytes asked
+        self._next_addr = 0
+        self.reserved = self.allocated = self.requested = 0
+        self.peak_reserved = self.peak_allocated = self.peak_requested = 0
+        self.segments = self.releases = 0
+
+    def stats(self) -> AllocatorStats:
+        return AllocatorStats(self.reserved, self.allocated, self.requested,
+                              self.peak_reserved, self.peak_allocated, self.peak_requested,
+                              self.segments, self.releases)
+
+    def malloc(self, nbytes: int, stream: int = 0) -> int:
+        """Allocate ``nbytes`` (> 0) on ``stream``; returns the block's address (the
+        handle :meth:`free` takes). Raises :class:`OutOfMemory` (nothing allocated; the cache may have been released)."""
+        size = round_size(int(nbytes))
+        key = (size <= SMALL_SIZE, stream)
+        pool = self._free.setdefault(key, [])
+        i = bisect_left(pool, (size, -1))
+        if i < len(pool):
+            block = self._at[pool.pop(i)[1]]
+        else:
+            block = self._new_segment(size, key, int(nbytes))
+        remaining = block.size - size
+        if remaining >= MIN_BLOCK if key[0] else remaining > SMALL_SIZE:
+            rest = _Block(block.addr + size, remaining, key)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next, block.size = rest, size
+            self._at[rest.addr] = rest
+            insort(pool, (remaining, rest.addr))
+        block.free = False
+        self.allocated += block.size
+        self.requested += int(nbytes)
+        self._asked[block.addr] = int(nbytes)
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_requested = max(self.peak_requested, self.requested)
+        return block.addr
+
+    def _new_segment(self, size: int, key: tuple[bool, int], asked: int) -> _Block:
+        seg = segment_size(size)
+        if self.capacity is not None and self.reserved + seg > self.capacity:
+            self.release_cached()
+            self.releases += 1
+            if self.reserved + seg > self.capacity:
+                raise OutOfMemory(asked, self.reserved, self.allocated, self.capacity)
+        block = _Block(self._next_addr, seg, key)
+        self._next_addr += seg
+        self._at[block.addr] = block
+        self.reserved += seg
+        self.segments += 1
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return block
+
+    def free(self, addr: int) -> None:
+        """Free the block at ``addr`` (from :meth:`malloc`); it merges with free
+        neighbours in its segment. Raises KeyError for an address not allocated."""
+        self.requested -= self._asked.pop(addr)
+        block = self._at[addr]
+        block.free = True
+        self.allocated -= block.size
+        pool = self._free[block.key]
+        for other in (block.prev, block.next):
+            if other is not None and other.free:
+                del pool[bisect_left(pool, (other.size, other.addr))]
+                del self._at[max(block.addr, other.addr)]
+                if other is block.prev:
+                    other.size += block.size
+                    other.next = block.next
+                    if block.next is not None:
+                        block.next.prev = other
+                    block = other
+                else:
+                    block.size += other.size
+                    block.next = other.next
+                    if other.next is not None:
+                        other.next.prev = block
+        insort(pool, (block.size, block.addr))
+
+    def release_cached(self) -> int:
+        """Release every free segment that is not split (``release_cached_blocks``, as
+        ``torch.cuda.empty_cache`` does); returns the bytes released."""
+        out = 0
+        for key, pool in self._free.items():
+            keep = []
+            for size, addr in pool:
+                b = self._at[addr]
+                if b.prev is None and b.next is None:
+                    del self._at[addr]
+                    out += size
+                    self.segments -= 1
+                else:
+                    keep.append((size, addr))
+            self._free[key] = keep
+        self.reserved -= out
+        return out
+
+    def all_free(self) -> bool:
+        """True when no block is allocated (every cached block is in a free list)."""
+        return not self._asked and sum(len(p) for p in self._free.values()) == len(self._at)
+
+
+__all__ = ["AllocatorStats", "CachingAllocator", "OutOfMemory", "round_size",
+           "segment_size", "MIN_BLOCK", "SMALL_SIZE", "SMALL_BUFFER", "LARGE_BUFFER",
+           "MIN_LARGE_ALLOC", "ROUND_LARGE"]

@@ -1,0 +1,264 @@
+"""Reserved bytes per rank: the tensor-level stream of :mod:`schedsim.workload.tensors`
+walked over one run's ops (each rank's ops in time order) through the caching allocator
+model (:class:`~schedsim.workload.allocator.CachingAllocator`, capacity the GPU's HBM).
+
+The static blocks and receive buffers are allocated once; then the step's stream runs
+again and again with the allocator's cache carried over, as a training loop does (its
+segments stay cached across steps), until a step leaves the cache as it found it (at most
+``steps``), and the peaks are over all of them: what ``torch.cuda.max_memory_reserved()``
+reads in the steady state. Each step ends with the optimizer's step (its moments created
+at the first, as ``torch.optim`` does, and the foreach implementation's temporaries) and
+then the next step's start frees the sharded gradients (``zero_grad``) and what torch
+pipelining kept (``clear_runtime_states``). A request that does not fit
+even after the cache is released is out of memory: the rank does not fit.
+
+Per stage the microbatches' kept tensors and W-stashes are matched FIFO (a stage runs
+its backwards in its forwards' order). Units: bytes. Plain Python + numpy.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schedsim.workload.hardware import DTYPE_BYTES
+from schedsim.workload.allocator import CachingAllocator, OutOfMemory, round_size, segment_size
+from schedsim.workload.tensors import _B, _BW, _F, _FB, _W, MAX_EVENTS, StageBlocks, _split, stage_blocks
+
+
+@dataclass(frozen=True)
+class ReservedMemory:
+    """One rank's allocator figures (bytes): ``peak_reserved`` (segments; for an
+    out-of-memory rank, what it had reserved plus the segment it could not get),
+    ``peak_allocated`` (blocks handed out), ``peak_requested`` (the tensors' bytes as
+    asked: the aggregated model's peak), ``segments`` (at the end), ``oom``."""
+
+    peak_reserved: float
+    peak_allocated: float
+    peak_requested: float
+    segments: int
+    oom: bool
+
+
+class _Rank:
+    """One rank's walk: the allocator and the per-stage state."""
+
+    def __init__(self, a: CachingAllocator, blocks: list[StageBlocks]) -> None:
+        self.a, self.blocks = a, blocks
+        self.kept: dict[int, deque] = {}
+        self.stash: dict[int, deque] = {}
+        self.gathered: dict[int, list[int]] = {}
+        self.grads: dict[int, list[int]] = {}
+        self.retained: list[int] = []
+        self.moments: list[float] = []          # created at the first optimizer step
+        self.temps: list[float] = []            # the optimizer step's temporaries
+
+    def malloc(self, size: float, stream: int = 0) -> int | None:
+        return self.a.malloc(int(round(size)), stream) if size >= 1 else None
+
+    def free(self, hs: Any) -> None:
+        for h in hs:
+            if h is not None:
+                self.a.free(h)
+
+    def _unit(self, s: int, u: int, total: float) -> list[float]:
+        sb = self.blocks[s]
+        sums = tuple(float(sum(x)) for x in sb.units)
+        return _split(_split(total, sums)[u], sb.units[u]) if total > 0 else []
+
+    def gather(self, s: int, u: int) -> None:
+        """FSDP2's all-gather of unit ``u`` at its first forward."""
+        parts = self._unit(s, u, self.blocks[s].gathered)
+        if parts:
+            flat = self.malloc(sum(parts), 1)
+            self.gathered[s] += [self.malloc(x) for x in parts]
+            self.free([flat])
+
+    def make_grads(self, s: int, u: int) -> None:
+        self.grads[s] += [self.malloc(x) for x in self._unit(s, u, self.blocks[s].grads)]
+
+    def forward(self, s: int) -> None:
+        sb, first = self.blocks[s], s not in self.gathered
+        if first:
+            self.gathered[s] = []
+        u = len(sb.units) - len(sb.layers) - bool(sb.head)     # 1 with the embedding
+        if first and u:
+            self.gather(s, 0)
+        layers: list[list[Any]] = []
+        cur = self.malloc(sb.layers[0].first if sb.layers else
+                          sb.head[0] if sb.head else 0.0)
+        for j, L in enumerate(sb.layers):
+            if first:
+                self.gather(s, u + j)
+            kept, temps = [cur], []
+            for size, keep in L.fwd:
+                (kept if keep else temps).append(self.malloc(size))
+            nxt = (sb.layers[j + 1].first if j + 1 < len(sb.layers) else
+                   sb.head[0] if sb.head else sb.output)
+            cur = self.malloc(nxt)
+            self.free(temps)
+            layers.append(kept)
+        head = []
+        if sb.head:
+            if first:
+                self.gather(s, len(sb.units) - 1)
+            head = [cur] + [self.malloc(x) for x in sb.head[1:-1]]
+            temps = [self.malloc(x) for x in sb.loss_fwd]
+            head += [self.malloc(sb.head[-1])] if len(sb.head) > 1 else []
+            self.free(temps)
+        elif cur is not None:
+            self.retained.append(cur)         # the output torch pipelining keeps
+        self.kept.setdefault(s, deque()).append((layers, head))
+
+    def backward(self, s: int, split: bool) -> None:
+        sb = self.blocks[s]
+        first = s not in self.grads
+        if first:
+            self.grads[s] = []
+        layers, head = self.kept[s].popleft()
+        stash = []
+        if first:                 # every unit's, in the backward's order
+            for u in range(len(sb.units) - 1, -1, -1):
+                self.make_grads(s, u)
+        if sb.head:
+            self.free([self.malloc(x) for x in sb.loss])
+            for i, h in enumerate(head):
+                (self.retained.append(h) if i == sb.keep_logits else self.free([h]))
+        for j in range(len(sb.layers) - 1, -1, -1):
+            L = sb.layers[j]
+            rc = [self.malloc(x) for x in L.recomputed]
+            gr = [self.malloc(x) for x in L.grads]
+            wg = [self.malloc(x) for x in L.wgrads]
+            self.free(gr), self.free(wg), self.free(rc), self.free(layers[j])
+            if split:
+                stash.append(self.malloc(L.stash))
+        if split:
+            stash.append(self.malloc(sb.head_stash))
+            self.stash.setdefault(s, deque()).append(stash)
+        self.retained.append(self.malloc(sb.input_grad))
+
+    def last_backward(self, s: int) -> None:
+        """The stage's last backward ended: FSDP2's post-backward reduce-scatter."""
+        self.free(self.grads.pop(s, [])), self.free(self.gathered.get(s, []))
+        self.gathered[s] = []
+        sb = self.blocks[s]
+        for u in range(len(sb.units)):
+            self.retained += [self.malloc(x) for x in self._unit(s, u, sb.sharded)]
+
+    def optimizer_step(self) -> None:
+        """The optimizer's step: its moments at the first (``torch.optim.AdamW``'s lazy
+        state), a shard-sized list of temporaries (the foreach implementation's)."""
+        for v in self.moments:
+            self.malloc(v)
+        self.moments = []
+        self.free([self.malloc(v) for v in self.temps])
+
+    def step_end(self) -> None:
+        """The next step's start: ``zero_grad`` frees the sharded gradients, torch
+        pipelining's ``clear_runtime_states`` the kept outputs and input gradients."""
+        self.free(self.retained)
+        for s in list(self.gathered):
+            self.free(self.gathered.pop(s))
+        for s in list(self.grads):
+            self.free(self.grads.pop(s))
+        self.retained, self.kept, self.stash = [], {}, {}
+
+
+def _static(r: _Rank, d: Any, q: int, stages: list[int]) -> None:
+    """Rank ``q``'s static bytes, one block a weight matrix of each state, and receive
+    buffers, allocated before the first step; the optimizer's moments are left for
+    :meth:`_Rank.optimizer_step` (torch.optim creates them at the first ``step()``)."""
+    w, x = d.workload, d.static[q]
+    sb = [r.blocks[s] for s in stages]
+    mats = tuple(v for b in sb for unit in b.units for v in unit) or (1.0,)
+    master = DTYPE_BYTES[w.master_dtype] if w.master_dtype != w.params_dtype else 0
+    states, per = (2, 8.0) if w.optimizer == "adam" else (1, 4.0)
+    moments = x.optimizer * per / (master + per)
+    for part in (x.params, x.grads, x.unsharded, x.optimizer - moments):
+        for v in _split(part, mats):
+            r.malloc(v)
+    r.temps = _split(moments / states, mats)
+    r.moments = r.temps * states
+    msg = d.stage_model.message_bytes() or 0.0
+    if d.recv_bytes[q] > 0 and msg > 0:
+        n = max(1, int(round(d.recv_bytes[q] / msg)))
+        for _ in range(n):
+            r.malloc(d.recv_bytes[q] / n)
+
+
+def estimate_events(d: Any, kind: Any, stage: Any, steps: int) -> int:
+    """An upper estimate of the allocator events of :func:`reserved_run` (checked
+    against :data:`~schedsim.workload.tensors.MAX_EVENTS` before it runs)."""
+    per = np.array([8 + sum(2 * len(L.fwd) + 2 * len(L.recomputed) + 2 * len(L.grads)
+                            + 4 * len(L.wgrads) + 10 for L in b.layers)
+                    + 2 * len(b.head) + 2 * len(b.loss) for b in stage_blocks(d)])
+    return int(per[np.asarray(stage, dtype=np.int64)].sum() * 2 * steps) if len(stage) else 0
+
+
+def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
+                 bstage: Any, start: Any, end: Any, steps: int = 8
+                 ) -> list[ReservedMemory] | None:
+    """Per rank, the :class:`ReservedMemory` of ``d``'s stream over the ops given as
+    columns (as :func:`schedsim.workload.run.byte_levels` takes them: ``kind``/``stage``
+    the op or an FB's forward, ``bkind``/``bstage`` its backward part, ``start``/``end``
+    times or any numbers in each rank's op order); ``steps``: the most steps run (fewer
+    when a step leaves the cache as the one before: reserved, its peak, the segments and
+    the releases unchanged); None when the estimated events exceed
+    :data:`~schedsim.workload.tensors.MAX_EVENTS` (bounded before it runs)."""
+    if estimate_events(d, kind, stage, steps) > MAX_EVENTS:
+        return None
+    blocks = stage_blocks(d)
+    rank, kind, stage = (np.asarray(x, dtype=np.int64) for x in (rank, kind, stage))
+    bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    cap = int(d.workload.gpu.hbm_bytes)
+    out = []
+    for q in range(ranks):
+        ops = np.flatnonzero(rank == q)
+        ops = ops[np.lexsort((end[ops], start[ops]))]
+        # per stage, the op that ends its last backward
+        last: dict[int, int] = {}
+        for i in ops:
+            for k, s in ((kind[i], stage[i]), (bkind[i], bstage[i])):
+                if k in (_B, _W, _BW) and (s not in last or end[i] >= end[last[s]]):
+                    last[int(s)] = int(i)
+        a = CachingAllocator(cap)
+        r = _Rank(a, blocks)
+        oom = False
+        try:
+            _static(r, d, q, sorted({int(s) for s in stage[ops]}))
+            seen = None
+            for _ in range(steps):
+                for i in ops:
+                    _run_op(r, int(kind[i]), int(stage[i]), int(bkind[i]), int(bstage[i]))
+                    for s in {int(stage[i]), int(bstage[i])}:
+                        if last.get(s) == i:
+                            r.last_backward(s)
+                r.optimizer_step()
+                r.step_end()
+                now = (a.peak_reserved, a.reserved, a.segments, a.releases)
+                if now == seen:          # the cache reached its steady state
+                    break
+                seen = now
+        except OutOfMemory as e:
+            oom = True
+            a.peak_reserved = max(a.peak_reserved,
+                                  e.reserved + segment_size(round_size(e.request)))
+        out.append(ReservedMemory(float(a.peak_reserved), float(a.peak_allocated),
+                                  float(a.peak_requested), a.segments, oom))
+    return out
+
+
+def _run_op(r: _Rank, kind: int, stage: int, bkind: int, bstage: int) -> None:
+    if kind in (_F, _FB):
+        r.forward(stage)
+    k, s = (bkind, bstage) if kind == _FB else (kind, stage)
+    if k in (_B, _BW):
+        r.backward(s, split=k == _B)
+    elif k == _W:
+        r.free(r.stash[s].popleft() if r.stash.get(s) else [])
+
+
+__all__ = ["ReservedMemory", "estimate_events", "reserved_run"]

@@ -1,0 +1,136 @@
+"""The caching allocator model (schedsim/workload/allocator.py) on hand cases with closed
+answers (the rules of pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp), and its
+invariants under random streams (hypothesis)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedsim.workload.allocator import CachingAllocator, OutOfMemory, round_size, segment_size
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_round_size_is_512_bytes():
+    assert [round_size(n) for n in (1, 511, 512, 513, 1024, 1025)] == [
+        512, 512, 512, 1024, 1024, 1536]
+
+
+def test_segment_sizes():
+    assert segment_size(512) == segment_size(MiB) == 2 * MiB             # small pool
+    assert segment_size(MiB + 512) == segment_size(10 * MiB - 512) == 20 * MiB
+    assert segment_size(10 * MiB) == 10 * MiB                            # rounded to 2 MiB
+    assert segment_size(round_size(10 * MiB + 1)) == 12 * MiB
+    assert segment_size(101 * MiB) == 102 * MiB
+
+
+def test_small_requests_pack_into_one_2_mib_segment():
+    a = CachingAllocator()
+    x = a.malloc(1000)
+    y = a.malloc(1000)
+    assert (a.reserved, a.allocated, a.requested) == (2 * MiB, 2048, 2000)
+    assert y == x + 1024                     # split off the same segment, above x
+    z = a.malloc(MiB)                        # 1 MiB is still small: it fits the rest
+    assert a.reserved == 2 * MiB and z == y + 1024
+
+
+def test_large_pool_splits_only_above_1_mib_of_remainder():
+    a = CachingAllocator()
+    a.free(a.malloc(12 * MiB))               # a 12 MiB segment, cached
+    b = a.malloc(11 * MiB)                   # 1 MiB would remain: not split
+    assert a.allocated == 12 * MiB and a.requested == 11 * MiB
+    a.free(b)
+    a.malloc(11 * MiB - 512)                 # 1 MiB + 512 remains: split
+    assert a.allocated == 11 * MiB - 512 and a.reserved == 12 * MiB
+
+
+def test_a_1_to_10_mib_request_takes_a_20_mib_segment_that_others_share():
+    a = CachingAllocator()
+    x = a.malloc(3 * MiB)
+    y = a.malloc(5 * MiB)
+    assert a.reserved == 20 * MiB and y == x + 3 * MiB and a.segments == 1
+
+
+def test_coalescing_makes_the_segment_whole_again():
+    a = CachingAllocator()
+    x, y, z = (a.malloc(3 * MiB) for _ in range(3))
+    a.free(x)
+    a.free(z)                                # merges with the 11 MiB tail
+    a.free(y)                                # merges both sides: one 20 MiB block
+    assert a.all_free()
+    w = a.malloc(20 * MiB)                   # served by the whole cached segment
+    assert w == x and a.reserved == 20 * MiB and a.segments == 1
+    a.free(w)
+    assert a.release_cached() == 20 * MiB and a.reserved == 0
+
+
+def test_best_fit_smallest_block_then_lowest_address():
+    a = CachingAllocator()
+    big, small, small2 = a.malloc(16 * MiB), a.malloc(12 * MiB), a.malloc(12 * MiB)
+    for h in (big, small2, small):
+        a.free(h)
+    assert a.malloc(11 * MiB) == small       # 12 MiB beats 16; the lower of the two 12s
+    assert a.malloc(11 * MiB) == small2
+    assert a.malloc(11 * MiB) == big and a.reserved == 40 * MiB
+
+
+def test_fragmentation_reserved_above_allocated():
+    a = CachingAllocator()
+    x = a.malloc(100 * MiB)
+    a.malloc(100 * MiB)
+    a.free(x)
+    a.malloc(150 * MiB)                      # fits no cached block: a new segment
+    assert (a.reserved, a.allocated) == (350 * MiB, 250 * MiB)
+
+
+def test_streams_do_not_share_cached_blocks():
+    a = CachingAllocator()
+    a.free(a.malloc(100 * MiB, stream=0))
+    a.malloc(100 * MiB, stream=1)
+    assert a.reserved == 200 * MiB
+
+
+def test_at_capacity_the_cache_is_released_and_the_segment_retried():
+    a = CachingAllocator(capacity=300 * MiB)
+    a.free(a.malloc(200 * MiB))              # cached, unsplit
+    a.malloc(250 * MiB)                      # 450 > 300: release the 200, retry
+    assert (a.reserved, a.releases, a.segments) == (250 * MiB, 1, 1)
+    with pytest.raises(OutOfMemory) as e:
+        a.malloc(100 * MiB)                  # nothing cached to release
+    assert e.value.reserved == 250 * MiB and a.allocated == 250 * MiB
+
+
+def test_a_split_segment_is_not_released():
+    a = CachingAllocator(capacity=300 * MiB)
+    x = a.malloc(200 * MiB)
+    a.free(a.malloc(50 * MiB))               # a 50 MiB segment, whole and free
+    a.malloc(20 * MiB)                       # reuses the 50 (split: 30 MiB remain)
+    a.free(x)                                # 200 free and whole
+    a.malloc(250 * MiB)                      # 500 > 300: the 200 goes, the split 50 stays
+    assert (a.reserved, a.releases, a.segments) == (300 * MiB, 1, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([100, 600 * KiB, MiB, MiB + 1, 3 * MiB,
+                                           10 * MiB, 33 * MiB, 128 * MiB]),
+                          st.integers(0, 9), st.integers(0, 1)), max_size=120))
+def test_reserved_covers_allocated_and_freeing_all_frees_every_block(ops):
+    a = CachingAllocator(capacity=1 << 30)
+    live = []
+    for size, pick, stream in ops:
+        if live and pick < 4:
+            a.free(live.pop(pick % len(live)))
+        else:
+            try:
+                live.append(a.malloc(size, stream))
+            except OutOfMemory:
+                pass
+        assert a.reserved >= a.allocated >= a.requested >= 0
+        assert a.reserved <= 1 << 30 and a.peak_reserved >= a.reserved
+    for h in live:
+        a.free(h)
+    assert a.all_free() and a.allocated == a.requested == 0
+    cached = a.reserved
+    assert a.release_cached() == cached          # every segment is whole again
+    assert a.reserved == 0 and a.segments == 0
