@@ -134,7 +134,8 @@ class CachingAllocator:
     def malloc(self, nbytes: int, stream: int = 0) -> int:
         """Allocate ``nbytes`` (> 0) on ``stream``; returns the block's address (the
         handle :meth:`free` takes). Raises :class:`OutOfMemory` (nothing allocated; the cache may have been released)."""
-        size = round_size(int(nbytes))
+        nbytes = int(nbytes)
+        size = MIN_BLOCK * -(-nbytes // MIN_BLOCK) if nbytes > MIN_BLOCK else MIN_BLOCK
         key = (size <= SMALL_SIZE, stream)
         pool = self._free.setdefault(key, [])
         i = bisect_left(pool, (size, -1))
@@ -153,10 +154,12 @@ class CachingAllocator:
             insort(pool, (remaining, rest.addr))
         block.free = False
         self.allocated += block.size
-        self.requested += int(nbytes)
-        self._asked[block.addr] = int(nbytes)
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_requested = max(self.peak_requested, self.requested)
+        self.requested += nbytes
+        self._asked[block.addr] = nbytes
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.requested > self.peak_requested:
+            self.peak_requested = self.requested
         return block.addr
 
     def _new_segment(self, size: int, key: tuple[bool, int], asked: int) -> _Block:
@@ -171,7 +174,8 @@ class CachingAllocator:
         self._at[block.addr] = block
         self.reserved += seg
         self.segments += 1
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
         return block
 
     def free(self, addr: int) -> None:

@@ -54,9 +54,10 @@ class _Rank:
         self.retained: list[int] = []
         self.moments: list[float] = []          # created at the first optimizer step
         self.temps: list[float] = []            # the optimizer step's temporaries
+        self._units: dict[tuple[int, int, float], list[float]] = {}
 
     def malloc(self, size: float, stream: int = 0) -> int | None:
-        return self.a.malloc(int(round(size)), stream) if size >= 1 else None
+        return self.a.malloc(int(size + 0.5), stream) if size >= 1 else None
 
     def free(self, hs: Any) -> None:
         for h in hs:
@@ -64,9 +65,14 @@ class _Rank:
                 self.a.free(h)
 
     def _unit(self, s: int, u: int, total: float) -> list[float]:
-        sb = self.blocks[s]
-        sums = tuple(float(sum(x)) for x in sb.units)
-        return _split(_split(total, sums)[u], sb.units[u]) if total > 0 else []
+        """Unit ``u``'s blocks of stage ``s``'s ``total`` (in its weights' proportions)."""
+        key = (s, u, total)
+        if key not in self._units:
+            sb = self.blocks[s]
+            sums = tuple(float(sum(x)) for x in sb.units)
+            self._units[key] = (_split(_split(total, sums)[u], sb.units[u]) if total > 0
+                                else [])
+        return self._units[key]
 
     def gather(self, s: int, u: int) -> None:
         """FSDP2's all-gather of unit ``u`` at its first forward."""
@@ -188,13 +194,24 @@ def _static(r: _Rank, d: Any, q: int, stages: list[int]) -> None:
             r.malloc(d.recv_bytes[q] / n)
 
 
-def estimate_events(d: Any, kind: Any, stage: Any, steps: int) -> int:
-    """An upper estimate of the allocator events of :func:`reserved_run` (checked
-    against :data:`~schedsim.workload.tensors.MAX_EVENTS` before it runs)."""
-    per = np.array([8 + sum(2 * len(L.fwd) + 2 * len(L.recomputed) + 2 * len(L.grads)
-                            + 4 * len(L.wgrads) + 10 for L in b.layers)
-                    + 2 * len(b.head) + 2 * len(b.loss) for b in stage_blocks(d)])
-    return int(per[np.asarray(stage, dtype=np.int64)].sum() * 2 * steps) if len(stage) else 0
+def step_events(blocks: list[StageBlocks], kind: Any, stage: Any, bkind: Any,
+                bstage: Any) -> int:
+    """The allocator events (allocations and frees) of one step of :func:`reserved_run`
+    over these op columns, counted from the blocks before it runs (the static blocks,
+    once, excluded)."""
+    fwd = np.array([2 * (1 + sum(len(L.fwd) + 1 for L in b.layers) + len(b.head)
+                         + len(b.loss_fwd)) for b in blocks], dtype=np.int64)
+    bwd = np.array([2 * (2 + len(b.loss) + len(b.head)
+                         + sum(len(L.recomputed) + len(L.grads) + len(L.wgrads) + 2
+                               for L in b.layers)) for b in blocks], dtype=np.int64)
+    once = sum(8 * sum(len(u) for u in b.units) for b in blocks)
+    kind, stage = np.asarray(kind, dtype=np.int64), np.asarray(stage, dtype=np.int64)
+    bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
+    k = np.where(kind == _FB, bkind, kind)
+    s = np.where(kind == _FB, bstage, stage)
+    n = int(fwd[stage[(kind == _F) | (kind == _FB)]].sum())
+    n += int(bwd[s[(k == _B) | (k == _BW)]].sum()) + 2 * int(np.count_nonzero(k == _W))
+    return n + once
 
 
 def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
@@ -205,11 +222,15 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
     the op or an FB's forward, ``bkind``/``bstage`` its backward part, ``start``/``end``
     times or any numbers in each rank's op order); ``steps``: the most steps run (fewer
     when a step leaves the cache as the one before: reserved, its peak, the segments and
-    the releases unchanged); None when the estimated events exceed
-    :data:`~schedsim.workload.tensors.MAX_EVENTS` (bounded before it runs)."""
-    if estimate_events(d, kind, stage, steps) > MAX_EVENTS:
-        return None
+    the releases unchanged, and no more than :data:`~schedsim.workload.tensors.MAX_EVENTS`
+    allow: :func:`step_events`, counted before it runs); None when they allow fewer than
+    two steps (the first step's cache is not yet the steady state's: the optimizer's
+    moments are made at its end)."""
     blocks = stage_blocks(d)
+    per_step = max(1, step_events(blocks, kind, stage, bkind, bstage))
+    steps = min(steps, MAX_EVENTS // per_step)
+    if steps < 2:
+        return None
     rank, kind, stage = (np.asarray(x, dtype=np.int64) for x in (rank, kind, stage))
     bkind, bstage = np.asarray(bkind, dtype=np.int64), np.asarray(bstage, dtype=np.int64)
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
@@ -261,4 +282,4 @@ def _run_op(r: _Rank, kind: int, stage: int, bkind: int, bstage: int) -> None:
         r.free(r.stash[s].popleft() if r.stash.get(s) else [])
 
 
-__all__ = ["ReservedMemory", "estimate_events", "reserved_run"]
+__all__ = ["ReservedMemory", "reserved_run", "step_events"]
