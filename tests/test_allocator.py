@@ -134,3 +134,91 @@ def test_reserved_covers_allocated_and_freeing_all_frees_every_block(ops):
     cached = a.reserved
     assert a.release_cached() == cached          # every segment is whole again
     assert a.reserved == 0 and a.segments == 0
+
+
+# --- the tensor-level stream of a workload (schedsim/workload/tensors.py, reserved.py) ---
+
+def _stream(w, schedule: str):
+    """(result, per-rank ReservedMemory) of ``w`` under ``schedule``, the stream walked
+    in program order."""
+    import numpy as np
+
+    from schedsim.program.flat import Opcode
+    from schedsim.workload.reserved import reserved_run
+    from schedsim.workload.run import _fb_parts, simulate_workload, workload_program
+
+    r = simulate_workload(w, schedule)
+    fl = workload_program(w, schedule).flat()
+    gi = np.flatnonzero(fl.code == Opcode.COMPUTE)
+    kind, stage = fl.kind[gi].astype(np.int64), fl.stage[gi].astype(np.int64)
+    bkind, bstage = _fb_parts(fl, gi, kind, stage)
+    pos = gi.astype(np.float64)
+    return r, reserved_run(r.derived, fl.ranks, fl.rank_of_instr()[gi], kind, stage, bkind,
+                           bstage, pos, pos + 0.5)
+
+
+def _small(framework: str, recompute: str, chunks: int):
+    from schedsim.workload.layout import Workload
+
+    kw = dict(model="llama3.1-8b", gpu="h100-sxm", seq=4096, tp=2, pp=4, dp=1,
+              global_batch_size=16, recompute=recompute, chunks=chunks,
+              framework=framework, allocator="caching")
+    if framework == "torchtitan":
+        kw.update(zero=3, recv_buffers="per-microbatch", sequence_parallel=True)
+    return Workload(**kw)
+
+
+@pytest.mark.parametrize("framework,recompute,schedule,chunks", [
+    ("torchtitan", "full", "1f1b", 1), ("torchtitan", "selective", "interleaved-1f1b", 2),
+    ("torchtitan", "none", "zb-1p", 1), ("torchtitan", "full", "zbv", 2),
+    ("megatron", "none", "1f1b", 1), ("megatron", "none", "dualpipev", 2)])
+def test_stream_peaks_at_the_byte_models_peak(framework, recompute, schedule, chunks):
+    """The tensor-level stream's allocated peak is the aggregated byte model's on every
+    rank (the same sizes cut into blocks: whole bytes, a rounding tolerance), reserved
+    covers it, and the allocator's blocks (rounded, unsplit remainders) lie between."""
+    res, rr = _stream(_small(framework, recompute, chunks), schedule)
+    assert [r.peak_requested for r in rr] == pytest.approx(res.peak_memory_bytes, rel=1e-6)
+    for r in rr:
+        assert r.peak_reserved >= r.peak_allocated >= r.peak_requested and not r.oom
+    assert [r.peak_reserved for r in rr] == res.peak_reserved_bytes
+
+
+def test_stream_frees_a_last_stages_head_before_its_layers_backward():
+    """Megatron full recompute: the last stage's layer backward (the whole layer
+    recomputed) outweighs its loss (none counted), and autograd frees the head's saved
+    tensors first, so the stream's peak there is below the aggregate's, by at most the
+    head's kept bytes; on the other ranks they agree."""
+    from schedsim.workload.memory import head_activations
+
+    w = _small("megatron", "full", 1)
+    res, rr = _stream(w, "1f1b")
+    head = head_activations(w.model, w.seq, w.micro_batch_size, w.tp, w.sp, 2.0,
+                            w.vocab_divisor)
+    last = res.derived.placement.stages_of
+    for q, (r, agg) in enumerate(zip(rr, res.peak_memory_bytes)):
+        if w.stages - 1 in last(q):
+            assert agg - head - 1 <= r.peak_requested < agg
+        else:
+            assert r.peak_requested == pytest.approx(agg, rel=1e-6)
+
+
+def _on_hbm(gib: float):
+    w = _small("torchtitan", "none", 1)
+    return _stream(w.model_copy(update={"gpu": w.gpu.model_copy(
+        update={"hbm_bytes": gib * 2 ** 30})}), "1f1b")
+
+
+def test_fragmentation_decides_the_fit_at_the_hbm():
+    """The last rank's tensors peak at 33.9 GiB and its uncapped cache at 36.6: on 35 GiB
+    it is out of memory though its tensors would fit (the result says so: fits is false,
+    its reserved figure above the HBM); on 36 GiB releasing the cached segments lets it
+    through, below the uncapped figure."""
+    free, _ = _on_hbm(96)
+    tight, rr = _on_hbm(35)
+    last = len(rr) - 1
+    assert max(tight.peak_memory_bytes) < 35 * 2 ** 30 and not tight.fits
+    assert rr[last].oom and tight.peak_reserved_bytes[last] > 35 * 2 ** 30
+    assert not any(r.oom for r in rr[:last])
+    ok, rr = _on_hbm(36)
+    assert ok.fits and not any(r.oom for r in rr)
+    assert ok.peak_reserved_bytes[last] < free.peak_reserved_bytes[last]

@@ -7,8 +7,7 @@ again and again with the allocator's cache carried over, as a training loop does
 segments stay cached across steps), until a step leaves the cache as it found it (at most
 ``steps``), and the peaks are over all of them: what ``torch.cuda.max_memory_reserved()``
 reads in the steady state. Each step ends with the optimizer's step (its moments created
-at the first, as ``torch.optim`` does, and the foreach implementation's temporaries) and
-then the next step's start frees the sharded gradients (``zero_grad``) and what torch
+at the first, as ``torch.optim`` does) and then the next step's start frees the sharded gradients (``zero_grad``) and what torch
 pipelining kept (``clear_runtime_states``). A request that does not fit
 even after the cache is released is out of memory: the rank does not fit.
 
@@ -53,7 +52,6 @@ class _Rank:
         self.grads: dict[int, list[int]] = {}
         self.retained: list[int] = []
         self.moments: list[float] = []          # created at the first optimizer step
-        self.temps: list[float] = []            # the optimizer step's temporaries
         self._units: dict[tuple[int, int, float], list[float]] = {}
 
     def malloc(self, size: float, stream: int = 0) -> int | None:
@@ -155,11 +153,11 @@ class _Rank:
 
     def optimizer_step(self) -> None:
         """The optimizer's step: its moments at the first (``torch.optim.AdamW``'s lazy
-        state), a shard-sized list of temporaries (the foreach implementation's)."""
+        state). Its foreach temporaries (a shard-sized fp32 list) are not in the byte
+        model, so not here either."""
         for v in self.moments:
             self.malloc(v)
         self.moments = []
-        self.free([self.malloc(v) for v in self.temps])
 
     def step_end(self) -> None:
         """The next step's start: ``zero_grad`` frees the sharded gradients, torch
@@ -185,8 +183,7 @@ def _static(r: _Rank, d: Any, q: int, stages: list[int]) -> None:
     for part in (x.params, x.grads, x.unsharded, x.optimizer - moments):
         for v in _split(part, mats):
             r.malloc(v)
-    r.temps = _split(moments / states, mats)
-    r.moments = r.temps * states
+    r.moments = _split(moments / states, mats) * states
     msg = d.stage_model.message_bytes() or 0.0
     if d.recv_bytes[q] > 0 and msg > 0:
         n = max(1, int(round(d.recv_bytes[q] / msg)))

@@ -37,9 +37,10 @@ microbatch, on the rank that runs it:
   them (FSDP2 makes a unit's in its ``post_backward``, the upcast after the unit's
   backward: layer by layer); at the stage's last backward end both are freed and the
   sharded gradients allocated (to the step end).
-- **for the step**: the static bytes (sharded master weights and optimizer states, one
-  block per state of each unit) and the receive buffers (one per microbatch) are
-  allocated before the first step and never freed.
+- **for the step**: the static bytes (parameters, gradients, master weights and
+  optimizer states, one block a weight matrix of each) and the receive buffers (one per
+  microbatch) are allocated before the first step and never freed, but the optimizer's
+  moments, made at the end of the first step (:mod:`schedsim.workload.reserved`).
 
 Block sizes within a unit's weights are in proportion to the weight matrices' element
 counts (totals exact). Approximated: the order inside an op beyond the above (autograd
@@ -47,12 +48,17 @@ frees a tensor when its last use ends, not at the layer's end), the layer's inpu
 gradient passed between layers, FSDP2's fp32 copy when it accumulates a later
 microbatch's gradient, the reduce-scatter buffers at a stage's last backward and the
 optimizer's temporaries (none in :mod:`~schedsim.workload.memory` either); an ``FB`` runs
-its forward's events, then its backward's.
+its forward's events, then its backward's; a split backward's weight gradients are made
+in its ``B``, and its W-stash is allocated after the layer's kept tensors are freed.
 
 The allocated (requested) bytes of this stream peak at the aggregated model's peak
-(:func:`schedsim.workload.run.byte_levels`) whenever the first layer a backward reaches
-has the stage's largest backward working set: the stream frees a backward's kept tensors
-layer by layer, the aggregate at its end. Units: bytes. Plain Python + numpy.
+(:func:`schedsim.workload.run.byte_levels`; a test) but where the order differs: the
+stream frees a backward's kept tensors unit by unit (the aggregate at its end: a last
+stage whose layer's working set is above its loss's peaks lower by the head's kept
+tensors), and it has the forward's working sets (the aggregate counts a forward's
+kept bytes only: a stream can peak above it inside a forward or an ``FB``).
+
+Units: bytes. Plain Python + numpy.
 """
 from __future__ import annotations
 
