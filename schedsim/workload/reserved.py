@@ -48,8 +48,8 @@ class _Rank:
         self.a, self.blocks = a, blocks
         self.kept: dict[int, deque] = {}
         self.stash: dict[int, deque] = {}
-        self.gathered: dict[int, list[int]] = {}
-        self.grads: dict[int, list[int]] = {}
+        self.gathered: dict[int, dict[int, list[int | None]]] = {}    # stage -> unit ->
+        self.grads: dict[int, dict[int, list[int | None]]] = {}       # blocks
         self.retained: list[int] = []
         self.moments: list[float] = []          # created at the first optimizer step
         self._units: dict[tuple[int, int, float], list[float]] = {}
@@ -77,16 +77,16 @@ class _Rank:
         parts = self._unit(s, u, self.blocks[s].gathered)
         if parts:
             flat = self.malloc(sum(parts), 1)
-            self.gathered[s] += [self.malloc(x) for x in parts]
+            self.gathered[s][u] = [self.malloc(x) for x in parts]
             self.free([flat])
 
     def make_grads(self, s: int, u: int) -> None:
-        self.grads[s] += [self.malloc(x) for x in self._unit(s, u, self.blocks[s].grads)]
+        self.grads[s][u] = [self.malloc(x) for x in self._unit(s, u, self.blocks[s].grads)]
 
     def forward(self, s: int) -> None:
         sb, first = self.blocks[s], s not in self.gathered
         if first:
-            self.gathered[s] = []
+            self.gathered[s] = {}
         u = len(sb.units) - len(sb.layers) - bool(sb.head)     # 1 with the embedding
         if first and u:
             self.gather(s, 0)
@@ -120,7 +120,7 @@ class _Rank:
         sb = self.blocks[s]
         first = s not in self.grads
         if first:
-            self.grads[s] = []
+            self.grads[s] = {}
         layers, head = self.kept[s].popleft()
         stash = []
         if first:                 # every unit's, in the backward's order
@@ -144,12 +144,23 @@ class _Rank:
         self.retained.append(self.malloc(sb.input_grad))
 
     def last_backward(self, s: int) -> None:
-        """The stage's last backward ended: FSDP2's post-backward reduce-scatter."""
-        self.free(self.grads.pop(s, [])), self.free(self.gathered.get(s, []))
-        self.gathered[s] = []
+        """The stage's last backward ended: torch pipelining runs each FSDP unit's
+        ``post_backward`` (units in forward order): the reduce-scatter's output, the
+        unit's sharded gradients, one flat block on the reduce-scatter stream (stream 2),
+        the unsharded gradients and the gathered weights freed. FSDP2's
+        ``foreach_reduce`` allocates that output in the reduce-scatter stream and keeps
+        it as the sharded gradients (pytorch/pytorch
+        ``torch/distributed/_composable/fsdp/_fsdp_collectives.py`` @01d66d2: "The RS
+        output is allocated in the RS stream and used in the default stream (for
+        optimizer)"; the same in ``torch/distributed/fsdp/_fully_shard/``), so its
+        segments serve that stream alone."""
+        grads, gathered = self.grads.pop(s, {}), self.gathered.get(s, {})
         sb = self.blocks[s]
         for u in range(len(sb.units)):
-            self.retained += [self.malloc(x) for x in self._unit(s, u, sb.sharded)]
+            self.free(grads.pop(u, []))
+            self.retained.append(self.malloc(sum(self._unit(s, u, sb.sharded)), 2))
+            self.free(gathered.pop(u, []))
+        self.gathered[s] = {}
 
     def optimizer_step(self) -> None:
         """The optimizer's step: its moments at the first (``torch.optim.AdamW``'s lazy
@@ -163,26 +174,31 @@ class _Rank:
         """The next step's start: ``zero_grad`` frees the sharded gradients, torch
         pipelining's ``clear_runtime_states`` the kept outputs and input gradients."""
         self.free(self.retained)
-        for s in list(self.gathered):
-            self.free(self.gathered.pop(s))
-        for s in list(self.grads):
-            self.free(self.grads.pop(s))
+        for held in (self.gathered, self.grads):
+            for units in held.values():
+                for blocks in units.values():
+                    self.free(blocks)
+            held.clear()
         self.retained, self.kept, self.stash = [], {}, {}
 
 
 def _static(r: _Rank, d: Any, q: int, stages: list[int]) -> None:
     """Rank ``q``'s static bytes, one block a weight matrix of each state, and receive
     buffers, allocated before the first step; the optimizer's moments are left for
-    :meth:`_Rank.optimizer_step` (torch.optim creates them at the first ``step()``)."""
+    :meth:`_Rank.optimizer_step` (torch.optim creates them at the first ``step()``).
+    FSDP2's sharded gradients (static without PP) are on the reduce-scatter stream, as
+    :meth:`_Rank.last_backward` says."""
     w, x = d.workload, d.static[q]
     sb = [r.blocks[s] for s in stages]
     mats = tuple(v for b in sb for unit in b.units for v in unit) or (1.0,)
     master = DTYPE_BYTES[w.master_dtype] if w.master_dtype != w.params_dtype else 0
     states, per = (2, 8.0) if w.optimizer == "adam" else (1, 4.0)
     moments = x.optimizer * per / (master + per)
-    for part in (x.params, x.grads, x.unsharded, x.optimizer - moments):
+    rs = 2 if w.framework == "torchtitan" and w.zero == 3 else 0   # FSDP2's sharded grads
+    for part, stream in ((x.params, 0), (x.grads, rs), (x.unsharded, 0),
+                         (x.optimizer - moments, 0)):
         for v in _split(part, mats):
-            r.malloc(v)
+            r.malloc(v, stream)
     r.moments = _split(moments / states, mats) * states
     msg = d.stage_model.message_bytes() or 0.0
     if d.recv_bytes[q] > 0 and msg > 0:

@@ -35,8 +35,11 @@ microbatch, on the rank that runs it:
   ``foreach_all_gather_copy_out``); the fp32 unsharded gradients of all the stage's
   units at the start of its first backward, one block a weight, as the lifetimes hold
   them (FSDP2 makes a unit's in its ``post_backward``, the upcast after the unit's
-  backward: layer by layer); at the stage's last backward end both are freed and the
-  sharded gradients allocated (to the step end).
+  backward: layer by layer); at the stage's last backward end, unit by unit in forward
+  order (the pipeline stage's ``post_backward`` calls), the unit's sharded gradients
+  are allocated on the reduce-scatter stream (stream 2, one flat block: the
+  reduce-scatter's output, ``foreach_reduce``; to the next step's ``zero_grad``), then
+  its unsharded gradients and gathered weights are freed.
 - **for the step**: the static bytes (parameters, gradients, master weights and
   optimizer states, one block a weight matrix of each) and the receive buffers (one per
   microbatch) are allocated before the first step and never freed, but the optimizer's
@@ -56,7 +59,8 @@ The allocated (requested) bytes of this stream peak at the aggregated model's pe
 stream frees a backward's kept tensors unit by unit (the aggregate at its end: a last
 stage whose layer's working set is above its loss's peaks lower by the head's kept
 tensors), and it has the forward's working sets (the aggregate counts a forward's
-kept bytes only: a stream can peak above it inside a forward or an ``FB``).
+kept bytes only, and not FSDP2's all-gather buffer: a stream can peak above it
+inside a forward or an ``FB``).
 
 Units: bytes. Plain Python + numpy.
 """
