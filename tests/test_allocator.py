@@ -111,12 +111,42 @@ def test_a_split_segment_is_not_released():
     assert (a.reserved, a.releases, a.segments) == (300 * MiB, 1, 2)
 
 
+def test_expandable_segment_grows_by_pages_at_its_end():
+    a = CachingAllocator(expandable=True)
+    x = a.malloc(3 * MiB)                    # one 20 MiB page
+    y = a.malloc(30 * MiB)                   # 17 MiB free at the end: one page more
+    assert a.reserved == 40 * MiB and y == x + 3 * MiB and a.segments == 1
+    b = CachingAllocator(expandable=True)
+    b.malloc(20 * MiB - 512)                 # 512 bytes remain: split all the same
+    assert b.allocated == 20 * MiB - 512
+
+
+def test_expandable_segment_unmaps_its_free_end():
+    a = CachingAllocator(expandable=True)
+    x = a.malloc(100 * MiB)
+    a.malloc(100 * MiB)
+    a.free(x)
+    z = a.malloc(150 * MiB)                  # the end is taken: 8 pages more
+    assert (a.reserved, a.allocated) == (360 * MiB, 250 * MiB)
+    a.free(z)
+    assert a.release_cached() == 160 * MiB and a.reserved == 200 * MiB   # x stays mapped
+
+
+def test_expandable_segments_are_per_stream_and_released_at_capacity():
+    a = CachingAllocator(capacity=300 * MiB, expandable=True)
+    a.free(a.malloc(200 * MiB))
+    a.malloc(100 * MiB, stream=1)            # a second segment: 300 of 300
+    a.malloc(50 * MiB, stream=1)             # 60 more: unmap stream 0's free 200 first
+    assert (a.reserved, a.releases, a.segments) == (160 * MiB, 1, 1)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([100, 600 * KiB, MiB, MiB + 1, 3 * MiB,
                                            10 * MiB, 33 * MiB, 128 * MiB]),
-                          st.integers(0, 9), st.integers(0, 1)), max_size=120))
-def test_reserved_covers_allocated_and_freeing_all_frees_every_block(ops):
-    a = CachingAllocator(capacity=1 << 30)
+                          st.integers(0, 9), st.integers(0, 1)), max_size=120),
+       st.booleans())
+def test_reserved_covers_allocated_and_freeing_all_frees_every_block(ops, expandable):
+    a = CachingAllocator(capacity=1 << 30, expandable=expandable)
     live = []
     for size, pick, stream in ops:
         if live and pick < 4:

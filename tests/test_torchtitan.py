@@ -209,6 +209,19 @@ def test_reserved_peaks_from_the_caching_allocator():
         assert res.timeline.workload["peak_reserved_bytes"] == reserved
 
 
+def test_expandable_segments_reserve_less():
+    """The allocator setting the benchmark does not record: with expandable segments
+    (``allocator = "expandable"``) the same streams reserve 65.9 and 66.0 GiB, less than
+    the default allocator's 72.1 and 68.3 (-20% and -9% against the published)."""
+    for which, gib in (("1f1b", 65.9), ("interleaved", 66.0)):
+        sc, res = run(which)
+        w = res.derived.workload.model_copy(update={"allocator": "expandable"})
+        r = simulate_workload(w, sc.schedule.name)
+        assert r.peak_memory_bytes == pytest.approx(res.peak_memory_bytes, rel=1e-12)
+        assert max(r.peak_reserved_bytes) / GiB == pytest.approx(gib, abs=0.1)
+        assert max(r.peak_reserved_bytes) < max(res.peak_reserved_bytes)
+
+
 @pytest.mark.parametrize("which", sorted(FILES))
 def test_the_tensor_stream_peaks_at_the_aggregated_peak(which: str):
     """The allocations and frees of the tensor-level stream add up, at their peak, to

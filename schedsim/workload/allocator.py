@@ -29,11 +29,20 @@ torchtitan's benchmark names), under the default configuration (no
   releases the blocks that are not split) and the segment is tried again; if it still
   does not fit the request is out of memory (:class:`OutOfMemory`).
 
+With ``expandable=True`` (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, Note
+[Expandable Segments] of the same file): one segment per pool and stream, a virtual range
+mapped page by page (2 MiB pages for the small pool, 20 MiB for the large), grows at its
+end when no free block fits (a free block at the end is extended); any block splits when
+512 bytes or more remain (``should_split``); at capacity the free pages at each segment's
+end are unmapped and the growth retried.
+
 Approximated: addresses. Segments get increasing addresses in the order they are made
-(``cudaMalloc``'s addresses only break ties between free blocks of equal size). Not
-modelled: ``expandable_segments``, ``max_split_size_mb`` (whose oversize-block rules are
-off by default), cross-stream use (``record_stream`` delays a free until the other
-stream's work is done; here a free is immediate) and the allocator's CUDA events.
+(``cudaMalloc``'s addresses only break ties between free blocks of equal size). An
+expandable segment unmaps only its free end at capacity (torch unmaps the whole pages of
+every free block and maps the lowest gap that fits). Not modelled: ``max_split_size_mb``
+(whose oversize-block rules are off by default), cross-stream use (``record_stream``
+delays a free until the other stream's work is done; here a free is immediate) and the
+allocator's CUDA events.
 
 Work: ``O(log n)`` search plus an ``O(n)`` list insertion per event, ``n`` the free blocks
 of one pool and stream (bisect on a sorted list). Sizes are integer bytes. Plain Python.
@@ -108,7 +117,7 @@ class AllocatorStats:
 
 class CachingAllocator:
     """One device's caching allocator (module docstring). ``capacity``: the bytes the
-    segments may take (None: no bound).
+    segments may take (None: no bound); ``expandable``: expandable segments.
 
     >>> a = CachingAllocator()
     >>> x = a.malloc(3 << 20)          # 3 MiB: a 20 MiB segment, split
@@ -116,8 +125,10 @@ class CachingAllocator:
     (20971520, 3145728)
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity: int | None = None, expandable: bool = False) -> None:
+        self.capacity, self.expandable = capacity, expandable
+        self._tail: dict[tuple[bool, int], _Block] = {}   # expandable: its last block
+        self._base: dict[tuple[bool, int], int] = {}      # expandable: its address
         self._free: dict[tuple[bool, int], list[tuple[int, int]]] = {}
         self._at: dict[int, _Block] = {}          # every block by its address
         self._asked: dict[int, int] = {}          # live block address -> bytes asked
@@ -141,10 +152,12 @@ class CachingAllocator:
         i = bisect_left(pool, (size, -1))
         if i < len(pool):
             block = self._at[pool.pop(i)[1]]
+        elif self.expandable:
+            block = self._grow(size, key, nbytes)
         else:
-            block = self._new_segment(size, key, int(nbytes))
+            block = self._new_segment(size, key, nbytes)
         remaining = block.size - size
-        if remaining >= MIN_BLOCK if key[0] else remaining > SMALL_SIZE:
+        if remaining >= MIN_BLOCK if key[0] or self.expandable else remaining > SMALL_SIZE:
             rest = _Block(block.addr + size, remaining, key)
             rest.prev, rest.next = block, block.next
             if block.next is not None:
@@ -152,6 +165,8 @@ class CachingAllocator:
             block.next, block.size = rest, size
             self._at[rest.addr] = rest
             insort(pool, (remaining, rest.addr))
+            if self._tail.get(key) is block:
+                self._tail[key] = rest
         block.free = False
         self.allocated += block.size
         self.requested += nbytes
@@ -178,6 +193,45 @@ class CachingAllocator:
             self.peak_reserved = self.reserved
         return block
 
+    def _grow(self, size: int, key: tuple[bool, int], asked: int) -> _Block:
+        """Map pages at the end of the expandable segment of ``key`` (made on first use)
+        until its last block, free, holds ``size``; returns that block (out of the
+        pool)."""
+        page = SMALL_BUFFER if key[0] else LARGE_BUFFER
+        last = self._tail.get(key)
+        have = last.size if last is not None and last.free else 0
+        grow = page * -(-(size - have) // page)
+        if self.capacity is not None and self.reserved + grow > self.capacity:
+            self.release_cached()
+            self.releases += 1
+            last = self._tail.get(key)
+            have = last.size if last is not None and last.free else 0
+            grow = page * -(-(size - have) // page)
+            if self.reserved + grow > self.capacity:
+                raise OutOfMemory(asked, self.reserved, self.allocated, self.capacity)
+        if have:
+            pool = self._free[key]
+            del pool[bisect_left(pool, (last.size, last.addr))]
+            last.size += grow
+            block = last
+        else:
+            if last is None:
+                addr = self._base[key] = self._next_addr
+                self._next_addr += 1 << 48        # the segment's virtual range
+                self.segments += 1
+            else:
+                addr = last.addr + last.size
+            block = _Block(addr, grow, key)
+            block.prev = last
+            if last is not None:
+                last.next = block
+            self._at[addr] = block
+            self._tail[key] = block
+        self.reserved += grow
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        return block
+
     def free(self, addr: int) -> None:
         """Free the block at ``addr`` (from :meth:`malloc`); it merges with free
         neighbours in its segment. Raises KeyError for an address not allocated."""
@@ -189,7 +243,9 @@ class CachingAllocator:
         for other in (block.prev, block.next):
             if other is not None and other.free:
                 del pool[bisect_left(pool, (other.size, other.addr))]
-                del self._at[max(block.addr, other.addr)]
+                gone = self._at.pop(max(block.addr, other.addr))
+                if self._tail.get(block.key) is gone:
+                    self._tail[block.key] = other if other is block.prev else block
                 if other is block.prev:
                     other.size += block.size
                     other.next = block.next
@@ -207,6 +263,8 @@ class CachingAllocator:
         """Release every free segment that is not split (``release_cached_blocks``, as
         ``torch.cuda.empty_cache`` does); returns the bytes released."""
         out = 0
+        if self.expandable:
+            return self._unmap_tails()
         for key, pool in self._free.items():
             keep = []
             for size, addr in pool:
@@ -218,6 +276,35 @@ class CachingAllocator:
                 else:
                     keep.append((size, addr))
             self._free[key] = keep
+        self.reserved -= out
+        return out
+
+    def _unmap_tails(self) -> int:
+        """Expandable segments: unmap the whole pages at each segment's free end."""
+        out = 0
+        for key, last in list(self._tail.items()):
+            if not last.free:
+                continue
+            page = SMALL_BUFFER if key[0] else LARGE_BUFFER
+            base = self._base[key]
+            first = base + page * -(-(last.addr - base) // page)   # first whole page
+            cut = last.addr + last.size - first
+            if cut <= 0:
+                continue
+            pool = self._free[key]
+            del pool[bisect_left(pool, (last.size, last.addr))]
+            out += cut
+            if first == last.addr:                  # the whole block goes
+                del self._at[last.addr]
+                if last.prev is not None:
+                    last.prev.next = None
+                    self._tail[key] = last.prev
+                else:                               # the segment is empty
+                    del self._tail[key], self._base[key]
+                    self.segments -= 1
+            else:
+                last.size -= cut
+                insort(pool, (last.size, last.addr))
         self.reserved -= out
         return out
 

@@ -117,7 +117,8 @@ class Workload(BaseModel):
     ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
     padding, as torchtitan). ``allocator``: ``caching`` also reports the reserved bytes
     of torch's CUDA caching allocator per rank (:mod:`schedsim.workload.reserved`; what
-    torchtitan logs as its memory, and what runs out), ``none`` the tensors' bytes alone;
+    torchtitan logs as its memory, and what runs out), ``expandable`` the same with
+    ``expandable_segments:True``, ``none`` the tensors' bytes alone;
     unset: ``caching`` under ``framework = "torchtitan"``, ``none`` under ``megatron``
     (whose own estimates count tensors).
     """
@@ -156,11 +157,12 @@ class Workload(BaseModel):
     dropout: bool = False
     overlap: Overlap = "none"
     vocab_divisor: int = Field(default=128, ge=1)
-    allocator: Literal["caching", "none"] | None = None
+    allocator: Literal["caching", "expandable", "none"] | None = None
 
     @property
     def allocator_model(self) -> str:
-        """``allocator`` resolved (``caching`` | ``none``; class docstring)."""
+        """``allocator`` resolved (``caching`` | ``expandable`` | ``none``; class
+        docstring)."""
         if self.allocator is not None:
             return self.allocator
         return "caching" if self.framework == "torchtitan" else "none"

@@ -228,8 +228,8 @@ def step_events(blocks: list[StageBlocks], kind: Any, stage: Any, bkind: Any,
 
 
 def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: Any,
-                 bstage: Any, start: Any, end: Any, steps: int = 8
-                 ) -> list[ReservedMemory] | None:
+                 bstage: Any, start: Any, end: Any, steps: int = 8,
+                 expandable: bool = False) -> list[ReservedMemory] | None:
     """Per rank, the :class:`ReservedMemory` of ``d``'s stream over the ops given as
     columns (as :func:`schedsim.workload.run.byte_levels` takes them: ``kind``/``stage``
     the op or an FB's forward, ``bkind``/``bstage`` its backward part, ``start``/``end``
@@ -238,7 +238,8 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
     the releases unchanged, and no more than :data:`~schedsim.workload.tensors.MAX_EVENTS`
     allow: :func:`step_events`, counted before it runs); None when they allow fewer than
     two steps (the first step's cache is not yet the steady state's: the optimizer's
-    moments are made at its end)."""
+    moments are made at its end). ``expandable``: the allocator's expandable
+    segments."""
     blocks = stage_blocks(d)
     per_step = max(1, step_events(blocks, kind, stage, bkind, bstage))
     steps = min(steps, MAX_EVENTS // per_step)
@@ -258,7 +259,7 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
             for k, s in ((kind[i], stage[i]), (bkind[i], bstage[i])):
                 if k in (_B, _W, _BW) and (s not in last or end[i] >= end[last[s]]):
                     last[int(s)] = int(i)
-        a = CachingAllocator(cap)
+        a = CachingAllocator(cap, expandable)
         r = _Rank(a, blocks)
         oom = False
         try:

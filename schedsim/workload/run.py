@@ -149,15 +149,16 @@ def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemor
 
 def reserved_bytes(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[float] | None:
     """Per rank, the caching allocator's peak reserved bytes over the run ``(cp, st)``
-    (:func:`schedsim.workload.reserved.reserved_run`); None when the workload's
-    ``allocator`` is ``none`` or the run has too many allocations to replay
+    (:func:`schedsim.workload.reserved.reserved_run`, with expandable segments under
+    ``allocator = "expandable"``); None when the workload's ``allocator`` is ``none`` or the run has too many allocations to replay
     (:data:`schedsim.workload.tensors.MAX_EVENTS`). A rank out of memory reports at
     least the HBM plus one byte."""
-    if d.workload.allocator_model != "caching":
+    model = d.workload.allocator_model
+    if model == "none":
         return None
     from schedsim.workload.reserved import reserved_run
 
-    rr = reserved_run(d, cp.ranks, *_run_columns(cp, st))
+    rr = reserved_run(d, cp.ranks, *_run_columns(cp, st), expandable=model == "expandable")
     if rr is None:
         return None
     hbm = float(d.workload.gpu.hbm_bytes)
