@@ -210,7 +210,12 @@ def test_stream_peaks_at_the_byte_models_peak(framework, recompute, schedule, ch
     assert [r.peak_requested for r in rr] == pytest.approx(res.peak_memory_bytes, rel=1e-6)
     for r in rr:
         assert r.peak_reserved >= r.peak_allocated >= r.peak_requested and not r.oom
+        assert 2 <= r.steps <= 8               # run to the cache's steady state
     assert [r.peak_reserved for r in rr] == res.peak_reserved_bytes
+    # every step's block is freed again: what stays is the static bytes and buffers
+    d = res.derived
+    assert [r.end_requested for r in rr] == pytest.approx(
+        [x.total + b for x, b in zip(d.static, d.recv_bytes)], rel=1e-6)
 
 
 def test_stream_frees_a_last_stages_head_before_its_layers_backward():

@@ -32,13 +32,17 @@ class ReservedMemory:
     """One rank's allocator figures (bytes): ``peak_reserved`` (segments; for an
     out-of-memory rank, what it had reserved plus the segment it could not get),
     ``peak_allocated`` (blocks handed out), ``peak_requested`` (the tensors' bytes as
-    asked: the aggregated model's peak), ``segments`` (at the end), ``oom``."""
+    asked: the aggregated model's peak), ``segments`` (at the end), ``oom``, ``steps``
+    (the steps run) and ``end_requested`` (the bytes still allocated after the last step:
+    the static blocks and receive buffers alone, every step's block being freed)."""
 
     peak_reserved: float
     peak_allocated: float
     peak_requested: float
     segments: int
     oom: bool
+    steps: int = 0
+    end_requested: float = 0.0
 
 
 class _Rank:
@@ -261,11 +265,12 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
                     last[int(s)] = int(i)
         a = CachingAllocator(cap, expandable)
         r = _Rank(a, blocks)
-        oom = False
+        oom, ran = False, 0
         try:
             _static(r, d, q, sorted({int(s) for s in stage[ops]}))
-            seen = None
+            seen, ran = None, 0
             for _ in range(steps):
+                ran += 1
                 for i in ops:
                     _run_op(r, int(kind[i]), int(stage[i]), int(bkind[i]), int(bstage[i]))
                     for s in {int(stage[i]), int(bstage[i])}:
@@ -282,7 +287,8 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
             a.peak_reserved = max(a.peak_reserved,
                                   e.reserved + segment_size(round_size(e.request)))
         out.append(ReservedMemory(float(a.peak_reserved), float(a.peak_allocated),
-                                  float(a.peak_requested), a.segments, oom))
+                                  float(a.peak_requested), a.segments, oom, ran,
+                                  float(a.requested)))
     return out
 
 
