@@ -275,7 +275,7 @@ class CachingAllocator:
                     self.segments -= 1
                 else:
                     keep.append((size, addr))
-            self._free[key] = keep
+            pool[:] = keep                  # in place: a malloc in flight holds the list
         self.reserved -= out
         return out
 
@@ -307,6 +307,21 @@ class CachingAllocator:
                 insort(pool, (last.size, last.addr))
         self.reserved -= out
         return out
+
+    def check(self) -> None:
+        """Raise AssertionError unless the state is consistent: the free lists hold
+        exactly the free blocks, sorted; neighbours are adjacent, of one pool; the
+        allocated, requested and reserved sums agree with the blocks (for tests)."""
+        free = sorted((b.key, b.size, b.addr) for b in self._at.values() if b.free)
+        assert free == sorted((k, sz, ad) for k, p in self._free.items() for sz, ad in p)
+        assert all(p == sorted(p) for p in self._free.values())
+        for b in self._at.values():
+            if b.next is not None:
+                assert b.next.prev is b and b.next.addr == b.addr + b.size
+                assert b.next.key == b.key and not (b.free and b.next.free)
+        assert self.allocated == sum(b.size for b in self._at.values() if not b.free)
+        assert self.requested == sum(self._asked.values())
+        assert self.reserved == sum(b.size for b in self._at.values())
 
     def all_free(self) -> bool:
         """True when no block is allocated (every cached block is in a free list)."""

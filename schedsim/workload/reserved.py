@@ -95,8 +95,8 @@ class _Rank:
         if first and u:
             self.gather(s, 0)
         layers: list[list[Any]] = []
-        cur = self.malloc(sb.layers[0].first if sb.layers else
-                          sb.head[0] if sb.head else 0.0)
+        cur = self.malloc(sb.layers[0].first if sb.layers else   # the stage's input
+                          sb.head[0] if sb.head else sb.output)
         for j, L in enumerate(sb.layers):
             if first:
                 self.gather(s, u + j)

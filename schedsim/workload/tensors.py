@@ -124,10 +124,9 @@ class StageBlocks:
     last layer's output), ``keep_logits`` (index in ``head`` torch pipelining keeps to the
     step end, -1 none), ``loss`` (the loss backward's tensors), ``loss_fwd`` (the loss
     forward's transients, allocated before the last head tensor), ``head_stash``,
-    ``units`` (per FSDP unit in forward order, its weights' element counts; the layers'
-    units are ``layer_units``), ``gathered``/``grads``/``sharded`` (the stage's FSDP
-    totals), ``output`` and ``input_grad`` (kept per microbatch to the step end),
-    ``first`` (the stage's input when it has no layer)."""
+    ``units`` (per FSDP unit in forward order, the elements of each of its weights on
+    the rank), ``gathered``/``grads``/``sharded`` (the stage's FSDP
+    totals), ``output`` and ``input_grad`` (kept per microbatch to the step end)."""
 
     layers: tuple[LayerBlocks, ...]
     head: tuple[float, ...]
@@ -141,7 +140,6 @@ class StageBlocks:
     sharded: float
     output: float
     input_grad: float
-    first: float
 
 
 def _weights(m: ModelConfig, i: int) -> tuple[float, ...]:
@@ -230,18 +228,20 @@ def stage_blocks(d: Any) -> list[StageBlocks]:
         if st.embedding:
             units.append((float(sum(stage_params(m, 0, 0, True, False, w.tp, w.ep,
                                                  w.vocab_divisor))),))
-        units += [tuple(float(x) for x in lb.weights) for lb in layers]
+        for i, lb in zip(range(st.first, st.first + st.layers), layers):
+            # the layer's weights on this rank (over tp, experts over ep), per matrix
+            on_rank = float(sum(stage_params(m, i, 1, False, False, w.tp, w.ep)))
+            units.append(tuple(x * on_rank / sum(lb.weights) for x in lb.weights))
         if st.head:
             units.append((float(m.hidden_size),
                           float(sum(stage_params(m, 0, 0, False, True, w.tp, w.ep,
                                                  w.vocab_divisor))) - m.hidden_size))
-        first = float(w.seq * w.micro_batch_size) * m.hidden_size * e / (w.tp if w.sp else 1)
         out.append(StageBlocks(
             tuple(layers), head, keep, loss, loss_fwd, stash[-1] if st.head and stash else 0.0,
             tuple(units), held.gathered if held else 0.0, held.grads if held else 0.0,
             held.sharded_grads if held else 0.0, held.output if held else 0.0,
             held.input_grad + (0.0 if keep >= 0 else held.output_after_backward)
-            if held else 0.0, first))
+            if held else 0.0))
     return out
 
 
