@@ -6,9 +6,10 @@ resident. The threshold starts at 128 KiB and, by default, grows to the size of 
 mapped block freed, up to 32 MiB: after the first large temporary is freed, every array
 under 32 MiB comes from the heap. Building a program of 10 M instructions allocates and
 frees hundreds of 10-40 MiB arrays, interleaved with the ones it keeps, and the holes
-they left were about 250 MB of the peak RSS of ``schedsim simulate -s 1f1b -p 128 -m
-10000`` (1.55 GB, against 1.30 GB with the threshold fixed at :data:`LARGE_BLOCK`;
-``benchmarks/NOTES.md``, "Where users wait"). :func:`large_blocks_unpooled` fixes it
+they left were about 230 MB of the peak RSS of ``schedsim simulate -s 1f1b -p 128 -m
+10000`` (1.44-1.50 GB, against 1.24 GB with the threshold fixed at :data:`LARGE_BLOCK`,
+for about 0.8 s more system time: every freed block is mapped again;
+``benchmarks/NOTES.md``, "The 10 M path"). :func:`large_blocks_unpooled` fixes it
 (``mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK)``, which also turns the growth off), once per
 process, when large work starts; small programs never call it. Off glibc it does
 nothing. No schedsim imports.
