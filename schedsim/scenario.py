@@ -80,7 +80,7 @@ else:  # pragma: no cover
 class ScheduleSection(BaseModel):
     """``[schedule]``: a generator name and its parameters, or a file to load."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     name: str | None = None
     ranks: int | None = Field(default=None, ge=1)
@@ -99,7 +99,7 @@ class ScheduleSection(BaseModel):
 class Scenario(BaseModel):
     """A whole scenario: schedule + costs + links + comm semantics."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     title: str = ""
     description: str = ""

@@ -94,3 +94,26 @@ def test_a_named_command_loads_only_its_module(name: str) -> None:
            if m.startswith("schedsim.cli.") and m.rsplit(".", 1)[1] in COMMAND_MODULES}
     assert COMMAND_MODULE[name] in cli
     assert "replay" not in cli and "plan" not in cli
+
+
+def test_models_build_their_schemas_on_first_use() -> None:
+    """Every pydantic model of schedsim defers its schema (``defer_build``: a start-up
+    builds only the models it validates), so importing the core builds none."""
+    probe = ("import pkgutil, importlib, schedsim\n"
+             "from pydantic import BaseModel\n"
+             "names = [m.name for m in pkgutil.walk_packages(schedsim.__path__, 'schedsim.')\n"
+             "         if m.name.split('.')[1] not in ('cli', 'api', 'replay', 'plot',\n"
+             "                                         'report', 'interop', '__main__')]\n"
+             "names += ['schedsim.replay.config', 'schedsim.replay.calibrate']\n"
+             "for n in names: importlib.import_module(n)\n"
+             "def subs(c):\n"
+             "    for s in c.__subclasses__(): yield s; yield from subs(s)\n"
+             "ms = {c for c in subs(BaseModel) if c.__module__.startswith('schedsim')}\n"
+             "print(len(ms), sorted(c.__qualname__ for c in ms\n"
+             "                      if c.__pydantic_complete__\n"
+             "                      or not c.model_config.get('defer_build')))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, built = out.stdout.split(" ", 1)
+    assert int(count) >= 30 and built.strip() == "[]"

@@ -9,6 +9,11 @@ import importlib
 
 import typer
 
+from schedsim.cli.coercion import install as _fast_coercion
+
+_fast_coercion()    # typer's option coercion without a pydantic TypeAdapter per option
+
+
 class _Commands(typer.Typer):
     """The ``schedsim`` app. Its command list loads every command module the first time
     it is read (building the click command, a test's ``CliRunner``), unless

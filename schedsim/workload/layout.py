@@ -118,7 +118,7 @@ class Workload(BaseModel):
     padding, as torchtitan).
     """
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False, defer_build=True)
 
     model: ModelConfig
     gpu: Hardware
