@@ -5,6 +5,7 @@ picks a command's module (:data:`schedsim.cli.COMMAND_MODULE`) is what the modul
 register. A set of modules, not a timing: the start-up figures are in benchmarks/NOTES.md."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,19 @@ def test_models_build_their_schemas_on_first_use() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     count, built = out.stdout.split(" ", 1)
     assert int(count) >= 30 and built.strip() == "[]"
+
+
+def test_top_level_help_lists_the_commands_as_the_full_build_does() -> None:
+    """``schedsim --help`` lists each command by its name and docstring without building
+    its parameters; the page is byte for byte the one of the full build (``--help
+    simulate`` names a command, so every command is built, and prints the same page)."""
+    def page(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "schedsim", *args], capture_output=True,
+                             text=True, cwd=ROOT, timeout=120,
+                             env={**os.environ, "COLUMNS": "100"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    light = page("--help")
+    assert "│ critical-path " in light and "│ check-collectives " in light
+    assert light == page("--help", "simulate")
