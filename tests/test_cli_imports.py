@@ -134,3 +134,18 @@ def test_top_level_help_lists_the_commands_as_the_full_build_does() -> None:
     light = page("--help")
     assert "│ critical-path " in light and "│ check-collectives " in light
     assert light == page("--help", "simulate")
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-2p", "dualpipe", "dualpipev"])
+def test_span_kinds_of_a_deferred_run_are_those_of_its_spans(name: str) -> None:
+    """``Timeline.span_kinds`` answered from the arrays (counted kind codes, no numpy.ma in
+    a small run) is the set the span objects give, FB pairs included."""
+    from schedsim import CostModel, build_program, simulate
+
+    costs = CostModel(F=1, B=1, W=1, BW=2, FB=3)
+    tl = simulate(build_program(name, 4, 8), costs)
+    assert tl.is_deferred
+    kinds = tl.span_kinds()
+    assert kinds == {(s.kind, tuple(p.kind for p in s.parts) if s.parts else ())
+                     for s in tl.spans}
+    assert ("FB" in {k for k, _ in kinds}) == name.startswith("dualpipe")
