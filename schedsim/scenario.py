@@ -249,7 +249,7 @@ class Scenario(BaseModel):
     def _build_program(self) -> Program:
         s = self.schedule
         if s.program:
-            return load_program_file(self.resolve(s.program), s.placement or "loop",
+            return load_program_file(self.resolve(s.program), s.placement,
                                      ranks=s.ranks, stages=s.stages,
                                      microbatches=s.microbatches,
                                      comm_policy=s.comm_policy,

@@ -233,3 +233,47 @@ def test_dask_missing_is_one_line(monkeypatch):
     line = " ".join(r.output.split())
     assert "--executor dask needs Dask distributed (the 'cluster' extra)" in line
     assert "[cluster]" in line
+
+
+def test_cli_format_csv_and_json_write_the_top_table_to_stdout():
+    """``--format csv|json`` (every command that prints a table): the top table and the
+    removal counts as data on stdout, the summary lines on stderr."""
+    import csv
+    import io
+    import json
+
+    args = ["plan", "--model", "llama3.1-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq",
+            "4096", "--global-batch-size", "64", "--tp", "2,4", "--pp", "2,4", "--schedules",
+            "1f1b,zbv", "--recompute", "none,full", "--top", "2", "-j", "1"]
+    res = run_plan(PlanSpace(**SMALL), top=2)
+    r = CliRunner().invoke(app, args + ["--format", "csv"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.reader(io.StringIO(r.stdout.split("\n\n")[0])))
+    assert rows[0][:3] == ["#", "layout", "schedule"] and len(rows) == 3
+    assert rows[1][6] == f"{res.ranking[0].tokens_per_s_per_gpu:.1f}"
+    assert "best:" in r.stderr and "best:" not in r.stdout
+    r = CliRunner().invoke(app, args + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    tables = json.loads(r.stdout)
+    top = next(v for k, v in tables.items() if k.startswith("top 2"))
+    assert [row["schedule"] for row in top] == [x.candidate.schedule for x in res.top(2)]
+
+
+def test_cli_out_dash_streams_json_lines_to_stdout():
+    """``--out -``: every simulated candidate a JSON line on stdout, the text on stderr;
+    ``--resume`` with it is refused in one line (nothing to continue from)."""
+    import json
+
+    args = ["plan", "--model", "llama3.1-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq",
+            "4096", "--global-batch-size", "64", "--tp", "2,4", "--pp", "2,4", "--schedules",
+            "1f1b,zbv", "--recompute", "none,full", "--top", "2", "-j", "1", "--out", "-"]
+    res = run_plan(PlanSpace(**SMALL), top=2)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == res.simulated and all(x["sweep"]["model"] == "llama3.1-8b" for x in rows)
+    assert max(x["tokens_per_s_per_gpu"] for x in rows if x["fits"]) == \
+        res.ranking[0].tokens_per_s_per_gpu
+    assert "best:" in r.stderr
+    r = CliRunner().invoke(app, args + ["--resume"])
+    assert r.exit_code == 2 and "--resume needs --out FILE" in r.output

@@ -149,6 +149,26 @@ def test_compare_stacks_one_gantt_per_timeline():
     png(fig)
 
 
+def test_compare_stack_has_one_kind_of_time_axis_and_one_entry_per_shade():
+    """Slot labels (T0, T1, ...) on every chart or on none (zbv's half slots make them all
+    plain), and a chunk and a direction of the same shade are one legend entry."""
+    half = CostModel(F=1, B=1, W=0.5, BW=1.5, FB=2.5)
+    tls = [sim("1f1b", 4, 8), sim("zbv", 4, 8, half), sim("dualpipe", 4, 8)]
+    from schedsim.plot.gantt import boxes_integral, span_boxes
+
+    assert not boxes_integral(span_boxes(tls[1])) and boxes_integral(span_boxes(tls[0]))
+    fig = gantt_stack(tls)
+    labels = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes[:3]]
+    assert not any(x.startswith("T") for row in labels for x in row)
+    assert {ax.get_xlabel() for ax in fig.axes[:3]} == {"time (slot)"}
+    fig = gantt_stack([sim("1f1b", 4, 8), sim("zb-h1", 4, 8)])
+    assert all(ax.get_xticklabels()[0].get_text() == "T0" for ax in fig.axes[:2])
+    legend = [t.get_text() for t in gantt_stack(tls).legends[0].get_texts()]
+    assert "chunk 0 / direction 0" in legend and "chunk 1 / direction 1" in legend
+    assert not any(x.startswith("direction") for x in legend)
+    assert len(legend) == len(set(legend))
+
+
 def test_memory_plot_peaks_match_the_memory_model():
     tls = [sim("1f1b", 4, 8, CostModel(F=1, BW=2)), sim("zbv", 4, 8)]
     fig = memory_plot(tls)

@@ -83,6 +83,14 @@ def test_deadlocked_chart_marks_where_each_rank_is_stuck() -> None:
                            for b in tl.deadlock.blocked)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "deadlock: where the rank is stuck" in labels
+    # the chart runs on past the stuck ranks, so each label sits right of its bar, off
+    # the ops (the bar at the rank's last op end)
+    stuck = [t for t in ax.texts if t.get_gid() == "deadlock-label"]
+    assert ax.get_xlim()[1] > tl.makespan
+    assert all(t.get_horizontalalignment() == "left" for t in stuck)
+    fig.canvas.draw()
+    right = ax.transData.transform((ax.get_xlim()[1], 0))[0]
+    assert all(t.get_window_extent().x1 <= right + 1 for t in stuck)
 
 
 def test_time_window_and_rank_subset() -> None:

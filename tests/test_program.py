@@ -80,6 +80,34 @@ def test_program_text_round_trip() -> None:
     assert js.ranks == prog.ranks and js.placement == prog.placement
 
 
+@pytest.mark.parametrize("name,kind", [("1f1b", "loop"), ("interleaved-1f1b", "loop"),
+                                       ("zbv", "v"), ("v-half", "v"), ("dualpipev", "v"),
+                                       ("dualpipe", "dual")])
+def test_program_text_reads_back_under_its_own_placement(tmp_path, name, kind) -> None:
+    """A program text ``generate`` wrote reads back under the placement its ops run under
+    (no ``--placement``), and simulates to the same makespan."""
+    from schedsim import lower
+    from schedsim.scenario import load_program_file
+
+    prog = generate(name, 4, 8)
+    prog = prog if isinstance(prog, Program) else lower(prog)
+    path = tmp_path / f"{name}.txt"
+    path.write_text(prog.to_text())
+    again = load_program_file(path)
+    assert again.placement.kind == kind and again.placement == prog.placement
+    comm = CommModel(semantics="rendezvous")
+    assert simulate(again, comm=comm).makespan == simulate(prog, comm=comm).makespan
+
+
+def test_an_op_out_of_every_placement_is_named() -> None:
+    """Ops that no placement puts where the text has them: the loop placement's check
+    names the first one."""
+    with pytest.raises(ProgramError, match=r"\(1F0\): stage 1 \(mb 0\) runs on rank 1 under "
+                                           r"loop placement, not on rank 0"):
+        simulate(program_from_rows(parse_program_text("1F0\n0F0\n"), None, microbatches=2),
+                 comm=CommModel())
+
+
 def test_compute_only_text_is_lowered() -> None:
     prog = program_from_rows(parse_program_text("0F0 0F1\n1F0 1F1\n"), "loop")
     assert prog.has_comm()

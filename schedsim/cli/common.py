@@ -318,7 +318,8 @@ ScheduleFileOpt = Annotated[Optional[Path], typer.Option(
 StagesOpt = Annotated[Optional[int], typer.Option(
     "--stages", help="Number of stages (with --program / --schedule-file).")]
 PlacementOpt = Annotated[Optional[str], typer.Option(
-    "--placement", help="loop | v | dual (with --program / --schedule-file).")]
+    "--placement", help="loop | v | dual (with --program / --schedule-file; a program "
+    "text's default: the one its ops run under).")]
 
 
 def _flag_decls(flag: str) -> str | None:

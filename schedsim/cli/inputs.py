@@ -107,7 +107,7 @@ def timeline_input(path: Path, flags: dict[str, Any]) -> TimelineInput:
         from schedsim.scenario import load_program_file
 
         pl = flags.get("placement") or (tl.placement if tl.placement != "custom" else None)
-        prog = load_program_file(flags["program"], pl or "loop", ranks=tl.ranks,
+        prog = load_program_file(flags["program"], pl, ranks=tl.ranks,
                                  stages=flags.get("stages") or tl.stages,
                                  microbatches=tl.microbatches)
     elif getattr(tl, "program", None):

@@ -58,7 +58,7 @@ PlanMemOpt = Annotated[Optional[float], typer.Option(
 TopOpt = Annotated[int, typer.Option("--top", help="How many of the best to print.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option(
     "--out", "-o", help="Stream every simulated candidate to this .jsonl or .csv file as "
-    "it finishes (--resume continues from it).")]
+    "it finishes (--resume continues from it; - streams JSON lines to stdout).")]
 ResumeOpt = Annotated[bool, typer.Option(
     "--resume", help="Keep the candidates already in --out; simulate only the others.")]
 GanttOpt = Annotated[Optional[Path], typer.Option(
@@ -114,7 +114,7 @@ class PlanOptions:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @options_record(PlanOptions)
 def plan(o: PlanOptions) -> None:
     """The best parallel layout and schedule for a model on N GPUs.
@@ -190,8 +190,8 @@ def _check_outputs(out: Path | None, resume: bool, *figures: Path | None) -> Non
     from schedsim.cli.outputs import check_outputs
     from schedsim.plan.rows import check_out
 
-    if resume and out is None:
-        raise ScenarioError("--resume needs --out (the file of the sweep to continue)")
+    if resume and (out is None or str(out) == "-"):
+        raise ScenarioError("--resume needs --out FILE (the file of the sweep to continue)")
     if out is not None:
         check_out(out)
     from schedsim.util.files import claim_output
@@ -254,13 +254,9 @@ def layout_text(r: Any) -> str:
 
 
 def _table(t: Table) -> None:
-    """Print a table whole: at the terminal's width, or 160 columns into a file or pipe."""
-    if console.is_terminal:
-        console.print(t)
-    else:
-        from rich.console import Console
-
-        Console(width=160, emoji=False).print(t)
+    """Print a table whole (off a terminal the console prints whole rows), or keep it for
+    ``--format csv|json`` (:mod:`schedsim.cli.tables`)."""
+    console.print(t)
 
 
 def _peaks(gib: list[float]) -> str:

@@ -8,6 +8,7 @@ and flushed; a last line cut short by a kill is dropped when the file is resumed
 row carries the sweep's identity (model, GPUs, sequence, batch, comm settings), so
 ``--resume`` refuses a file written by another sweep. Floats are written with
 ``repr`` (JSON) or ``repr`` in CSV, so a resumed row has exactly the figures it had.
+An ``--out`` of ``-`` streams the JSON lines to stdout (nothing to resume from).
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def check_out(path: Path) -> None:
     written. Raises :class:`ScenarioError`."""
     from schedsim.util.files import check_output_path
 
+    if str(path) == "-":            # JSON lines on stdout
+        return
     if path.suffix.lower() not in OUT_FORMATS:
         raise ScenarioError(f"{path}: --out writes "
                             + " or ".join(f"{k} ({v})" for k, v in OUT_FORMATS.items())
@@ -112,6 +115,7 @@ class RowStream:
     def __init__(self, path: Path, identity: dict[str, Any]) -> None:
         self.path = Path(path)
         self.identity = identity
+        self.stdout = str(path) == "-"          # JSON lines on stdout
         self.csv = self.path.suffix.lower() == ".csv"
         self._f: Any = None
         self.rows = 0           # rows in the file (kept and new)
@@ -119,7 +123,12 @@ class RowStream:
     def open(self, kept: list[PlanRow]) -> "RowStream":
         """Start the file anew with the ``kept`` rows (a resumed file loses only a cut
         last line)."""
-        self._f = open(self.path, "w", newline="", encoding="utf-8")
+        if self.stdout:
+            import sys
+
+            self._f = sys.stdout
+        else:
+            self._f = open(self.path, "w", newline="", encoding="utf-8")
         if self.csv:
             self._f.write(",".join(_csv_columns()) + "\r\n")
         for r in kept:
@@ -143,7 +152,8 @@ class RowStream:
 
     def close(self) -> None:
         if self._f is not None:
-            self._f.close()
+            if not self.stdout:
+                self._f.close()
             self._f = None
 
     def abandon(self) -> None:
@@ -151,7 +161,7 @@ class RowStream:
         nothing finished) is removed rather than left empty; one with rows stays for
         ``--resume``."""
         self.close()
-        if self.rows == 0:
+        if self.rows == 0 and not self.stdout:
             self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> "RowStream":

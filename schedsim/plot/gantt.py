@@ -39,6 +39,7 @@ from schedsim.plot.boxes import (
     span_boxes,
 )
 from schedsim.plot.layout import DPI, LEFT_PX, RIGHT_PX, Layout, fit_title, plan
+from schedsim.plot.stuck import draw_stuck, rank_fontsize, with_stuck_room
 from schedsim.plot.style import (
     ARROW_READY,
     ARROW_WAITED,
@@ -126,38 +127,15 @@ def _rows_of(bx: Boxes, stalls: Sequence[Any], ranks: Sequence[int]
                  if st.rank in row]
 
 
-def _draw_stuck(ax: Axes, tl: Timeline, ranks: Sequence[int], n: int,
-                window: tuple[float, float], fontsize: float) -> int:
-    """Where each blocked rank of a deadlocked ``tl`` is stuck: a red bar at the time it
-    blocked and the instruction it waits at (gids ``deadlock``, ``deadlock-label``);
-    returns how many ranks were marked."""
-    row = {r: i for i, r in enumerate(ranks)}
-    done = 0
-    t0, t1 = window
-    for b in (tl.deadlock.blocked if tl.deadlock is not None else []):
-        if b.rank not in row or not t0 <= b.since <= t1:
-            continue
-        y = n - 1 - row[b.rank]
-        ax.plot([b.since, b.since], [y + PAD, y + 1 - PAD], color=ARROW_WAITED, lw=2.4,
-                solid_capstyle="butt", zorder=6, gid="deadlock")
-        right = b.since > t0 + 0.6 * (t1 - t0)
-        ax.text(b.since, y + 0.5, f"{' ' if not right else ''}stuck at {b.instruction} "
-                f"(instr {b.index}){' ' if right else ''}", ha="right" if right else "left",
-                va="center", fontsize=fontsize, color=ARROW_WAITED, zorder=6,
-                clip_on=True, gid="deadlock-label",
-                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
-                      "alpha": 0.85})
-        done += 1
-    return done
-
-
 @dataclass(frozen=True)
 class Band:
     """What one axes of a Gantt chart shows. ``px_size``: the axes' size in pixels (where
     microbatch numbers fit, how dense arrows are); ``window``: the time range (default
     ``(0, xmax or makespan)``); ``ranks``: only these ranks, in this order (no arrows
     then); ``nchunks``: shade and hatch chunks as for this many (several charts of one
-    figure alike); ``time_labels``: label the time axis."""
+    figure alike); ``time_labels``: label the time axis; ``integral``: a slot axis
+    (``T0, T1, ...``) or a plain one (None: slots when every box is on whole numbers;
+    several charts of one time axis alike)."""
 
     px_size: tuple[float, float]
     window: tuple[float, float] | None = None
@@ -165,6 +143,7 @@ class Band:
     ranks: Sequence[int] | None = None
     nchunks: int | None = None
     time_labels: bool = True
+    integral: bool | None = None
 
 
 def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
@@ -188,12 +167,13 @@ def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
         bx_all, stalls = _rows_of(bx_all, stalls, shown)
         arrows, highlight = False, ()
     end = max(xmax if xmax is not None else tl.makespan, 1e-9)
+    px_row = px_size[1] / max(n, 1)
+    fs = rank_fontsize(px_row, ax.figure.dpi)
     t0, t1 = window if window is not None else (0.0, end)
-    integral = boxes_integral(bx_all)
+    integral = boxes_integral(bx_all) if band.integral is None else band.integral
     nch = max(band.nchunks or 1, _nchunks(bx_all))
     info.nchunks = nch
     px_x = px_size[0] / max(t1 - t0, 1e-9)
-    px_row = px_size[1] / max(n, 1)
     bx = bx_all.select(in_window(bx_all, t0, t1))
     colors = box_colors(bx, nch)
     thin_edges = len(bx) and float(np.min(bx.x1 - bx.x0, initial=np.inf)) * px_x < 4
@@ -220,11 +200,10 @@ def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
     ax.set_xlim(t0, t1)
     ax.set_ylim(0, n)
     step = max(1, int(np.ceil(11.0 / max(px_row, 1e-9))))     # a label every >= 11 px
-    fs = max(5.5, min(9.0, px_row * 0.45 * 72 / ax.figure.dpi))
     ax.set_yticks([n - 1 - r + 0.5 for r in range(0, n, step)],
                   [f"rank {shown[r]}" for r in range(0, n, step)], fontsize=fs)
     if tl.deadlock is not None:
-        info.stuck = _draw_stuck(ax, tl, shown, n, (t0, t1), fs)
+        info.stuck = draw_stuck(ax, tl, shown, n, (t0, t1), fs, px_x)
     ax.tick_params(axis="y", length=0)
     time_axis(ax, tl, (t0, t1), integral, labels=band.time_labels, px=px_size[0])
     ax.set_facecolor(IDLE_COLOR)
@@ -428,6 +407,8 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
     n = tl.ranks if shown is None else len(shown)
     lay = _layout(tl, sub.select(in_window(sub, *win_t)), o.dpi, bool(memory), o.width,
                   o.wrap and not highlight, win_t, n)
+    if tl.deadlock is not None and o.window is None and lay.bands == 1:
+        lay = with_stuck_room(lay, tl, LEFT_PX + RIGHT_PX)
     mem_h = (lay.band_height * lay.dpi - n * lay.row_px - AXIS_PX) / lay.dpi if memory else 0
     gh = n * lay.row_px / lay.dpi
     top = 0.55 + (0.3 * len(highlight))

@@ -246,16 +246,19 @@ def gantt_stack(timelines: Sequence[Timeline], *, titles: Sequence[str] | None =
     plot_w = lay.width * lay.dpi - LEFT_PX - RIGHT_PX
     step = 2 if model is not None else 1
     nch = max(int(bx.chunk.max(initial=0)) + 1 for bx in bxs)    # one shading for all
+    # one kind of time axis for all (slots only when every chart's boxes are on slots)
+    integral = all(boxes_integral(bx) for bx in bxs) if shared_time else None
     for i, (ax, tl) in enumerate(zip(axes[::step], tls)):
         xmax = span_t if shared_time else tl.makespan
         px = (plot_w * xmax / span_t if not shared_time else plot_w,
               (heights[i] - 0.55) * lay.dpi)
-        got = draw_gantt(ax, tl, Band(px, xmax=xmax, nchunks=nch, time_labels=model is None),
-                         label_mb=label_mb, boxes=bxs[i])
+        got = draw_gantt(ax, tl, Band(px, xmax=xmax, nchunks=nch, time_labels=model is None,
+                                      integral=integral), label_mb=label_mb, boxes=bxs[i])
         if model is not None:
             axm = axes[2 * i + 1]
             draw_memory(axm, tl, model, xmax=xmax, legend=True)
-            time_axis(axm, tl, (0.0, xmax), boxes_integral(bxs[i]), px=plot_w)
+            time_axis(axm, tl, (0.0, xmax), boxes_integral(bxs[i]) if integral is None
+                      else integral, px=plot_w)
         info.merge(got)
         ax.set_title(wrap_title(titles[i] if titles else default_title(tl), lay.width, 9),
                      fontsize=9, loc="left")
@@ -268,8 +271,15 @@ def gantt_stack(timelines: Sequence[Timeline], *, titles: Sequence[str] | None =
     order = [("F (", "F chunk", "F direction"), ("B (", "B chunk", "B direction"),
              ("W (", "W chunk", "W direction"), ("BW (", "BW chunk", "BW direction"),
              ("FB",), ("chunk",), ("direction",), ("stall",), ("message",), ("idle",)]
-    ordered = sorted(union.values(), key=lambda h: next(
-        (i for i, o in enumerate(order) if h.get_label().startswith(o)), len(order)))
+    labels = set(union)
+    for lab in [x for x in labels if x.startswith("direction ")]:
+        twin = lab.replace("direction", "chunk", 1)    # the same shade: one entry for both
+        if twin in union:
+            union[twin].set_label(f"{twin} / {lab}")
+            del union[lab]
+    ordered = sorted(union.values(), key=lambda h: (next(
+        (i for i, o in enumerate(order) if h.get_label().startswith(o)), len(order)),
+        h.get_label()))
     add_legend(fig, ordered, lay.width, info.notes)
     return literal_text(fig)     # user text is drawn as is (schedsim.util.text)
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from schedsim.errors import ParseError, ScenarioError
+from schedsim.errors import ParseError, ScenarioError, ScheduleError
 from schedsim.program.ir import Placement, Program
 
 
-def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int | None = None,
+def load_program_file(path: str | Path, placement: str | None = None, *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
                       comm_policy: str | None = None,
                       policy_params: dict[str, Any] | None = None) -> Program:
-    """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement.
+    """Load a program text file (see :mod:`schedsim.program.tokens`) with the given placement
+    (None: the one its compute ops run under, :func:`infer_placement`).
 
     ``ranks`` defaults to the number of lines, ``stages`` to ranks (``2 x ranks`` for
     ``v``), ``microbatches`` to the largest microbatch used + 1. A program without any
@@ -41,7 +42,38 @@ def load_program_file(path: str | Path, placement: str = "loop", *, ranks: int |
                                  name=path.stem, policy_params=policy_params)
 
 
-def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None = None,
+def infer_placement(rows: list, ranks: int, stages: int | None = None,
+                    microbatches: int | None = None) -> str:
+    """The placement a program's compute ops run under: the first of ``loop``, ``v`` and
+    ``dual`` that puts every op's stage (and microbatch) on the rank whose line holds it
+    (``stages``/``microbatches`` None: each placement's defaults, as
+    :func:`program_from_rows`); ``loop`` when none does (whose check then names the
+    first op out of place). So a program ``generate`` wrote for a V-shape or DualPipe
+    schedule reads back without ``--placement``."""
+    from schedsim.program.ir import Compute
+
+    atoms = [(r, a.stage, a.mb) for r, row in enumerate(rows) for i in row
+             if isinstance(i, Compute) for a in i.op.atoms()]
+    if not atoms:
+        return "loop"
+    top_stage = max(s for _, s, _ in atoms)
+    m = microbatches or max(mb for _, _, mb in atoms) + 1
+    for kind in ("loop", "v", "dual"):
+        s = stages or (ranks * max(1, -(-(top_stage + 1) // ranks)) if kind == "loop"
+                       else 2 * ranks if kind == "v" else ranks)
+        if top_stage >= s or (kind == "dual" and m % 2):
+            continue
+        try:
+            pl = Placement(kind=kind, ranks=ranks, stages=s,
+                           microbatches=m if kind == "dual" else None)
+        except (ValueError, ScenarioError, ScheduleError):
+            continue
+        if all(pl.rank_of(st, mb) == r for r, st, mb in atoms):
+            return kind
+    return "loop"
+
+
+def program_from_rows(rows: list, placement: str | None = None, *, ranks: int | None = None,
                       stages: int | None = None, microbatches: int | None = None,
                       comm_policy: str | None = None, name: str = "custom",
                       policy_params: dict[str, Any] | None = None) -> Program:
@@ -55,6 +87,8 @@ def program_from_rows(rows: list, placement: str = "loop", *, ranks: int | None 
     check_program_size(name, ranks=max(ranks, len(rows)))
     if len(rows) != ranks:
         raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
+    if placement is None:
+        placement = infer_placement(rows, ranks, stages, microbatches)
     if placement not in ("loop", "v", "dual"):
         raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
     used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
