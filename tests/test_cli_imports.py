@@ -70,7 +70,7 @@ def test_small_simulate_imports_what_it_uses() -> None:
     assert not _loaded(mods, ("matplotlib", "networkx", "numba", "torch", "bokeh"))
     assert not _within(mods, ("typer.rich_utils", "rich.markdown", "schedsim.workload",
                               "schedsim.plot", "schedsim.cli.replay", "schedsim.cli.compare",
-                              "schedsim.analysis.graph"))
+                              "schedsim.cli.render", "schedsim.analysis.graph"))
 
 
 def test_command_module_table_matches_the_registrations() -> None:
