@@ -376,7 +376,7 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
     naming the bad key or value."""
     from pydantic import ValidationError
 
-    from schedsim.errors import SchedsimError
+    from schedsim.errors import SchedsimError, Stopped
     from schedsim.util.validation import format_validation
     from schedsim.util.suggest import did_you_mean
 
@@ -392,5 +392,7 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
         raise ScenarioError(format_validation(e, source, Workload)) from None
+    except Stopped:
+        raise           # a stop signal is the user's, never the input's error
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
