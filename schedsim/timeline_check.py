@@ -176,6 +176,7 @@ class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, s
     static_bytes: list[float] = Field(default_factory=list)
     recv_bytes: list[float] = Field(default_factory=list)
     stage_held: list[list[float]] | None = None
+    peak_reserved_bytes: list[float] | None = None
 
 
 class _Extras(BaseModel):         # the extra fields analyses, figures and commands read

@@ -125,29 +125,51 @@ def test_wait_matched_latency_closed_form():
 
 
 def test_fit_steps_latency_reproduces_the_steps_makespan():
-    """The contended merge: op means over every step's durations, and the link latency
-    fitted so that the simulated program takes the steps' median makespan: on simulated
-    steps (latency 0.5 ms, stage 1's F 1, 3 and 3 ms) the means (F 7/3) fall short of
-    the median step (F 3); the fitted latency, above the waits' 0.5, gives its makespan,
-    the spread line says so, and the cost file holds it."""
+    """The contended merge: each op cost the median over the steps of the step's mean,
+    and the link latency fitted so that the simulated program takes the steps' median
+    makespan. Simulated steps (latency 0.5 ms) whose stage 1 F takes 1, 3, 1, 3 ms
+    (mean 2) in two steps and 5 ms throughout in a third (a step-long pause): F is 2,
+    not the mean of every duration (3); the makespans are 26, 26 and 37 ms; a constant F
+    of 2 loses less at the cross-rank waits than the scattered one, so the fitted
+    latency (0.75) is above the waits' 0.5 and gives the median step's 26 ms; the spread
+    line says so, and the cost file holds it."""
     from schedsim.replay.contended import fit_steps
 
     prog = build_program("1f1b", 2, 4)
     steps = []
-    for f1 in (1.0, 3.0, 3.0):
-        sim = simulate(prog, CostModel(F=1, B=2, W=1, unit="ms", stage={1: {"F": f1}}),
+    for f1 in ([1.0, 3.0, 1.0, 3.0], [1.0, 3.0, 1.0, 3.0], [5.0] * 4):
+        over = [dict(stage=1, mb=i, kind="F", cost=c) for i, c in enumerate(f1)]
+        sim = simulate(prog, CostModel(F=1, B=2, W=1, unit="ms", overrides=over),
                        LinkModel(latency=0.5), CommModel(semantics="rendezvous"))
         steps.append(json.loads(dressed(sim).to_json()))
     sf = fit_steps(steps, prog)
-    assert sf.fit.stages[1]["F"] == pytest.approx(7 / 3)
-    target = sorted(s["makespan"] for s in steps)[1]
+    assert sf.fit.stages[1]["F"] == pytest.approx(2.0)
+    assert sorted(s["makespan"] for s in steps) == pytest.approx([26.0, 26.0, 37.0])
     lat = sf.fit.link()[0]
     pred = simulate(prog, sf.fit.cost_model(), sf.fit.link_model(),
                     sf.fit.comm_model("rendezvous"))
-    assert sf.fitted and pred.makespan == pytest.approx(target, rel=1e-5)
-    assert sf.waits_latency == pytest.approx(0.5) and lat > 0.5 + 1e-3
-    assert f"fitted to the steps' median makespan {target:.4g}" in sf.spread_lines()[-1]
+    assert sf.fitted and pred.makespan == pytest.approx(26.0, rel=1e-5)
+    assert sf.waits_latency == pytest.approx(0.5) and lat == pytest.approx(0.75, rel=1e-4)
+    assert "fitted to the steps' median makespan 26 ms" in sf.spread_lines()[-1]
     assert f"latency = {lat!r}" in sf.to_toml()
+
+
+def test_merge_fits_takes_the_median_step_mean_of_launch_and_host_costs():
+    """Launch and host cost of the merge: the median over the steps of each step's own
+    mean (a step with a long pause does not move them); every launch is kept."""
+    from dataclasses import replace
+
+    from schedsim.replay.contended import merge_fits
+    from schedsim.replay.fit import TimelineFit
+
+    base = TimelineFit(unit="ms", stages={}, message_bytes=0.0, samples=[], launches=[])
+    fits = [replace(base, launches=ls, host_cost=h) for ls, h in
+            (([0.1, 0.3], 0.02), ([0.2, 0.2], 0.03), ([5.0, 7.0], 9.0))]
+    m = merge_fits(fits)
+    assert m.launch_cost() == pytest.approx(0.2) and m.host_cost == pytest.approx(0.03)
+    assert sorted(m.launches) == [0.1, 0.2, 0.2, 0.3, 5.0, 7.0]
+    assert "launch_cost = 0.2   # ms per launch (median of the steps' means; 6 launches)" \
+        in m.to_toml()
 
 
 def test_exact_calibration_reproduces_a_run():

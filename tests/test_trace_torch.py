@@ -36,7 +36,8 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    """One profiled step of each schedule (and of Schedule1F1B), recorded once."""
+    """One profiled step of each schedule (and of Schedule1F1B), recorded once (after the
+    recorder's warm-up steps: ``ProfilerStep#1``)."""
     root = tmp_path_factory.mktemp("torch-traces")
     return record(root, [(name, m, v) for name, (m, v, *_) in RUNS.items()]
                   + [("Schedule1F1B", 2, 1), ("ScheduleDualPipeV", 4, 2),
@@ -55,6 +56,11 @@ def test_real_traces_import_paired(traces, name):
         assert msg.start == max(msg.send_posted, msg.recv_posted) <= msg.arrival
     assert len(tl.spans) == 2 * v * m * (3 if "ZeroBubble" in name else 2)
     assert tl.semantics == "gloo"
+    for f in traces[name]:      # the profiler's warm-up step (#0) was traced and dropped
+        steps = [e["name"] for e in json.loads(f.read_text())["traceEvents"]
+                 if str(e.get("name", "")).startswith("ProfilerStep#")]
+        assert steps == ["ProfilerStep#1"]
+    assert import_traces(traces[name], step=1).makespan == pytest.approx(tl.makespan)
 
 
 #: V-placed runs: (microbatches, schedsim generator, its kw)

@@ -1,6 +1,7 @@
 """Real torch.distributed.pipelining runs recorded with torch.profiler, for the trace
-tests: 2 gloo processes, a tiny MLP per stage, one warm-up step, then one profiled step;
-each rank writes ``rank{r}.json`` (``export_chrome_trace``).
+tests: 2 gloo processes, a tiny MLP per stage, :data:`WARMUP` warm-up steps (the last
+of them profiled into a trace that is thrown away), then the profiled step(s); each rank
+writes ``rank{r}.json`` (``export_chrome_trace``).
 
 Run as a script (``python tests/torch_traces.py OUT HIDDEN SCHEDULE:M:V ...``) or
 through :func:`record`, which starts it in a subprocess with a timeout and records every
@@ -23,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 WORLD = 2
+#: steps before the recorded ones: the first steps of a schedule and the first profiled
+#: step of a process are slow (measured, 2 gloo ranks at real-time priority: step 1 of
+#: Interleaved1F1B 26-37 ms, steps 2-3 up to 40, then 11-17 ms; the first profiled step
+#: 33 ms against 17-23 after it), so the last warm-up step runs under a profiler whose
+#: trace is dropped
+WARMUP = 3
 
 
 def _sleep_layer(seconds: float):
@@ -45,7 +52,7 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
     import torch.distributed as dist
     import torch.nn as nn
     from torch.distributed.pipelining import PipelineStage, schedules as S
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule as every
 
     cls = getattr(S, sched)
     multi = issubclass(cls, S.PipelineScheduleMulti)
@@ -70,19 +77,16 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
         sch.step(*((x,) if first else ()), target=t if last else None,
                  losses=[] if last else None)
 
-    step()
+    for _ in range(WARMUP - 1):
+        step()
     dist.barrier()
-    if steps == 1:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # the profiler's warm-up step traces and is dropped; the recorded steps follow it at
+    # once, each rank's beginning when its previous step ended, as in training
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=every(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        for _ in range(steps + 1):
             step()
-    else:       # several profiled steps in one trace: ProfilerStep#1, #2, ...
-        from torch.profiler import schedule as every
-
-        with profile(activities=[ProfilerActivity.CPU],
-                     schedule=every(wait=0, warmup=0, active=steps, repeat=1)) as prof:
-            for _ in range(steps):
-                step()
-                prof.step()
+            prof.step()
     out.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out / f"rank{rank}.json"))
     dist.barrier()

@@ -60,14 +60,17 @@ def print_workload(res: Any) -> None:
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
         f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
         f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
+    rp = res.peak_reserved_bytes
     for col in ("rank", "params", "grads", "optimizer", "fsdp", "held", "recv",
-                "activations", "peak", "at ms", "headroom"):
+                "activations", "peak", *(("reserved",) if rp else ()), "at ms", "headroom"):
         t.add_column(col, justify="right")
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
+        top = rp[r] if rp else m.peak          # the headroom of what runs out
         t.add_row(str(r), *(f"{x / GiB:.2f}" for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
-            m.peak_activations, m.peak)), f"{m.peak_at:.1f}", f"{(res.hbm_bytes - m.peak) / GiB:.2f}")
+            m.peak_activations, m.peak, *((rp[r],) if rp else ()))), f"{m.peak_at:.1f}",
+            f"{(res.hbm_bytes - top) / GiB:.2f}")
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -75,8 +78,10 @@ def print_workload(res: Any) -> None:
 def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     """``schedsim memory`` of a workload's timeline (True; False when ``tl`` has no byte
     model): per rank the static bytes, the peak activations, the peak and when, the
-    headroom against HBM (GiB); ``json_out`` gets the bytes and the curves (``[ms,
-    bytes of activations]`` points)."""
+    caching allocator's reserved peak where the workload carries it
+    (``peak_reserved_bytes``), the headroom against HBM of what runs out (reserved,
+    else the peak) (GiB); ``json_out`` gets the bytes and the curves (``[ms, bytes of
+    activations]`` points)."""
     from rich.table import Table
     from schedsim.analysis.memory import workload_memory
 
@@ -84,6 +89,7 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     if mem is None:
         return False
     hbm = float(tl.workload["hbm_bytes"])
+    rp = tl.workload.get("peak_reserved_bytes")
     if json_out is not None:
         from schedsim.util.files import atomic_write_text
 
@@ -92,24 +98,31 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
             "ranks": [{"rank": r, "static": m.static, "held": m.held,
                        "peak_activations": m.peak_activations,
                        "peak": m.peak, "peak_at_ms": m.peak_at,
+                       **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
     t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
                                 f"{tl.workload['gpu']} (GiB)"))
-    for col in ("rank", "static", "held", "activations", "peak", "at ms", "headroom"):
+    for col in ("rank", "static", "held", "activations", "peak",
+                *(("reserved",) if rp else ()), "at ms", "headroom"):
         t.add_column(col, justify="right")
     for r, m in enumerate(mem):
+        top = rp[r] if rp else m.peak
         t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.held / GiB:.2f}",
-                  f"{m.peak_activations / GiB:.2f}",
-                  f"{m.peak / GiB:.2f}", f"{m.peak_at:.1f}", f"{(hbm - m.peak) / GiB:.2f}")
+                  f"{m.peak_activations / GiB:.2f}", f"{m.peak / GiB:.2f}",
+                  *((f"{rp[r] / GiB:.2f}",) if rp else ()), f"{m.peak_at:.1f}",
+                  f"{(hbm - top) / GiB:.2f}")
     console.print(t)
     worst = max(m.peak for m in mem)
-    verdict = "fits" if worst <= hbm else "does NOT fit"
+    top = max(rp) if rp else worst
+    verdict = "fits" if top <= hbm else "does NOT fit"
+    reserved = f", {max(rp) / GiB:.1f} reserved (the caching allocator's)" if rp else ""
     console.print(f"static: parameters, gradients, optimizer states, FSDP copies and P2P "
                   f"receive buffers; held: what a stage keeps between its first and last "
                   f"op (torchtitan's FSDP copies, retained outputs) at the peak; "
                   f"activations per the recompute policy (Korthikanti et al. 2022); peak "
-                  f"{worst / GiB:.1f} of {hbm / GiB:.0f} GiB HBM: {verdict}", highlight=False)
+                  f"{worst / GiB:.1f}{reserved} of {hbm / GiB:.0f} GiB HBM: {verdict}",
+                  highlight=False)
     return True
 
 
@@ -199,7 +212,8 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
     (or ``names``) simulated on the workload, each with the stages per rank its
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
-    one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank; a schedule whose
+    one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
+    reserved GiB where the workload's allocator is ``caching``); a schedule whose
     sizes or layers do not fit is skipped with the reason."""
     from rich.table import Table
     from schedsim.sweep import compare_workload_schedules
@@ -216,15 +230,23 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     t = Table(title=rich_escape(f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, "
                                 f"pp {w.pp}, dp {w.data_parallel}, {w.microbatches} "
                                 f"microbatches, {semantics} semantics"))
+    reserved = any(r.peak_reserved_bytes for _, r in rows)
     for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
-                "peak GiB", "fits"):
+                "peak GiB", *(("reserved GiB",) if reserved else ()), "fits"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
+
+    def span(xs: list[float] | None) -> str:
+        if not xs:
+            return "-"
+        lo, hi = min(xs) / GiB, max(xs) / GiB
+        return f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05 else f"{hi:.1f}"
+
     for n, r in rows:
-        lo, hi = min(r.peak_memory_bytes) / GiB, max(r.peak_memory_bytes) / GiB
         t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
                   f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
-                  f"{r.bubble_ratio:.3f}", f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05
-                  else f"{hi:.1f}", "yes" if r.fits else "NO")
+                  f"{r.bubble_ratio:.3f}", span(r.peak_memory_bytes),
+                  *((span(r.peak_reserved_bytes),) if reserved else ()),
+                  "yes" if r.fits else "NO")
     console.print(t)
     for n, why in skipped.items():
         console.print(f"skipped {n}: {rich_escape(why)}", highlight=False, soft_wrap=True)

@@ -12,12 +12,18 @@ measured under the contention of the run; each step is fitted like a measured ti
 (:func:`schedsim.replay.fit.fit_timeline`: op medians, wait-matched link, launches, host
 time per instruction) and the steps are merged (:func:`merge_fits`):
 
-- op cost of each stage and kind: the mean of its durations in every step (over 5
-  steps of 8 microbatches, 40 samples: the mean, which gets each rank's summed compute
-  right on shared cores where an op's durations have a heavy tail, is then stable;
-  one step's fit takes the median, :mod:`schedsim.replay.fit`);
+- op cost of each stage and kind: the **median over the steps of each step's mean**
+  of its durations (the mean within a step gets each rank's summed compute right on
+  shared cores, where an op's durations have a heavy tail; one step's fit takes the
+  median, :mod:`schedsim.replay.fit`); launch cost and host cost likewise: the median
+  over the steps of each step's mean. The median over steps because a whole step can
+  be hit by one long pause (at real-time priority the kernel's real-time throttling
+  stops the ranks for about 50 ms once a second: 2 of 5 Interleaved1F1B steps of 17 ms
+  took 65 and 67 ms), which the mean of every step's durations spread over the costs:
+  the program simulated with them took more than the steps' median makespan even
+  without link latency, and predicted another run's median step +76% (the median
+  over the steps: +10.6%);
 - link: every step's samples together (wait matching per size, as in one step);
-- launch cost: every launch of every step (their mean); host cost: the steps' mean.
 
 Then the **link latency is fitted to the steps' makespans** (:func:`fit_latency`): the
 latency for which the program simulated with the merged costs takes the calibration
@@ -48,18 +54,23 @@ from schedsim.timeline import Timeline
 
 
 def merge_fits(fits: list[TimelineFit]) -> TimelineFit:
-    """One :class:`TimelineFit` of several steps' fits (module docstring)."""
+    """One :class:`TimelineFit` of several steps' fits (module docstring): each cost the
+    median over the steps of the step's own mean; every duration, message sample and
+    launch kept."""
     per: dict[tuple[int, str], list[float]] = {}
     for f in fits:
         for key, v in f.durations.items():
             per.setdefault(key, []).extend(v)
     stages: dict[int, dict[str, float]] = {}
-    for (s, k), v in sorted(per.items()):
-        stages.setdefault(s, {})[k] = statistics.fmean(v)
+    for (s, k) in sorted(per):
+        stages.setdefault(s, {})[k] = statistics.median(
+            statistics.fmean(f.durations[(s, k)]) for f in fits if f.durations.get((s, k)))
+    launched = [f.launch_cost() for f in fits if f.launches]
     return replace(fits[0], stages=stages, durations=per,
                    samples=[x for f in fits for x in f.samples],
                    launches=[x for f in fits for x in f.launches],
-                   host_cost=statistics.fmean(f.host_cost for f in fits),
+                   launch=statistics.median(launched) if launched else None,
+                   host_cost=statistics.median(f.host_cost for f in fits),
                    source=f"{fits[0].source}; {len(fits)} contended calibration steps")
 
 

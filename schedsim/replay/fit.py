@@ -9,8 +9,9 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
   part's stage), the median of the span durations over microbatches (ms); the global
   F/B/W/BW are the means over the stages that ran the kind. In one step the median:
   a stall (a rank losing the CPU for 10-20 ms inside one op) in one of 4 microbatches
-  would be spread over all 4 by the mean, onto the critical path (the shipped GPipe
-  trace: +36% with the mean, +9% with the median). The durations are kept
+  would be spread over all 4 by the mean, onto the critical path (a GPipe trace
+  recorded under contention: +36% with the mean, +9% with the median; the shipped one,
+  recorded at real-time priority: -0.4% and -9.2%, docs/traces.md). The durations are kept
   (``durations``): the contended calibration merges several steps with their mean
   (:func:`schedsim.replay.contended.merge_fits`);
 - **link** (contended: the run's own messages, moving while both hosts computed),
@@ -40,8 +41,10 @@ format of :mod:`schedsim.replay.calibrate`: ``[costs]``, ``[link]``, ``[comm]``;
   run itself, so contended as the run was. Its samples are heavy-tailed (a rank that
   loses the CPU for 10-20 ms at one instruction): the mean gets each rank's summed host
   time about right, not where the long pauses fall. On the real torch traces of
-  ``docs/examples/traces`` it is 0.3 - 1.2 ms per instruction, 45-51% of the makespan
-  summed over a rank; without it the fitted model predicts them 40% short.
+  ``docs/examples/traces`` (recorded at real-time priority) it is 0.026 - 0.036 ms per
+  instruction, 14-18% of the makespan summed over a rank; without it the fitted model
+  predicts them 12% and 20% short (traces recorded while other processes ran: 0.3 -
+  1.2 ms, 45-51%, 40% short: mostly the ranks waiting for a CPU).
 
 With ``exact``, every op's own measured duration becomes a ``(stage, mb, kind)``
 override, every paired message's measured transfer a ``[[link.messages]]`` entry
@@ -101,6 +104,9 @@ class TimelineFit:
     #: :func:`schedsim.replay.contended.fit_latency`), replacing the wait-matched one
     latency: float | None = None
     durations: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    #: the launch cost set elsewhere (the contended calibration's median over its steps,
+    #: :func:`schedsim.replay.contended.merge_fits`), replacing the launches' mean
+    launch: float | None = None
 
     def link(self) -> tuple[float, float]:
         """``(latency, bandwidth)``: each size's wait-matched latency, fitted (module
@@ -114,6 +120,8 @@ class TimelineFit:
         return (lat if self.latency is None else self.latency), bw
 
     def launch_cost(self) -> float:
+        if self.launch is not None:
+            return self.launch
         return statistics.fmean(self.launches) if self.launches else 0.0
 
     def cost_model(self) -> CostModel:
@@ -164,8 +172,10 @@ class TimelineFit:
             lines += ["", "[[link.messages]]",
                       f'kind = "{t.kind}"\nstage = {t.stage}\nmb = {t.mb}\ntime = {t.time!r}'
                       + ("" if t.send is None else f"\nsend = {t.send!r}")]
+        how = (f"mean of {len(self.launches)}" if self.launch is None else
+               f"median of the steps' means; {len(self.launches)} launches")
         lines += ["", "[comm]", f"launch_cost = {toml_number(self.launch_cost())}   # ms "
-                  f"per launch (mean of {len(self.launches)})",
+                  f"per launch ({how})",
                   f"host_cost = {toml_number(self.host_cost)}   # ms before each "
                   "instruction (mean)"]
         for x in self.host:

@@ -48,19 +48,34 @@ POLL_S = 0.02
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def realtime() -> bool:
+    """Whether this process runs at a real-time priority (``SCHED_FIFO``/``SCHED_RR``,
+    inherited by the ranks it starts): then no ordinary process can take the ranks'
+    cores, whatever the load."""
+    get = getattr(os, "sched_getscheduler", None)
+    try:
+        return get is not None and get(0) in (os.SCHED_FIFO, os.SCHED_RR)
+    except OSError:
+        return False
+
+
 def contention(procs: int) -> str:
     """Why measured times will include waiting for a CPU, or "": more processes than
-    CPUs (``os.cpu_count``), or a 1-minute load average above the CPUs the run leaves
-    free (other processes compete for the cores)."""
+    CPUs (``os.cpu_count``), or, unless this process runs at a real-time priority
+    (:func:`realtime`), a 1-minute load average above the CPUs the run leaves free
+    (other processes compete for the cores; ``nice`` does not keep them off when the
+    kernel groups processes by session, ``/proc/sys/kernel/sched_autogroup_enabled``:
+    docs/traces.md, separate runs)."""
     cpus = os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if procs > cpus:
         return (f"{procs} ranks on {cpus} CPUs: ranks share cores, so the measured times "
                 f"include waiting for a CPU (use at most {cpus} ranks, or a larger machine)")
-    if load > cpus - procs + 0.5:
+    if load > cpus - procs + 0.5 and not realtime():
         return (f"load average {load:.1f} on {cpus} CPUs before starting {procs} ranks: "
                 f"other processes compete for the cores, so the measured times include "
-                f"waiting for a CPU and vary from run to run")
+                f"waiting for a CPU and vary from run to run (nice does not prevent it; "
+                f"as root, 'chrt -f 1 schedsim ...' does)")
     return ""
 
 

@@ -252,11 +252,13 @@ def _workload_html(tl: Timeline) -> str:
     if not isinstance(w, dict):
         return ""
     peak = max(w["peak_memory_bytes"]) / 2 ** 30
+    rp = w.get("peak_reserved_bytes")
+    reserved = (f" allocated, <b>{max(rp) / 2 ** 30:.1f} GiB</b> reserved," if rp else "")
     fit = "fits" if w["fits"] else "does NOT fit"
     return (f"<p class='big'><b>step {w['step_ms']:.1f} ms</b> (makespan "
             f"{w['makespan_ms']:.1f} + step boundary {w['step_boundary_ms']:.1f}) &nbsp; "
             f"<b>{w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU</b> &nbsp; <b>MFU "
-            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{peak:.1f} GiB</b> of "
+            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{peak:.1f} GiB</b>{reserved} of "
             f"{w['hbm_bytes'] / 2 ** 30:.0f} ({fit}) &nbsp; {html.escape(w['model'])} on "
             f"{w['gpus']} x {html.escape(w['gpu'])}</p>")
 

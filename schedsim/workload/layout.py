@@ -115,7 +115,12 @@ class Workload(BaseModel):
     overlap of collectives with compute (``none``, ``domino``, ``fb``, ``megatron``;
     docs/stage-model.md). ``vocab_divisor``: the vocabulary is padded to a multiple of
     ``vocab_divisor x tp`` (Megatron-LM's ``--make-vocab-size-divisible-by``, 128; 1: no
-    padding, as torchtitan).
+    padding, as torchtitan). ``allocator``: ``caching`` also reports the reserved bytes
+    of torch's CUDA caching allocator per rank (:mod:`schedsim.workload.reserved`; what
+    torchtitan logs as its memory, and what runs out), ``expandable`` the same with
+    ``expandable_segments:True``, ``none`` the tensors' bytes alone;
+    unset: ``caching`` under ``framework = "torchtitan"``, ``none`` under ``megatron``
+    (whose own estimates count tensors).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False, defer_build=True)
@@ -152,6 +157,15 @@ class Workload(BaseModel):
     dropout: bool = False
     overlap: Overlap = "none"
     vocab_divisor: int = Field(default=128, ge=1)
+    allocator: Literal["caching", "expandable", "none"] | None = None
+
+    @property
+    def allocator_model(self) -> str:
+        """``allocator`` resolved (``caching`` | ``expandable`` | ``none``; class
+        docstring)."""
+        if self.allocator is not None:
+            return self.allocator
+        return "caching" if self.framework == "torchtitan" else "none"
 
     @field_validator("model", mode="before")
     @classmethod

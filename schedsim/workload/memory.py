@@ -197,10 +197,22 @@ def head_activations(m: ModelConfig, seq: int, mbs: int, tp: int, sp: bool,
     ``train.py`` @9dec370 ``del pred``) and the loss's fp32 (log-)softmax over the padded
     vocabulary shard. Not recomputed (Megatron and torchtitan checkpoint decoder layers
     only)."""
+    return sum(head_tensors(m, seq, mbs, tp, sp, e, divisor, keep_logits).values())
+
+
+def head_tensors(m: ModelConfig, seq: int, mbs: int, tp: int, sp: bool, e: float = 2.0,
+                 divisor: int = 128, keep_logits: bool = True) -> dict[str, float]:
+    """:func:`head_activations` tensor by tensor (name -> bytes, in the forward's order:
+    the final norm's input, the head's gathered input, the logits, the loss's fp32
+    log-softmax); ``logits`` is absent without ``keep_logits``."""
     T = float(seq * mbs)
     h = m.hidden_size
     V = padded_vocab(m, tp, divisor)
-    return T * (h * e / (tp if sp else 1) + h * e + V / tp * (e * keep_logits + 4.0))
+    out = {"final norm input": T * h * e / (tp if sp else 1), "head input": T * h * e}
+    if keep_logits:
+        out["logits"] = T * V / tp * e
+    out["log-softmax"] = T * V / tp * 4.0
+    return out
 
 
 def loss_backward_bytes(m: ModelConfig, seq: int, mbs: int, tp: int, divisor: int = 128
@@ -222,8 +234,25 @@ def loss_backward_bytes(m: ModelConfig, seq: int, mbs: int, tp: int, divisor: in
     The ``.float()``'s backward then casts to bf16 (``4 N + 2 N``, below either). The
     forward's transient (the fp32 copy, and under loss parallel the shifted logits and
     their ``exp``, ``8 N`` beyond what it keeps) is smaller, so the backward's is the peak."""
+    return sum(loss_backward_tensors(m, seq, mbs, tp, divisor))
+
+
+def loss_backward_tensors(m: ModelConfig, seq: int, mbs: int, tp: int, divisor: int = 128
+                          ) -> list[float]:
+    """:func:`loss_backward_bytes` tensor by tensor (bytes, in allocation order): three
+    fp32 tensors of the vocabulary shard under loss parallel (``tp > 1``), two
+    without."""
     n = float(seq * mbs) * padded_vocab(m, tp, divisor) / tp
-    return n * (12.0 if tp > 1 else 8.0)
+    return [4.0 * n] * (3 if tp > 1 else 2)
+
+
+def loss_forward_tensors(m: ModelConfig, seq: int, mbs: int, tp: int, divisor: int = 128
+                         ) -> list[float]:
+    """The loss forward's fp32 transients beyond what it keeps (bytes; the forward's
+    transient of :func:`loss_backward_bytes`): the ``.float()`` copy, and under loss
+    parallel the shifted logits' ``exp`` (``8 N``); the copy alone without (``4 N``)."""
+    n = float(seq * mbs) * padded_vocab(m, tp, divisor) / tp
+    return [4.0 * n] * (2 if tp > 1 else 1)
 
 
 def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: float,
@@ -247,6 +276,14 @@ def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: 
     in, fc1 ``up x f / tp`` out and ``h`` in, fc2 ``h`` out and ``f / tp`` in; and the
     core attention's backward, its output gradient and the Q, K, V gradients at every
     query head (``repeat_kv``); MoE layers with ``topk x`` the expert size as ``f``."""
+    return sum(gemm_gradient_tensors(m, layer, tokens, tp, e, fp8)) + weight_grads
+
+
+def gemm_gradient_tensors(m: ModelConfig, layer: int, tokens: float, tp: int, e: float,
+                          fp8: bool) -> list[float]:
+    """The gradients in flight at the largest op of :func:`layer_backward_bytes` (bytes,
+    in allocation order): its output gradient, with fp8 GEMMs that gradient's e5m2 cast,
+    and its input gradient(s)."""
     h, a, g = m.hidden_size, m.num_attention_heads, m.kv_heads
     d_qk = d_v = m.kv_channels
     if m.mla:
@@ -254,12 +291,13 @@ def layer_backward_bytes(m: ModelConfig, layer: int, tokens: float, tp: int, e: 
         d_v, g = m.v_head_dim or m.kv_channels, a
     f = m.topk * m.moe_ffn if m.is_moe_layer(layer) else m.intermediate_size
     up = 2 if m.gated else 1
-    cast = 1.0 + (1.0 / e if fp8 else 0.0)       # a GEMM's output gradient and its cast
-    ops = (((a * d_qk + g * d_qk + g * d_v) / tp * cast, h), (h * cast, a * d_v / tp),
-           (up * f / tp * cast, h), (h * cast, f / tp),
-           (a * d_v / tp, (2 * a * d_qk + a * d_v) / tp))    # SDPA: dO in, dQ dK dV out
-    worst = max(o + i for o, i in ops)
-    return tokens * worst * e + weight_grads
+    cast = 1.0 / e if fp8 else 0.0       # a GEMM's output gradient's e5m2 cast
+    # (output gradient, its cast, input gradient) per op, elements a token
+    ops = (((a * d_qk + g * d_qk + g * d_v) / tp, cast, h), (h, cast, a * d_v / tp),
+           (up * f / tp, cast, h), (h, cast, f / tp),
+           (a * d_v / tp, 0.0, (2 * a * d_qk + a * d_v) / tp))    # SDPA: dO in, dQ dK dV
+    o, c, i = max(ops, key=lambda x: x[0] * (1.0 + x[1]) + x[2])
+    return [x * tokens * e for x in (o, o * c, i) if x > 0]
 
 
 @dataclass(frozen=True)

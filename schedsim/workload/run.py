@@ -128,17 +128,41 @@ def _fb_parts(fl: Any, gi: Any, kind: Any, stage: Any) -> tuple[Any, Any]:
     return bkind, bstage
 
 
-def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
-    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs (:func:`_levels`; times
-    in ms)."""
+def _run_columns(cp: Compiled, st: RunState) -> tuple[Any, ...]:
+    """The op columns of the run ``(cp, st)`` (:func:`_levels`'s arguments after
+    ``ranks``)."""
     fl = cp.flat
     ran = np.flatnonzero(np.asarray(st.send) >= 0.0)
     gi = np.asarray(cp.span_gi)[ran]
     kind = fl.kind[gi].astype(np.int64)
     stage = fl.stage[gi].astype(np.int64)
     bkind, bstage = _fb_parts(fl, gi, kind, stage)
-    return _levels(d, cp.ranks, fl.rank_of_instr()[gi].astype(np.int64), kind, stage,
-                   bkind, bstage, np.asarray(st.sstart)[ran], np.asarray(st.send)[ran])
+    return (fl.rank_of_instr()[gi].astype(np.int64), kind, stage, bkind, bstage,
+            np.asarray(st.sstart)[ran], np.asarray(st.send)[ran])
+
+
+def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemory]:
+    """Bytes per rank over the run ``(cp, st)`` of ``d``'s costs (:func:`_levels`; times
+    in ms)."""
+    return _levels(d, cp.ranks, *_run_columns(cp, st))
+
+
+def reserved_bytes(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[float] | None:
+    """Per rank, the caching allocator's peak reserved bytes over the run ``(cp, st)``
+    (:func:`schedsim.workload.reserved.reserved_run`, with expandable segments under
+    ``allocator = "expandable"``); None when the workload's ``allocator`` is ``none`` or the run has too many allocations to replay
+    (:data:`schedsim.workload.tensors.MAX_EVENTS`). A rank out of memory reports at
+    least the HBM plus one byte."""
+    model = d.workload.allocator_model
+    if model == "none":
+        return None
+    from schedsim.workload.reserved import reserved_run
+
+    rr = reserved_run(d, cp.ranks, *_run_columns(cp, st), expandable=model == "expandable")
+    if rr is None:
+        return None
+    hbm = float(d.workload.gpu.hbm_bytes)
+    return [max(r.peak_reserved, hbm + 1) if r.oom else r.peak_reserved for r in rr]
 
 
 def peak_bytes(d: DerivedWorkload, program: Any) -> list[float]:
@@ -164,8 +188,11 @@ class WorkloadResult:
     (makespan + step boundary), ``makespan_ms``, ``step_boundary_ms``,
     ``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_step``, ``mfu``,
     ``peak_flops`` (per-GPU FLOP/s MFU is measured against), ``peak_memory_bytes`` (per
-    pipeline rank), ``memory`` (:class:`RankMemory` per rank), ``hbm_bytes``, ``fits``,
-    ``bubble_ratio``, ``timeline``, ``derived``."""
+    pipeline rank, the tensors' bytes: torch's allocated), ``memory`` (:class:`RankMemory`
+    per rank), ``hbm_bytes``, ``fits`` (the reserved peaks within HBM where they are
+    computed, else the allocated ones), ``bubble_ratio``, ``timeline``, ``derived``,
+    ``peak_reserved_bytes`` (per pipeline rank, the caching allocator's segments:
+    :func:`reserved_bytes`; None without)."""
 
     step_ms: float
     makespan_ms: float
@@ -182,6 +209,7 @@ class WorkloadResult:
     bubble_ratio: float
     timeline: Timeline = field(repr=False)
     derived: DerivedWorkload = field(repr=False)
+    peak_reserved_bytes: list[float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The Timeline JSON's ``workload`` object (docs/formats.md)."""
@@ -201,15 +229,21 @@ class WorkloadResult:
                 "static_bytes": [m.static for m in self.memory],
                 "recv_bytes": [m.recv for m in self.memory],
                 **({"stage_held": [held_row(h) for h in self.derived.stage_held]}
-                   if self.derived.stage_held is not None else {})}
+                   if self.derived.stage_held is not None else {}),
+                **({"peak_reserved_bytes": list(self.peak_reserved_bytes)}
+                   if self.peak_reserved_bytes is not None else {})}
 
     def line(self) -> str:
-        """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank) and the fit."""
+        """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank; allocated,
+        and reserved where computed) and the fit."""
         peak = max(self.peak_memory_bytes)
+        rp = self.peak_reserved_bytes
+        worst = peak if rp is None else max(rp)
         fit = ("fits" if self.fits else
-               f"does NOT fit ({peak / GiB:.1f} > {self.hbm_bytes / GiB:.0f} GiB)")
+               f"does NOT fit ({worst / GiB:.1f} > {self.hbm_bytes / GiB:.0f} GiB)")
+        res = "" if rp is None else f" allocated, {max(rp) / GiB:.1f} GiB reserved,"
         return (f"step {self.step_ms:.1f} ms, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-                f"MFU {self.mfu * 100:.1f}%, peak {peak / GiB:.1f} GiB of "
+                f"MFU {self.mfu * 100:.1f}%, peak {peak / GiB:.1f} GiB{res} of "
                 f"{self.hbm_bytes / GiB:.0f} ({fit})")
 
 
@@ -223,10 +257,12 @@ def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> W
     tps = d.tokens_per_step / (step / 1e3) / gpus if step > 0 else 0.0
     mfu = d.model_flops_per_step / (step / 1e3 * gpus * d.peak_flops) if step > 0 else 0.0
     peaks = [m.peak for m in mem]
+    reserved = reserved_bytes(cp, st, d)
+    worst = max(peaks if reserved is None else reserved)
     res = WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
                          d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
-                         w.gpu.hbm_bytes, max(peaks) <= w.gpu.hbm_bytes,
-                         tl.bubble_ratio(), tl, d)
+                         w.gpu.hbm_bytes, worst <= w.gpu.hbm_bytes,
+                         tl.bubble_ratio(), tl, d, reserved)
     tl.workload = res.summary()        # the Timeline JSON's optional workload object
     return res
 
@@ -291,8 +327,9 @@ def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
     when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
     from schedsim.errors import ScenarioError
 
-    def step(eff: float) -> float:
-        return simulate_workload(workload.model_copy(update={"efficiency": eff}),
+    def step(eff: float) -> float:      # time alone: no allocator replay
+        return simulate_workload(workload.model_copy(update={"efficiency": eff,
+                                                             "allocator": "none"}),
                                  schedule_name, **kw).step_ms
 
     fastest = step(1.0)
@@ -309,5 +346,6 @@ def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
     return hi
 
 
-__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes", "result_of",
+__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes",
+           "reserved_bytes", "result_of",
            "simulate_workload", "workload_program", "WorkloadError"]
