@@ -80,7 +80,7 @@ else:  # pragma: no cover
 class ScheduleSection(BaseModel):
     """``[schedule]``: a generator name and its parameters, or a file to load."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     name: str | None = None
     ranks: int | None = Field(default=None, ge=1)
@@ -99,7 +99,7 @@ class ScheduleSection(BaseModel):
 class Scenario(BaseModel):
     """A whole scenario: schedule + costs + links + comm semantics."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     title: str = ""
     description: str = ""
@@ -316,11 +316,11 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
     keys a command-line flag set, ``(table, key)`` -> the flag's field name. Raises
     :class:`ScenarioError` naming the bad key (a :class:`~schedsim.errors.FlagError`
     naming the flag when a flag set it)."""
-    from schedsim.errors import FlagError
+    from schedsim.errors import FlagError, Stopped
     from schedsim.scenario_keys import format_validation, index_keys
     from schedsim.util.validation import error_text
 
-    try:
+    try:    # (the first validation also builds the models' schemas: defer_build)
         sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
                                      strict=True)
     except ValidationError as e:
@@ -329,6 +329,8 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
         if flag is not None and len(err["loc"]) == 2:
             raise FlagError(flag, error_text(err)) from None
         raise ScenarioError(format_validation(e, source, Scenario)) from None
+    except Stopped:
+        raise           # a stop signal is the user's, never the scenario's error
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
     return sc

@@ -157,6 +157,8 @@ class WaitRecord:
 class RankSummary(BaseModel):
     """Per-rank totals. ``idle = makespan - busy``; ``bubble_ratio = idle / makespan``."""
 
+    model_config = ConfigDict(defer_build=True)
+
     rank: int
     busy: float
     idle: float
@@ -167,6 +169,8 @@ class RankSummary(BaseModel):
 
 class BlockedRank(BaseModel):
     """A rank that can never go on: where it is stuck and what it waits for."""
+
+    model_config = ConfigDict(defer_build=True)
 
     rank: int
     index: int
@@ -179,6 +183,8 @@ class CycleStep(BaseModel):
     """One edge of the wait-for cycle: ``rank`` (stuck at ``instruction``) waits for
     ``waits_for`` (an op of ``peer``), which ``peer`` cannot reach because of ``because``."""
 
+    model_config = ConfigDict(defer_build=True)
+
     rank: int
     index: int
     instruction: str
@@ -188,6 +194,8 @@ class CycleStep(BaseModel):
 
 
 class Deadlock(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     message: str
     blocked: list[BlockedRank]
     cycle: list[CycleStep]
@@ -201,7 +209,7 @@ class Timeline(NotebookViews, LazyFields):
     costs no object per op.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     _lazy_fields: ClassVar[tuple[str, ...]] = ("spans", "messages", "waits")
 
     schedule: str

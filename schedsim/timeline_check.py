@@ -130,7 +130,7 @@ def _check_names(tl: Any, bad: Any) -> None:
                   f"backend that ran it (gloo, nccl, ...) or trace")
 
 
-_FINITE = ConfigDict(allow_inf_nan=False)
+_FINITE = ConfigDict(allow_inf_nan=False, defer_build=True)
 
 
 class _PostRecord(BaseModel):     # one launch of a measured run (extra field ``posts``)
@@ -156,7 +156,8 @@ class _PieceRecord(BaseModel):    # one piece inside an op (``pieces``, schedsim
 
 
 class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, schedsim.workload)
-    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", strict=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", strict=True,
+                              defer_build=True)
     step_ms: float = Field(ge=0)
     makespan_ms: float = Field(ge=0)
     step_boundary_ms: float = Field(ge=0)

@@ -5,6 +5,7 @@ picks a command's module (:data:`schedsim.cli.COMMAND_MODULE`) is what the modul
 register. A set of modules, not a timing: the start-up figures are in benchmarks/NOTES.md."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_small_simulate_imports_what_it_uses() -> None:
     assert not _loaded(mods, ("matplotlib", "networkx", "numba", "torch", "bokeh"))
     assert not _within(mods, ("typer.rich_utils", "rich.markdown", "schedsim.workload",
                               "schedsim.plot", "schedsim.cli.replay", "schedsim.cli.compare",
-                              "schedsim.analysis.graph"))
+                              "schedsim.cli.render", "schedsim.analysis.graph"))
 
 
 def test_command_module_table_matches_the_registrations() -> None:
@@ -94,3 +95,57 @@ def test_a_named_command_loads_only_its_module(name: str) -> None:
            if m.startswith("schedsim.cli.") and m.rsplit(".", 1)[1] in COMMAND_MODULES}
     assert COMMAND_MODULE[name] in cli
     assert "replay" not in cli and "plan" not in cli
+
+
+def test_models_build_their_schemas_on_first_use() -> None:
+    """Every pydantic model of schedsim defers its schema (``defer_build``: a start-up
+    builds only the models it validates), so importing the core builds none."""
+    probe = ("import pkgutil, importlib, schedsim\n"
+             "from pydantic import BaseModel\n"
+             "names = [m.name for m in pkgutil.walk_packages(schedsim.__path__, 'schedsim.')\n"
+             "         if m.name.split('.')[1] not in ('cli', 'api', 'replay', 'plot',\n"
+             "                                         'report', 'interop', '__main__')]\n"
+             "names += ['schedsim.replay.config', 'schedsim.replay.calibrate']\n"
+             "for n in names: importlib.import_module(n)\n"
+             "def subs(c):\n"
+             "    for s in c.__subclasses__(): yield s; yield from subs(s)\n"
+             "ms = {c for c in subs(BaseModel) if c.__module__.startswith('schedsim')}\n"
+             "print(len(ms), sorted(c.__qualname__ for c in ms\n"
+             "                      if c.__pydantic_complete__\n"
+             "                      or not c.model_config.get('defer_build')))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, built = out.stdout.split(" ", 1)
+    assert int(count) >= 30 and built.strip() == "[]"
+
+
+def test_top_level_help_lists_the_commands_as_the_full_build_does() -> None:
+    """``schedsim --help`` lists each command by its name and docstring without building
+    its parameters; the page is byte for byte the one of the full build (``--help
+    simulate`` names a command, so every command is built, and prints the same page)."""
+    def page(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "schedsim", *args], capture_output=True,
+                             text=True, cwd=ROOT, timeout=120,
+                             env={**os.environ, "COLUMNS": "100"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    light = page("--help")
+    assert "│ critical-path " in light and "│ check-collectives " in light
+    assert light == page("--help", "simulate")
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-2p", "dualpipe", "dualpipev"])
+def test_span_kinds_of_a_deferred_run_are_those_of_its_spans(name: str) -> None:
+    """``Timeline.span_kinds`` answered from the arrays (counted kind codes, no numpy.ma in
+    a small run) is the set the span objects give, FB pairs included."""
+    from schedsim import CostModel, build_program, simulate
+
+    costs = CostModel(F=1, B=1, W=1, BW=2, FB=3)
+    tl = simulate(build_program(name, 4, 8), costs)
+    assert tl.is_deferred
+    kinds = tl.span_kinds()
+    assert kinds == {(s.kind, tuple(p.kind for p in s.parts) if s.parts else ())
+                     for s in tl.spans}
+    assert ("FB" in {k for k, _ in kinds}) == name.startswith("dualpipe")

@@ -284,7 +284,7 @@ def test_a_long_gantt_title_lies_inside_the_figure() -> None:
     tl = simulate(build_program("dualpipe", 8, 16),
                   CostModel(F=1, B=1, W=1, BW=2, FB=3), LinkModel(), CommModel())
     from schedsim.analysis.memory import MemoryModel
-    from schedsim.cli.render import gantt_options
+    from schedsim.cli.options import gantt_options
 
     fig = gantt(tl, **gantt_options(True, MemoryModel(), True, highlight=["B:5:4:0"],
                                     window="10:40"))

@@ -446,3 +446,31 @@ def test_a_busy_rendezvous_port_is_named_with_the_setting_to_change(monkeypatch)
             init_group("gloo", 0, 1, 5.0)
     finally:
         held.close()
+
+
+def test_a_stop_inside_a_validation_is_the_users_not_the_inputs(monkeypatch, tmp_path) -> None:
+    """A stop signal that lands while pydantic validates an input (which also builds the
+    model's schema on the first validation: defer_build) goes up as the stop (exit
+    128 + N), never wrapped as that input's error (exit 2, 'command line: stopped by')."""
+    import signal
+
+    from schedsim.errors import Stopped
+    from schedsim.interop.schedule_files import load_schedule_file
+    from schedsim.program.ir import Schedule
+    from schedsim.scenario import Scenario, parse_scenario
+    from schedsim.workload.layout import Workload, workload_from_dict
+
+    def stop(*a, **k):
+        raise Stopped(signal.SIGTERM)
+
+    for model in (Scenario, Workload, Schedule):
+        monkeypatch.setattr(model, "model_validate", stop)
+    sched = tmp_path / "s.json"
+    sched.write_text('{"placement": {"kind": "loop", "ranks": 1, "stages": 1}, '
+                     '"microbatches": 1, "ranks": [["0F0"]]}')
+    for call in (lambda: parse_scenario({"schedule": {"name": "1f1b"}}, "command line"),
+                 lambda: workload_from_dict({"model": "llama3.1-8b"}),
+                 lambda: load_schedule_file(sched)):
+        with pytest.raises(Stopped) as e:
+            call()
+        assert e.value.exit_code == 128 + signal.SIGTERM

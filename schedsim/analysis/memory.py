@@ -46,7 +46,8 @@ class MemoryModel(BaseModel):
     """Activation deltas per kind (see module docstring). ``scale``: ``"auto"`` or a
     factor applied to every delta."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)   # finite deltas
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False,   # finite deltas
+                              defer_build=True)
 
     F: float = 1.0
     B: float = -0.5

@@ -9,12 +9,37 @@ import importlib
 
 import typer
 
+from schedsim.cli.coercion import install as _fast_coercion
+
+_fast_coercion()    # typer's option coercion without a pydantic TypeAdapter per option
+
+
+def _no_params() -> None:
+    """The callback of a command listed by the top-level help (never run)."""
+
+
+def _summary(info: typer.models.CommandInfo) -> typer.models.CommandInfo:
+    """``info`` as the top-level help lists it: its name and help (the command function's
+    docstring, as typer reads it), no parameters (typer would introspect every one)."""
+    import copy
+    import inspect
+
+    out = copy.copy(info)
+    out.name = info.name or typer.main.get_command_name(info.callback.__name__)
+    out.help = inspect.getdoc(info.callback) if info.help is None else info.help
+    out.callback = _no_params
+    return out
+
+
 class _Commands(typer.Typer):
     """The ``schedsim`` app. Its command list loads every command module the first time
     it is read (building the click command, a test's ``CliRunner``), unless
-    :func:`load_commands` chose the modules for one command line first."""
+    :func:`load_commands` chose the modules for one command line first; a command line
+    that names no command (``--help``, ``--version``, an unknown command) lists each
+    command by its name and help only (:func:`_summary`)."""
 
     _chosen = False
+    _summaries = False
 
     @property
     def registered_commands(self) -> list:
@@ -22,6 +47,8 @@ class _Commands(typer.Typer):
             self._chosen = True
             for mod in COMMAND_MODULES:
                 importlib.import_module(f"{__name__}.{mod}")
+        if self._summaries:
+            return [_summary(info) for info in self._registered]
         return self._registered
 
     @registered_commands.setter
@@ -83,6 +110,9 @@ def load_commands(argv: list[str] | None = None) -> None:
     app._chosen = True
     for mod in mods:
         importlib.import_module(f"{__name__}.{mod}")
+    # (after the imports: they register the commands) no argument names a command, so
+    # none can run: the command list is their summaries
+    app._summaries = not any(a in COMMAND_MODULE for a in argv or ())
 
 
 def __getattr__(name: str):

@@ -15,7 +15,7 @@ from schedsim.errors import ScenarioError
 
 def check_outputs(*files: Path | None, figures: tuple[Path | None, ...] = ()) -> None:
     """Check output files (and figure formats) before any work: a typo fails at once."""
-    from schedsim.cli.render import check_figure_path
+    from schedsim.cli.options import check_figure_path
     from schedsim.util.files import check_output_path
 
     for f in figures:

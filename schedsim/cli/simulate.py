@@ -148,7 +148,7 @@ def simulate(sc: Scenario, o: SimulateOptions) -> None:
         from schedsim.scenario import apply_costs_file
 
         sc = apply_costs_file(sc, o.costs_file)
-    from schedsim.cli.render import gantt_options
+    from schedsim.cli.options import gantt_options
 
     view = gantt_options(False, False, False, o.highlight, o.window, o.show_ranks)
     _check_outputs(sc, o.gantt, o.json_out, o.trace,
@@ -191,7 +191,7 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
     from schedsim.util.files import check_output_path
 
     if gantt is not None:
-        from schedsim.cli.render import check_figure_path
+        from schedsim.cli.options import check_figure_path
 
         check_figure_path(gantt)
     elif drawing:
@@ -213,7 +213,7 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
                    ) -> None:
     """Write the outputs of ``simulate`` all together, or none (a trace: only of a run
     that completed). ``draw_flags``: arrows, memory, stalls, detail; ``view``: the
-    highlight, window and ranks of :func:`~schedsim.cli.render.gantt_options`."""
+    highlight, window and ranks of :func:`~schedsim.cli.options.gantt_options`."""
     from schedsim.util.files import output_group
 
     with output_group() as outs:
@@ -233,7 +233,7 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
           stalls: bool, detail: bool = False, view: dict | None = None) -> None:
     """The Gantt chart of ``tl`` (a deadlocked run: what ran before it) to ``path``."""
-    from schedsim.cli.render import gantt_options
+    from schedsim.cli.options import gantt_options
     from schedsim.plot import gantt as draw, resolve_model, save_figure
 
     model = resolve_model(sc.memory or True) if memory else None

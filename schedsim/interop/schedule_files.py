@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from schedsim.errors import ParseError, ScenarioError, SchedsimError
+from schedsim.errors import ParseError, ScenarioError, SchedsimError, Stopped
 from schedsim.program.ir import Program, Schedule
 
 
@@ -93,6 +93,8 @@ def _load_json(path: Path) -> Schedule:
         err = e.errors()[0]
         loc = clip(".".join(str(x) for x in err["loc"]))
         raise ParseError(f"{path}: '{loc}': {shorten_quotes(err['msg'])}") from None
+    except Stopped:
+        raise           # a stop signal is the user's, never the input's error
     except SchedsimError as e:
         raise ParseError(f"{path}: {shorten_quotes(str(e))}") from None
     from schedsim.program.tokens import format_op

@@ -82,7 +82,7 @@ class Placement(BaseModel):
     Raises :class:`ScheduleError` on inconsistent sizes.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: PlacementKind = "loop"
     ranks: int = Field(ge=1)
@@ -239,7 +239,7 @@ class _PerRank(BaseModel):
     recorded when it is built (:attr:`validated`), never reset.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = "custom"
     placement: Placement

@@ -14,7 +14,7 @@ class StageGraph(BaseModel):
     """``[stages] edges = [[0, 1], [1, 2], [0, 2]]``: the chain plus skip edges
     (:mod:`schedsim.program.stage_graph`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     edges: list[list[int]] = Field(default_factory=list)
 

@@ -96,7 +96,7 @@ def fit_link(samples: list[list[float]]) -> tuple[float, float]:
 class Calibration(BaseModel):
     """Measured per-stage op costs (ms) and link samples of one workload and backend."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     unit: str = "ms"
     stages: dict[int, dict[str, float]]

@@ -78,7 +78,7 @@ def require_gpus(n: int, python: str | None = None) -> None:
 class ReplayConfig(BaseModel):
     """The workload and run settings of a replay (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     workload: Literal["mlp", "transformer"] = "mlp"
     hidden: int = Field(default=64, ge=1)
@@ -168,7 +168,7 @@ class Fault(BaseModel):
     """A fault to inject (testing aid): rank ``rank`` raises (or hangs) when it reaches
     instruction ``index`` of the measured step."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rank: int = Field(ge=0)
     index: int = Field(default=0, ge=0)
@@ -204,7 +204,7 @@ class JobSpec(BaseModel):
     ``config.tp`` processes; ``program`` unused).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     program: dict[str, Any]
     config: ReplayConfig = Field(default_factory=ReplayConfig)

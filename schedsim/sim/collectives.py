@@ -82,7 +82,7 @@ class LinkSpec(BaseModel):
     """One class of link: bus ``bandwidth`` (bytes per time unit; default infinite) and
     ``latency`` (alpha, time per ring step; default 0)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     bandwidth: float = Field(default=math.inf, gt=0)
     latency: float = Field(default=0.0, ge=0, allow_inf_nan=False)
@@ -92,7 +92,7 @@ class ModelLinks(BaseModel):
     """``[model.links]``: the intra-node and inter-node links of the collectives and how
     many GPUs a node holds (module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     gpus_per_node: int = Field(default=8, ge=1)
     intra: LinkSpec = Field(default_factory=LinkSpec)

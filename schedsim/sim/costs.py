@@ -23,7 +23,7 @@ _KINDS = ("F", "B", "W", "BW", "FB")
 class KindCosts(BaseModel):
     """Per-kind costs at one level (a stage); unset kinds fall back to the next level."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     F: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     B: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -35,7 +35,7 @@ class KindCosts(BaseModel):
 class CostOverride(BaseModel):
     """Cost of one kind on one (stage, microbatch)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     stage: int = Field(ge=0)
     mb: int = Field(ge=0)
@@ -60,7 +60,7 @@ class CostModel(BaseModel):
     per-kind cost always wins. ``message_bytes`` likewise, when not typed.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     F: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     B: float = Field(default=1.0, ge=0, allow_inf_nan=False)
@@ -309,7 +309,7 @@ class LinkOverride(BaseModel):
     ``NCCL_BUFFSIZE``, 4 MiB by default) next to one that needs the receiver (a network
     link): see ``docs/comm-semantics.md``, "Hangs on two nodes, not on one"."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     src: int = Field(ge=0)
     dst: int = Field(ge=0)
@@ -326,7 +326,7 @@ class MessageTime(BaseModel):
     decide: eager at the transfer's end, rendezvous at arrival). Written by ``schedsim
     calibrate --exact``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["F", "B"]
     stage: int = Field(ge=0)
@@ -344,7 +344,7 @@ class LinkModel(BaseModel):
     single messages a measured transfer time (:class:`MessageTime`).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     latency: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     bandwidth: float = Field(default=math.inf, gt=0)
@@ -373,7 +373,7 @@ class HostTime(BaseModel):
     by ``schedsim calibrate --exact`` so that a simulation reproduces a measured run's
     host timeline."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rank: int = Field(ge=0)
     index: int = Field(ge=0)
@@ -422,7 +422,7 @@ class CommModel(BaseModel):
       semantics. See ``docs/messages.md``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     semantics: Semantics = "data"
     comm_stream: CommStream = "none"

@@ -196,13 +196,16 @@ def _waits(src: RunSource) -> list[WaitRecord]:
 
 
 def run_span_kinds(src: RunSource) -> set[tuple[str, tuple[str, ...]]]:
-    """:meth:`Timeline.span_kinds` from the arrays."""
-    kinds = np.unique(src.span_kind).tolist()
+    """:meth:`Timeline.span_kinds` from the arrays (the kind codes that occur, counted:
+    ``np.unique`` would import ``numpy.ma`` into a small run's start-up)."""
+    def present(codes: np.ndarray) -> list[int]:
+        return np.flatnonzero(np.bincount(codes)).tolist()
+
+    kinds = present(src.span_kind)
     out = {(COMPUTE_KINDS[k], ()) for k in kinds if k != _FB}
     if _FB in kinds:
         ran_fb = np.isin(src.fb_at, src.span_gi)
-        out |= {("FB", ("F", COMPUTE_KINDS[b]))
-                for b in np.unique(src.fb_kind[ran_fb]).tolist()}
+        out |= {("FB", ("F", COMPUTE_KINDS[b])) for b in present(src.fb_kind[ran_fb])}
     return out
 
 

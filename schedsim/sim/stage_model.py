@@ -83,7 +83,7 @@ KINDS = ("F", "B", "W", "BW")
 class BlockCosts(BaseModel):
     """Per-layer compute cost of one block (attention or MLP) on one rank, per phase."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     F: float = Field(default=0.5, ge=0, allow_inf_nan=False)
     B: float = Field(default=0.5, ge=0, allow_inf_nan=False)
@@ -103,7 +103,7 @@ class StageOverride(BaseModel):
     stage's layers (its first ones, as DeepSeek-V3's ``first_k_dense_replace`` puts them)
     have a dense MLP costing ``dense_mlp`` with the TP collectives of a dense layer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     layers: int | None = Field(default=None, ge=0)
     attention: BlockCosts | None = None
@@ -144,7 +144,7 @@ class StageModel(BaseModel):
     for ``ep > 1`` or ``topk > 1`` without ``moe``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     layers: int = Field(default=1, ge=0)
     attention: BlockCosts = Field(default_factory=BlockCosts)

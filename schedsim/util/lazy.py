@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, PrivateAttr, model_serializer
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer
 
 
 class LazyFields(BaseModel):
     """Mixin: the fields named in ``_lazy_fields`` may be left unset by
     :meth:`_defer` and are then filled by the subclass's :meth:`_build_lazy` (which
     returns ``{field: value}``) on first use."""
+
+    model_config = ConfigDict(defer_build=True)
 
     _lazy_fields: ClassVar[tuple[str, ...]] = ()
     _lazy: Any = PrivateAttr(default=None)

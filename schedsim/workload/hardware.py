@@ -31,7 +31,7 @@ class Hardware(BaseModel):
     """One GPU type (module docstring). ``peak_tflops``: dense TFLOP/s per dtype (a dtype
     the GPU lacks is absent: asking for it raises :class:`ScenarioError`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     peak_tflops: dict[Dtype, float]

@@ -123,7 +123,7 @@ class Workload(BaseModel):
     (whose own estimates count tensors).
     """
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False, defer_build=True)
 
     model: ModelConfig
     gpu: Hardware
@@ -390,7 +390,7 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
     naming the bad key or value."""
     from pydantic import ValidationError
 
-    from schedsim.errors import SchedsimError
+    from schedsim.errors import SchedsimError, Stopped
     from schedsim.util.validation import format_validation
     from schedsim.util.suggest import did_you_mean
 
@@ -406,5 +406,7 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
         raise ScenarioError(format_validation(e, source, Workload)) from None
+    except Stopped:
+        raise           # a stop signal is the user's, never the input's error
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None

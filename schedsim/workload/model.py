@@ -63,7 +63,7 @@ class ModelConfig(BaseModel):
     docstring). Raises ``ValueError`` (a :class:`ScenarioError` through
     :func:`model_from_dict`) for an unknown key or inconsistent sizes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = "custom"
     source: str = ""
