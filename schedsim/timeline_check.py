@@ -85,6 +85,10 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
                 p.kind not in SPAN_KINDS or not 0 <= p.stage < S or p.mb < 0
                 or not 0 <= p.chunk < S for p in sp.parts or ()):
             raise bad(f"spans[{i}] has an unknown kind or part (kinds: F, B, W, BW, FB)")
+        if (sp.kind == "FB") != bool(sp.parts) or any(p.kind == "FB" for p in sp.parts or ()):
+            raise bad(f"spans[{i}] is {sp.kind} with {len(sp.parts or ())} parts: an FB span "
+                      f"carries its forward and backward parts (kinds F, B, W, BW), and only "
+                      f"an FB span has parts")
         if not (0 <= sp.start <= sp.end <= tl.makespan + tol):
             raise bad(f"spans[{i}] runs from {sp.start!r} to {sp.end!r}: need 0 <= start "
                       f"<= end <= makespan ({tl.makespan!r})")

@@ -264,6 +264,8 @@ def test_non_physical_numbers(tmp_path, table, want) -> None:
     (lambda d: d["spans"][0].__setitem__("chunk", 2 ** 31), "chunk 2147483648"),
     (lambda d: d["spans"][0].__setitem__("mb", 2 ** 40), "the timeline has"),
     (lambda d: d["spans"].append(dict(d["spans"][0])), "a second time"),
+    # the fuzz campaign's crash: an FB span without parts ('MemoryModel' has no FB)
+    (lambda d: d["spans"][0].__setitem__("kind", "FB"), "spans[0] is FB with 0 parts"),
 ])
 def test_render_refuses_bad_timelines(tmp_path, tl_json, change, want) -> None:
     change(tl_json)
