@@ -186,3 +186,15 @@ def test_a_timeline_does_not_keep_the_compiled_program_alive() -> None:
     assert ref() is None
     assert len(tl.spans) == 4 * 6 * 2 and len(tl.waits) > 0    # still builds its objects
     assert tl.makespan == float(st.times.max())
+
+
+def test_one_index_type_rule_for_lowering_and_compiled_records():
+    """int32 while every value stays below int32's maximum, int64 from there on (the
+    lowering asks with 4 x its entries, whose derived values reach that)."""
+    import numpy as np
+
+    from schedsim.program.flat import index_dtype
+
+    top = int(np.iinfo(np.int32).max)
+    assert index_dtype(top - 1) is np.int32 and index_dtype(top) is np.int64
+    assert index_dtype(4 * ((1 << 29) - 1)) is np.int32 and index_dtype(4 << 29) is np.int64

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schedsim.program.flat import FlatProgram, FlatSchedule, OpKind, ranks_of
+from schedsim.program.flat import FlatProgram, FlatSchedule, OpKind, index_dtype, ranks_of
 from schedsim.program.ir import Comm, Op, Program, Schedule
 from schedsim.program.ops import COMM_KINDS, recv_comm, send_comm
 from schedsim.program.routing import (
@@ -143,14 +143,6 @@ class AtomComms:
     send_peer: np.ndarray | None = None
 
 
-def _ix(n: int) -> type:
-    """The integer type of op, atom and message indices and of ranks, stages and
-    microbatches in the lowering's arrays for ``n`` entries: int32 (half the memory of
-    int64, whose first touch dominates lowering a large program) when ``n`` and every
-    value derived from it stay far below 2**31, else int64."""
-    return I32 if n < 1 << 29 else I64
-
-
 def _atoms(fs: FlatSchedule, ix: type) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray]:
     """``fs.atoms()`` as ``ix`` arrays; without ``FB`` ops the atoms are the ops and the
@@ -163,10 +155,11 @@ def _atoms(fs: FlatSchedule, ix: type) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     """:class:`AtomComms` of schedule ``fs`` under placement ``pl`` (stages and
     microbatches in range). Indices, ranks, stages and microbatches are int32 below
-    2**29 atoms (:func:`_ix`), message key codes int64."""
+    2**29 atoms (:func:`~schedsim.program.flat.index_dtype` of 4 x the entries: the
+    values derived from them stay below that), message key codes int64."""
     S, M = pl.stages, microbatches
     n = len(fs)
-    ix = _ix(2 * n + 2)
+    ix = index_dtype(4 * (2 * n + 2))    # derived values reach 4 x the entries
     cnt = np.diff(fs.rptr)
     op_rank = np.repeat(np.arange(fs.ranks, dtype=ix), cnt)
     op_pos = np.arange(n, dtype=ix)

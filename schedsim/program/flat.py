@@ -97,6 +97,16 @@ _COMMKIND = {k.name: int(k) for k in CommKind}
 I32 = np.int32
 
 
+def index_dtype(bound: int) -> type:
+    """The integer type of arrays of ids, offsets and counts whose every value is below
+    ``bound``: int32 when ``bound`` fits in int32 (every program the default
+    ``instructions`` limit admits: it halves the arrays the engine reads and the memory
+    a large program's lowering and compile pass touch), else int64. One rule for the
+    lowering's arrays and every builder of the compiled records, so that the numba
+    kernels see one array type."""
+    return np.int32 if bound < np.iinfo(np.int32).max else np.int64
+
+
 def _arr(x: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=I32)
 

@@ -24,7 +24,7 @@ from types import MappingProxyType
 import numpy as np
 
 from schedsim.errors import ProgramError
-from schedsim.program.flat import FlatProgram, Opcode
+from schedsim.program.flat import FlatProgram, Opcode, index_dtype
 from schedsim.program.ir import Program
 from schedsim.program.ops import COMM_KINDS, Comm, recv_comm
 from schedsim.program.routing import cross_stage_inputs, decode_codes
@@ -39,7 +39,6 @@ from schedsim.sim.compiled import (
     Part,
     OPCODE,
     Units,
-    index_dtype,
     links_of,
     message_keys,
 )

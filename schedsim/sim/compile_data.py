@@ -8,7 +8,8 @@ import numpy as np
 from schedsim.errors import ProgramError
 from schedsim.program.flat import FlatProgram, Opcode
 from schedsim.program.routing import cross_stage_inputs
-from schedsim.sim.compiled import OPCODE, Code, Messages, Part, Units, index_dtype
+from schedsim.program.flat import index_dtype
+from schedsim.sim.compiled import OPCODE, Code, Messages, Part, Units
 from schedsim.sim.costs import CostModel
 from schedsim.sim.opcodes import Step, WaitKind
 from schedsim.sim.prep import I64, Prep, compute_costs, where

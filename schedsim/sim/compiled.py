@@ -21,20 +21,10 @@ from schedsim.program.ops import recv_comm, send_comm
 from schedsim.program.routing import MESSAGE_KINDS, decode_codes
 
 I64 = np.int64
-I32 = np.int32
 
 
 #: the type of ``Code.cop`` and ``Code.cwk`` (opcodes, :mod:`schedsim.sim.opcodes`)
 OPCODE = np.int8
-
-
-def index_dtype(bound: int) -> type:
-    """The integer type of a compiled program's ids, offsets and counts: int32 when every
-    value is below ``bound`` and ``bound`` fits in int32 (every program the default
-    ``instructions`` limit admits: it halves the arrays the engine reads and the memory
-    the compile pass touches), else int64. One rule for every builder of :class:`Code`,
-    :class:`Messages` and :class:`Units`, so that the numba kernels see one array type."""
-    return I32 if bound < np.iinfo(I32).max else I64
 
 
 def message_keys(mk: np.ndarray, ps: np.ndarray, cs: np.ndarray, mb: np.ndarray) -> list[tuple]:
@@ -59,7 +49,7 @@ class Code(NamedTuple):
     (``min * ranks + max``) whose communicator this bare post creates, -1 (empty
     without lazy init: nothing reads it then; ``cuptr`` is empty without comm streams,
     when there are no units). ``cop`` and ``cwk`` are :data:`OPCODE`,
-    the other integers :func:`index_dtype`.
+    the other integers :func:`~schedsim.program.flat.index_dtype`.
     """
 
     crptr: np.ndarray

@@ -70,7 +70,7 @@ def _drop_handles(cp: Compiled, code: Code, gone: np.ndarray) -> tuple[Code, Uni
     """``code`` and ``cp.units`` without handles ``gone`` in any step or unit; emptied
     launches and units dropped."""
     nh = 2 * cp.num_messages
-    dt = code.chptr.dtype        # the compiled program's index type (compiled.index_dtype)
+    dt = code.chptr.dtype        # the compiled program's index type (program.flat.index_dtype)
     dead = np.zeros(nh, bool)
     dead[gone] = True
     # units: keep the handles that stay, drop emptied units, renumber
