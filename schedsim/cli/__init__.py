@@ -9,10 +9,6 @@ import importlib
 
 import typer
 
-from schedsim.cli.coercion import install as _fast_coercion
-
-_fast_coercion()    # typer's option coercion without a pydantic TypeAdapter per option
-
 
 def _no_params() -> None:
     """The callback of a command listed by the top-level help (never run)."""
