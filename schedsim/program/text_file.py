@@ -42,6 +42,15 @@ def load_program_file(path: str | Path, placement: str | None = None, *, ranks: 
                                  name=path.stem, policy_params=policy_params)
 
 
+def _default_stages(kind: str, ranks: int, top_stage: int) -> int:
+    """The stage count of placement ``kind`` when none is given: for ``loop`` the fewest,
+    a multiple of ``ranks``, that hold stage ``top_stage``; ``2 x ranks`` for ``v``;
+    ``ranks`` for ``dual``."""
+    if kind == "loop":
+        return ranks * max(1, -(-(top_stage + 1) // ranks))
+    return 2 * ranks if kind == "v" else ranks
+
+
 def infer_placement(rows: list, ranks: int, stages: int | None = None,
                     microbatches: int | None = None) -> str:
     """The placement a program's compute ops run under: the first of ``loop``, ``v`` and
@@ -59,8 +68,7 @@ def infer_placement(rows: list, ranks: int, stages: int | None = None,
     top_stage = max(s for _, s, _ in atoms)
     m = microbatches or max(mb for _, _, mb in atoms) + 1
     for kind in ("loop", "v", "dual"):
-        s = stages or (ranks * max(1, -(-(top_stage + 1) // ranks)) if kind == "loop"
-                       else 2 * ranks if kind == "v" else ranks)
+        s = stages or _default_stages(kind, ranks, top_stage)
         if top_stage >= s or (kind == "dual" and m % 2):
             continue
         try:
@@ -103,10 +111,7 @@ def program_from_rows(rows: list, placement: str | None = None, *, ranks: int | 
                             f"{microbatches}: pass --microbatches {top_mb + 1} or more")
     m = microbatches or top_mb + 1
     if stages is None:
-        if placement == "loop":     # the fewest stages, a multiple of ranks, that fit
-            stages = ranks * max(1, -(-(top_stage + 1) // ranks))
-        else:
-            stages = 2 * ranks if placement == "v" else ranks
+        stages = _default_stages(placement, ranks, top_stage)
     # every per-stage, per-microbatch table is bounded before it is built
     check_program_size(name, stages=max(stages, top_stage + 1), microbatches=m,
                        instructions=sum(len(row) for row in rows))
