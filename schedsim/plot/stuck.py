@@ -25,6 +25,12 @@ def _stuck_text(b: Any) -> str:
     return f"stuck at {b.instruction} (instr {b.index})"
 
 
+def _label_px(text: str, fontsize: float, dpi: float) -> float:
+    """About how many pixels ``text`` and a space each side take at ``fontsize`` points
+    (0.6 em a character)."""
+    return (len(text) + 2) * 0.6 * fontsize * dpi / 72.0
+
+
 def stuck_room(tl: Timeline, width_px: float, span: float, fontsize: float, dpi: float
                ) -> float:
     """Time units to add after the end of a deadlocked ``tl``'s chart (``span`` long,
@@ -32,8 +38,7 @@ def stuck_room(tl: Timeline, width_px: float, span: float, fontsize: float, dpi:
     the ops; 0 without a deadlock or when the label would take half the width."""
     if tl.deadlock is None or not tl.deadlock.blocked:
         return 0.0
-    chars = max(len(_stuck_text(b)) for b in tl.deadlock.blocked) + 2
-    label_px = chars * 0.6 * fontsize * dpi / 72.0
+    label_px = max(_label_px(_stuck_text(b), fontsize, dpi) for b in tl.deadlock.blocked)
     if label_px >= 0.5 * width_px:
         return 0.0
     return label_px * span / (width_px - label_px)
@@ -56,7 +61,7 @@ def draw_stuck(ax: Axes, tl: Timeline, ranks: Sequence[int], n: int,
         ax.plot([b.since, b.since], [y + PAD, y + 1 - PAD], color=ARROW_WAITED, lw=2.4,
                 solid_capstyle="butt", zorder=6, gid="deadlock")
         text = _stuck_text(b)
-        width = (len(text) + 2) * 0.6 * fontsize * dpi / 72.0 / max(px_x, 1e-9)
+        width = _label_px(text, fontsize, dpi) / max(px_x, 1e-9)
         right = b.since + width > t1
         ax.text(b.since, y + 0.5, f"{' ' if not right else ''}{text}{' ' if right else ''}",
                 ha="right" if right else "left",
