@@ -119,6 +119,18 @@ BAD = [
     ("tp = 2", "tp = 2\ncp = 2", "context parallelism is not built"),
     ("seq = 4096", "seq = 4096\nsequence_lenght = 1", "unknown key 'sequence_lenght'"),
     ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100'"),
+    # a GPU override: a bad dict key named as a key (not pydantic's 'peak_tflops.fp9.[key]'),
+    # a validator's message without pydantic's "'': Value error,"
+    ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { fp9 = 3 } }',
+     "gpu h100-sxm: key 'fp9' of 'peak_tflops': Input should be 'fp32', 'tf32', 'bf16', "
+     "'fp16' or 'fp8'"),
+    ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = -1 } }',
+     "gpu h100-sxm: peak_tflops bf16 must be a finite number > 0 (keys: name,"),
+    ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = "x" } }',
+     "gpu h100-sxm: 'peak_tflops.bf16': Input should be a valid number, unable to parse "
+     "string as a number (got str 'x')"),
+    ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", hbm = 3 }',
+     "gpu h100-sxm: unknown key 'hbm' (keys: name,"),
     # strict types, as the other tables: a quoted number or a boolean is not coerced
     ("tp = 2", 'tp = "2"', "'tp': Input should be a valid integer (got str '2')"),
     ("seq = 4096", 'seq = "4096"', "'seq': Input should be a valid integer (got str '4096')"),

@@ -39,22 +39,52 @@ def format_validation(e: ValidationError, source: str, root: Any) -> str:
     from schedsim.util.text import clip, shorten_quotes
 
     for err in e.errors()[:3]:
-        loc = clip(".".join(str(x) for x in err["loc"]))
         if err["type"] == "extra_forbidden":
+            loc = clip(".".join(str(x) for x in err["loc"]))
             allowed = allowed_keys(root, tuple(err["loc"]))
             hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
             msgs.append(f"unknown key '{loc}'{hint}")
         else:
-            msgs.append(f"'{loc}': {error_text(err)}")
+            msgs.append(describe_error(err))
     more = f" (+{e.error_count() - 3} more)" if e.error_count() > 3 else ""
     return f"{source}: " + "; ".join(msgs) + more
 
 
+#: the prefixes pydantic puts before a validator's own message ("Value error, peak_tflops
+#: bf16 must be ..."): the message is the validator's, said once
+_VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
 def error_text(err: Any) -> str:
     """What is wrong in one pydantic error (an item of ``ValidationError.errors()``):
-    pydantic's message and, for a wrong type, the type and value given."""
+    pydantic's message (a validator's own message without pydantic's "Value error, ") and,
+    for a wrong type, the type and value given."""
     from schedsim.util.text import clip, shorten_quotes
 
+    msg = err["msg"]
+    for prefix in _VALIDATOR_PREFIXES:
+        msg = msg.removeprefix(prefix)
     got = (f" (got {type(err['input']).__name__} {clip(repr(err['input']), 30)})"
            if err["type"].endswith(("_type", "_parsing")) else "")
-    return f"{shorten_quotes(err['msg'])}{got}"
+    return f"{shorten_quotes(msg)}{got}"
+
+
+def error_location(loc: tuple) -> str:
+    """A pydantic error's location as a reader names the key: ``('peak_tflops', 'bf16')``
+    -> ``'peak_tflops.bf16'``; a bad dict key (pydantic's ``[key]`` step) -> ``key 'fp9'
+    of 'peak_tflops'``; the model as a whole (an empty location, a model validator) ->
+    ``""``."""
+    from schedsim.util.text import clip
+
+    parts = [str(x) for x in loc]
+    if len(parts) >= 2 and parts[-1] == "[key]":
+        where = ".".join(parts[:-2])
+        return f"key {clip(parts[-2])!r}" + (f" of '{clip(where)}'" if where else "")
+    return f"'{clip('.'.join(parts))}'" if parts else ""
+
+
+def describe_error(err: Any) -> str:
+    """One pydantic error as ``LOCATION: WHAT`` (:func:`error_location`,
+    :func:`error_text`); only ``WHAT`` where the error is the model's as a whole."""
+    loc = error_location(tuple(err["loc"]))
+    return f"{loc}: {error_text(err)}" if loc else error_text(err)

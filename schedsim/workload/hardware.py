@@ -124,8 +124,10 @@ def gpu_preset(name: str | Hardware, **overrides: Any) -> Hardware:
     try:
         return Hardware.model_validate({**base, **overrides})
     except ValidationError as e:
+        from schedsim.util.validation import describe_error, error_location
+
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ScenarioError(f"gpu {base['name']}: {loc!r}: {what} (keys: "
+        what = (f"unknown key {error_location(tuple(err['loc']))}"
+                if err["type"] == "extra_forbidden" else describe_error(err))
+        raise ScenarioError(f"gpu {base['name']}: {what} (keys: "
                             f"{', '.join(Hardware.model_fields)})") from None
