@@ -92,6 +92,20 @@ def test_generate_program_round_trip(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "makespan 26" in r.stdout
 
 
+def test_generate_takes_the_schedule_as_simulate_does() -> None:
+    """``generate -s NAME`` (simulate's flag) writes what ``generate NAME`` writes; two
+    different names, or none, are one line each, exit 2."""
+    a = run("generate", "zbv", "-p", 4, "-m", 8)
+    b = run("generate", "-s", "zbv", "-p", 4, "-m", 8)
+    assert a.exit_code == b.exit_code == 0 and a.stdout == b.stdout
+    assert a.stdout.startswith("rank 0: ")
+    r = run("generate", "zbv", "-s", "1f1b", "-p", 4, "-m", 8)
+    assert r.exit_code == 2 and "two schedules named: 'zbv' and -s '1f1b'" in r.output
+    r = run("generate", "-p", 4, "-m", 8)
+    assert r.exit_code == 2 and "generate needs a schedule" in r.output
+    assert r.output.count("\n") == 1
+
+
 def test_list() -> None:
     r = run("list")
     assert r.exit_code == 0

@@ -21,6 +21,7 @@ from schedsim.cli.common import (
     Phases,
     PolicyOpt,
     RanksOpt,
+    ScheduleOpt,
     VariantOpt,
     build_scenario,
     console,
@@ -317,7 +318,9 @@ def _semantics_table() -> Table:
     return t
 
 
-GenerateNameArg = Annotated[str, typer.Argument(help="Schedule name (see 'schedsim list').")]
+GenerateNameArg = Annotated[Optional[str], typer.Argument(
+    help="Schedule name (see 'schedsim list'); or -s NAME, as simulate takes it.",
+    show_default=False)]
 GenerateFormatOpt = Annotated[str, typer.Option(
     "--format", "-f", help="program (text, comm included) | json (schedsim schedule) | "
     "program-json | torch-csv | torch-csv-comms")]
@@ -329,7 +332,8 @@ GenerateOutOpt = Annotated[Optional[Path], typer.Option(
 class GenerateOptions:
     """The options of ``schedsim generate`` (each one its flag, in --help order)."""
 
-    name: GenerateNameArg
+    name: GenerateNameArg = None
+    schedule: ScheduleOpt = None
     ranks: RanksOpt = None
     microbatches: MbOpt = None
     chunks: ChunksOpt = None
@@ -360,6 +364,12 @@ def generate(o: GenerateOptions) -> None:
     """
     from schedsim.util.files import check_output_path
 
+    if o.name is not None and o.schedule is not None and o.name != o.schedule:
+        fail(f"two schedules named: {o.name!r} and -s {o.schedule!r}: give one")
+    name = o.name if o.name is not None else o.schedule
+    if name is None:
+        fail("generate needs a schedule: schedsim generate NAME -p P -m M, or -s NAME "
+             "(see 'schedsim list')")
     if o.ranks is None or o.microbatches is None:
         fail("generate needs --ranks and --microbatches")
     if o.fmt not in ("program", "program-json", "json", "torch-csv", "torch-csv-comms"):
@@ -367,7 +377,7 @@ def generate(o: GenerateOptions) -> None:
              f"torch-csv-comms")
     if o.out is not None and str(o.out) != "-":
         check_output_path(o.out)
-    sc = build_scenario(None, schedule=o.name, ranks=o.ranks, microbatches=o.microbatches,
+    sc = build_scenario(None, schedule=name, ranks=o.ranks, microbatches=o.microbatches,
                         chunks=o.chunks, variant=o.variant, mem_limit=o.mem_limit,
                         param=o.param, comm_policy=o.comm_policy, cost=o.cost,
                         latency=o.latency, bandwidth=o.bandwidth,
