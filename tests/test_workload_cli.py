@@ -181,3 +181,15 @@ def test_model_config_json_beside_the_scenario(tmp_path: Path) -> None:
     a, b = run("simulate", p, "-q"), run("simulate", write(tmp_path, SMALL, "p.toml"), "-q")
     assert a.exit_code == 0, a.output
     assert a.output.splitlines()[1:] == b.output.splitlines()[1:]
+
+
+def test_model_flags_without_a_workload_table_say_where_to_go() -> None:
+    """``--model``/``--gpu`` on a run with no [workload] table (flags only): one line naming
+    the scenario to write and the flags-only command (plan), exit 2."""
+    r = run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--model", "llama3.1-8b",
+            "--gpu", "h100-sxm")
+    assert r.exit_code == 2, r.output
+    line = " ".join(r.output.split())
+    assert line.startswith("error: --model and --gpu change a scenario's [workload] table")
+    assert "schedules/llama3-70b-h100.toml" in line and "'schedsim plan --model M" in line
+    assert r.output.count("error:") == 1

@@ -38,9 +38,12 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     if not changes:
         return sc
     if sc.workload is None:
-        raise ScenarioError(f"--{' and --'.join(changes)} change the scenario's [workload]: "
-                            f"add a [workload] table (model, gpu, seq, global_batch_size, "
-                            f"tp, pp, ...; docs/workload.md)")
+        raise ScenarioError(f"--{' and --'.join(changes)} change a scenario's [workload] "
+                            f"table and this run has none: give a scenario with one (model, "
+                            f"gpu, seq, global_batch_size, tp, pp, ...: "
+                            f"schedules/llama3-70b-h100.toml, docs/workload.md), or from "
+                            f"flags alone 'schedsim plan --model M --gpu G --gpus N --seq S "
+                            f"--global-batch-size B'")
     from schedsim.workload.presets import MODELS
 
     m = changes.get("model")
