@@ -34,6 +34,8 @@ MAX_LINES = 4
 UNIT = "microbatches' worth"
 YLABEL = f"activations\n({UNIT})"
 GIB_YLABEL = "memory per rank\n(GiB)"
+#: the label where the reserved peaks are drawn beside the allocated curves
+GIB_RESERVED_YLABEL = "allocated per rank\n(GiB)"
 BAND_COLOR = "#9ecae1"
 
 Curves = list[tuple[np.ndarray, np.ndarray]]
@@ -105,6 +107,15 @@ def envelope(curves: Curves, end: float) -> tuple[np.ndarray, np.ndarray, np.nda
     return times, lo, hi
 
 
+def _reserved_gib(tl: Timeline) -> list[float] | None:
+    """The caching allocator's reserved peak per rank in GiB (the Timeline's
+    ``workload.peak_reserved_bytes``), or None where the run has none (``allocator =
+    "none"``, a typed cost model)."""
+    w = tl.workload if isinstance(tl.workload, dict) else None
+    rp = w.get("peak_reserved_bytes") if w else None
+    return [float(b) / 2 ** 30 for b in rp] if rp else None
+
+
 def _colors(k: int) -> list[Any]:
     cmap = colormaps["tab10"]
     return [cmap(i % 10) for i in range(k)]
@@ -134,19 +145,30 @@ def draw_memory(ax: Axes, tl: Timeline, model: MemoryModel | None = None, *,
                         linewidth=0, label=f"min-max over all {n} ranks", zorder=1)
     styles = ["-", "--", "-.", ":"]
     gib = in_gib(tl)
+    reserved = _reserved_gib(tl) if gib else None
     for j, (r, color) in enumerate(zip(show, _colors(len(show)))):
         ts, vs = curves[r]
         peak = f"{peaks[r]:.1f} GiB" if gib else fmt_time(peaks[r])
+        if reserved is not None:
+            peak += f", reserved {reserved[r]:.1f}"
         ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color,
                 linewidth=1.6 if j == 0 else 1.3, linestyle=styles[j % 4], zorder=2,
                 label=f"rank {r}" + (f" (peak {peak})" if peaks_in_legend else ""))
     top = max(peaks)
+    if reserved is not None:
+        # the caching allocator's reserved peak (what torch reports, what runs out): the
+        # highest as a dotted line; each drawn rank's own in its legend label
+        worst = max(range(len(reserved)), key=reserved.__getitem__)
+        ax.axhline(reserved[worst], color="0.35", linestyle=(0, (1, 1.5)), linewidth=1.0,
+                   zorder=3, label=f"reserved peak {reserved[worst]:.1f} GiB (rank {worst})")
+        top = max(top, reserved[worst])
     if gib:
         hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
         ax.axhline(hbm, color="#c0392b", linestyle=(0, (4, 2)), linewidth=1.0, zorder=3,
                    label=f"HBM {hbm:.0f} GiB")
         top = max(top, hbm)
-    ax.set_ylabel(GIB_YLABEL if gib else YLABEL, fontsize=7.5)
+    ax.set_ylabel((GIB_RESERVED_YLABEL if reserved is not None else GIB_YLABEL) if gib
+                  else YLABEL, fontsize=7.5)
     low = min(0.0, min(float(vs.min()) for _, vs in curves))
     ax.set_ylim(low, max(top, low + 1e-9) * 1.1)
     ax.set_xlim(t0, t1)
