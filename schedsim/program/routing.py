@@ -276,5 +276,11 @@ def key_codes(mkind, pstage, mb, stages: int, microbatches: int):
     ``(kind * stages + stage) * microbatches + mb`` (int64; the caller checks ranges)."""
     import numpy as np
 
-    return ((np.asarray(mkind, dtype=np.int64) * stages + np.asarray(pstage)) * microbatches
-            + np.asarray(mb))
+    out = np.asarray(mkind, dtype=np.int64) * stages
+    ps, mb = np.asarray(pstage), np.asarray(mb)
+    if not (isinstance(out, np.ndarray) and out.shape == ps.shape == mb.shape):
+        return (out + ps) * microbatches + mb
+    out += ps              # in place: one array of the result's size, no temporaries
+    out *= microbatches
+    out += mb
+    return out
