@@ -122,12 +122,9 @@ def lower(schedule: Schedule, policy: str = "async", **params: Any) -> Program:
             takes = ", ".join(pol.params) or "none"
             raise ScheduleError(f"comm policy {policy!r} takes no parameter {k!r} (it "
                                 f"takes: {takes})")
-    from schedsim.util.jit import import_ahead
     from schedsim.util.memory import large_blocks_unpooled
 
-    n = len(schedule.flat())
-    large_blocks_unpooled(n)      # a large lowering frees its temporaries
-    import_ahead(4 * n)           # about 4 instructions an op: numba compiles the program
+    large_blocks_unpooled(len(schedule.flat()))      # a large lowering frees its temporaries
     return pol.fn(schedule, **_coerce(pol, given))
 
 

@@ -65,14 +65,12 @@ def compile_program(program: Program, costs: CostModel, link: LinkModel,
     the op's never completing does to the other ranks (:func:`schedsim.sim.simulate.
     simulate_run`). The :class:`Compiled` is made once, at the end, from its records.
     """
-    from schedsim.util.jit import import_ahead
     from schedsim.util.memory import large_blocks_unpooled
 
     pl = program.placement
     P = pl.ranks
     fl = flat if flat is not None else program.flat()
     large_blocks_unpooled(len(fl))          # a large compile frees its temporaries
-    import_ahead(len(fl))                   # numba loads while the Prep is computed
     if fl.ranks != P:
         raise ProgramError(f"program has {fl.ranks} rank rows but the placement has {P} "
                            f"ranks")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from types import FunctionType, SimpleNamespace
 from typing import Any
 
@@ -33,7 +32,6 @@ THRESHOLD = 20_000
 #: kernel module name -> its functions compiled by numba (filled on first use)
 _JITTED: dict[str, SimpleNamespace] = {}
 _AVAILABLE: bool | None = None
-_AHEAD: threading.Thread | None = None     # numba's import started by import_ahead
 
 
 class _Lists:
@@ -121,39 +119,10 @@ class _Arrays:
                            for v in rec))
 
 
-def import_ahead(n: int) -> bool:
-    """Before large work of about ``n`` instructions that numba will run (``n`` at least
-    :data:`THRESHOLD`, ``SCHEDSIM_ENGINE`` not ``python``): start importing numba in a
-    background thread, so that the import (0.4-0.5 s of CPU) overlaps the array work that
-    comes before the first kernel (the lowering: numpy's loops release the GIL);
-    :func:`numba_available` waits for it. Once per process; returns True if it started
-    the import now."""
-    global _AHEAD
-    if _AHEAD is not None or _AVAILABLE is not None or n < THRESHOLD:
-        return False
-    try:
-        if choice() == "python":
-            return False
-    except ScenarioError:       # a bad setting is reported where the engine is chosen
-        return False
-
-    def load() -> None:
-        try:
-            import numba  # noqa: F401
-        except ImportError:
-            pass
-    _AHEAD = threading.Thread(target=load, name="schedsim-import-numba", daemon=True)
-    _AHEAD.start()
-    return True
-
-
 def numba_available() -> bool:
-    """True if numba can be imported (checked once; after an :func:`import_ahead`, once
-    its import has finished)."""
+    """True if numba can be imported (checked once)."""
     global _AVAILABLE
     if _AVAILABLE is None:
-        if _AHEAD is not None:
-            _AHEAD.join()
         try:
             import numba  # noqa: F401
             _AVAILABLE = True
