@@ -3,8 +3,8 @@
 and numba run (:mod:`schedsim.util.jit`; numba for large schedules): the *link order* of
 the recvs (:func:`link_counts`, :func:`link_order_kernel`) and the ``async`` policy's
 instructions (:func:`async_kernel`). One pass each, writing only its outputs: the array
-form these replaced allocated and freed about 1.5 GB of temporaries at 10 M instructions
-(``benchmarks/NOTES.md``, "The 10 M path").
+form these replaced allocated and freed about 25 arrays of 2.5-10 M entries at 10 M
+instructions (``benchmarks/NOTES.md``, "The 10 M path", second round).
 
 The link order (:func:`schedsim.program.comm_plan.link_order` states the rule): sends are
 grouped by directed link in send order (a counting sort: ``lstart``/``lorder``, each
@@ -53,8 +53,9 @@ class LinkIn(NamedTuple):
 
 class LinkScratch(NamedTuple):
     """The link order's state: sends by link (``lstart``: ranks**2 + 1; ``lorder``,
-    ``s_pos`` and ``slink``, each send's link: per send), ``posted`` per link, and the counts :func:`link_counts`
-    writes: ``na[o]``, the recvs posted for op ``o``, and ``total[0]``, all of them."""
+    ``s_pos`` and ``slink``, each send's link: per send), ``posted`` per link, and the
+    counts :func:`link_counts` writes: ``na[o]``, the recvs posted for op ``o``, and
+    ``total[0]``, all of them."""
 
     lstart: Arr
     lorder: Arr
