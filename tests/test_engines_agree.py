@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from schedsim import CommModel, CostModel, LinkModel, Program, build_program, simulate
 from schedsim.errors import SchedsimError
 from schedsim.sim import fast
+from schedsim.util import jit
 
 FAMILIES = [("gpipe", {}), ("1f1b", {}), ("dualpipe", {}), ("dualpipev", {}),
             ("interleaved-1f1b", {"chunks": 2}), ("interleaved-1f1b", {"chunks": 3}),
@@ -114,7 +115,7 @@ def test_the_numba_engine_is_used_for_large_programs(monkeypatch) -> None:
     """Under ``auto``, a program of THRESHOLD instructions or more runs on numba; a
     small one on CPython unless the compiled kernels are loaded already."""
     monkeypatch.setenv("SCHEDSIM_ENGINE", "auto")
-    monkeypatch.setattr(fast, "_JITTED", None)
+    monkeypatch.setattr(jit, "_JITTED", {})
     assert fast.use_numba(fast.THRESHOLD) and not fast.use_numba(fast.THRESHOLD - 1)
     fast.jitted()
     assert fast.use_numba(1)

@@ -16,12 +16,19 @@ the order q sends them (:func:`link_order`). Message routing comes from
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from schedsim.program.flat import FlatProgram, FlatSchedule, OpKind, index_dtype, ranks_of
 from schedsim.program.ir import Comm, Op, Program, Schedule
+from schedsim.program.lower_kernel import (
+    LinkIn,
+    LinkScratch,
+    Posts,
+    link_counts,
+    link_order_kernel,
+)
 from schedsim.program.ops import COMM_KINDS, recv_comm, send_comm
 from schedsim.program.routing import (
     consumer_stage,
@@ -33,6 +40,7 @@ from schedsim.program.routing import (
     produces,
     skip_code,
 )
+from schedsim.util.jit import executor
 
 if TYPE_CHECKING:
     from schedsim.program.ir import Placement
@@ -254,56 +262,52 @@ class RecvPosts:
 def link_order(ac: AtomComms, ranks: int) -> RecvPosts:
     """The recvs each op needs posted before it, in link order (module docstring): for
     need x of rank r on link q -> r, every recv of that link up to x in q's send order
-    that r has not posted yet; a recv whose message no rank sends is posted as it is."""
-    P = ranks
-    s_link = ac.op_rank[ac.send_op] * P + ac.send_dst
-    order = np.argsort(s_link, kind="stable")            # sends grouped by link
-    sl = s_link[order]
-    s_pos = _link_positions(sl, order)                    # position within its link
-    # each need's position on its link (-1: no such send)
-    n_link = ac.need_src * P + ac.op_rank[ac.need_op]
+    that r has not posted yet; a recv whose message no rank sends is posted as it is
+    (:func:`schedsim.program.lower_kernel.link_order_kernel`)."""
+    ln, sc, xs = link_counted(ac, ranks)
+    total = int(sc.total[0])
+    dt = ac.need_kind.dtype
+    op = xs.empty(total, ac.need_op.dtype)
+    out = Posts(kind=xs.empty(total, dt), stage=xs.empty(total, ac.need_stage.dtype),
+                mb=xs.empty(total, ac.need_mb.dtype),
+                peer=xs.empty(total if ln.peered else 0, I64))
+    executor(link_order_kernel, _work(ac))[0](ln, sc, op, out)
+    return RecvPosts(op=np.asarray(op, ac.need_op.dtype), kind=np.asarray(out.kind, dt),
+                     stage=np.asarray(out.stage, ac.need_stage.dtype),
+                     mb=np.asarray(out.mb, ac.need_mb.dtype),
+                     peer=np.asarray(out.peer, ac.need_peer.dtype) if ln.peered else None)
+
+
+def _work(ac: AtomComms) -> int:
+    """The size of a lowering, for the choice of executor: ops, needs and sends."""
+    return len(ac.op_rank) + len(ac.need_op) + len(ac.send_op)
+
+
+def link_counted(ac: AtomComms, ranks: int) -> tuple[LinkIn, LinkScratch, Any]:
+    """The link order's input and state after :func:`~schedsim.program.lower_kernel.
+    link_counts` (the sends grouped by link; ``na``: the recvs posted for each op,
+    ``total[0]`` in all), and the executor's allocator (:mod:`schedsim.util.jit`)."""
     sid, found = _send_of_need(ac)
-    if len(ac.send_code):
-        found &= s_link[sid] == n_link
-    del s_link
-    pos = np.where(found, s_pos[sid] if len(ac.send_code) else 0, -1)
-    del s_pos, sid
-    prev_max = _previous_max(n_link, pos)
-    count = np.where(found, np.maximum(pos - prev_max, 0), 1)
-    del pos
-    # expand: need j posts positions prev_max+1 .. pos on its link (or itself)
-    total = int(count.sum())
-    j = np.repeat(np.arange(len(count), dtype=ac.need_op.dtype), count)
-    k = np.arange(total, dtype=I64) - np.repeat(np.cumsum(count) - count, count)
-    del count
-    # the send at (link, position): sends sorted by link, then position
-    kind = ac.need_kind[j]
-    stage = ac.need_stage[j]
-    mb = ac.need_mb[j]
-    peer = ac.need_peer[j] if ac.need_peer is not None else None
-    via = found[j]
-    if via.any():
-        jv = j[via]
-        s = order[np.searchsorted(sl, n_link[jv]) + prev_max[jv] + 1 + k[via]]
-        del jv
-        kind[via] = ac.send_kind[s] + 1                    # the matching RECV
-        mk = ac.send_kind[s] >> 1
-        stage[via] = np.where(mk == 0, ac.send_stage[s] + 1, ac.send_stage[s] - 1)
-        mb[via] = ac.send_mb[s]
-        if peer is not None:                               # a skip edge's recv
-            sp = ac.send_peer[s]
-            stage[via] = np.where(sp >= 0, sp, stage[via])
-            peer[via] = np.where(sp >= 0, ac.send_stage[s], -1)
-    return RecvPosts(op=ac.need_op[j], kind=kind, stage=stage, mb=mb, peer=peer)
-
-
-def _link_positions(sl: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Each send's position on its link (by send index), from the sends' links sorted
-    (``sl``, the sort ``order``)."""
-    starts = np.flatnonzero(np.r_[True, sl[1:] != sl[:-1]]) if len(sl) else np.zeros(0, I64)
-    s_pos = np.empty(len(sl), I64)
-    s_pos[order] = np.arange(len(sl)) - np.repeat(starts, np.diff(np.r_[starts, len(sl)]))
-    return s_pos
+    counts, xs = executor(link_counts, _work(ac))
+    none = np.zeros(0, I64)
+    peered = ac.need_peer is not None
+    ln = LinkIn(
+        ranks=ranks, peered=peered, op_rank=xs.ints(ac.op_rank), need_op=xs.ints(ac.need_op),
+        need_src=xs.ints(ac.need_src), need_kind=xs.ints(ac.need_kind),
+        need_stage=xs.ints(ac.need_stage), need_mb=xs.ints(ac.need_mb),
+        need_peer=xs.ints(ac.need_peer if peered else none), sid=xs.ints(sid),
+        found=xs.ints(found.view(np.int8)), send_op=xs.ints(ac.send_op),
+        send_dst=xs.ints(ac.send_dst), send_kind=xs.ints(ac.send_kind),
+        send_stage=xs.ints(ac.send_stage), send_mb=xs.ints(ac.send_mb),
+        send_peer=xs.ints(ac.send_peer if peered else none))
+    del sid, found
+    ns, ix = len(ac.send_op), ac.need_op.dtype
+    sc = LinkScratch(lstart=xs.empty(ranks * ranks + 1, I64), lorder=xs.empty(ns, ix),
+                     s_pos=xs.empty(ns, ix), slink=xs.empty(ns, I64),
+                     posted=xs.empty(ranks * ranks, I64),
+                     na=xs.empty(len(ac.op_rank), I64), total=xs.full(1, 0))
+    counts(ln, sc)
+    return ln, sc, xs
 
 
 def _send_of_need(ac: AtomComms) -> tuple[np.ndarray, np.ndarray]:
@@ -326,22 +330,6 @@ def _send_of_need(ac: AtomComms) -> tuple[np.ndarray, np.ndarray]:
         np.zeros(len(ac.need_code), bool)
     sid = code_order[atc] if len(sc) else np.zeros(len(ac.need_code), I64)
     return sid, found
-
-
-def _previous_max(n_link: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Per need, the largest link position of the needs before it on its link (in need
-    order; -1 for the link's first): a running maximum per link."""
-    BIG = int(pos.max(initial=0)) + 2
-    n_order = np.argsort(n_link, kind="stable")
-    nl = n_link[n_order].astype(I64)
-    key = nl * BIG + (pos[n_order] + 1)
-    run = np.maximum.accumulate(key) if len(key) else key
-    del key
-    prev = np.r_[-1, run[:-1]] if len(run) else run
-    same = np.r_[False, nl[1:] == nl[:-1]] if len(run) else np.zeros(0, bool)
-    prev_max = np.empty(len(pos), I64)
-    prev_max[n_order] = np.where(same, prev - nl * BIG - 1, -1)
-    return prev_max
 
 
 def members(n_instr: int, counts: np.ndarray, src_start: np.ndarray

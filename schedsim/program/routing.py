@@ -271,10 +271,18 @@ def decode_codes(code, stages: int, microbatches: int, skips: Skips = ()):
     return mk, ps, cs, mb
 
 
-def key_codes(mkind, pstage, mb, stages: int, microbatches: int):
+def key_codes(mkind, pstage, mb, stages: int, microbatches: int, dtype: type | None = None):
     """A dense integer per message key ``(kind, producing stage, mb)``:
-    ``(kind * stages + stage) * microbatches + mb`` (int64; the caller checks ranges)."""
+    ``(kind * stages + stage) * microbatches + mb`` (int64, or ``dtype`` when the caller
+    knows the code space fits it; the caller checks ranges, and masks the entries out of
+    range, whose codes may wrap)."""
     import numpy as np
 
-    return ((np.asarray(mkind, dtype=np.int64) * stages + np.asarray(pstage)) * microbatches
-            + np.asarray(mb))
+    out = np.asarray(mkind, dtype=dtype or np.int64) * stages
+    ps, mb = np.asarray(pstage), np.asarray(mb)
+    if not (isinstance(out, np.ndarray) and out.shape == ps.shape == mb.shape):
+        return (out + ps) * microbatches + mb
+    out += ps              # in place: one array of the result's size, no temporaries
+    out *= microbatches
+    out += mb
+    return out

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.program.flat import FlatProgram, Opcode, OpKind, ranks_of
+from schedsim.program.flat import FlatProgram, Opcode, OpKind, index_dtype, ranks_of
 from schedsim.program.ir import Program
 from schedsim.program.routing import (
     SKIP_BASE,
@@ -74,11 +74,13 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     edge = None
     if fl.cpeer is not None:            # members naming the other stage of an edge
         ps, cs, valid, edge = _peered(fl, mk, side, ps, cs, valid, skips, S)
+    ncodes = _code_space(mk, S, M, skips)
+    cdt = index_dtype(ncodes)           # key codes: int32 while the code space fits
     if valid.all() and edge is None:
-        mcode = key_codes(mk, ps, cmb, S, M)
+        mcode = key_codes(mk, ps, cmb, S, M, cdt)
         msrc, mdst = ranks_of(pl, ps, cmb), ranks_of(pl, cs, cmb)
     else:
-        mcode = np.where(valid, key_codes(mk, ps, cmb, S, M), -1)
+        mcode = np.where(valid, key_codes(mk, ps, cmb, S, M, cdt), -1)
         if edge is not None:
             mcode = np.where(valid & (edge >= 0), skip_code(np.maximum(edge, 0), mk, cmb, S, M),
                              mcode)
@@ -111,15 +113,15 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     ok = (a_stage >= 0) & (a_stage < S) & (a_mb >= 0) & (a_mb < M) & (a_kind >= 0)
     ink, inps = cross_stage_inputs(a_kind, a_stage, S)
     has_in = ok & (inps >= 0)
-    in_rank = np.full(na, -1, I64)
+    in_rank = np.full(na, -1, np.int32)
     if has_in.any():
         in_rank[has_in] = ranks_of(pl, inps[has_in], a_mb[has_in])
-    a_in = np.where(has_in & (in_rank != a_rank), key_codes(ink, inps, a_mb, S, M), -1)
+    a_in = np.where(has_in & (in_rank != a_rank), key_codes(ink, inps, a_mb, S, M, cdt), -1)
     ok_out, out_s = outputs(a_kind, a_stage)
-    a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M), -1)
+    a_out = np.where(ok & (out_s >= 0), key_codes(ok_out, out_s, a_mb, S, M, cdt), -1)
     pr = Prep(S, M, P, mk, side, ps, cs, valid, mcode, msrc, mdst, aptr, a_instr,
-              a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out,
-              ncodes=_code_space(mk, S, M, skips), skips=skips)
+              a_kind, a_stage, a_mb, a_rank, a_in, in_rank, a_out, ncodes=ncodes,
+              skips=skips)
     if skips:
         _skip_atoms(pr, pl, skips, n)
     return pr
