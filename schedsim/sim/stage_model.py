@@ -54,10 +54,11 @@ bytes per element``): the ``S`` of every TP collective, ``topk`` times it (over 
 with sequence parallelism) of an all-to-all, and the P2P message size (over ``tp`` with
 sequence parallelism, as Megatron sends the sequence shard).
 
-Plain Python (no torch). The pieces and the costs (:class:`StageCosts`,
-:func:`phase_pieces`) are in :mod:`schedsim.sim.stage_costs`, imported when first asked
-for (here too, as ``stage_model.StageCosts``): a scenario without ``[model]`` does not
-import the overlap scheduler.
+Plain Python (no torch). The pieces and the costs
+(:class:`~schedsim.sim.stage_costs.StageCosts`,
+:func:`~schedsim.sim.stage_costs.phase_pieces`) are in :mod:`schedsim.sim.stage_costs`,
+imported where used: a scenario without ``[model]`` does not import the overlap
+scheduler.
 """
 from __future__ import annotations
 
@@ -188,13 +189,3 @@ class StageModel(BaseModel):
             return None
         return self.activation_bytes / (self.tp if self.sequence_parallel else 1)
 
-
-def __getattr__(name: str):
-    """:class:`~schedsim.sim.stage_costs.StageCosts` and
-    :func:`~schedsim.sim.stage_costs.phase_pieces`, from their module (imported on first
-    use)."""
-    if name in ("StageCosts", "phase_pieces"):
-        from schedsim.sim import stage_costs
-
-        return getattr(stage_costs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
