@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -69,7 +69,10 @@ from schedsim.program.ir import Placement, Program
 from schedsim.program.text_file import load_program_file, program_from_rows  # noqa: F401
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.program.stage_graph import StageGraph, shape_program
-from schedsim.sim.stage_model import StageCosts, StageModel
+from schedsim.sim.stage_model import StageModel
+
+if TYPE_CHECKING:   # for annotations; imported where used (no [model]: no overlap scheduler)
+    from schedsim.sim.stage_costs import StageCosts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,6 +146,8 @@ class Scenario(BaseModel):
 
             self._workload = apply_workload(self)
         elif self.model is not None:
+            from schedsim.sim.stage_costs import StageCosts
+
             self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
         return self
@@ -162,6 +167,10 @@ class Scenario(BaseModel):
     def stage_costs(self) -> StageCosts | None:
         """The derived costs of ``[model]`` (None without one)."""
         d = self.costs._derived
+        if d is None:
+            return None
+        from schedsim.sim.stage_costs import StageCosts
+
         return d if isinstance(d, StageCosts) else None
 
     def resolve(self, path: str) -> Path:

@@ -446,8 +446,9 @@ def params_for_schedules(**given: Any) -> dict[str, dict]:
     generator's own parameters (chunks, variant, mem_limit, group_size...) go to the
     schedules whose generator takes them, the others (the comm policy and its keys) to
     every schedule; :func:`compare_schedules`'s ``params``."""
-    from schedsim.generators import GENERATORS
+    from schedsim.generators import GENERATORS, names
 
+    names()         # (every generator module imported: GENERATORS is the whole registry)
     given = {k: v for k, v in given.items() if v is not None}
     gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
     return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}

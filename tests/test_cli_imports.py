@@ -71,6 +71,36 @@ def test_small_simulate_imports_what_it_uses() -> None:
     assert not _within(mods, ("typer.rich_utils", "rich.markdown", "schedsim.workload",
                               "schedsim.plot", "schedsim.cli.replay", "schedsim.cli.compare",
                               "schedsim.cli.render", "schedsim.analysis.graph"))
+    # the generator registry imports only the module of the schedule asked for
+    gens = {m for m in mods if m.startswith("schedsim.generators.")}
+    assert gens == {"schedsim.generators.basic"}
+
+
+def test_generator_module_table_matches_the_registrations() -> None:
+    """Importing a generator's module (``generators.MODULE_OF``, each alone in a fresh
+    process) registers it, every registered generator has an entry, and the registry
+    lists the generators in the modules' order whichever module was imported first."""
+    import json
+
+    from schedsim.generators import _MODULES, MODULE_OF
+
+    probe = ("import importlib, json, sys\n"
+             "from schedsim import generators as g\n"
+             "importlib.import_module('schedsim.generators.' + sys.argv[1])\n"
+             "first = list(g.GENERATORS)\n"
+             "print(json.dumps([first, g.names()]))\n")
+    orders = []
+    for mod in _MODULES:
+        out = subprocess.run([sys.executable, "-c", probe, mod], capture_output=True,
+                             text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        first, order = json.loads(out.stdout)
+        assert {n for n, m in MODULE_OF.items() if m == mod} <= set(first), mod
+        orders.append(order)
+    assert set(orders[0]) == set(MODULE_OF)
+    assert all(o == orders[0] for o in orders)
+    assert orders[0] == sorted(orders[0], key=lambda n: _MODULES.index(MODULE_OF[n]))
+    assert orders[0][:2] == ["gpipe", "1f1b"]
 
 
 def test_command_module_table_matches_the_registrations() -> None:

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedsim.sim.overlap import COLLECTIVE, COMPUTE, Piece, schedule
-from schedsim.sim.stage_model import StageCosts, StageModel
+from schedsim.sim.stage_costs import StageCosts
+from schedsim.sim.stage_model import StageModel
 
 matplotlib.use("Agg")
 

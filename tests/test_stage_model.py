@@ -10,7 +10,8 @@ from schedsim.errors import ScenarioError
 from schedsim.program.ir import Op
 from schedsim.scenario import parse_scenario
 from schedsim.sim.overlap import COLLECTIVE, COMPUTE, Piece, schedule
-from schedsim.sim.stage_model import StageCosts, StageModel, phase_pieces
+from schedsim.sim.stage_costs import StageCosts, phase_pieces
+from schedsim.sim.stage_model import StageModel
 
 
 def ar(n, nbytes, bw, alpha):

@@ -16,7 +16,8 @@ from schedsim.errors import ScenarioError
 from schedsim.interop.kineto import import_traces, read_piece_trace
 from schedsim.interop.kineto_pieces import piece_costs, union_length
 from schedsim.interop.piece_model import predict_pair
-from schedsim.sim.stage_model import StageCosts, StageModel
+from schedsim.sim.stage_costs import StageCosts
+from schedsim.sim.stage_model import StageModel
 from tests.conftest import ref_path
 
 runner = CliRunner()

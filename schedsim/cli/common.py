@@ -166,6 +166,9 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from schedsim.util.gc import resume_startup
+
+        resume_startup()    # the command runs: the collector paused for start-up resumes
         from schedsim.util.files import io_session
         from schedsim.util.inputs import decoding_reason
         from schedsim.util.limits import parse_limits, using

@@ -83,9 +83,12 @@ def foreign_key_hint(key: str) -> str | None:
 
 def get(name: str) -> GeneratorSpec:
     """The generator called ``name``. Raises :class:`ScheduleError` naming the choices (and
-    schedsim's name for a name another tool uses, :data:`FOREIGN_NAMES`)."""
-    _load_all()
+    schedsim's name for a name another tool uses, :data:`FOREIGN_NAMES`). Imports only
+    the module of ``name`` (:data:`MODULE_OF`); every module for another name."""
     spec = GENERATORS.get(name)
+    if spec is None:
+        _load(name)
+        spec = GENERATORS.get(name)
     if spec is None:
         ours = FOREIGN_NAMES.get(name.lower().replace("_", "-"))
         if ours is not None:
@@ -179,16 +182,53 @@ def build_program(name: str, ranks: int, microbatches: int, comm_policy: str | N
         return lower(out, comm_policy or "async", **policy_params)
 
 
-#: generator modules, imported on first use (each registers its generators)
+#: generator modules, imported on first use (each registers its generators); the registry
+#: lists the generators in this order
 _MODULES = ("basic", "dualpipe", "dualpipev", "zerobubble", "zerobubble_v", "torch_family",
             "variants", "overlapped")
+#: the module (of :data:`_MODULES`) that registers each generator: :func:`get` imports only
+#: that one (a small ``simulate`` does not import the planners);
+#: tests/test_cli_imports.py checks it against what the modules register
+MODULE_OF = {
+    **dict.fromkeys(("gpipe", "1f1b"), "basic"), "dualpipe": "dualpipe",
+    "dualpipev": "dualpipev", **dict.fromkeys(("zb-h1", "zb-h2", "zb-1p", "zb-2p"), "zerobubble"),
+    **dict.fromkeys(("zbv", "v-half", "v-min"), "zerobubble_v"),
+    **dict.fromkeys(("interleaved-1f1b", "looped-bfs", "interleaved-zb"), "torch_family"),
+    "1f1b-megatron-figure": "variants",
+    **dict.fromkeys(("1f1b-overlap", "interleaved-overlap"), "overlapped"),
+}
+_loaded_all = False
+
+
+def _load(name: str) -> None:
+    """Import the module that registers ``name`` (:data:`MODULE_OF`), or every module
+    for a name it does not know."""
+    mod = MODULE_OF.get(name)
+    if mod is None:
+        _load_all()
+        return
+    import importlib
+
+    importlib.import_module(f"{__name__}.{mod}")
 
 
 def _load_all() -> None:
+    """Import every generator module; :data:`GENERATORS` then lists the generators in
+    :data:`_MODULES` order (each module's in its registration order; the others after),
+    whichever were imported first."""
+    global _loaded_all
+    if _loaded_all:
+        return
     import importlib
 
     for mod in _MODULES:
         importlib.import_module(f"{__name__}.{mod}")
+    rank = {m: i for i, m in enumerate(_MODULES)}
+    items = sorted(GENERATORS.items(),
+                   key=lambda kv: rank.get(MODULE_OF.get(kv[0], ""), len(rank)))
+    GENERATORS.clear()
+    GENERATORS.update(items)
+    _loaded_all = True
 
 
 def names() -> list[str]:

@@ -86,7 +86,7 @@ def predict_pair(pt: PieceTrace) -> PairPrediction:
     """The F&B pair of the trace's measured pieces, predicted by the stage model
     (module docstring), per layer."""
     from schedsim.sim.overlap import COLLECTIVE, schedule, union
-    from schedsim.sim.stage_model import phase_pieces
+    from schedsim.sim.stage_costs import phase_pieces
 
     costs, layers = role_costs(pt)
     moe = any(k.startswith(("dispatch", "combine")) for k in costs)

@@ -5,7 +5,6 @@ kernels take the records as they are, :mod:`schedsim.sim.kernels`).
 Handles: message m has a send handle ``2m`` (owned by its source rank) and a recv handle
 ``2m+1`` (its destination rank).
 """
-from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -86,7 +86,7 @@ class CostModel(BaseModel):
         """A copy whose untyped kinds (and message bytes) come from ``derived``, an object
         with ``kind_cost(kind, stage)``, ``fb_cost(stage_f, stage_b, back_kind)``,
         ``varies`` (stages differ) and ``table()`` (rows whose third item has ``.cost``),
-        such as :class:`schedsim.sim.stage_model.StageCosts`."""
+        such as :class:`schedsim.sim.stage_costs.StageCosts`."""
         c = self.model_copy()
         c._derived, c._cache = derived, {}
         if message_bytes is not None and "message_bytes" not in self.model_fields_set:

@@ -9,7 +9,6 @@ position), and taken as they are by both executors (:mod:`schedsim.sim.fast`: nu
 types a named tuple of arrays; CPython reads its fields). The arrays inside are the
 kernels' outputs and scratch: the kernels write into them, never replace them.
 """
-from __future__ import annotations
 
 from typing import Any, NamedTuple
 

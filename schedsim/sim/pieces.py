@@ -39,7 +39,7 @@ def _derived(span: Span, stage_costs: Any) -> OpCost | None:
 def simulated_pieces(tl: Timeline, stage_costs: Any, rel_tol: float = 1e-9
                      ) -> list[dict[str, Any]]:
     """The pieces of every span of ``tl`` whose duration is the stage model's derived
-    cost (``stage_costs``: a :class:`~schedsim.sim.stage_model.StageCosts`); a span whose
+    cost (``stage_costs``: a :class:`~schedsim.sim.stage_costs.StageCosts`); a span whose
     cost was typed explicitly (another duration) has no known inside and gets none."""
     out: list[dict[str, Any]] = []
     for s in tl.spans:

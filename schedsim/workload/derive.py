@@ -33,7 +33,8 @@ import numpy as np
 from schedsim.errors import ScenarioError
 from schedsim.program.ir import Placement
 from schedsim.sim.costs import CostModel, LinkModel, LinkOverride
-from schedsim.sim.stage_model import StageCosts, StageModel
+from schedsim.sim.stage_costs import StageCosts
+from schedsim.sim.stage_model import StageModel
 from schedsim.workload.cost import (
     NETWORK_LATENCY_MS,
     NVLINK_LATENCY_MS,
