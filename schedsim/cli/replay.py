@@ -74,6 +74,7 @@ from schedsim.cli.replay_options import (
     ReplayJsonOpt,
     ReplaySemanticsOpt,
     SetOpt,
+    SpreadOpt,
     StepOpt,
     StepsOpt,
     TimeoutOpt,
@@ -365,6 +366,7 @@ def calibrate(
     backend: BackendOpt = None,
     out: CostsOutOpt = None,
     repeats: RepeatsOpt = None,
+    spread: SpreadOpt = None,
     isolated: IsolatedOpt = False,
     contended: ContendedOpt = None,
     from_timeline: FromTimelineOpt = None,
@@ -394,7 +396,8 @@ def calibrate(
         return calibrate_from_trace(from_trace, out)
     if isinstance(sc, TimelineInput):
         given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
-                 repeats), ("--isolated", isolated or None), ("--contended", contended),
+                 repeats), ("--spread", spread), ("--isolated", isolated or None),
+                 ("--contended", contended),
                  ("--timeout", timeout),
                  ("--set", set_)) if v is not None]
         if given:
@@ -407,8 +410,8 @@ def calibrate(
     from schedsim.cli.from_measured import calibrate_run
 
     calibrate_run(_with_replay_keys(sc, set_), out, nproc=nproc, backend=backend,
-                  timeout=timeout, repeats=repeats or 5, isolated=isolated,
-                  contended=contended)
+                  timeout=timeout, repeats=repeats, isolated=isolated,
+                  contended=contended, spread=spread)
 
 
 @app.command("import-trace")

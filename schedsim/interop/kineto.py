@@ -392,7 +392,8 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
 
     ``placement`` (loop | v | dual) is inferred from where stages ran when None. ``step``
     keeps the events of one profiler step (``ProfilerStep#N``) of traces that hold
-    several. A subset of the ranks gives a partial Timeline (``missing_ranks``, no
+    several; without it, traces that hold several give their median step
+    (:mod:`.kineto_steps`). A subset of the ranks gives a partial Timeline (``missing_ranks``, no
     ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
     docstring).
     """
@@ -411,6 +412,15 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     traces, world = _by_rank(paths)
     names = ", ".join(str(t.path) for t in traces.values())
     with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
+        if step is None:
+            from schedsim.interop.kineto_steps import median_step, note_median, profiler_steps
+
+            many = profiler_steps(traces)
+            if len(many) > 1:       # several profiler steps: the median one
+                steps = {k: _import(traces, world, placement, name, k) for k in many}
+                keep = median_step(steps)
+                note_median(steps[keep], steps, keep)
+                return steps[keep]
         return _import(traces, world, placement, name, step)
 
 
