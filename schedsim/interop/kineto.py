@@ -412,15 +412,12 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     traces, world = _by_rank(paths)
     names = ", ".join(str(t.path) for t in traces.values())
     with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
-        if step is None:
-            from schedsim.interop.kineto_steps import median_step, note_median, profiler_steps
+        if step is None:        # several profiler steps: the median one
+            from schedsim.interop.kineto_steps import median_of
 
-            many = profiler_steps(traces)
-            if len(many) > 1:       # several profiler steps: the median one
-                steps = {k: _import(traces, world, placement, name, k) for k in many}
-                keep = median_step(steps)
-                note_median(steps[keep], steps, keep)
-                return steps[keep]
+            tl = median_of(traces, world, placement, name)
+            if tl is not None:
+                return tl
         return _import(traces, world, placement, name, step)
 
 

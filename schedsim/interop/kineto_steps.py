@@ -59,7 +59,28 @@ def import_steps(paths: list[str | Path], *, placement: str | None = None,
         steps = profiler_steps(traces)
         if not steps:
             return {0: _import(traces, world, placement, name, None)}
-        return {k: _import(traces, world, placement, name, k) for k in steps}
+        return _each(traces, world, placement, name, steps)
+
+
+def _each(traces: dict[int, Any], world: int | None, placement: str | None, name: str,
+          numbers: list[int]) -> dict[int, Any]:
+    """``{N: Timeline}`` of the read traces' profiler steps ``numbers``."""
+    from schedsim.interop.kineto import _import
+
+    return {k: _import(traces, world, placement, name, k) for k in numbers}
+
+
+def median_of(traces: dict[int, Any], world: int | None, placement: str | None,
+              name: str) -> Any:
+    """The median step of read traces that hold several profiler steps, noted
+    (:func:`note_median`); None when they hold fewer than 2."""
+    numbers = profiler_steps(traces)
+    if len(numbers) < 2:
+        return None
+    steps = _each(traces, world, placement, name, numbers)
+    keep = median_step(steps)
+    note_median(steps[keep], steps, keep)
+    return steps[keep]
 
 
 def median_step(steps: dict[int, Any]) -> int:

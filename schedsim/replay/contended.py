@@ -6,8 +6,11 @@ with both hosts computing, it takes 1-3 ms (and compute slows while messages mov
 contended calibration (``calibrate --contended``, the default on CPU gloo, and
 ``replay --compare``'s default there) runs one untimed step and then ``repeats`` steps
 of the program on the real ranks (:func:`schedsim.replay.worker._calibration_steps`;
-under ``replay --compare`` taking turns with the measured steps, so that both see the
-same load: on a shared machine it drifts by 2x within a minute), so every number is
+``calibrate`` spreads them over :data:`SPREAD_S` seconds by default, a pause before each
+step after the first, because the machine's speed moves by up to 2x within a second and
+consecutive steps share one moment's; under ``replay --compare`` taking turns with the
+measured steps, so that both see the same load: on a shared machine it drifts by 2x
+within a minute), so every number is
 measured under the contention of the run; each step is fitted like a measured timeline
 (:func:`schedsim.replay.fit.fit_timeline`: op medians, wait-matched link, launches, host
 time per instruction) and the steps are merged (:func:`merge_fits`):

@@ -375,10 +375,11 @@ def _result_timeline(spec: JobSpec, program: Any, got: list[Any], device: Any, m
             gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
             gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
     # several measured steps: keep the one with the median makespan
+    from schedsim.interop.kineto_steps import median_index
+
     tls = [measured_timeline(program, [g[0][k] for g in got], backend=cfg.backend)
            for k in range(steps)]
-    order = sorted(range(steps), key=lambda k: tls[k].makespan)
-    keep = order[(steps - 1) // 2]
+    keep = median_index([t.makespan for t in tls])
     if tp > 1:
         from schedsim.replay.tp_run import measured_pieces
 
