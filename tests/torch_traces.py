@@ -11,8 +11,8 @@ timeout and records every schedule asked for in one process group
 of them after the first, so that the steps sample the machine's speed over time: on this
 project's 2-vCPU virtual machine it moves by up to 2x within a second, and consecutive
 steps share one level (docs/traces.md, "From a separate run"). The shipped traces:
-``chrt -f 1 python tests/torch_traces.py OUT 128:0:0.3 ScheduleInterleaved1F1B:8:2:11
-ScheduleGPipe:4:1:11`` (11 steps 0.3 s apart), each file gzipped. ``SCHEDULE`` is a
+``chrt -f 1 python tests/torch_traces.py OUT 128:0:0.5 ScheduleInterleaved1F1B:8:2:9
+ScheduleGPipe:4:1:9`` (9 steps 0.5 s apart), each file gzipped (``gzip -9``). ``SCHEDULE`` is a
 class of ``torch.distributed.pipelining.schedules`` (``ScheduleGPipe``, ``Schedule1F1B``,
 ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``, ...); ``V`` stages per
 rank for the multi-stage ones (stage ``rank + 2 c`` for chunk c: the loop placement;

@@ -152,8 +152,8 @@ def check_trace(
                       highlight=False, soft_wrap=True)
     for note in getattr(tl, "import_notes", []):
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
-    errors = (steps_errors(steps, prog, semantics=semantics, model=model)  # type: ignore[arg-type]
-              if many else two_errors(tl, prog, semantics=semantics, model=model))  # type: ignore[arg-type]
+    kw: Any = {"semantics": semantics, "model": model}
+    errors = steps_errors(steps, prog, **kw) if many else two_errors(tl, prog, **kw)
     report(errors, tl)
     with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
         if json_out is not None:
