@@ -59,7 +59,8 @@ def error(fit, meas, prog) -> float:
 
 def schedule_rows(s: str, files: dict[str, list[Path]], steps: int) -> list[str]:
     """The report lines of one schedule: runs A and B's steps 1 .. steps - 1."""
-    from schedsim.interop.kineto_steps import import_steps, median_step
+    from schedsim.interop.kineto import import_steps
+    from schedsim.interop.kineto_steps import median_step
     from schedsim.replay.check import steps_errors
     from schedsim.replay.contended import fit_steps
     from schedsim.replay.fit import fit_timeline, timeline_program

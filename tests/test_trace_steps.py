@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
-from schedsim.interop.kineto import import_traces
-from schedsim.interop.kineto_steps import import_steps, median_index, median_step
+from schedsim.interop.kineto import import_steps, import_traces
+from schedsim.interop.kineto_steps import median_index, median_step
 from schedsim.replay.contended import SPREAD_REPEATS, SPREAD_S, pause_for
 
 runner = CliRunner()

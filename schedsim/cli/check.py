@@ -119,8 +119,8 @@ def check_trace(
     """
     from schedsim.cli.outputs import folder, write_errors
     from schedsim.errors import ScenarioError
-    from schedsim.interop.kineto import import_traces
-    from schedsim.interop.kineto_steps import import_steps, median_step
+    from schedsim.interop.kineto import import_steps, import_traces
+    from schedsim.interop.kineto_steps import median_step
     from schedsim.replay.check import steps_errors, two_errors
     from schedsim.replay.fit import timeline_program
     from schedsim.util.files import output_group

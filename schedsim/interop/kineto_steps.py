@@ -1,5 +1,6 @@
-"""Traces that hold several profiler steps (``ProfilerStep#N`` ranges): every step
-imported from one read of the files, and the one rule for which step stands for them.
+"""Traces that hold several profiler steps (``ProfilerStep#N`` ranges): the one rule for
+which step stands for them (the files are read by
+:func:`schedsim.interop.kineto.import_steps` and ``import_traces``).
 
 One step of a run samples the machine's speed at one moment; on a shared or virtual
 machine that speed moves by up to 2x within a second (docs/traces.md, "From a separate
@@ -11,10 +12,7 @@ the median one (:mod:`schedsim.cli.check`).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from schedsim.errors import ScenarioError
 
 _PREFIX = "ProfilerStep#"
 
@@ -42,47 +40,6 @@ def profiler_steps(traces: dict[int, Any]) -> list[int]:
     return sorted(common or ())
 
 
-def import_steps(paths: list[str | Path], *, placement: str | None = None,
-                 name: str = "imported") -> dict[int, Any]:
-    """Every profiler step of per-rank traces as its own measured Timeline
-    (``{N: Timeline}`` for each ``ProfilerStep#N`` all files hold), the files read once.
-    A trace without profiler steps gives ``{0: its one Timeline}``. Raises
-    :class:`ScenarioError` as :func:`schedsim.interop.kineto.import_traces`."""
-    from schedsim.interop.kineto import _by_rank, _import
-    from schedsim.util.inputs import loading
-
-    if not paths:
-        raise ScenarioError("import-trace needs at least one trace file")
-    traces, world = _by_rank(paths)
-    names = ", ".join(str(t.path) for t in traces.values())
-    with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
-        steps = profiler_steps(traces)
-        if not steps:
-            return {0: _import(traces, world, placement, name, None)}
-        return _each(traces, world, placement, name, steps)
-
-
-def _each(traces: dict[int, Any], world: int | None, placement: str | None, name: str,
-          numbers: list[int]) -> dict[int, Any]:
-    """``{N: Timeline}`` of the read traces' profiler steps ``numbers``."""
-    from schedsim.interop.kineto import _import
-
-    return {k: _import(traces, world, placement, name, k) for k in numbers}
-
-
-def median_of(traces: dict[int, Any], world: int | None, placement: str | None,
-              name: str) -> Any:
-    """The median step of read traces that hold several profiler steps, noted
-    (:func:`note_median`); None when they hold fewer than 2."""
-    numbers = profiler_steps(traces)
-    if len(numbers) < 2:
-        return None
-    steps = _each(traces, world, placement, name, numbers)
-    keep = median_step(steps)
-    note_median(steps[keep], steps, keep)
-    return steps[keep]
-
-
 def median_step(steps: dict[int, Any]) -> int:
     """The profiler step number of the median makespan among ``steps`` (:func:`import_steps`;
     :func:`median_index`)."""
@@ -100,3 +57,10 @@ def note_median(tl: Any, steps: dict[int, Any], keep: int) -> None:
                        f"{len(ms)} profiler steps (makespans {min(ms):.4g} .. {max(ms):.4g} "
                        f"{tl.unit}): imported step {keep}, the median makespan; --step N "
                        f"for another"]
+
+
+def pick_median(steps: dict[int, Any]) -> Any:
+    """The median step's Timeline of ``{N: Timeline}``, noted (:func:`note_median`)."""
+    keep = median_step(steps)
+    note_median(steps[keep], steps, keep)
+    return steps[keep]
