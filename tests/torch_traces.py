@@ -3,9 +3,16 @@ tests: 2 gloo processes, a tiny MLP per stage, :data:`WARMUP` warm-up steps (the
 of them profiled into a trace that is thrown away), then the profiled step(s); each rank
 writes ``rank{r}.json`` (``export_chrome_trace``).
 
-Run as a script (``python tests/torch_traces.py OUT HIDDEN SCHEDULE:M:V ...``) or
-through :func:`record`, which starts it in a subprocess with a timeout and records every
-schedule asked for in one process group (``OUT/SCHEDULE/rank{r}.json``). ``SCHEDULE`` is a
+Run as a script (``python tests/torch_traces.py OUT HIDDEN[:SLOW[:PAUSE]]
+SCHEDULE:M:V[:K] ...``) or through :func:`record`, which starts it in a subprocess with a
+timeout and records every schedule asked for in one process group
+(``OUT/SCHEDULE/rank{r}.json``). ``K`` profiled steps go in one trace
+(``ProfilerStep#1..K``); a ``PAUSE`` (seconds) puts a barrier and that sleep before each
+of them after the first, so that the steps sample the machine's speed over time: on this
+project's 2-vCPU virtual machine it moves by up to 2x within a second, and consecutive
+steps share one level (docs/traces.md, "From a separate run"). The shipped traces:
+``chrt -f 1 python tests/torch_traces.py OUT 128:0:0.5 ScheduleInterleaved1F1B:8:2:9
+ScheduleGPipe:4:1:9`` (9 steps 0.5 s apart), each file gzipped (``gzip -9``). ``SCHEDULE`` is a
 class of ``torch.distributed.pipelining.schedules`` (``ScheduleGPipe``, ``Schedule1F1B``,
 ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``, ...); ``V`` stages per
 rank for the multi-stage ones (stage ``rank + 2 c`` for chunk c: the loop placement;
@@ -47,7 +54,9 @@ def _sleep_layer(seconds: float):
 
 
 def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
-         slow: float = 0.0, steps: int = 1) -> None:
+         slow: float = 0.0, steps: int = 1, pause: float = 0.0) -> None:
+    import time
+
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -84,7 +93,10 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
     # once, each rank's beginning when its previous step ended, as in training
     with profile(activities=[ProfilerActivity.CPU],
                  schedule=every(wait=0, warmup=1, active=steps, repeat=1)) as prof:
-        for _ in range(steps + 1):
+        for i in range(steps + 1):
+            if pause > 0 and i > 0:
+                dist.barrier()
+                time.sleep(pause)
             step()
             prof.step()
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +105,7 @@ def _one(rank: int, sched: str, m: int, v: int, out: Path, hidden: int,
 
 
 def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[Any, ...]],
-         slow: float = 0.0) -> None:
+         slow: float = 0.0, pause: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -102,18 +114,20 @@ def _run(rank: int, port: int, out: str, hidden: int, runs: list[tuple[Any, ...]
                             init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=60))
     for sched, m, v, *k in runs:
-        _one(rank, sched, m, v, Path(out) / sched, hidden, slow, *k)
+        _one(rank, sched, m, v, Path(out) / sched, hidden, slow, *k, pause=pause)
     dist.destroy_process_group()
 
 
 def record(out: Path, runs: list[tuple[Any, ...]], hidden: int = 128,
-           timeout: float = 240.0, slow: float = 0.0) -> dict[str, list[Path]]:
+           timeout: float = 240.0, slow: float = 0.0, pause: float = 0.0
+           ) -> dict[str, list[Path]]:
     """Record one profiled step of each ``(schedule, microbatches, stages per rank)`` (or
-    ``K`` consecutive steps in one trace, ``ProfilerStep#1..K``, with a fourth element K)
-    on 2 gloo ranks; returns each schedule's two trace files. Raises RuntimeError (with
+    ``K`` steps in one trace, ``ProfilerStep#1..K``, with a fourth element K; ``pause``
+    seconds apart, after a barrier, or one after another with 0) on 2 gloo ranks;
+    returns each schedule's two trace files. Raises RuntimeError (with
     the ranks' stderr) on failure and ``subprocess.TimeoutExpired`` after ``timeout`` s."""
     out.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, __file__, str(out), f"{hidden}:{slow}",
+    p = subprocess.run([sys.executable, __file__, str(out), f"{hidden}:{slow}:{pause}",
                         *(":".join(map(str, r)) for r in runs)], capture_output=True,
                        text=True, timeout=timeout,
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -128,8 +142,9 @@ if __name__ == "__main__":
 
     out_dir, size_slow = sys.argv[1], sys.argv[2].split(":")
     size, slow = int(size_slow[0]), float(size_slow[1]) if len(size_slow) > 1 else 0.0
+    pause = float(size_slow[2]) if len(size_slow) > 2 else 0.0
     todo = [(a, *map(int, rest)) for a, *rest in (x.split(":") for x in sys.argv[3:])]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(_run, args=(port, out_dir, size, todo, slow), nprocs=WORLD)
+    mp.spawn(_run, args=(port, out_dir, size, todo, slow, pause), nprocs=WORLD)

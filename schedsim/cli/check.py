@@ -4,7 +4,10 @@ report ``replay --compare`` shares (:func:`report`).
 check-trace: import the traces (:func:`schedsim.interop.kineto.import_traces`),
 calibrate ``--exact`` from them, simulate the program they show, compare; and the same
 program with a cost model (fitted from the traces, or ``--costs-file``). Prints the
-semantics error and the cost-model error (:mod:`schedsim.replay.check`); ``--json FILE``
+semantics error and the cost-model error (:mod:`schedsim.replay.check`); traces that hold
+several profiler steps are checked step by step (each step's own fit, or the cost file),
+the median step heading the report and the JSON, the per-step errors with their median and
+range after it (:func:`schedsim.replay.check.steps_errors`); ``--json FILE``
 writes ``{"semantics_error": {makespan, mean_start, max_start}, "cost_model_error":
 {...}, ...}``; ``--out-dir DIR`` writes ``NAME-measured.json``, ``NAME-exact.json`` (the
 semantics prediction), ``NAME-predicted.json`` (the cost-model prediction),
@@ -102,21 +105,23 @@ def check_trace(
     placement: Annotated[Optional[str], typer.Option(
         "--placement", help="loop | v | dual (default: inferred).")] = None,
     step: Annotated[Optional[int], typer.Option(
-        "--step", help="Profiler step N (ProfilerStep#N) of traces that hold several.")
-    ] = None,
+        "--step", help="Check only profiler step N (ProfilerStep#N) of traces that hold "
+        "several (default: every step, headed by the median one).")] = None,
     name: Annotated[str, typer.Option("--name", help="Schedule name (output file names).")
                     ] = "imported",
 ) -> None:
     """Check the simulator against profiler traces: the semantics error (the trace's
-    program simulated with its own measured durations) and the cost-model error.
+    program simulated with its own measured durations) and the cost-model error. Traces
+    that hold several profiler steps: every step, headed by the median one.
 
     Example:
       schedsim check-trace prof/rank0.json prof/rank1.json --json errors.json
     """
     from schedsim.cli.outputs import folder, write_errors
     from schedsim.errors import ScenarioError
-    from schedsim.interop.kineto import import_traces
-    from schedsim.replay.check import two_errors
+    from schedsim.interop.kineto import import_steps, import_traces
+    from schedsim.interop.kineto_steps import median_step
+    from schedsim.replay.check import steps_errors, two_errors
     from schedsim.replay.fit import timeline_program
     from schedsim.util.files import output_group
 
@@ -124,7 +129,13 @@ def check_trace(
     if placement is not None and placement not in ("loop", "v", "dual"):
         fail(f"unknown --placement {placement!r}: expected loop, v or dual")
     files = _out_dir_files(out_dir, name, json_out)
-    tl = import_traces(list(traces), placement=placement, name=name, step=step)
+    if step is None:        # every profiler step; the median one heads the report
+        steps = import_steps(list(traces), placement=placement, name=name)
+        many = len(steps) > 1
+        tl = steps[median_step(steps)] if many else next(iter(steps.values()))
+    else:
+        many, tl = False, import_traces(list(traces), placement=placement, name=name,
+                                        step=step)
     prog = timeline_program(tl)
     if prog is None:
         raise ScenarioError("check-trace needs the traces of every rank (missing: rank(s) "
@@ -135,9 +146,14 @@ def check_trace(
                   f"microbatches, {len(tl.spans)} ops, {p2p.get('paired', 0)} of "
                   f"{p2p.get('messages', 0)} messages paired; measured makespan "
                   f"{with_unit(tl.makespan, tl.unit)}", highlight=False, soft_wrap=True)
+    if many:
+        console.print(f"{len(steps)} profiler steps: the errors below are of step "
+                      f"{median_step(steps)}, the median makespan, then over every step",
+                      highlight=False, soft_wrap=True)
     for note in getattr(tl, "import_notes", []):
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)
-    errors = two_errors(tl, prog, semantics=semantics, model=model)  # type: ignore[arg-type]
+    kw: Any = {"semantics": semantics, "model": model}
+    errors = steps_errors(steps, prog, **kw) if many else two_errors(tl, prog, **kw)
     report(errors, tl)
     with folder(out_dir) if out_dir is not None else nullcontext(), output_group() as outs:
         if json_out is not None:

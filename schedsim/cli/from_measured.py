@@ -122,27 +122,39 @@ def warn_contention(procs: int) -> None:
 
 
 def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str | None,
-                  timeout: float | None, repeats: int, isolated: bool,
-                  contended: bool | None) -> None:
+                  timeout: float | None, repeats: int | None, isolated: bool,
+                  contended: bool | None, spread: float | None = None) -> None:
     """``schedsim calibrate SCENARIO``: run the calibration on the real ranks (contended
-    steps of the program, or the benchmarks) and write the cost file."""
+    steps of the program, spread over ``spread`` s, or the benchmarks) and write the
+    cost file. Defaults: :data:`~schedsim.replay.contended.SPREAD_REPEATS` steps over
+    :data:`~schedsim.replay.contended.SPREAD_S` s contended, 5 rounds of benchmarks."""
     from rich.table import Table
     from schedsim.cli.common import Phases
     from schedsim.program.ir import Program
     from schedsim.replay.config import spec_from_scenario
+    from schedsim.replay.contended import SPREAD_REPEATS, SPREAD_S, pause_for
     from schedsim.replay.contended import calibrated_model
     from schedsim.replay.launch import launch
 
     check_outputs(out)
     spec = spec_from_scenario(sc, backend=backend, timeout=timeout, calibrate=True,
-                              replay=False, calib_repeats=repeats, calib_isolated=isolated)
+                              replay=False, calib_isolated=isolated)
     spec.calib_contended = contended_default(spec, contended, isolated)
+    if spread is not None and not spec.calib_contended:
+        fail("--spread spreads the contended calibration's steps: it goes with --contended")
+    if spec.calib_contended:
+        repeats = repeats or SPREAD_REPEATS
+        spread = SPREAD_S if spread is None else spread
+        spec.calib_pause = pause_for(spread, repeats)
+    repeats = repeats or 5
+    spec.calib_repeats = repeats
     with Phases() as ph:
         n = check_nproc(spec, nproc)
         warn_contention(n)
         ph.step(f"calibrating on {n} ranks"
-                + (f" ({repeats} contended steps of the program)" if spec.calib_contended
-                   else ""))
+                + (f" ({repeats} contended steps of the program"
+                   + (f", spread over {spread:g} s)" if spread else ")")
+                   if spec.calib_contended else ""))
         res = launch(spec, n)
     name = spec.program.get("name", "")
     costs, link, comm, text, spread = calibrated_model(

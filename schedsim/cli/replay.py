@@ -74,6 +74,7 @@ from schedsim.cli.replay_options import (
     ReplayJsonOpt,
     ReplaySemanticsOpt,
     SetOpt,
+    SpreadOpt,
     StepOpt,
     StepsOpt,
     TimeoutOpt,
@@ -356,23 +357,30 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     return files
 
 
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """The options of ``schedsim calibrate`` after the shared program flags (each one its
+    flag, in --help order)."""
+
+    nproc: NprocOpt = None
+    backend: BackendOpt = None
+    out: CostsOutOpt = None
+    repeats: RepeatsOpt = None
+    spread: SpreadOpt = None
+    isolated: IsolatedOpt = False
+    contended: ContendedOpt = None
+    from_timeline: FromTimelineOpt = None
+    from_trace: FromTraceOpt = None
+    exact: ExactOpt = False
+    timeout: TimeoutOpt = None
+    set_: SetOpt = None
+
+
 @app.command()
 @handle_errors(tables=True)
 @scenario_command(flags=PROGRAM_FLAGS, timelines=True)
-def calibrate(
-    sc: Scenario,
-    nproc: NprocOpt = None,
-    backend: BackendOpt = None,
-    out: CostsOutOpt = None,
-    repeats: RepeatsOpt = None,
-    isolated: IsolatedOpt = False,
-    contended: ContendedOpt = None,
-    from_timeline: FromTimelineOpt = None,
-    from_trace: FromTraceOpt = None,
-    exact: ExactOpt = False,
-    timeout: TimeoutOpt = None,
-    set_: SetOpt = None,
-) -> None:
+@options_record(CalibrateOptions)
+def calibrate(sc: Scenario, o: CalibrateOptions) -> None:
     """Measure per-stage F, B, W, BW, FB costs, link latency/bandwidth and the host time
     of launching a batch of sends/recvs on the real ranks (or fit them to a measured
     timeline); write a cost file for 'schedsim simulate --costs-file'.
@@ -385,30 +393,31 @@ def calibrate(
     """
     from schedsim.cli.inputs import TimelineInput
 
-    if from_trace is not None:
+    if o.from_trace is not None:
         from schedsim.cli.from_measured import calibrate_from_trace
 
-        if sc is not None or from_timeline is not None or exact:
+        if sc is not None or o.from_timeline is not None or o.exact:
             fail("--from-trace reads a piece trace alone: drop the scenario, "
                  "--from-timeline and --exact")
-        return calibrate_from_trace(from_trace, out)
+        return calibrate_from_trace(o.from_trace, o.out)
     if isinstance(sc, TimelineInput):
-        given = [f for f, v in (("--nproc", nproc), ("--backend", backend), ("--repeats",
-                 repeats), ("--isolated", isolated or None), ("--contended", contended),
-                 ("--timeout", timeout),
-                 ("--set", set_)) if v is not None]
+        given = [f for f, v in (("--nproc", o.nproc), ("--backend", o.backend),
+                                ("--repeats", o.repeats), ("--spread", o.spread),
+                                ("--isolated", o.isolated or None),
+                                ("--contended", o.contended), ("--timeout", o.timeout),
+                                ("--set", o.set_)) if v is not None]
         if given:
             fail(f"{', '.join(given)} cannot apply to --from-timeline (nothing is run)")
         from schedsim.cli.from_measured import calibrate_timeline
 
-        return calibrate_timeline(sc, out, exact)
-    if exact:
+        return calibrate_timeline(sc, o.out, o.exact)
+    if o.exact:
         fail("--exact goes with --from-timeline (a run's own durations)")
     from schedsim.cli.from_measured import calibrate_run
 
-    calibrate_run(_with_replay_keys(sc, set_), out, nproc=nproc, backend=backend,
-                  timeout=timeout, repeats=repeats or 5, isolated=isolated,
-                  contended=contended)
+    calibrate_run(_with_replay_keys(sc, o.set_), o.out, nproc=o.nproc, backend=o.backend,
+                  timeout=o.timeout, repeats=o.repeats, isolated=o.isolated,
+                  contended=o.contended, spread=o.spread)
 
 
 @app.command("import-trace")

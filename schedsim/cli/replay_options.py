@@ -75,8 +75,14 @@ InjectFaultOpt = Annotated[Optional[str], typer.Option(
 CostsOutOpt = Annotated[Optional[Path], typer.Option(
     "--out", "-o", help="Cost file to write (default: stdout).")]
 RepeatsOpt = Annotated[Optional[int], typer.Option(
-    "--repeats", min=1, help="Contended: calibration steps of the program; benchmarks: "
-    "timed rounds per op and per message size (default 5).")]
+    "--repeats", min=1, help="Contended: calibration steps of the program (default 21); "
+    "benchmarks: timed rounds per op and per message size (default 5).")]
+SpreadOpt = Annotated[Optional[float], typer.Option(
+    "--spread", min=0.0, help="Contended: spread the calibration steps over about SECONDS "
+    "s (a pause of SECONDS / (repeats - 1) before each step after the first), so that they "
+    "sample the machine's speed over time, not one moment of it; 0: one after another "
+    "(default 5, with 21 steps; docs/traces.md, 'From a separate run').",
+    metavar="SECONDS")]
 IsolatedOpt = Annotated[bool, typer.Option(
     "--isolated", help="Measure the ranks' op costs one rank at a time (uncontended); "
     "default: all ranks together, as the replay runs them.")]

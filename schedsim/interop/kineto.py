@@ -40,8 +40,8 @@ its instruction's position in the rebuilt program.
 with a non-numeric or negative ``ts``/``dur``; two files of one rank; files of runs of
 different sizes; a trace with no pipeline ranges (saying what it holds: P2P calls without
 compute ranges are what torch 2.13's ``Schedule1F1B`` records); an op twice in one file
-(several profiled steps: give ``step``); ranges of two executors on one rank; a message to
-a stage that cannot exist; a placement that cannot be told; sends and recvs that do not
+without ``ProfilerStep#`` ranges to tell the steps apart; ranges of two executors on one
+rank; a message to a stage that cannot exist; a placement that cannot be told; sends and recvs that do not
 pair in order on a link.
 """
 from __future__ import annotations
@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 
 from schedsim.errors import ScenarioError
 from schedsim.interop.kineto_events import RankEvents, classify_rank, select_step
+from schedsim.interop.kineto_steps import pick_median, profiler_steps
 from schedsim.interop.kineto_placement import infer_placement
 from schedsim.interop.kineto_program import RankRun, build_rank
 from schedsim.program.ir import Comm, Op, Placement, Program
@@ -392,12 +393,11 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
 
     ``placement`` (loop | v | dual) is inferred from where stages ran when None. ``step``
     keeps the events of one profiler step (``ProfilerStep#N``) of traces that hold
-    several. A subset of the ranks gives a partial Timeline (``missing_ranks``, no
-    ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
+    several; without it, traces that hold several give their median step
+    (:mod:`.kineto_steps`). A subset of the ranks gives a partial Timeline
+    (``missing_ranks``, no ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
     docstring).
     """
-    from schedsim.util.inputs import loading
-
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
     given = [Path(p) for p in paths]
@@ -408,10 +408,33 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
         return import_timer_dumps(given, name)
     if any(is_nsys_export(p) for p in given):
         return import_nsys(given, name=name, placement=placement)
+    return _read(paths, placement, name, step, every=False)
+
+
+def import_steps(paths: list[str | Path], *, placement: str | None = None,
+                 name: str = "imported") -> dict[int, Timeline]:
+    """Each ``ProfilerStep#N`` all per-rank Kineto traces hold, ``{N: Timeline}``, read
+    once; fewer than 2: ``{N or 0: import_traces(paths)}``. Raises as import_traces."""
+    if not paths:
+        raise ScenarioError("import-trace needs at least one trace file")
+    return _read(paths, placement, name, None, every=True)
+
+
+def _read(paths: list[str | Path], placement: str | None, name: str, step: int | None,
+          every: bool) -> Any:
+    """Read the traces and import them: ``step``; else, of several profiler steps, each
+    (``every``) or the median one (:mod:`.kineto_steps`); else all their events."""
+    from schedsim.util.inputs import loading
+
     traces, world = _by_rank(paths)
     names = ", ".join(str(t.path) for t in traces.values())
     with loading(names if len(names) < 200 else names[:200] + "...", "set of traces"):
-        return _import(traces, world, placement, name, step)
+        numbers = profiler_steps(traces) if step is None else []
+        if len(numbers) > 1:
+            steps = {k: _import(traces, world, placement, name, k) for k in numbers}
+            return steps if every else pick_median(steps)
+        tl = _import(traces, world, placement, name, step)
+        return {(numbers or [0])[0]: tl} if every else tl
 
 
 def _import(traces: dict[int, Trace], world: int | None, placement: str | None, name: str,

@@ -47,6 +47,11 @@ class TwoErrors:
     step_makespans: list[float] | None = None
     #: the measurement (for the per-rank bubble breakdown), or None
     measured: Timeline | None = None
+    #: a multi-step trace (:func:`steps_errors`): per profiler step ``(N, measured
+    #: makespan, semantics makespan error, cost-model makespan error)``, or None
+    per_step: list[tuple[int, float, float, float]] | None = None
+    #: the profiler step these errors are of (the median one), or None
+    step: int | None = None
 
     def bubble(self) -> list[dict[str, Any]]:
         """Per rank: wall, compute, transfer, waiting, host, the measured bubble and the
@@ -57,7 +62,11 @@ class TwoErrors:
                                                                  self.cost_prediction)
 
     def step_errors(self) -> list[float]:
-        """The cost-model makespan error against each measured step (fractions)."""
+        """The cost-model makespan error against each measured step (fractions): of a
+        multi-step trace, each step's own (:attr:`per_step`); of a replay, the one
+        prediction against each step's makespan."""
+        if self.per_step:
+            return [x[3] for x in self.per_step]
         p = self.cost_prediction.makespan
         return [(p - m) / m for m in self.step_makespans or () if m > 0]
 
@@ -77,9 +86,12 @@ class TwoErrors:
             out["bubble"] = self.bubble()
         errs = self.step_errors()
         if len(errs) > 1:
-            out["cost_model_error_steps"] = {"median": statistics.median(errs),
-                                             "min": min(errs), "max": max(errs),
-                                             "per_step": errs}
+            out["cost_model_error_steps"] = _summary(errs)
+        if self.per_step:
+            out["semantics_error_steps"] = _summary([x[2] for x in self.per_step])
+            out["profiler_steps"] = {"median_step": self.step,
+                                     "steps": [x[0] for x in self.per_step],
+                                     "makespans": [x[1] for x in self.per_step]}
         return out
 
     def lines(self) -> list[str]:
@@ -96,11 +108,31 @@ class TwoErrors:
 
             out += breakdown_lines(self.bubble(), self.measured.unit)
         errs = self.step_errors()
-        if len(errs) > 1:
+        if self.per_step:
+            ms = [x[1] for x in self.per_step]
+            sem = [x[2] for x in self.per_step]
+            out.append(f"over the {len(ms)} profiler steps (makespans {min(ms):.4g} .. "
+                       f"{max(ms):.4g} {self.exact_prediction.unit}, median step "
+                       f"{self.step}): cost-model error (makespan) {_pct(errs)}; semantics "
+                       f"error {_pct(sem)}")
+            out.append("per step (N: measured makespan, cost-model error): " + ", ".join(
+                f"{k}: {m:.4g} {100 * c:+.1f}%" for k, m, _, c in self.per_step))
+        elif len(errs) > 1:
             out.append(f"cost-model error over the {len(errs)} measured steps (makespan): "
-                       f"median {100 * statistics.median(errs):+.1f}% [{100 * min(errs):+.1f}"
-                       f", {100 * max(errs):+.1f}]")
+                       f"{_pct(errs)}")
         return out
+
+
+def _summary(xs: list[float]) -> dict[str, Any]:
+    """``{median, min, max, per_step}`` of per-step errors (fractions)."""
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs),
+            "per_step": xs}
+
+
+def _pct(xs: list[float]) -> str:
+    """``median +x.x% [min, max]`` of fractions."""
+    return (f"median {100 * statistics.median(xs):+.1f}% [{100 * min(xs):+.1f}, "
+            f"{100 * max(xs):+.1f}]")
 
 
 def two_errors(measured: Timeline, program: Program, *, semantics: Semantics = "rendezvous",
@@ -119,6 +151,26 @@ def two_errors(measured: Timeline, program: Program, *, semantics: Semantics = "
     cm = simulate(program, *model)
     return TwoErrors(prediction_error(ex, measured), prediction_error(cm, measured), ex, cm,
                      semantics, measured=measured)
+
+
+def steps_errors(steps: dict[int, Timeline], program: Program, *,
+                 semantics: Semantics = "rendezvous",
+                 model: tuple[CostModel, LinkModel, CommModel] | None = None) -> TwoErrors:
+    """Both errors of every profiler step of a multi-step trace (``{N: Timeline}``,
+    :func:`schedsim.interop.kineto_steps.import_steps`), each as :func:`two_errors`
+    (``model`` None: each step's costs fitted from that step itself). Returns the median
+    step's :class:`TwoErrors` (:func:`~schedsim.interop.kineto_steps.median_step`) with
+    ``per_step`` and ``step`` set. Raises as :func:`two_errors`."""
+    from schedsim.interop.kineto_steps import median_step
+
+    per = {k: two_errors(tl, program, semantics=semantics, model=model)
+           for k, tl in steps.items()}
+    keep = median_step(steps)
+    head = per[keep]
+    head.step = keep
+    head.per_step = [(k, steps[k].makespan, fractions(e.semantics)["makespan"],
+                      fractions(e.cost_model)["makespan"]) for k, e in per.items()]
+    return head
 
 
 def send_waits_before_recv(tl: Timeline) -> tuple[int, int]:

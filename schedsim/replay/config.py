@@ -218,6 +218,10 @@ class JobSpec(BaseModel):
     #: messages move while the ranks compute), fitted like a measured timeline
     #: (:mod:`schedsim.replay.contended`), instead of the op/ping-pong/launch benchmarks
     calib_contended: bool = False
+    #: contended calibration without ``replay``: seconds of pause before each calibration
+    #: step after the first (after its barrier), so that the steps sample the machine's
+    #: speed over time (:mod:`schedsim.replay.contended`); 0: one after another
+    calib_pause: float = Field(default=0.0, ge=0.0)
     calib_sizes: list[int] = Field(default_factory=lambda: [2 ** k for k in range(10, 23, 3)])
     clock: Literal["auto", "shared", "estimate"] = "auto"
     profile_dir: str | None = None

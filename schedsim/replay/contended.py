@@ -6,8 +6,11 @@ with both hosts computing, it takes 1-3 ms (and compute slows while messages mov
 contended calibration (``calibrate --contended``, the default on CPU gloo, and
 ``replay --compare``'s default there) runs one untimed step and then ``repeats`` steps
 of the program on the real ranks (:func:`schedsim.replay.worker._calibration_steps`;
-under ``replay --compare`` taking turns with the measured steps, so that both see the
-same load: on a shared machine it drifts by 2x within a minute), so every number is
+``calibrate`` spreads them over :data:`SPREAD_S` seconds by default, a pause before each
+step after the first, because the machine's speed moves by up to 2x within a second and
+consecutive steps share one moment's; under ``replay --compare`` taking turns with the
+measured steps, so that both see the same load: on a shared machine it drifts by 2x
+within a minute), so every number is
 measured under the contention of the run; each step is fitted like a measured timeline
 (:func:`schedsim.replay.fit.fit_timeline`: op medians, wait-matched link, launches, host
 time per instruction) and the steps are merged (:func:`merge_fits`):
@@ -51,6 +54,19 @@ from schedsim.program.ir import Program
 from schedsim.replay.fit import TimelineFit, fit_timeline
 from schedsim.sim.costs import LinkModel, Semantics
 from schedsim.timeline import Timeline
+
+
+#: ``calibrate --contended``'s default: its steps spread over this many seconds
+#: (``--spread``), so that they sample the machine's speed over time (module docstring)
+SPREAD_S = 5.0
+#: ``calibrate --contended``'s default step count (``--repeats``) with the spread
+SPREAD_REPEATS = 21
+
+
+def pause_for(spread: float, repeats: int) -> float:
+    """The pause (s) before each calibration step after the first that spreads
+    ``repeats`` steps over about ``spread`` s (0 for one step or no spread)."""
+    return spread / (repeats - 1) if repeats > 1 and spread > 0 else 0.0
 
 
 def merge_fits(fits: list[TimelineFit]) -> TimelineFit:
@@ -115,6 +131,7 @@ class StepsFit:
     predicted: list[float]      # each step's makespan predicted with its own fit
     waits_latency: float = 0.0  # the merged samples' wait-matched latency
     fitted: bool = False        # the latency fitted to the median makespan
+    span_s: float | None = None  # seconds from the first step's start to the last's
 
     def spread_lines(self) -> list[str]:
         """The calibration's spread over its steps (module docstring), one line each."""
@@ -135,8 +152,9 @@ class StepsFit:
                f" ms: {lat:.4g} ms (wait matching alone: {self.waits_latency:.4g} ms)"
                if self.fitted else f"wait matching: {lat:.4g} ms (the makespan does not "
                f"depend on it: not fitted)")
-        return [f"calibration: {len(self.steps)} contended steps of the program; measured "
-                f"makespan {span(self.measured)} ms; each step's own fit predicts "
+        over = "" if self.span_s is None else f" over {self.span_s:.3g} s"
+        return [f"calibration: {len(self.steps)} contended steps of the program{over}; "
+                f"measured makespan {span(self.measured)} ms; each step's own fit predicts "
                 f"{span(self.predicted)} ms",
                 "calibration spread over the steps (ms, mean over stages): "
                 + "; ".join(parts),
@@ -152,7 +170,8 @@ class StepsFit:
 
 
 def fit_steps(steps: list[dict[str, Any]], program: Program,
-              semantics: Semantics = "rendezvous") -> StepsFit:
+              semantics: Semantics = "rendezvous", span_s: float | None = None
+              ) -> StepsFit:
     """Fit the contended calibration's step timelines (Timeline JSON dicts) of
     ``program``: each step (:func:`fit_timeline`), merged (:func:`merge_fits`), the
     latency fitted to the steps' median makespan under ``semantics``
@@ -170,7 +189,8 @@ def fit_steps(steps: list[dict[str, Any]], program: Program,
                       semantics)
     if lat is not None:
         merged = replace(merged, latency=lat)
-    return StepsFit(merged, fits, [t.makespan for t in tls], pred, waits, lat is not None)
+    return StepsFit(merged, fits, [t.makespan for t in tls], pred, waits, lat is not None,
+                    span_s)
 
 
 def calibrated_model(calibration: dict[str, Any], program: Program, semantics: Any,
@@ -179,7 +199,8 @@ def calibrated_model(calibration: dict[str, Any], program: Program, semantics: A
     the contended steps (:func:`fit_steps`) or the benchmark measurements
     (:class:`~schedsim.replay.calibrate.Calibration`)."""
     if calibration.get("contended"):
-        sf = fit_steps(calibration["steps"], program, semantics)
+        sf = fit_steps(calibration["steps"], program, semantics,
+                       calibration.get("span_s"))
         f = sf.fit
         return (f.cost_model(), f.link_model(), f.comm_model(semantics),
                 sf.to_toml(title), sf.spread_lines())

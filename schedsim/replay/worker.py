@@ -240,7 +240,8 @@ def _measure_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: 
 def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: int,
                        rank: int, program: Any, world: int) -> dict[str, Any] | None:
     """Contended calibration (``spec.calib_contended``): one untimed step, then
-    ``calib_repeats`` steps of the program itself, each after a barrier; rank 0 returns
+    ``calib_repeats`` steps of the program itself, each after a barrier and, after the
+    first, ``calib_pause`` seconds of sleep (the steps spread over time); rank 0 returns
     ``{"contended": True, "steps": [Timeline JSON, ...], "backend", "world_size"}``
     (fitted by :mod:`schedsim.replay.contended`), the other ranks None."""
     import torch.distributed as dist
@@ -249,13 +250,19 @@ def _calibration_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offs
 
     dist.barrier()
     ex.step(deadline)
-    recs = []
-    for _ in range(spec.calib_repeats):
+    recs, began = [], []
+    for k in range(spec.calib_repeats):
         ex.zero_grad()
         dist.barrier()
+        if k and spec.calib_pause > 0:
+            time.sleep(min(spec.calib_pause, max(deadline - time.time(), 0.0)))
+        began.append(time.time())
         recs.append(resolve_records(ex.step(deadline), clock, offset))
     ex.zero_grad()
-    return _calibration_result(spec, recs, program, rank, world)
+    out = _calibration_result(spec, recs, program, rank, world)
+    if out is not None:     # rank 0: the seconds from the first step's start to the last's
+        out["span_s"] = began[-1] - began[0]
+    return out
 
 
 def _interleaved_steps(spec: JobSpec, ex: Any, deadline: float, clock: Any, offset: int,
@@ -368,10 +375,11 @@ def _result_timeline(spec: JobSpec, program: Any, got: list[Any], device: Any, m
             gc["max_rel_error"] = max(gc["max_rel_error"], rep_err)
             gc["passed"] = bool(gc["passed"] and rep_err <= gc["tolerance"])
     # several measured steps: keep the one with the median makespan
+    from schedsim.interop.kineto_steps import median_index
+
     tls = [measured_timeline(program, [g[0][k] for g in got], backend=cfg.backend)
            for k in range(steps)]
-    order = sorted(range(steps), key=lambda k: tls[k].makespan)
-    keep = order[(steps - 1) // 2]
+    keep = median_index([t.makespan for t in tls])
     if tp > 1:
         from schedsim.replay.tp_run import measured_pieces
 
