@@ -80,6 +80,18 @@ def test_megatron_bad_dumps(tmp_path, times, match):
         import_traces([tmp_path])
 
 
+def test_check_trace_reads_megatron_dumps_without_step(tmp_path):
+    """check-trace without --step (which checks every profiler step of Kineto traces)
+    reads other formats as import-trace does: the dumps of the 1F1B case, one step."""
+    dump(tmp_path, 2, 1, 0, 0, ops(forward_0=(100, 110), forward_1=(112, 122),
+                                   backward_0=(140, 160), backward_1=(165, 185)))
+    dump(tmp_path, 2, 1, 0, 1, ops(forward_0=(111, 121), backward_0=(121, 141),
+                                   forward_1=(141, 151), backward_1=(151, 171)))
+    out = " ".join(runner.invoke(app, ["check-trace", str(tmp_path)]).output.split())
+    assert "imported: 2 ranks, 2 stages, 2 microbatches, 8 ops" in out
+    assert "measured makespan 85 ms" in out and "profiler steps" not in out
+
+
 def test_megatron_missing_rank_exit_2(tmp_path):
     dump(tmp_path, 2, 1, 0, 0, ops(forward_0=(0, 1)))
     r = runner.invoke(app, ["import-trace", str(tmp_path)])

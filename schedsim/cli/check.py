@@ -132,7 +132,8 @@ def check_trace(
     if step is None:        # every profiler step; the median one heads the report
         steps = import_steps(list(traces), placement=placement, name=name)
         many = len(steps) > 1
-        tl = steps[median_step(steps)] if many else next(iter(steps.values()))
+        keep = median_step(steps) if many else next(iter(steps))
+        tl = steps[keep]
     else:
         many, tl = False, import_traces(list(traces), placement=placement, name=name,
                                         step=step)
@@ -148,7 +149,7 @@ def check_trace(
                   f"{with_unit(tl.makespan, tl.unit)}", highlight=False, soft_wrap=True)
     if many:
         console.print(f"{len(steps)} profiler steps: the errors below are of step "
-                      f"{median_step(steps)}, the median makespan, then over every step",
+                      f"{keep}, the median makespan, then over every step",
                       highlight=False, soft_wrap=True)
     for note in getattr(tl, "import_notes", []):
         console.print(f"note: {note}", highlight=False, soft_wrap=True, markup=False)

@@ -398,6 +398,24 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     (``missing_ranks``, no ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
     docstring).
     """
+    other = _other_format(paths, placement, name)
+    return other if other is not None else _read(paths, placement, name, step, every=False)
+
+
+def import_steps(paths: list[str | Path], *, placement: str | None = None,
+                 name: str = "imported") -> dict[int, Timeline]:
+    """Each ``ProfilerStep#N`` all per-rank Kineto traces hold, ``{N: Timeline}``, read
+    once; fewer than 2 (or another format: Megatron timer dumps, an nsys export): ``{N or
+    0: import_traces(paths)}``. Raises as import_traces."""
+    other = _other_format(paths, placement, name)
+    return {0: other} if other is not None else _read(paths, placement, name, None,
+                                                       every=True)
+
+
+def _other_format(paths: list[str | Path], placement: str | None, name: str
+                  ) -> Timeline | None:
+    """``paths`` imported when they are not Kineto traces (Megatron timer dumps, an nsys
+    SQLite export), else None. Raises :class:`ScenarioError` for no paths."""
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
     given = [Path(p) for p in paths]
@@ -408,16 +426,7 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
         return import_timer_dumps(given, name)
     if any(is_nsys_export(p) for p in given):
         return import_nsys(given, name=name, placement=placement)
-    return _read(paths, placement, name, step, every=False)
-
-
-def import_steps(paths: list[str | Path], *, placement: str | None = None,
-                 name: str = "imported") -> dict[int, Timeline]:
-    """Each ``ProfilerStep#N`` all per-rank Kineto traces hold, ``{N: Timeline}``, read
-    once; fewer than 2: ``{N or 0: import_traces(paths)}``. Raises as import_traces."""
-    if not paths:
-        raise ScenarioError("import-trace needs at least one trace file")
-    return _read(paths, placement, name, None, every=True)
+    return None
 
 
 def _read(paths: list[str | Path], placement: str | None, name: str, step: int | None,
