@@ -398,8 +398,7 @@ def import_traces(paths: list[str | Path], *, placement: str | None = None,
     (``missing_ranks``, no ``program``). Raises :class:`ScenarioError` for malformed or unknown input (module
     docstring).
     """
-    other = _other_format(paths, placement, name)
-    return other if other is not None else _read(paths, placement, name, step, every=False)
+    return _read(paths, placement, name, step, every=False)
 
 
 def import_steps(paths: list[str | Path], *, placement: str | None = None,
@@ -407,32 +406,25 @@ def import_steps(paths: list[str | Path], *, placement: str | None = None,
     """Each ``ProfilerStep#N`` all per-rank Kineto traces hold, ``{N: Timeline}``, read
     once; fewer than 2 (or another format: Megatron timer dumps, an nsys export): ``{N or
     0: import_traces(paths)}``. Raises as import_traces."""
-    other = _other_format(paths, placement, name)
-    return {0: other} if other is not None else _read(paths, placement, name, None,
-                                                       every=True)
+    return _read(paths, placement, name, None, every=True)
 
 
-def _other_format(paths: list[str | Path], placement: str | None, name: str
-                  ) -> Timeline | None:
-    """``paths`` imported when they are not Kineto traces (Megatron timer dumps, an nsys
-    SQLite export), else None. Raises :class:`ScenarioError` for no paths."""
+def _read(paths: list[str | Path], placement: str | None, name: str, step: int | None,
+          every: bool) -> Any:
+    """Import ``paths``: Megatron timer dumps or an nsys export as their importers do; of
+    Kineto traces ``step``, else of several profiler steps each (``every``) or the median
+    one (:mod:`.kineto_steps`), else all their events. ``every``: as ``{N: Timeline}``."""
     if not paths:
         raise ScenarioError("import-trace needs at least one trace file")
     given = [Path(p) for p in paths]
     from schedsim.interop.megatron_timers import import_timer_dumps, is_timer_dump
     from schedsim.interop.nsys import import_nsys, is_nsys_export
 
-    if is_timer_dump(given):
-        return import_timer_dumps(given, name)
-    if any(is_nsys_export(p) for p in given):
-        return import_nsys(given, name=name, placement=placement)
-    return None
-
-
-def _read(paths: list[str | Path], placement: str | None, name: str, step: int | None,
-          every: bool) -> Any:
-    """Read the traces and import them: ``step``; else, of several profiler steps, each
-    (``every``) or the median one (:mod:`.kineto_steps`); else all their events."""
+    other = (import_timer_dumps(given, name) if is_timer_dump(given) else
+             import_nsys(given, name=name, placement=placement)
+             if any(is_nsys_export(p) for p in given) else None)
+    if other is not None:
+        return {0: other} if every else other
     from schedsim.util.inputs import loading
 
     traces, world = _by_rank(paths)
