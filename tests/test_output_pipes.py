@@ -101,3 +101,20 @@ def test_two_outputs_on_stdout_are_refused(tmp_path) -> None:
 def test_unknown_format_is_refused() -> None:
     r = CliRunner().invoke(app, [*ALIGN, "--format", "cvs"])
     assert r.exit_code == 2 and "did you mean 'csv'" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_json_dash_with_a_data_format_is_refused(fmt: str) -> None:
+    """``--json -`` and ``--format csv|json`` would both write stdout: one line, exit 2,
+    nothing on stdout."""
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "2", "-m", "2",
+                                 "--json", "-", "--format", fmt])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip() == (f"error: --format {fmt} and --json both write stdout: "
+                                "give one of them a file name")
+
+
+def test_json_dash_with_table_format_keeps_stdout_for_the_json() -> None:
+    r = _run(["simulate", "-s", "1f1b", "-p", "2", "-m", "2", "--json", "-",
+              "--format", "table"])
+    assert json.loads(r.stdout)["makespan"] == 9.0      # (m + p - 1) x (F + B), F=1 B=2
