@@ -119,6 +119,10 @@ def test_time_window_and_rank_subset() -> None:
     (["--gantt", "g.png", "--show-ranks", "0-x"], "bad --show-ranks"),
     (["--gantt", "g.png", "--highlight", "B:5:4"], "bad --highlight"),
     (["--gantt", "g.png", "--show-ranks", "9"], "ranks [9]"),
+    # a reversed range was empty: "ranks []: give distinct ranks"
+    (["--gantt", "g.png", "--show-ranks", "0,3-1"],
+     "error: bad --show-ranks '0,3-1': the range 3-1 is reversed (a range goes from low "
+     "to high): write 1-3"),
 ])
 def test_view_flags_are_checked(flags, says, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
