@@ -157,7 +157,7 @@ class WaitRecord:
 class RankSummary(BaseModel):
     """Per-rank totals. ``idle = makespan - busy``; ``bubble_ratio = idle / makespan``."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     rank: int
     busy: float
@@ -304,22 +304,26 @@ class Timeline(NotebookViews, LazyFields):
         """Read a Timeline JSON file and check it
         (:func:`schedsim.timeline_check.check_timeline`): a file that
         is not one, or one whose values cannot be drawn or analysed, is refused with one
-        line naming the file and the first bad value. Raises
+        line naming the file and the first bad value: an unknown key (top level or in a
+        record) with the nearest known one, a ``per_rank`` row its spans contradict by
+        its rank and field. Raises
         :class:`~schedsim.errors.ScenarioError` (or a subclass: InputError, LimitError)."""
         from pydantic import ValidationError
 
         from schedsim.errors import ScenarioError
-        from schedsim.timeline_check import check_timeline, first_error
+        from schedsim.timeline_check import check_timeline, first_error, unknown_top_level_key
         from schedsim.util.inputs import loading, read_input_text
 
         with loading(path, "timeline JSON"):
+            text = read_input_text(path, "timeline JSON")
             try:
-                tl = cls.model_validate_json(read_input_text(path, "timeline JSON"),
-                                            strict=True)
+                tl = cls.model_validate_json(text, strict=True)
             except ValidationError as e:
                 more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-                raise ScenarioError(f"{path}: not a schedsim timeline JSON: "
-                                    f"{first_error(e)}{more}") from None
+                # a misspelt key first: 'makspan' is why 'makespan' is missing
+                key = unknown_top_level_key(text, cls)
+                why = f"top level: {key}" if key else f"{first_error(e, cls)}{more}"
+                raise ScenarioError(f"{path}: not a schedsim timeline JSON: {why}") from None
             check_timeline(tl, path)
             return tl
 

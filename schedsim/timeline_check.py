@@ -2,26 +2,114 @@
 values a hand-edited, truncated or hostile Timeline JSON may hold that no analysis or
 figure could use — out-of-range ranks and stages, times that are not finite or not
 ordered, unknown kinds, overlong names, and malformed extra fields (``posts``,
-``pieces``, ``program``, ...) — are refused with one line naming the file and the first
+``pieces``, ``program``, ...), unknown keys (with the nearest known one), a ``per_rank``
+summary its spans contradict — are refused with one line naming the file and the first
 bad value. Duck-typed on the Timeline (no import of :mod:`schedsim.timeline`, which
 imports this module)."""
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from schedsim.program.routing import MESSAGE_KINDS
 
 
-def first_error(e: Any) -> str:
-    """``loc: msg`` of a pydantic ValidationError's first error (the key clipped)."""
+#: pydantic's error types of an unknown key (a model's, a dataclass's)
+_UNKNOWN_KEY = ("extra_forbidden", "unexpected_keyword_argument")
+
+
+def first_error(e: Any, model: Any = None) -> str:
+    """``loc: msg`` of a pydantic ValidationError's first error (the key clipped); an
+    unknown key of a record of ``model`` (a class whose fields are records, e.g. the
+    Timeline) as ``loc: unknown key 'k' (did you mean ...?): expected one of ...``."""
     from schedsim.util.text import clip
 
     err = e.errors()[0]
-    return f"{clip('.'.join(str(x) for x in err['loc'])) or 'top level'}: {err['msg']}"
+    loc = err["loc"]
+    where = clip(".".join(str(x) for x in loc)) or "top level"
+    if err["type"] in _UNKNOWN_KEY and model is not None and loc:
+        keys = _keys_at(model, loc[:-1])
+        if keys:
+            where = clip(".".join(str(x) for x in loc[:-1])) or "top level"
+            return f"{where}: {unknown_key(str(loc[-1]), keys)}"
+    return f"{where}: {err['msg']}"
+
+
+def unknown_key(key: str, keys: Any) -> str:
+    """``unknown key 'k' (did you mean 'x'?): expected one of a, b, ...`` (the key
+    clipped) for a record whose keys are ``keys``."""
+    from schedsim.util.suggest import did_you_mean
+    from schedsim.util.text import clip
+
+    return (f"unknown key {clip(repr(key), 40)}{did_you_mean(key, keys)}: expected one of "
+            f"{', '.join(keys)}")
+
+
+def _fields(cls: Any) -> dict[str, Any]:
+    """``{name: annotation}`` of a pydantic model or a dataclass (``{}`` for another
+    type)."""
+    import dataclasses
+    import typing
+
+    if isinstance(getattr(cls, "model_fields", None), dict):
+        return {n: f.annotation for n, f in cls.model_fields.items()}
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints.get(f.name) for f in dataclasses.fields(cls)}
+    return {}
+
+
+def _record_type(ann: Any) -> Any:
+    """The record class inside an annotation (``list[Span] | None`` -> ``Span``)."""
+    import typing
+
+    if _fields(ann):
+        return ann
+    for a in typing.get_args(ann):
+        t = _record_type(a)
+        if t is not None:
+            return t
+    return None
+
+
+def _keys_at(model: Any, loc: tuple) -> list[str]:
+    """The keys of the record at ``loc`` (a pydantic error location, list indices
+    included) under ``model``; ``[]`` where there is no record class."""
+    cls = model
+    for seg in loc:
+        if isinstance(seg, int):
+            continue
+        cls = _record_type(_fields(cls).get(seg))
+        if cls is None:
+            return []
+    return list(_fields(cls))
+
+
+def unknown_top_level_key(text: str, model: Any) -> str | None:
+    """``unknown key ...`` for the first top-level key of the JSON ``text`` that neither
+    ``model`` (the Timeline) nor :class:`_Extras` has, or None (also for text that is not
+    a JSON object). For a file the model refused: a required key spelled wrong
+    (``makspan``) is then named with its suggestion, not only as missing."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    keys = top_level_keys(model)
+    bad = next((k for k in data if k not in keys), None)
+    return None if bad is None else unknown_key(bad, keys)
+
+
+def top_level_keys(model: Any) -> list[str]:
+    """Every top-level key a Timeline JSON may have: the fields of ``model`` (the
+    Timeline) and the extra fields schedsim writes (:class:`_Extras`)."""
+    return [*model.model_fields, *_Extras.model_fields]
 
 
 #: kinds a span, part, message and wait record may have
@@ -105,7 +193,28 @@ def check_timeline(tl: Any, source: object = "timeline") -> None:
             raise bad(f"waits[{i}] has a rank, kind or time out of range")
     if tl.deadlock is not None and any(not 0 <= b.rank < P for b in tl.deadlock.blocked):
         raise bad(f"deadlock names a rank outside 0..{P - 1}")
+    _check_summary(tl, bad, tol)
     _check_extras(tl, bad)
+
+
+def _check_summary(tl: Any, bad: Any, tol: float) -> None:
+    """``makespan`` and ``per_rank`` are the summary of the spans (the one rule,
+    ``Timeline.summarize``): a file whose summary was edited, or whose spans were, would
+    give figures and tables that disagree. Raises ``bad(...)`` naming the rank and the
+    field, the file's value and the spans'. ``tol``: the slack of a time (a sum of span
+    durations in another order differs in its last bits)."""
+    makespan, rows = type(tl).summarize(tl.ranks, tl.spans)
+    if abs(makespan - tl.makespan) > tol:
+        raise bad(f"makespan is {tl.makespan!r} but the spans end at {makespan!r}: the "
+                  f"makespan is the end of the last span")
+    for i, (got, want) in enumerate(zip(tl.per_rank, rows)):
+        for name in ("rank", "busy", "idle", "bubble_ratio", "first_start", "last_end"):
+            a, b = getattr(got, name), getattr(want, name)
+            slack = 1e-9 if name == "bubble_ratio" else tol
+            if (a is None) != (b is None) or (a is not None and abs(a - b) > slack):
+                raise bad(f"per_rank[{i}] (rank {i}) has {name} {a!r} but its spans give "
+                          f"{b!r}: per_rank is the summary of the spans (busy: their "
+                          f"durations, idle: makespan - busy); fix it or the spans")
 
 
 #: what a measured timeline's ``semantics`` holds: the backend that ran it (``gloo``,
@@ -183,8 +292,19 @@ class _WorkloadRecord(BaseModel):  # a simulated step's numbers (``workload``, s
     peak_reserved_bytes: list[float] | None = None
 
 
-class _Extras(BaseModel):         # the extra fields analyses, figures and commands read
-    model_config = _FINITE
+class _Extras(BaseModel):
+    """The extra top-level fields schedsim writes (the only ones a Timeline JSON may have
+    beyond the Timeline's own; an unknown key is refused, with a suggestion): what
+    analyses, figures and commands read, and what a measured run records. Writers:
+    ``posts``, ``program``, ``backend``, ``world_size``, ``device``, ``clock``,
+    ``clock_offsets_ns``, ``tp``, ``tp_comm``, ``grad_check``, ``step``,
+    ``step_makespans`` (replay: schedsim.replay.timing, schedsim.replay.worker);
+    ``trace_source``, ``p2p``, ``import_notes``, ``missing_ranks``, ``step``,
+    ``step_makespans`` (import-trace: schedsim.interop.kineto, kineto_steps,
+    kineto_pieces, ops_timeline); ``pieces`` (schedsim.sim.pieces, replay under TP);
+    ``workload`` (schedsim.workload.run)."""
+
+    model_config = ConfigDict(allow_inf_nan=False, defer_build=True, extra="forbid")
     posts: list[_PostRecord] | None = None
     pieces: list[_PieceRecord] | None = None
     missing_ranks: list[int] | None = None
@@ -193,18 +313,33 @@ class _Extras(BaseModel):         # the extra fields analyses, figures and comma
     trace_source: str | None = Field(default=None, max_length=MAX_NAME)
     program: dict[str, Any] | None = None
     workload: _WorkloadRecord | None = None
+    backend: str | None = Field(default=None, max_length=MAX_NAME)
+    world_size: int | None = Field(default=None, ge=1)
+    device: str | None = Field(default=None, max_length=MAX_NAME)
+    clock: str | None = Field(default=None, max_length=MAX_NAME)
+    clock_offsets_ns: list[float] | None = None
+    tp: int | None = Field(default=None, ge=1)
+    tp_comm: str | None = Field(default=None, max_length=MAX_NAME)
+    grad_check: dict[str, Any] | None = None    # (its errors may be inf: not checked)
+    step: int | None = Field(default=None, ge=0)
+    step_makespans: list[Annotated[float, Field(ge=0)]] | None = None
 
 
 def _check_extras(tl: Any, bad: Any) -> None:
-    """The extra fields other code reads (:class:`_Extras`): types, finite times, ranks
-    below ``tl.ranks``, and a ``program`` that validates with the timeline's placement."""
+    """The extra fields (:class:`_Extras`): no other top-level key, types, finite times,
+    ranks below ``tl.ranks``, and a ``program`` that validates with the timeline's
+    placement."""
     from pydantic import ValidationError
 
     from schedsim.errors import SchedsimError
     from schedsim.util.text import clip
 
+    extra = tl.model_extra or {}
+    key = next((k for k in extra if k not in _Extras.model_fields), None)
+    if key is not None:
+        raise bad(f"top level: {unknown_key(key, top_level_keys(type(tl)))}")
     try:
-        ex = _Extras.model_validate(tl.model_extra or {})
+        ex = _Extras.model_validate(extra)
     except ValidationError as e:
         raise bad(first_error(e)) from None
     P = tl.ranks

@@ -121,3 +121,50 @@ def test_compare_refuses_a_size_below_one_naming_the_flag(args, flag):
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: Invalid value for {flag}"), r.output
     assert "Traceback" not in r.output
+
+
+def _refused(args: list[str]) -> str:
+    """The one stderr line of a ``compare`` that exits 2 with nothing on stdout."""
+    r = CliRunner().invoke(app, ["compare", *args])
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    return r.stderr.strip()
+
+
+def test_compare_where_no_schedule_ran_is_refused(tmp_path) -> None:
+    """Every candidate skipped: exit 2 with the reason, no empty table, no output file
+    (was: an empty table and exit 0)."""
+    js, png = tmp_path / "c.json", tmp_path / "c.png"
+    msg = _refused(["-p", "4", "-m", "2", "--schedules", "dualpipe", "--json", str(js),
+                    "--gantt", str(png)])
+    assert msg == ("error: no schedule ran at 4 ranks x 2 microbatches: dualpipe: dualpipe "
+                   "needs an even number of microbatches >= 2 x ranks = 8 (got 2): half go "
+                   "in each direction and each direction needs >= ranks to fill its "
+                   "pipeline; give a size they accept or other --schedules")
+    assert not js.exists() and not png.exists()
+    for fmt in ("csv", "json"):
+        assert _refused(["-p", "4", "-m", "2", "--schedules", "dualpipe", "--format",
+                         fmt]).startswith("error: no schedule ran at 4 ranks")
+
+
+def test_compare_of_many_skipped_schedules_names_them_and_the_first_reason() -> None:
+    msg = _refused(["-p", "3", "-m", "2", "--schedules",
+                    "dualpipe,dualpipev,gpipe:chunks=2,1f1b:chunks=2"])
+    assert msg.startswith("error: no schedule ran at 3 ranks x 2 microbatches: all 4 were "
+                          "skipped (dualpipe, dualpipev, gpipe:chunks=2, 1f1b:chunks=2); "
+                          "the first, dualpipe: dualpipe needs an even number of ranks")
+
+
+def test_compare_of_no_schedule_name_is_refused() -> None:
+    assert _refused(["-p", "4", "-m", "2", "--schedules", ","]) == (
+        "error: no schedule to compare: --schedules names none; give names from "
+        "'schedsim list', e.g. --schedules 1f1b,zbv")
+
+
+def test_compare_of_a_workload_or_overlap_modes_where_none_ran_is_refused() -> None:
+    assert _refused(["schedules/llama3-70b-h100.toml", "--schedules", "nosuch"]).startswith(
+        "error: no schedule ran on this [workload]: nosuch: unknown schedule 'nosuch'")
+    assert _refused(["schedules/dualpipe-moe-small.toml", "--model-overlap", "none,fb",
+                     "--schedules", "dualpipe", "-p", "3"]).startswith(
+        "error: no schedule ran at 3 ranks x 8 microbatches: dualpipe: dualpipe needs an "
+        "even number of ranks (got 3)")

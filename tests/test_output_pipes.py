@@ -101,3 +101,49 @@ def test_two_outputs_on_stdout_are_refused(tmp_path) -> None:
 def test_unknown_format_is_refused() -> None:
     r = CliRunner().invoke(app, [*ALIGN, "--format", "cvs"])
     assert r.exit_code == 2 and "did you mean 'csv'" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_json_dash_with_a_data_format_is_refused(fmt: str) -> None:
+    """``--json -`` and ``--format csv|json`` would both write stdout: one line, exit 2,
+    nothing on stdout."""
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "2", "-m", "2",
+                                 "--json", "-", "--format", fmt])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip() == (f"error: --format {fmt} and --json both write stdout: "
+                                "give one of them a file name")
+
+
+def test_json_dash_with_table_format_keeps_stdout_for_the_json() -> None:
+    r = _run(["simulate", "-s", "1f1b", "-p", "2", "-m", "2", "--json", "-",
+              "--format", "table"])
+    assert json.loads(r.stdout)["makespan"] == 9.0      # (m + p - 1) x (F + B), F=1 B=2
+
+
+@pytest.mark.parametrize("extra", [[], ["--format", "csv"], ["--json", "-"]],
+                         ids=["table", "csv", "json-dash"])
+def test_closed_pipe_on_stdout_finishes_the_command(tmp_path, extra: list[str]) -> None:
+    """``schedsim simulate ... | head -1``, the reader gone before anything is written
+    (a pipe whose read end is closed: every write is EPIPE): the rest of stdout goes to
+    /dev/null, the output files are written whole, exit 0, nothing on stderr but the
+    command's own text."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    outs = ["--trace", str(tmp_path / "tr.json")]
+    if extra != ["--json", "-"]:
+        outs += ["--json", str(tmp_path / "t.json")]
+    try:
+        p = subprocess.run([sys.executable, "-m", "schedsim", "simulate", "-s", "1f1b",
+                            "-p", "4", "-m", "8", *outs, *extra], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "error" not in p.stderr.lower()
+    events = json.loads((tmp_path / "tr.json").read_text())
+    # every F and B of 4 ranks x 8 microbatches
+    assert len([e for e in events["traceEvents"] if e.get("cat") == "compute"]) == 4 * 8 * 2
+    if extra != ["--json", "-"]:
+        assert json.loads((tmp_path / "t.json").read_text())["makespan"] == 33.0
+    if extra:       # stdout carried data: the text went to stderr, whole
+        assert "makespan 33 slots" in p.stderr

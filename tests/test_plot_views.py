@@ -119,12 +119,41 @@ def test_time_window_and_rank_subset() -> None:
     (["--gantt", "g.png", "--show-ranks", "0-x"], "bad --show-ranks"),
     (["--gantt", "g.png", "--highlight", "B:5:4"], "bad --highlight"),
     (["--gantt", "g.png", "--show-ranks", "9"], "ranks [9]"),
+    # a reversed range was empty: "ranks []: give distinct ranks"
+    (["--gantt", "g.png", "--show-ranks", "0,3-1"],
+     "error: bad --show-ranks '0,3-1': the range 3-1 is reversed (a range goes from low "
+     "to high): write 1-3"),
 ])
 def test_view_flags_are_checked(flags, says, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "4", "-m", "8", *flags])
     assert r.exit_code == 2 and says in r.stderr, r.output
     assert not (tmp_path / "g.png").exists()
+
+
+def test_highlight_of_a_message_the_timeline_lacks_is_refused(tmp_path,
+                                                               monkeypatch) -> None:
+    """1F1B on 4 ranks x 8 microbatches has mb 0..7: B:3:2:9 would draw nothing; one
+    line naming it and the nearest messages, exit 2, no file written (was: a chart with
+    no highlight, exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--gantt",
+                                 "g.png", "--json", "t.json", "--highlight", "B:3:2:7",
+                                 "--highlight", "b:3:2:9", "-q"])
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert r.stderr.strip() == (
+        "error: highlight B:3:2:9: the timeline has no B message of mb 9 from rank 3 to 2 "
+        "(KIND:SRC:DST:MB); the nearest it has: B:3:2:7, B:3:2:6, B:2:1:7")
+    assert not (tmp_path / "g.png").exists() and not (tmp_path / "t.json").exists()
+    from schedsim.errors import ScenarioError
+
+    tl = simulate(build_program("1f1b", 2, 2), CostModel(F=1, B=2))
+    with pytest.raises(ScenarioError, match=r"highlight F:1:0:0: .* the nearest it has: "
+                                            r"B:1:0:0, B:1:0:1, F:0:1:0$"):
+        gantt(tl, highlight=[("F", 1, 0, 0)])
+    tl.messages = []
+    with pytest.raises(ScenarioError, match="the timeline has no messages"):
+        gantt(tl, highlight=[("F", 0, 1, 0)])
 
 
 def test_view_flags_draw(tmp_path) -> None:

@@ -251,7 +251,8 @@ def test_non_physical_numbers(tmp_path, table, want) -> None:
 
 
 @pytest.mark.parametrize("change,want", [
-    (lambda d: d["spans"][0].__setitem__("bogus", 1), "spans.0.bogus: Unexpected keyword"),
+    (lambda d: d["spans"][0].__setitem__("bogus", 1),
+     "spans.0: unknown key 'bogus': expected one of rank, kind"),
     (lambda d: d.__setitem__("ranks", 0), "need ranks >= 1"),
     (lambda d: d["spans"][0].__setitem__("rank", 5), "spans[0] has rank 5"),
     (lambda d: d["spans"][0].__setitem__("end", 1e12), "spans[0] runs from 0.0 to 1000000000000.0"),

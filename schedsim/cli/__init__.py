@@ -129,7 +129,9 @@ def main() -> None:
     """Console-script entry point. A usage error typer would print as a multi-line box
     (``-p abc``, an unknown or missing option) is one ``error:`` line naming what is wrong
     and the command's ``--help``, exit 2, like every other bad input; a bare command with
-    no arguments still prints its help."""
+    no arguments still prints its help. A closed pipe on stdout or stderr (``| head -1``)
+    sends the rest of that stream to /dev/null: the command finishes, writes its output
+    files and exits with its own code (:func:`schedsim.cli.console.guard_closed_pipes`)."""
     import os
     import sys
 
@@ -137,6 +139,9 @@ def main() -> None:
 
     stop_at_exit()      # outside a command's work a stop signal is one line, 128 + N
     load_commands(sys.argv[1:])
+    from schedsim.cli.console import guard_closed_pipes
+
+    guard_closed_pipes()    # `... | head -1`: the rest of stdout to /dev/null, exit as usual
     usage, abort = _usage_error_types()
     try:
         code = app(standalone_mode=False)

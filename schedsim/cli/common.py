@@ -99,10 +99,15 @@ LimitOpt = Annotated[Optional[list[str]], typer.Option(
     "processes), file_mb (256, per input file). See docs/reliability.md.")]
 
 
-def _claim_paths(kwargs: dict[str, Any]) -> None:
+def _claim_paths(kwargs: dict[str, Any], fmt: str = "table") -> None:
     """Register the command's input and output files: two outputs on one path, or an
-    output that is an input, fail here, before any work (schedsim.util.files)."""
+    output that is an input, fail here, before any work (schedsim.util.files). An output
+    given as ``-`` claims stdout, and so does ``--format csv|json`` (``fmt``, the tables
+    as data): ``--json - --format csv`` is refused, both would write stdout."""
     from schedsim.util.files import claim_output, note_input
+
+    if fmt != "table":
+        claim_output("-", f"--format {fmt}")
 
     for name in INPUT_PARAMS:
         v = kwargs.get(name)
@@ -184,7 +189,7 @@ def handle_errors(fn: Callable | None = None, *, limits: bool = True,
         try:
             with stop_signals(), io_session(), using(**parse_limits(items)), \
                     stdout_data(fmt, dash, quiet_tables):
-                _claim_paths(kwargs)
+                _claim_paths(kwargs, fmt)
                 return fn(*args, **kwargs)
         except FlagError as e:      # a usage error, in typer's form: the flag's names
             _fail_flag(e)

@@ -129,7 +129,8 @@ def compare_command(o: CompareOptions) -> None:
     """Run every applicable schedule and print makespan, idle per rank, bubble ratios,
     peak activation and parameter memory side by side.
 
-    Schedules whose constraints reject the size are listed as skipped with the reason.
+    Schedules whose constraints reject the size are listed as skipped with the reason
+    (none ran: exit 2, the reasons on one line).
     For the schedules of DualPipe's README table the table's closed form is printed
     beside the simulated value. Activation: one microbatch's activations of 1/ranks of
     the model; parameters: 1/ranks of the model (DualPipe holds 2). The header says how
@@ -170,6 +171,8 @@ def compare_command(o: CompareOptions) -> None:
         res = compare_schedules(ranks, microbatches, base.costs, base.link, base.comm, names,
                                 mm, shared, per_rank_costs=o.per_rank_costs, jobs=o.jobs,
                                 keep_timelines=o.gantt is not None)
+        none_ran(len(res.rows), res.skipped, f"at {ranks} ranks x {microbatches} "
+                 f"microbatches")
         if o.gantt is not None:
             ph.step(f"drawing {o.gantt}")
             _draw_compare(res, o.gantt, mm if o.memory else None)
@@ -192,6 +195,7 @@ def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str |
     data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
                            exclude_unset=True)
     res = compare_overlap_modes(data, model_overlap or "", ranks, microbatches, names, mm)
+    none_ran(len(res.records), res.skipped, f"at {ranks} ranks x {microbatches} microbatches")
     return print_overlap_comparison(res, json_out)
 
 
@@ -203,6 +207,25 @@ def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
     if memory and gantt is None:
         fail("--memory draws a panel under each chart of --gantt: add --gantt FILE.png")
     check_outputs(json_out, figures=(gantt,))
+
+
+def none_ran(ran: int, skipped: dict[str, str], where: str) -> None:
+    """Refuse a ``compare`` in which no schedule ran (``ran`` rows; ``skipped``: each
+    refused schedule and why; ``where``: the size, e.g. ``at 4 ranks x 2 microbatches``):
+    an empty table with exit 0 would read as success. Raises :class:`ScenarioError`
+    (exit 2), one line with the reasons of up to three schedules, else their names and
+    the first reason."""
+    if ran:
+        return
+    if not skipped:
+        raise ScenarioError("no schedule to compare: --schedules names none; give names "
+                            "from 'schedsim list', e.g. --schedules 1f1b,zbv")
+    why = list(skipped.items())
+    reasons = "; ".join(f"{n}: {w}" for n, w in why) if len(why) <= 3 else \
+        f"all {len(why)} were skipped ({', '.join(skipped)}); the first, {why[0][0]}: " \
+        f"{why[0][1]}"
+    raise ScenarioError(f"no schedule ran {where}: {reasons}; give a size they accept or "
+                        f"other --schedules")
 
 
 def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[int, int]:
@@ -223,10 +246,7 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     time axis, to ``path``; ``memory``: with an activation-memory panel each."""
     from schedsim.plot import gantt_stack, save_figure
 
-    tls = [r.timeline for r in res.rows if r.timeline is not None]
-    if not tls:
-        raise ScenarioError(f"--gantt {path}: no schedule ran (all were skipped), nothing "
-                            f"to draw")
+    tls = [r.timeline for r in res.rows if r.timeline is not None]   # (>= 1: none_ran)
     titles = [f"{r.schedule}: makespan {fmt_time(r.makespan)}, bubble {r.bubble_ratio:.3f}"
               for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "

@@ -3,7 +3,10 @@
 consoles render is terminal-safe (:func:`schedsim.util.text.terminal_safe`)."""
 from __future__ import annotations
 
+import io
+import os
 import re
+import sys
 from typing import Any
 
 import typer
@@ -71,3 +74,44 @@ def with_suggestion(message: str) -> str:
     choices = [c.strip() for c in re.split(r",| or ", m.group(3)) if c.strip()]
     hint = did_you_mean(m.group(2), choices)
     return message[:m.end(2) + 1] + hint + message[m.end(2) + 1:] if hint else message
+
+
+# -- a closed pipe (``schedsim simulate ... | head -1``) ---------------------------------
+class _PipeSafeFile(io.FileIO):
+    """The file descriptor under ``sys.stdout`` / ``sys.stderr``: once the reader of its
+    pipe is gone (EPIPE, ``BrokenPipeError``), the descriptor is pointed at
+    :data:`os.devnull` (``dup2``, the practice the Python docs give for SIGPIPE) and
+    this write and every later one succeed there: the command goes on, writes its output
+    files and exits with its own code, with no traceback and no ``Broken pipe`` error."""
+
+    def write(self, b: Any) -> int:
+        try:
+            return super().write(b)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.fileno())
+            finally:
+                os.close(devnull)
+            return memoryview(b).nbytes
+
+
+def guard_closed_pipes() -> None:
+    """Put ``sys.stdout`` and ``sys.stderr`` on a :class:`_PipeSafeFile` each (the same
+    encoding, errors and buffering): text, rich consoles and bytes written to
+    ``sys.stdout.buffer`` all go through it. For the ``schedsim`` process only
+    (:func:`schedsim.cli.main`); a stream that is not a plain file descriptor (a test's
+    capture, a notebook) is left as it is."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+            stream.flush()
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            continue
+        raw = _PipeSafeFile(fd, "w", closefd=False)
+        buffered = io.BufferedWriter(raw)
+        setattr(sys, name, io.TextIOWrapper(
+            buffered, encoding=stream.encoding, errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=getattr(stream, "write_through", False)))

@@ -82,12 +82,17 @@ def gantt_options(arrows: bool, memory: bool | object, stalls: bool,
 
 
 def parse_ranks(text: str) -> list[int]:
-    """``0-3,60-63`` as ``[0, 1, 2, 3, 60, 61, 62, 63]``. Raises :class:`ScenarioError`."""
+    """``0-3,60-63`` as ``[0, 1, 2, 3, 60, 61, 62, 63]``. Raises :class:`ScenarioError`
+    for a malformed list and for a reversed range (``3-1``: it would be empty)."""
     out: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         lo, sep, hi = part.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
             raise ScenarioError(f"bad --show-ranks {text!r}: expected ranks and ranges, "
                                 f"e.g. 0-3,60-63")
-        out += list(range(int(lo), int(hi if sep else lo) + 1))
+        a, b = int(lo), int(hi if sep else lo)
+        if b < a:
+            raise ScenarioError(f"bad --show-ranks {text!r}: the range {part} is reversed "
+                                f"(a range goes from low to high): write {b}-{a}")
+        out += list(range(a, b + 1))
     return out

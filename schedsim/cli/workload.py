@@ -217,11 +217,15 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
-    sizes or layers do not fit is skipped with the reason."""
+    sizes or layers do not fit is skipped with the reason (none left: exit 2,
+    :func:`schedsim.cli.compare.none_ran`)."""
     from rich.table import Table
     from schedsim.sweep import compare_workload_schedules
 
+    from schedsim.cli.compare import none_ran
+
     rows, skipped = compare_workload_schedules(sc, names)
+    none_ran(len(rows), skipped, "on this [workload]")
     semantics = sc.comm.semantics
     if json_out is not None:
         from schedsim.util.files import atomic_write_text

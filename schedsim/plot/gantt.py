@@ -348,6 +348,35 @@ def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
     return (t0, t1), shown
 
 
+def check_highlight(tl: Timeline, highlight: Iterable[tuple[str, int, int, int]]) -> None:
+    """Refuse a highlighted message ``(kind, src, dst, mb)`` that ``tl`` does not have
+    (it would be drawn as nothing): :class:`ScenarioError` naming it as ``KIND:SRC:DST:MB``
+    and the nearest messages the timeline has (fewest differences: kind 1, each rank and
+    microbatch by its distance; at most 3)."""
+    from schedsim.errors import ScenarioError
+
+    want = list(dict.fromkeys(highlight))
+    if not want:
+        return
+    have = {(m.kind, m.src, m.dst, m.mb) for m in tl.messages}
+    for h in want:
+        if h in have:
+            continue
+        name = ":".join(map(str, h))
+        if not have:
+            raise ScenarioError(f"highlight {name}: the timeline has no messages (no P2P "
+                                f"was recorded); drop the highlight")
+        kind, src, dst, mb = h
+
+        def dist(k: tuple[str, int, int, int]) -> tuple:
+            return ((k[0] != kind) + abs(k[1] - src) + abs(k[2] - dst) + abs(k[3] - mb), k)
+
+        near = ", ".join(":".join(map(str, k)) for k in sorted(have, key=dist)[:3])
+        raise ScenarioError(f"highlight {name}: the timeline has no {kind} message of mb "
+                            f"{mb} from rank {src} to {dst} (KIND:SRC:DST:MB); the nearest "
+                            f"it has: {near}")
+
+
 @dataclass(frozen=True)
 class GanttOptions:
     """The options of :func:`gantt`, each described there."""
@@ -381,7 +410,8 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
       of the consuming op on the receiver, red when the receiver had to wait
       (:func:`receiver_waited`), grey when the data was there first; more than
       :data:`~schedsim.plot.arrows.MAX_ARROWS` in a band are thinned (the legend says
-      how); ``highlight``: ``(kind, src, dst, mb)`` messages drawn bold and annotated;
+      how); ``highlight``: ``(kind, src, dst, mb)`` messages drawn bold and annotated
+      (one the timeline does not have: ScenarioError, :func:`check_highlight`);
     - ``stalls``: True to hatch the analysis' stalls
       (:func:`schedsim.analysis.stalls.attribute_stalls`) by cause, or a list of stalls;
     - ``memory``: True or a :class:`~schedsim.analysis.memory.MemoryModel` (or preset
@@ -403,6 +433,7 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
     bx = span_boxes(tl)
     highlight = list(o.highlight)
     win_t, shown = _window_ranks(tl, o.window, o.ranks, o.arrows or o.detail, highlight)
+    check_highlight(tl, highlight)
     sub = bx if shown is None else _rows_of(bx, (), shown)[0]
     n = tl.ranks if shown is None else len(shown)
     lay = _layout(tl, sub.select(in_window(sub, *win_t)), o.dpi, bool(memory), o.width,

@@ -136,8 +136,9 @@ def claim_output(path: str | Path | None, label: str) -> None:
     for k in (["<stdout>"] if str(path) == "-" else _keys(path)):
         other = sess.outputs.get(k)
         if other is not None and other[0] != label:
-            raise ScenarioError(f"{other[0]} and {label} both write {other[1]}: give "
-                                f"each output its own file")
+            fix = "give one of them a file name" if k == "<stdout>" else \
+                "give each output its own file"
+            raise ScenarioError(f"{other[0]} and {label} both write {other[1]}: {fix}")
         if k in sess.inputs:
             raise ScenarioError(f"{label} {path} is an input of this command: writing it "
                                 f"would destroy the input; give another file name")
