@@ -191,7 +191,7 @@ def atom_counts(a, out):
             op_rank[o] = r
             op_pos[o] = o - rptr[r]
             k, s, m = kind[o], stage[o], mb[o]
-            if k == _FB:
+            if k == _FB and nfb > 0:
                 k = 0
             fb = f < nfb and fb_at[f] == o
             while True:             # the op's atom, then an FB op's backward part
@@ -231,7 +231,7 @@ def atom_comms_kernel(a, out):
     for o in range(len(kind)):
         r = op_rank[o]
         k, s, m = kind[o], stage[o], mb[o]
-        if k == _FB:
+        if k == _FB and nfb > 0:
             k = 0
         fb = f < nfb and fb_at[f] == o
         while True:                 # the op's atom, then an FB op's backward part

@@ -195,9 +195,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
     inp = PassInput(
         ranks=P, stream_mode=int(STREAM_MODES[comm.comm_stream]), rptr=xs.ints(fl.rptr),
         icode=xs.ints(fl.code), mptr=xs.ints(fl.mptr), mkey=xs.ints(mkey),
-        mside=xs.ints(side), mowner=xs.ints(np.where(side == 0, pr.msrc, pr.mdst)),
-        mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).view(np.int8)),
-        mpeer=xs.ints(np.where(side == 0, pr.mdst, pr.msrc)), aptr=xs.ints(pr.aptr),
+        mside=xs.ints(side), msrc=xs.ints(pr.msrc), mdst=xs.ints(pr.mdst),
+        aptr=xs.ints(pr.aptr),
         a_in=xs.ints(a_in), a_out=xs.ints(a_out), scost=xs.floats(scost))
     tables = PassTables(
         key_msg=xs.full(nk, -1, dt), msg_key=xs.empty(nk, dt), msg_src=xs.empty(nk, dt),
