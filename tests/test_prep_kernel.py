@@ -100,3 +100,19 @@ def test_both_executors_simulate_the_same(semantics, monkeypatch) -> None:
         assert runs[0] == runs[1], label
         finished += runs[0][2] is None
     assert finished >= 6
+
+
+def test_instr_sizes_under_both_executors(monkeypatch) -> None:
+    """Compute instructions and members of launches: the kernel's counts are the numpy
+    form's; the hand-written program has 4 computes and 7 bare posts (its WAIT's two
+    members are not launched)."""
+    from schedsim.sim.prep import instr_sizes
+
+    progs = _programs()
+    for label, program in progs:
+        fl = program.flat()
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "python")
+        a = instr_sizes(fl)
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "numba")
+        assert instr_sizes(fl) == a, label
+    assert instr_sizes(dict(progs)["shape-and-out-of-range"].flat()) == (4, 7)

@@ -46,7 +46,7 @@ from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernel_records import PassInput, PassScratch, PassTables
 from schedsim.sim.opcodes import STREAM_MODES, Err, Step
-from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
+from schedsim.sim.prep import I64, Prep, compute_costs, instr_sizes, prep, where
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
                     comm: CommModel, flat: FlatProgram | None = None,
@@ -183,11 +183,10 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
     keys, mkey, a_in, a_out = _key_ids(pr)
     n, nmem, P = len(fl), len(pr.mcode), pr.P
     is_c = fl.code == Opcode.COMPUTE
-    nc = int(np.count_nonzero(is_c))
+    nc, nlaunch = instr_sizes(fl)
     scost = compute_costs(fl, costs, is_c) if with_costs and nc else np.zeros(nc)
     nk = len(keys)
     nsteps = n + P
-    nlaunch = int(np.diff(fl.mptr)[(fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)].sum())
     cap_h = 3 * nlaunch + (nmem - nlaunch) + 1
     dt = index_dtype(max(nsteps, cap_h, 2 * nk, nmem, 2 * P * P) + 1)
     kernel, xs = executor(compile_comm_kernel, n)

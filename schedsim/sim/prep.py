@@ -27,7 +27,14 @@ from schedsim.program.routing import (
     skip_code,
 )
 from schedsim.sim.costs import CostModel
-from schedsim.sim.prep_kernel import AtomFacts, MemberFacts, PrepIn, prep_atoms, prep_members
+from schedsim.sim.prep_kernel import (
+    AtomFacts,
+    MemberFacts,
+    PrepIn,
+    instr_sizes_kernel,
+    prep_atoms,
+    prep_members,
+)
 from schedsim.util.jit import executor, use_numba
 
 I64 = np.int64
@@ -183,7 +190,7 @@ def _prep_numba(fl: FlatProgram, program: Program) -> Prep:
                    cs=xs.empty(nm, i32), mvalid=xs.empty(nm, np.bool_),
                    mcode=xs.empty(nm, cdt), msrc=xs.empty(nm, i32), mdst=xs.empty(nm, i32))
     members(pin, mo)
-    na = int(np.count_nonzero(fl.code == Opcode.COMPUTE)) + len(fl.fb_at)
+    na = instr_sizes(fl)[0] + len(fl.fb_at)
     ao = AtomFacts(aptr=xs.empty(len(fl) + 1, _atom_index(na)), a_instr=xs.empty(na, I64),
                  a_kind=xs.empty(na, i32), a_stage=xs.empty(na, i32),
                  a_mb=xs.empty(na, i32), a_rank=xs.empty(na, i32), a_in=xs.empty(na, cdt),
@@ -263,6 +270,20 @@ def _skip_atoms(pr: Prep, pl, skips, n: int) -> None:
     cnt = np.bincount(pr.a_instr, minlength=n)
     pr.aptr = np.zeros(n + 1, _atom_index(len(pr.a_instr)))
     np.cumsum(cnt, dtype=pr.aptr.dtype, out=pr.aptr[1:])
+
+
+def instr_sizes(fl: FlatProgram) -> tuple[int, int]:
+    """``(compute instructions, members of launches)`` of ``fl`` (the sizes of the
+    compile pass's arrays): under numba one pass (:func:`schedsim.sim.prep_kernel.
+    instr_sizes_kernel`), else numpy."""
+    if use_numba(len(fl)) and fl.code.dtype == np.int32 and fl.mptr.dtype == I64:
+        kernel, xs = executor(instr_sizes_kernel, len(fl))
+        counts = xs.full(2, 0)
+        kernel(fl.code, fl.mptr, counts)
+        return int(counts[0]), int(counts[1])
+    is_l = (fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)
+    return (int(np.count_nonzero(fl.code == Opcode.COMPUTE)),
+            int(np.diff(fl.mptr)[is_l].sum()))
 
 
 def compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:

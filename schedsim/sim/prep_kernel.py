@@ -25,6 +25,8 @@ from schedsim.program.flat import Opcode, OpKind
 Arr = Any      # a numpy array (numba), allocated by the caller
 
 _COMPUTE = int(Opcode.COMPUTE)
+_POST = int(Opcode.POST)
+_BATCH = int(Opcode.BATCH)
 _FB = int(OpKind.FB)
 
 
@@ -171,3 +173,19 @@ def prep_atoms(p, out):
                 f += 1
                 fb = False
     aptr[len(code)] = a
+
+
+def instr_sizes_kernel(code, mptr, counts):
+    """``counts[0]``: the compute instructions of a program (per instruction ``code``,
+    members ``mptr[i]:mptr[i+1]``), ``counts[1]``: the members of its launches (bare
+    posts and ``BATCH``es): the compile pass's sizes, without a temporary of the
+    program's size."""
+    nc = nl = 0
+    for i in range(len(code)):
+        c = code[i]
+        if c == _COMPUTE:
+            nc += 1
+        elif c == _POST or c == _BATCH:
+            nl += mptr[i + 1] - mptr[i]
+    counts[0] = nc
+    counts[1] = nl
