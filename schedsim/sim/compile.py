@@ -215,10 +215,12 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
                           counts=xs.full(4, 0), err=xs.full(4, 0))
     # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
     # program's order puts its launch after the op whose tensor it announces)
-    shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
-    for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
-        tables.made_rank[k] = r
-    del pr, shape, side
+    if len(pr.mk) and int(pr.mk.max()) >= 2:       # any shape message (no temporaries else)
+        shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
+        for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
+            tables.made_rank[k] = r
+        del shape
+    del pr, side
     kernel(inp=inp, tables=tables, code=code, units=units, scratch=scratch)
     del inp
     err = [int(x) for x in scratch.err]
@@ -227,8 +229,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
     tb = PassTables(*(np.asarray(v, dtype=dt) for v in tables))
     part = _pass_part(code, units, tb, [int(x) for x in scratch.counts], keys, is_c, dt)
     nm = len(part.messages.mcode)
-    return _check_matching(part, fl, tb.hord[:2 * nm], get_prep, costs, tb.key_msg[mkey],
-                           allow_unmatched)
+    return _check_matching(part, fl, tb.hord[:2 * nm], get_prep, costs,
+                           partial(np.take, tb.key_msg, mkey), allow_unmatched)
 
 
 def _pass_part(code: Code, units: Units, tb: PassTables, counts: list[int],
@@ -309,14 +311,16 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
 
 def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray,
                     get_prep: Callable[[], Prep], costs: CostModel,
-                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> Part:
+                    member_messages: Callable[[], np.ndarray],
+                    allow_unmatched: bool = False) -> Part:
     """``part`` after the link-order check: every message posted by both sides, and on
     each directed link the k-th send and the k-th recv agree (:mod:`schedsim.sim.
     identity`: the same bytes; the same tag, else a silent swap, recorded in ``swaps``
     and the pair re-made as the library makes it; tag and bytes equal: the same
     message). ``hord``: each handle's k on its link (from the compile pass); when every
     pair names one message and no post names an identity there is nothing to look at.
-    ``msg_of_member``: the message id of every member."""
+    ``member_messages()``: the message id of every member (made only when there is
+    something to look at: an array of the members' size)."""
     from schedsim.sim.identity import (
         check_pairs,
         member_where,
@@ -334,6 +338,7 @@ def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray,
             and np.array_equal(hord[0::2], hord[1::2])):
         return part
     pr = get_prep()
+    msg_of_member = member_messages()
     pairs = pair_members(fl, pr)
     swaps = tuple(check_pairs(fl, pr, costs, pairs))
     ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]
