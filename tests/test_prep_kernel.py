@@ -116,3 +116,19 @@ def test_instr_sizes_under_both_executors(monkeypatch) -> None:
         monkeypatch.setenv("SCHEDSIM_ENGINE", "numba")
         assert instr_sizes(fl) == a, label
     assert instr_sizes(dict(progs)["shape-and-out-of-range"].flat()) == (4, 7)
+
+
+def test_pass_only_prep_writes_the_pass_fields(monkeypatch) -> None:
+    """``pass_only``: the fields the compile pass reads equal the whole Prep's, the
+    others empty (numba); under CPython the whole Prep."""
+    read = {"S", "M", "P", "mk", "side", "mvalid", "mcode", "msrc", "mdst", "aptr", "a_in",
+            "a_out", "a_skip", "ncodes", "skips"}
+    for label, program in _programs():
+        fl = program.flat()
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "numba")
+        whole, lean = _fields(prep(fl, program)), _fields(prep(fl, program, pass_only=True))
+        assert {k: v for k, v in lean.items() if k in read} == \
+            {k: v for k, v in whole.items() if k in read}, label
+        assert all(v[1] == b"" for k, v in lean.items() if k not in read), label
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "python")
+        assert _fields(prep(fl, program, pass_only=True)) == whole, label

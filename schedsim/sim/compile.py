@@ -176,7 +176,7 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
 
     kept = pr
     if pr is None:
-        pr = prep(fl, program)
+        pr = prep(fl, program, pass_only=True)
 
     def get_prep() -> Prep:
         return kept if kept is not None else prep(fl, program)

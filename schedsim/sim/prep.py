@@ -79,12 +79,17 @@ class Prep:
     skips: tuple = ()
 
 
-def prep(fl: FlatProgram, program: Program) -> Prep:
+def prep(fl: FlatProgram, program: Program, pass_only: bool = False) -> Prep:
+    """The :class:`Prep` of ``fl`` (``program``'s flat form). ``pass_only``: a numba
+    computation may leave the fields the compile pass does not read empty (``ps``,
+    ``cs``, ``a_instr``, ``a_kind``, ``a_stage``, ``a_mb``, ``a_rank``, ``a_in_rank``:
+    130 MB less to write at 10 M instructions); for the pass only, which computes a
+    whole one again to word an error."""
     pl = program.placement
     S, M, P = pl.stages, program.microbatches, pl.ranks
     if (not getattr(pl, "skips", ()) and fl.cpeer is None and use_numba(len(fl))
             and _kernel_types(fl)):
-        return _prep_numba(fl, program)
+        return _prep_numba(fl, program, not pass_only)
     mk, side, ps = comm_message_arrays(fl.ckind, fl.cstage)
     cs = consumer_stages(mk, ps)
     cmb = fl.cmb
@@ -170,31 +175,34 @@ def _kernel_types(fl: FlatProgram) -> bool:
             and bool(np.all(fl.code[fl.fb_at] == Opcode.COMPUTE)))
 
 
-def _prep_numba(fl: FlatProgram, program: Program) -> Prep:
+def _prep_numba(fl: FlatProgram, program: Program, full: bool = True) -> Prep:
     """:func:`prep` of a program without skip edges or peered members, by the numba
     passes of :mod:`schedsim.sim.prep_kernel`: the same arrays and types as the numpy
-    form, each written once (no temporaries of the program's size)."""
+    form, each written once (no temporaries of the program's size); ``full`` False: the
+    fields the compile pass does not read empty (:func:`prep`'s ``pass_only``)."""
     pl = program.placement
     S, M, P = pl.stages, program.microbatches, pl.ranks
     members, xs = executor(prep_members, len(fl))
     table, half, last = placement_rank_table(pl)
     pin = PrepIn(stages=S, microbatches=M, hm=half if half >= 0 else M, last=last,
-                 table=table, rptr=fl.rptr, code=fl.code, kind=fl.kind, stage=fl.stage,
+                 table=table, full=full, rptr=fl.rptr, code=fl.code, kind=fl.kind, stage=fl.stage,
                  mb=fl.mb, ckind=fl.ckind, cstage=fl.cstage, cmb=fl.cmb, fb_at=fl.fb_at,
                  fb_kind=fl.fb_kind, fb_stage=fl.fb_stage, fb_mb=fl.fb_mb)
     nm = len(fl.ckind)
     ncodes = _code_space(int(fl.ckind.max()) >> 1 if nm else -1, S, M, ())
     cdt = index_dtype(ncodes)
     i32 = np.int32
-    mo = MemberFacts(mk=xs.empty(nm, i32), side=xs.empty(nm, i32), ps=xs.empty(nm, i32),
-                   cs=xs.empty(nm, i32), mvalid=xs.empty(nm, np.bool_),
+    nx = nm if full else 0
+    mo = MemberFacts(mk=xs.empty(nm, i32), side=xs.empty(nm, i32), ps=xs.empty(nx, i32),
+                   cs=xs.empty(nx, i32), mvalid=xs.empty(nm, np.bool_),
                    mcode=xs.empty(nm, cdt), msrc=xs.empty(nm, i32), mdst=xs.empty(nm, i32))
     members(pin, mo)
     na = instr_sizes(fl)[0] + len(fl.fb_at)
-    ao = AtomFacts(aptr=xs.empty(len(fl) + 1, _atom_index(na)), a_instr=xs.empty(na, I64),
-                 a_kind=xs.empty(na, i32), a_stage=xs.empty(na, i32),
-                 a_mb=xs.empty(na, i32), a_rank=xs.empty(na, i32), a_in=xs.empty(na, cdt),
-                 a_in_rank=xs.empty(na, i32), a_out=xs.empty(na, cdt))
+    nx = na if full else 0
+    ao = AtomFacts(aptr=xs.empty(len(fl) + 1, _atom_index(na)), a_instr=xs.empty(nx, I64),
+                   a_kind=xs.empty(nx, i32), a_stage=xs.empty(nx, i32),
+                   a_mb=xs.empty(nx, i32), a_rank=xs.empty(nx, i32), a_in=xs.empty(na, cdt),
+                   a_in_rank=xs.empty(nx, i32), a_out=xs.empty(na, cdt))
     executor(prep_atoms, len(fl))[0](pin, ao)
     return Prep(S, M, P, *mo, *ao, ncodes=ncodes, skips=())
 

@@ -33,7 +33,9 @@ _FB = int(OpKind.FB)
 class PrepIn(NamedTuple):
     """A flat program's arrays (:class:`~schedsim.program.flat.FlatProgram`) and its
     placement for the passes: ``stages``, ``microbatches``, the ranks of the stages
-    (``table``, ``hm``, ``last``: module docstring); ``rptr``, per instruction ``code``,
+    (``table``, ``hm``, ``last``: module docstring); ``full`` False: only the fields the
+    compile pass reads are written (:func:`prep_members` and :func:`prep_atoms` say which;
+    the others are given empty); ``rptr``, per instruction ``code``,
     ``kind``, ``stage``, ``mb``; per member ``ckind``, ``cstage``, ``cmb``; the FB side
     arrays."""
 
@@ -42,6 +44,7 @@ class PrepIn(NamedTuple):
     hm: int
     last: int
     table: Arr
+    full: bool
     rptr: Arr
     code: Arr
     kind: Arr
@@ -91,8 +94,9 @@ class AtomFacts(NamedTuple):
 
 
 def prep_members(p, out):
-    """Every member's message facts (:class:`MemberFacts`; ``p``: :class:`PrepIn`)."""
-    S, M, hm, last, table = p.stages, p.microbatches, p.hm, p.last, p.table
+    """Every member's message facts (:class:`MemberFacts`; ``p``: :class:`PrepIn`;
+    ``ps`` and ``cs`` only when ``p.full``)."""
+    S, M, hm, last, table, full = p.stages, p.microbatches, p.hm, p.last, p.table, p.full
     ckind, cstage, cmb = p.ckind, p.cstage, p.cmb
     o_mk, o_side, o_ps, o_cs, mvalid = out.mk, out.side, out.ps, out.cs, out.mvalid
     mcode, msrc, mdst = out.mcode, out.msrc, out.mdst
@@ -103,7 +107,9 @@ def prep_members(p, out):
         ps = cstage[j] + side * (2 * (mk & 1) - 1)
         cs = ps + 1 - 2 * (mk & 1)
         m = cmb[j]
-        o_mk[j], o_side[j], o_ps[j], o_cs[j] = mk, side, ps, cs
+        o_mk[j], o_side[j] = mk, side
+        if full:
+            o_ps[j], o_cs[j] = ps, cs
         ok = ps >= 0 and ps < S and cs >= 0 and cs < S and m >= 0 and m < M
         mvalid[j] = ok
         if ok:
@@ -137,8 +143,8 @@ def prep_atoms(p, out):
     """Every compute instruction's atoms (:class:`AtomFacts`; ``p``: :class:`PrepIn`), in
     instruction order: one per compute instruction, two for an ``FB`` (its ``F`` part,
     then its ``fb_*`` part); an atom out of range (stage, mb, a negative kind) has no
-    input or output."""
-    S, M, hm, last, table = p.stages, p.microbatches, p.hm, p.last, p.table
+    input or output. Without ``p.full`` only ``aptr``, ``a_in`` and ``a_out``."""
+    S, M, hm, last, table, full = p.stages, p.microbatches, p.hm, p.last, p.table, p.full
     rptr, code, kind, stage, mb = p.rptr, p.code, p.kind, p.stage, p.mb
     fb_at, fb_kind, fb_stage, fb_mb = p.fb_at, p.fb_kind, p.fb_stage, p.fb_mb
     aptr, a_instr, a_kind, a_stage, a_mb = (out.aptr, out.a_instr, out.a_kind, out.a_stage,
@@ -156,13 +162,16 @@ def prep_atoms(p, out):
                 k = 0
             fb = f < nfb and fb_at[f] == i
             while True:             # the instruction's atom, then an FB's backward part
-                a_instr[a], a_kind[a], a_stage[a], a_mb[a], a_rank[a] = i, k, s, m, r
-                a_in[a], a_in_rank[a], a_out[a] = -1, -1, -1
+                if full:
+                    a_instr[a], a_kind[a], a_stage[a], a_mb[a], a_rank[a] = i, k, s, m, r
+                    a_in_rank[a] = -1
+                a_in[a], a_out[a] = -1, -1
                 if s >= 0 and s < S and m >= 0 and m < M and k >= 0:
                     ps, cin, cout = _atom_codes(S, M, k, s, m)
                     if ps >= 0:
                         q = table[ps] if m < hm else last - ps
-                        a_in_rank[a] = q
+                        if full:
+                            a_in_rank[a] = q
                         if q != r:
                             a_in[a] = cin
                     a_out[a] = cout
