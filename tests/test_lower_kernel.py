@@ -74,3 +74,28 @@ def test_link_order_posts_a_peers_earlier_messages_first(monkeypatch) -> None:
         assert rp.mb.tolist() == [0, 1] and rp.stage.tolist() == [1, 1]
         toks = lower(sched).tokens()[1]
         assert toks[:2] == ["1RECV_F0", "1RECV_F1"], engine
+
+
+def _comms(ac) -> dict:
+    return {k: (v.dtype.str, v.tobytes()) if isinstance(v, np.ndarray) else v
+            for k, v in vars(ac).items()}
+
+
+def test_atom_comms_kernel_gives_the_numpy_forms_arrays(monkeypatch) -> None:
+    """:func:`atom_comms` under numba (the kernels, for schedules without skip edges) and
+    under CPython (its numpy form): every array and type equal, on generated (FB ops,
+    dual placement), shuffled and stage-graph schedules; the counts are real (a 1F1B of
+    4 ranks and 8 microbatches: 3 x 8 F and 3 x 8 B messages cross ranks)."""
+    checked = 0
+    for label, sched in _schedules():
+        fs, pl, m = sched.flat(), sched.placement, sched.microbatches
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "python")
+        a = atom_comms(fs, pl, m)
+        monkeypatch.setenv("SCHEDSIM_ENGINE", "numba")
+        b = atom_comms(fs, pl, m)
+        assert _comms(a) == _comms(b), label
+        if label == "1f1b-4x8":
+            assert len(b.need_op) == len(b.send_op) == 48
+            assert b.need_code.dtype == np.int64 and b.need_op.dtype == np.int32
+        checked += 1
+    assert checked == 17

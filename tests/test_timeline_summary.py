@@ -49,6 +49,29 @@ def test_summary_equals_the_loop_in_any_order(ranks, data):
     assert [r.model_dump() for r in rows] == [r.model_dump() for r in ref_rows]
 
 
+@settings(max_examples=200, deadline=None)
+@given(ranks=st.integers(1, 5), data=st.data())
+def test_summary_of_spans_grouped_by_rank_equals_the_loop(ranks, data):
+    """Spans in rank order (a simulated run's: summed per rank by a sequential cumsum,
+    not bincount), ranks as an int32 array: the loop's bits too, a zero-length span of
+    -0.0 first included."""
+    import numpy as np
+
+    spans = sorted(data.draw(st.lists(st.tuples(st.integers(0, ranks - 1), times, times),
+                                      max_size=30)), key=lambda x: x[0])
+    rank = [r for r, _, _ in spans]
+    start = [min(a, b) for _, a, b in spans]
+    end = [max(a, b) for _, a, b in spans]
+    if spans and data.draw(st.booleans()):
+        start[0], end[0] = 0.0, -0.0
+    mk, rows = summarize_spans(ranks, np.asarray(rank, np.int32), start, end)
+    ref_mk, ref_rows = loop_summary(ranks, rank, start, end)
+    assert mk == ref_mk
+    assert [r.model_dump() for r in rows] == [r.model_dump() for r in ref_rows]
+    assert [math.copysign(1.0, r.busy) for r in rows] == \
+        [math.copysign(1.0, r.busy) for r in ref_rows]
+
+
 def test_summary_values():
     """Two ranks, rank 1 given first and out of order; a third rank without spans."""
     mk, rows = summarize_spans(3, [1, 0, 1], [4.0, 0.0, 1.0], [6.0, 3.0, 2.0])

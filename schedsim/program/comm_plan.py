@@ -20,12 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schedsim.program.flat import FlatProgram, FlatSchedule, OpKind, index_dtype, ranks_of
+from schedsim.program.flat import (
+    FlatProgram,
+    FlatSchedule,
+    OpKind,
+    index_dtype,
+    placement_rank_table,
+    ranks_of,
+)
 from schedsim.program.ir import Comm, Op, Program, Schedule
 from schedsim.program.lower_kernel import (
+    AtomOut,
     LinkIn,
     LinkScratch,
+    OpsIn,
     Posts,
+    atom_comms_kernel,
+    atom_counts,
     link_counts,
     link_order_kernel,
 )
@@ -40,7 +51,7 @@ from schedsim.program.routing import (
     produces,
     skip_code,
 )
-from schedsim.util.jit import executor
+from schedsim.util.jit import executor, use_numba
 
 if TYPE_CHECKING:
     from schedsim.program.ir import Placement
@@ -168,6 +179,8 @@ def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     S, M = pl.stages, microbatches
     n = len(fs)
     ix = index_dtype(4 * (2 * n + 2))    # derived values reach 4 x the entries
+    if use_numba(2 * n) and not getattr(pl, "skips", ()):
+        return _atom_comms_numba(fs, pl, M, ix)
     cnt = np.diff(fs.rptr)
     op_rank = np.repeat(np.arange(fs.ranks, dtype=ix), cnt)
     op_pos = np.arange(n, dtype=ix)
@@ -203,6 +216,36 @@ def atom_comms(fs: FlatSchedule, pl: Placement, microbatches: int) -> AtomComms:
     if getattr(pl, "skips", ()):
         _add_skips(ac, pl, M, a_op, a_kind, a_stage, a_mb, a_rank)
     return ac
+
+
+def _atom_comms_numba(fs: FlatSchedule, pl: Placement, M: int, ix: type) -> AtomComms:
+    """:func:`atom_comms` of a schedule without skip edges by the numba kernels
+    (:func:`~schedsim.program.lower_kernel.atom_counts`, :func:`~schedsim.program.
+    lower_kernel.atom_comms_kernel`): the same arrays and types, written once each
+    instead of through about 40 temporaries of the atoms' size."""
+    counts, xs = executor(atom_counts, 2 * len(fs))
+    table, half, last = placement_rank_table(pl)
+    a = OpsIn(stages=pl.stages, microbatches=M, half=half, last=last, table=xs.ints(table),
+              rptr=xs.ints(fs.rptr), kind=xs.ints(fs.kind), stage=xs.ints(fs.stage),
+              mb=xs.ints(fs.mb), fb_at=xs.ints(fs.fb_at), fb_kind=xs.ints(fs.fb_kind),
+              fb_stage=xs.ints(fs.fb_stage), fb_mb=xs.ints(fs.fb_mb))
+    n = len(fs)
+    # the numpy form's types: the schedule's own columns serve as the atoms' stage and mb
+    # while every op is one atom and the index type is int32, else they are ``ix``
+    own = not len(fs.fb_at) and ix is not I64
+    sdt, mdt = (fs.stage.dtype, fs.mb.dtype) if own else (ix, ix)
+    sizes = AtomOut(op_rank=xs.empty(n, ix), op_pos=xs.empty(n, ix), counts=xs.full(2, 0),
+                    **{f: xs.empty(0, ix) for f in AtomOut._fields[3:]})
+    counts(a, sizes)
+    nn, ns = (int(x) for x in sizes.counts)
+    out = sizes._replace(
+        need_op=xs.empty(nn, ix), need_kind=xs.empty(nn, ix), need_stage=xs.empty(nn, sdt),
+        need_mb=xs.empty(nn, mdt), need_code=xs.empty(nn, I64), need_src=xs.empty(nn, ix),
+        send_op=xs.empty(ns, ix), send_kind=xs.empty(ns, ix), send_stage=xs.empty(ns, sdt),
+        send_mb=xs.empty(ns, mdt), send_code=xs.empty(ns, I64), send_dst=xs.empty(ns, ix))
+    executor(atom_comms_kernel, 2 * n)[0](a, out)
+    return AtomComms(**{f: np.asarray(getattr(out, f)) for f in AtomOut._fields
+                        if f != "counts"})
 
 
 def _add_skips(ac: AtomComms, pl: Placement, M: int, a_op, a_kind, a_stage, a_mb,

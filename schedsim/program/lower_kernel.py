@@ -12,18 +12,24 @@ send's position on its link ``s_pos``); needs are taken in order, and need ``j``
 r on link q -> r posts every recv of that link from the first not yet posted
 (``posted[link]``) up to its own message's position, or, when no send on that link
 carries its message, its own recv alone.
+
+Each op's cross-rank recv and send (:func:`atom_counts`, :func:`atom_comms_kernel`: the
+routing rules of :func:`schedsim.program.comm_plan.atom_comms` in one pass over the atoms,
+under numba only: the CPython executor keeps that function's numpy form, which the
+tests compare with it).
 """
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from schedsim.program.flat import Opcode
+from schedsim.program.flat import Opcode, OpKind
 
 Arr = Any      # a numpy array (numba) or a list (CPython), allocated by the caller
 
 _POST = int(Opcode.POST)
 _WAIT = int(Opcode.WAIT)
 _COMPUTE = int(Opcode.COMPUTE)
+_FB = int(OpKind.FB)
 
 
 class LinkIn(NamedTuple):
@@ -66,6 +72,51 @@ class LinkScratch(NamedTuple):
     total: Arr
 
 
+class OpsIn(NamedTuple):
+    """A schedule's ops for :func:`atom_comms_kernel` (:class:`~schedsim.program.flat.
+    FlatSchedule`'s arrays: ``rptr``, per op ``kind``/``stage``/``mb``, the FB side arrays)
+    and its placement: ``stages``, ``microbatches``, and the rank of a stage
+    (:func:`~schedsim.program.flat.placement_rank_table`: ``table[s]``, or ``last - s``
+    for microbatches ``>= half`` when ``half >= 0``)."""
+
+    stages: int
+    microbatches: int
+    half: int
+    last: int
+    table: Arr
+    rptr: Arr
+    kind: Arr
+    stage: Arr
+    mb: Arr
+    fb_at: Arr
+    fb_kind: Arr
+    fb_stage: Arr
+    fb_mb: Arr
+
+
+class AtomOut(NamedTuple):
+    """What :func:`atom_comms_kernel` writes (the fields of :class:`~schedsim.program.
+    comm_plan.AtomComms` without skip edges, in op order): per op ``op_rank``/``op_pos``,
+    per need ``need_*``, per send ``send_*``; ``counts``: needs and sends
+    (:func:`atom_counts` fills it and ``op_rank``/``op_pos`` first)."""
+
+    op_rank: Arr
+    op_pos: Arr
+    counts: Arr
+    need_op: Arr
+    need_kind: Arr
+    need_stage: Arr
+    need_mb: Arr
+    need_code: Arr
+    need_src: Arr
+    send_op: Arr
+    send_kind: Arr
+    send_stage: Arr
+    send_mb: Arr
+    send_code: Arr
+    send_dst: Arr
+
+
 class Posts(NamedTuple):
     """Recv posts as comms (:class:`~schedsim.program.comm_plan.RecvPosts`), or a
     program's members: kind code, stage, mb, and the skip edge's other stage (empty
@@ -100,6 +151,117 @@ class AsyncOut(NamedTuple):
     mptr: Arr
     mem: Posts
     op_instr: Arr
+
+
+def _atom_stages(S, k, s):
+    """``(producing stage of the input, consuming stage of the output)`` of an atom of
+    kind ``k`` on stage ``s`` of ``S``, -1 where there is none: the routing rules of
+    :func:`~schedsim.program.routing.cross_stage_inputs`, :func:`~schedsim.program.
+    routing.outputs` and :func:`~schedsim.program.routing.consumer_stages`. Scalars only:
+    an array passed to a helper costs reference-count traffic per call under numba, so
+    the kernels look the ranks up themselves (``table[s] if m < hm else last - s``: the
+    rank of stage s for microbatch m, :func:`~schedsim.program.flat.ranks_of`)."""
+    ps = -1
+    if k == 0 and s > 0:
+        ps = s - 1
+    elif (k == 1 or k == 3) and s < S - 1:
+        ps = s + 1
+    cs = -1
+    if k != 2:
+        cs = s + 1 if k == 0 else s - 1
+        if cs >= S:
+            cs = -1
+    return ps, cs
+
+
+def atom_counts(a, out):
+    """Each op's rank and position in its row (``out.op_rank``, ``out.op_pos``) and the
+    number of cross-rank needs and sends of the schedule's atoms (``out.counts``), for
+    :func:`atom_comms_kernel`'s allocation (``a``: :class:`OpsIn`; an op has one atom,
+    an ``FB`` op two: ``F`` of its stage and mb, then its ``fb_*`` part)."""
+    S, half, last, table = a.stages, a.half, a.last, a.table
+    rptr, kind, stage, mb = a.rptr, a.kind, a.stage, a.mb
+    fb_at, fb_kind, fb_stage, fb_mb = a.fb_at, a.fb_kind, a.fb_stage, a.fb_mb
+    op_rank, op_pos, counts = out.op_rank, out.op_pos, out.counts
+    hm = half if half >= 0 else a.microbatches     # microbatches from hm on: ``last - s``
+    nn = ns = f = 0
+    nfb = len(fb_at)
+    for r in range(len(rptr) - 1):
+        for o in range(rptr[r], rptr[r + 1]):
+            op_rank[o] = r
+            op_pos[o] = o - rptr[r]
+            k, s, m = kind[o], stage[o], mb[o]
+            if k == _FB and nfb > 0:
+                k = 0
+            fb = f < nfb and fb_at[f] == o
+            while True:             # the op's atom, then an FB op's backward part
+                ps, cs = _atom_stages(S, k, s)
+                if ps >= 0 and (table[ps] if m < hm else last - ps) != r:
+                    nn += 1
+                if cs >= 0 and (table[cs] if m < hm else last - cs) != r:
+                    ns += 1
+                if not fb:
+                    break
+                k, s, m = fb_kind[f], fb_stage[f], fb_mb[f]
+                f += 1
+                fb = False
+    counts[0] = nn
+    counts[1] = ns
+
+
+def atom_comms_kernel(a, out):
+    """The cross-rank needs and sends of every atom, in op order (after
+    :func:`atom_counts`): a need is the recv of its input (kind code ``2 * message kind
+    + 1``, the atom's stage and mb, the message's key code, the producer's rank), a send
+    that of its output (``2 * message kind``, key code, the consumer's rank); key codes
+    as :func:`~schedsim.program.routing.key_codes`."""
+    S, M, kind, stage, mb = a.stages, a.microbatches, a.kind, a.stage, a.mb
+    half, last, table = a.half, a.last, a.table
+    fb_at, fb_kind, fb_stage, fb_mb = a.fb_at, a.fb_kind, a.fb_stage, a.fb_mb
+    op_rank = out.op_rank
+    need_op, need_kind, need_stage, need_mb = (out.need_op, out.need_kind, out.need_stage,
+                                               out.need_mb)
+    need_code, need_src = out.need_code, out.need_src
+    send_op, send_kind, send_stage, send_mb = (out.send_op, out.send_kind, out.send_stage,
+                                               out.send_mb)
+    send_code, send_dst = out.send_code, out.send_dst
+    hm = half if half >= 0 else M
+    jn = js = f = 0
+    nfb = len(fb_at)
+    for o in range(len(kind)):
+        r = op_rank[o]
+        k, s, m = kind[o], stage[o], mb[o]
+        if k == _FB and nfb > 0:
+            k = 0
+        fb = f < nfb and fb_at[f] == o
+        while True:                 # the op's atom, then an FB op's backward part
+            ps, cs = _atom_stages(S, k, s)
+            mk = 0 if k == 0 else 1
+            if ps >= 0:
+                src = table[ps] if m < hm else last - ps
+                if src != r:
+                    need_op[jn] = o
+                    need_kind[jn] = 2 * mk + 1
+                    need_stage[jn] = s
+                    need_mb[jn] = m
+                    need_code[jn] = (mk * S + ps) * M + m
+                    need_src[jn] = src
+                    jn += 1
+            if cs >= 0:
+                dst = table[cs] if m < hm else last - cs
+                if dst != r:
+                    send_op[js] = o
+                    send_kind[js] = 2 * mk
+                    send_stage[js] = s
+                    send_mb[js] = m
+                    send_code[js] = (mk * S + s) * M + m
+                    send_dst[js] = dst
+                    js += 1
+            if not fb:
+                break
+            k, s, m = fb_kind[f], fb_stage[f], fb_mb[f]
+            f += 1
+            fb = False
 
 
 def _span(posted, s_pos, slink, lk, s, found):

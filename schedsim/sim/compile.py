@@ -46,7 +46,7 @@ from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.sim.identity import default_bytes
 from schedsim.sim.kernel_records import PassInput, PassScratch, PassTables
 from schedsim.sim.opcodes import STREAM_MODES, Err, Step
-from schedsim.sim.prep import I64, Prep, compute_costs, prep, where
+from schedsim.sim.prep import I64, Prep, compute_costs, instr_sizes, prep, where
 
 def compile_program(program: Program, costs: CostModel, link: LinkModel,
                     comm: CommModel, flat: FlatProgram | None = None,
@@ -176,18 +176,17 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
 
     kept = pr
     if pr is None:
-        pr = prep(fl, program)
+        pr = prep(fl, program, pass_only=True)
 
     def get_prep() -> Prep:
         return kept if kept is not None else prep(fl, program)
     keys, mkey, a_in, a_out = _key_ids(pr)
     n, nmem, P = len(fl), len(pr.mcode), pr.P
     is_c = fl.code == Opcode.COMPUTE
-    nc = int(np.count_nonzero(is_c))
+    nc, nlaunch = instr_sizes(fl)
     scost = compute_costs(fl, costs, is_c) if with_costs and nc else np.zeros(nc)
     nk = len(keys)
     nsteps = n + P
-    nlaunch = int(np.diff(fl.mptr)[(fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)].sum())
     cap_h = 3 * nlaunch + (nmem - nlaunch) + 1
     dt = index_dtype(max(nsteps, cap_h, 2 * nk, nmem, 2 * P * P) + 1)
     kernel, xs = executor(compile_comm_kernel, n)
@@ -195,9 +194,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
     inp = PassInput(
         ranks=P, stream_mode=int(STREAM_MODES[comm.comm_stream]), rptr=xs.ints(fl.rptr),
         icode=xs.ints(fl.code), mptr=xs.ints(fl.mptr), mkey=xs.ints(mkey),
-        mside=xs.ints(side), mowner=xs.ints(np.where(side == 0, pr.msrc, pr.mdst)),
-        mlocal=xs.ints(((pr.msrc == pr.mdst) & pr.mvalid).view(np.int8)),
-        mpeer=xs.ints(np.where(side == 0, pr.mdst, pr.msrc)), aptr=xs.ints(pr.aptr),
+        mside=xs.ints(side), msrc=xs.ints(pr.msrc), mdst=xs.ints(pr.mdst),
+        aptr=xs.ints(pr.aptr),
         a_in=xs.ints(a_in), a_out=xs.ints(a_out), scost=xs.floats(scost))
     tables = PassTables(
         key_msg=xs.full(nk, -1, dt), msg_key=xs.empty(nk, dt), msg_src=xs.empty(nk, dt),
@@ -217,10 +215,12 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
                           counts=xs.full(4, 0), err=xs.full(4, 0))
     # a shape message (FS/BS) is made by no compute op: its sender counts as its maker (the
     # program's order puts its launch after the op whose tensor it announces)
-    shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
-    for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
-        tables.made_rank[k] = r
-    del pr, shape, side
+    if len(pr.mk) and int(pr.mk.max()) >= 2:       # any shape message (no temporaries else)
+        shape = (pr.mk >= 2) & (pr.side == 0) & pr.mvalid
+        for k, r in zip(np.asarray(mkey)[shape].tolist(), pr.msrc[shape].tolist()):
+            tables.made_rank[k] = r
+        del shape
+    del pr, side
     kernel(inp=inp, tables=tables, code=code, units=units, scratch=scratch)
     del inp
     err = [int(x) for x in scratch.err]
@@ -229,8 +229,8 @@ def _compile_comm(program: Program, fl: FlatProgram, pr: Prep | None, costs: Cos
     tb = PassTables(*(np.asarray(v, dtype=dt) for v in tables))
     part = _pass_part(code, units, tb, [int(x) for x in scratch.counts], keys, is_c, dt)
     nm = len(part.messages.mcode)
-    return _check_matching(part, fl, tb.hord[:2 * nm], get_prep, costs, tb.key_msg[mkey],
-                           allow_unmatched)
+    return _check_matching(part, fl, tb.hord[:2 * nm], get_prep, costs,
+                           partial(np.take, tb.key_msg, mkey), allow_unmatched)
 
 
 def _pass_part(code: Code, units: Units, tb: PassTables, counts: list[int],
@@ -311,14 +311,16 @@ def _comm_error(fl: FlatProgram, pr: Prep, err: list[int], mkey: np.ndarray,
 
 def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray,
                     get_prep: Callable[[], Prep], costs: CostModel,
-                    msg_of_member: np.ndarray, allow_unmatched: bool = False) -> Part:
+                    member_messages: Callable[[], np.ndarray],
+                    allow_unmatched: bool = False) -> Part:
     """``part`` after the link-order check: every message posted by both sides, and on
     each directed link the k-th send and the k-th recv agree (:mod:`schedsim.sim.
     identity`: the same bytes; the same tag, else a silent swap, recorded in ``swaps``
     and the pair re-made as the library makes it; tag and bytes equal: the same
     message). ``hord``: each handle's k on its link (from the compile pass); when every
     pair names one message and no post names an identity there is nothing to look at.
-    ``msg_of_member``: the message id of every member."""
+    ``member_messages()``: the message id of every member (made only when there is
+    something to look at: an array of the members' size)."""
     from schedsim.sim.identity import (
         check_pairs,
         member_where,
@@ -336,6 +338,7 @@ def _check_matching(part: Part, fl: FlatProgram, hord: np.ndarray,
             and np.array_equal(hord[0::2], hord[1::2])):
         return part
     pr = get_prep()
+    msg_of_member = member_messages()
     pairs = pair_members(fl, pr)
     swaps = tuple(check_pairs(fl, pr, costs, pairs))
     ma, mb_ = msg_of_member[pairs.js], msg_of_member[pairs.jr]

@@ -69,8 +69,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
     """
     # the records' fields as locals: the one place the pass unpacks them
     P, stream_mode, rptr, icode = inp.ranks, inp.stream_mode, inp.rptr, inp.icode
-    mptr, mkey, mside, mowner = inp.mptr, inp.mkey, inp.mside, inp.mowner
-    mlocal, mpeer, aptr, a_in, a_out = inp.mlocal, inp.mpeer, inp.aptr, inp.a_in, inp.a_out
+    mptr, mkey, mside, msrc, mdst = inp.mptr, inp.mkey, inp.mside, inp.msrc, inp.mdst
+    aptr, a_in, a_out = inp.aptr, inp.a_in, inp.a_out
     scost = inp.scost
     key_msg, msg_key, msg_src, msg_dst = (tables.key_msg, tables.msg_key, tables.msg_src,
                                           tables.msg_dst)
@@ -110,8 +110,10 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                         err[3] = j
                         return
                     m = key_msg[k]
+                    side = mside[j]
+                    own, peer = (msrc[j], mdst[j]) if side == 0 else (mdst[j], msrc[j])
                     if m < 0:
-                        if mlocal[j]:
+                        if msrc[j] == mdst[j]:   # a same-rank hand-off (k >= 0: valid)
                             err[0] = _E_LOCAL
                             err[1] = r
                             err[2] = ipc
@@ -120,15 +122,15 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                         m = nm
                         key_msg[k] = m
                         msg_key[m] = k
-                        if mside[j] == 0:
+                        if side == 0:
                             msg_src[m] = r
-                            msg_dst[m] = mpeer[j]
+                            msg_dst[m] = peer
                         else:
-                            msg_src[m] = mpeer[j]
+                            msg_src[m] = peer
                             msg_dst[m] = r
                         nm += 1
-                    h = 2 * m + mside[j]
-                    if mowner[j] != r or hindex[h] >= 0:
+                    h = 2 * m + side
+                    if own != r or hindex[h] >= 0:
                         err[0] = _E_POST
                         err[1] = r
                         err[2] = ipc
@@ -136,11 +138,10 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                         return
                     hindex[h] = ipc
                     hseq[h] = npost
-                    side = mside[j]
-                    lk = 2 * ((r * P + mpeer[j]) if side == 0 else (mpeer[j] * P + r)) + side
+                    lk = 2 * ((r * P + peer) if side == 0 else (peer * P + r)) + side
                     hord[h] = link_posts[lk]
                     link_posts[lk] += 1
-                    if mside[j] == 0 and made_rank[k] != r:
+                    if side == 0 and made_rank[k] != r:
                         err[0] = _E_SEND_EARLY
                         err[1] = r
                         err[2] = ipc
@@ -207,7 +208,8 @@ def compile_comm_kernel(inp, tables, code, units, scratch):
                     k = mkey[j]
                     m = -1 if k < 0 else key_msg[k]
                     h = -1 if m < 0 else 2 * m + mside[j]
-                    if h < 0 or hindex[h] < 0 or hindex[h] >= ipc or mowner[j] != r:
+                    if (h < 0 or hindex[h] < 0 or hindex[h] >= ipc
+                            or (msrc[j] if mside[j] == 0 else mdst[j]) != r):
                         err[0] = _E_WAIT_UNPOSTED
                         err[1] = r
                         err[2] = ipc
@@ -245,14 +247,18 @@ def _units(inp, r, first, last, m0, nu, posted, units, ugroup):
     in order of their first handle; the launch's units are the new ids, in order);
     returns the new unit count. Unit u's handles are ``unit_h[unit_hptr[u]:unit_hptr[u+1]]``
     (``unit_hptr[nu]`` is kept at the end; the caller allocates it zeroed); ``m0``: the
-    launch's first member (``inp.mpeer``: each member's peer rank)."""
-    P, stream_mode, mpeer = inp.ranks, inp.stream_mode, inp.mpeer
+    launch's first member (``inp.msrc``/``inp.mdst``/``inp.mside``: each member's peer
+    rank is the side it is not)."""
+    P, stream_mode, msrc, mdst, mside = (inp.ranks, inp.stream_mode, inp.msrc, inp.mdst,
+                                         inp.mside)
     unit_stream, unit_hptr, unit_h, hunit = (units.unit_stream, units.unit_hptr,
                                              units.unit_h, units.hunit)
     start = unit_hptr[nu]
     ng = 0
     for q in range(first, last):
-        sid = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
+        j = m0 + q - first
+        sid = r if stream_mode == _S_PER_RANK else P + r * P + (mdst[j] if mside[j] == 0
+                                                                 else msrc[j])
         g = -1
         for x in range(ng):
             if ugroup[x] == sid:
@@ -266,7 +272,9 @@ def _units(inp, r, first, last, m0, nu, posted, units, ugroup):
         unit_stream[nu] = sid
         unit_hptr[nu] = pos
         for q in range(first, last):
-            s2 = r if stream_mode == _S_PER_RANK else P + r * P + mpeer[m0 + q - first]
+            j = m0 + q - first
+            s2 = r if stream_mode == _S_PER_RANK else P + r * P + (mdst[j] if mside[j] == 0
+                                                                    else msrc[j])
             if s2 == sid:
                 h = posted[q]
                 unit_h[pos] = h

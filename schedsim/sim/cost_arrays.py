@@ -29,7 +29,7 @@ def derived_op_costs(costs: Any, kind: Any, stage: Any, bkind: Any, bstage: Any)
     else:
         table = np.array([[costs.kind_cost(k, s, -1) for s in range(S)] for k in names])
     is_fb = kind == OpKind.FB
-    out = table[np.where(is_fb, 0, kind), stage].astype(np.float64)
+    out = table[np.where(is_fb, 0, kind), stage].astype(np.float64, copy=False)
     if is_fb.any():
         i = np.flatnonzero(is_fb)
         key = (stage[i].astype(np.int64) * S + bstage[i]) * 4 + bkind[i]

@@ -223,7 +223,7 @@ class CostModel(BaseModel):
                 with np.errstate(over="ignore"):     # inf times: simulate() reports them
                     pair = per[0] + np.array(per)[np.where(is_fb, bkind, 0)]
                 out = np.where(is_fb, pair if fb is None else fb, out)
-            return out.astype(np.float64)
+            return out.astype(np.float64, copy=False)      # float64 already: no copy
         S = int(max(stage.max(initial=-1), np.asarray(bstage).max(initial=-1))) + 1
         names = ("F", "B", "W", "BW")
         table = np.array([[self.kind_cost(k, s, -1) for s in range(S)] for k in names]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from schedsim.program import lower_kernel
-from schedsim.sim import compile_kernel, kernels
+from schedsim.sim import compile_kernel, kernels, prep_kernel
 from schedsim.util.jit import (  # noqa: F401  (this layer's names for them)
     THRESHOLD,
     choice,
@@ -18,7 +18,7 @@ from schedsim.util.jit import (  # noqa: F401  (this layer's names for them)
 )
 
 #: the modules whose functions are kernels (and the helpers they call)
-KERNEL_MODULES = (kernels, compile_kernel, lower_kernel)
+KERNEL_MODULES = (kernels, compile_kernel, lower_kernel, prep_kernel)
 
 
 def jitted() -> SimpleNamespace:

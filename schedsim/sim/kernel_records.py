@@ -99,9 +99,10 @@ class PassInput(NamedTuple):
     per instruction (rank r's at ``rptr[r]:rptr[r+1]``) ``icode`` (its
     :class:`~schedsim.program.flat.Opcode`), members ``mptr[i]:mptr[i+1]``, atoms
     ``aptr[i]:aptr[i+1]``; per member ``mkey`` (key id, -1: no such
-    message), ``mside`` (0 send, 1 recv), ``mowner`` (the rank that must issue it),
-    ``mlocal`` (1: a same-rank hand-off), ``mpeer`` (the other side's rank); per atom
-    ``a_in``/``a_out`` (key of its cross-rank input / its output, -1); per compute
+    message), ``mside`` (0 send, 1 recv), ``msrc``/``mdst`` (its message's source and
+    destination ranks, as :class:`~schedsim.sim.prep.Prep` has them: the side's own rank
+    is the one that must issue it, the other its peer; equal: a same-rank hand-off); per
+    atom ``a_in``/``a_out`` (key of its cross-rank input / its output, -1); per compute
     instruction, in order (span id), ``scost``."""
 
     ranks: int
@@ -111,9 +112,8 @@ class PassInput(NamedTuple):
     mptr: Arr
     mkey: Arr
     mside: Arr
-    mowner: Arr
-    mlocal: Arr
-    mpeer: Arr
+    msrc: Arr
+    mdst: Arr
     aptr: Arr
     a_in: Arr
     a_out: Arr

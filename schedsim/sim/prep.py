@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedsim.program.flat import FlatProgram, Opcode, OpKind, index_dtype, ranks_of
+from schedsim.program.flat import (
+    FlatProgram,
+    Opcode,
+    OpKind,
+    index_dtype,
+    placement_rank_table,
+    ranks_of,
+)
 from schedsim.program.ir import Program
 from schedsim.program.routing import (
     SKIP_BASE,
@@ -20,6 +27,15 @@ from schedsim.program.routing import (
     skip_code,
 )
 from schedsim.sim.costs import CostModel
+from schedsim.sim.prep_kernel import (
+    AtomFacts,
+    MemberFacts,
+    PrepIn,
+    instr_sizes_kernel,
+    prep_atoms,
+    prep_members,
+)
+from schedsim.util.jit import executor, use_numba
 
 I64 = np.int64
 
@@ -63,9 +79,17 @@ class Prep:
     skips: tuple = ()
 
 
-def prep(fl: FlatProgram, program: Program) -> Prep:
+def prep(fl: FlatProgram, program: Program, pass_only: bool = False) -> Prep:
+    """The :class:`Prep` of ``fl`` (``program``'s flat form). ``pass_only``: a numba
+    computation may leave the fields the compile pass does not read empty (``ps``,
+    ``cs``, ``a_instr``, ``a_kind``, ``a_stage``, ``a_mb``, ``a_rank``, ``a_in_rank``:
+    130 MB less to write at 10 M instructions); for the pass only, which computes a
+    whole one again to word an error."""
     pl = program.placement
     S, M, P = pl.stages, program.microbatches, pl.ranks
+    if (not getattr(pl, "skips", ()) and fl.cpeer is None and use_numba(len(fl))
+            and _kernel_types(fl)):
+        return _prep_numba(fl, program, not pass_only)
     mk, side, ps = comm_message_arrays(fl.ckind, fl.cstage)
     cs = consumer_stages(mk, ps)
     cmb = fl.cmb
@@ -74,7 +98,7 @@ def prep(fl: FlatProgram, program: Program) -> Prep:
     edge = None
     if fl.cpeer is not None:            # members naming the other stage of an edge
         ps, cs, valid, edge = _peered(fl, mk, side, ps, cs, valid, skips, S)
-    ncodes = _code_space(mk, S, M, skips)
+    ncodes = _code_space(int(mk.max()) if len(mk) else -1, S, M, skips)
     cdt = index_dtype(ncodes)           # key codes: int32 while the code space fits
     if valid.all() and edge is None:
         mcode = key_codes(mk, ps, cmb, S, M, cdt)
@@ -132,12 +156,55 @@ def _atom_index(na: int) -> type:
     return np.int32 if na < np.iinfo(np.int32).max else I64
 
 
-def _code_space(mk: np.ndarray, S: int, M: int, skips: tuple) -> int:
+def _code_space(mk_max: int, S: int, M: int, skips: tuple) -> int:
     """Size of the key code space: the chain's codes of F and B (and of the shape
-    messages FS, BS when the program has any), then the skip edges' (``skip_code``)."""
+    messages FS, BS when the program has any: ``mk_max``, the largest message kind of a
+    member, -1 for none, is 2 or more), then the skip edges' (``skip_code``)."""
     if skips:
         return SKIP_BASE * S * M + 2 * len(skips) * M
-    return (4 if len(mk) and int(mk.max()) >= 2 else 2) * S * M
+    return (4 if mk_max >= 2 else 2) * S * M
+
+
+def _kernel_types(fl: FlatProgram) -> bool:
+    """Whether the program's columns have the types the flat form gives them (int32;
+    ``fb_at`` int64) and its ``FB`` ops are compute instructions, as
+    :func:`_prep_numba` assumes to give the numpy form's types."""
+    cols = (fl.code, fl.kind, fl.stage, fl.mb, fl.ckind, fl.cstage, fl.cmb, fl.fb_kind,
+            fl.fb_stage, fl.fb_mb)
+    return (all(c.dtype == np.int32 for c in cols) and fl.fb_at.dtype == I64
+            and bool(np.all(fl.code[fl.fb_at] == Opcode.COMPUTE)))
+
+
+def _prep_numba(fl: FlatProgram, program: Program, full: bool = True) -> Prep:
+    """:func:`prep` of a program without skip edges or peered members, by the numba
+    passes of :mod:`schedsim.sim.prep_kernel`: the same arrays and types as the numpy
+    form, each written once (no temporaries of the program's size); ``full`` False: the
+    fields the compile pass does not read empty (:func:`prep`'s ``pass_only``)."""
+    pl = program.placement
+    S, M, P = pl.stages, program.microbatches, pl.ranks
+    members, xs = executor(prep_members, len(fl))
+    table, half, last = placement_rank_table(pl)
+    pin = PrepIn(stages=S, microbatches=M, hm=half if half >= 0 else M, last=last,
+                 table=table, full=full, rptr=fl.rptr, code=fl.code, kind=fl.kind, stage=fl.stage,
+                 mb=fl.mb, ckind=fl.ckind, cstage=fl.cstage, cmb=fl.cmb, fb_at=fl.fb_at,
+                 fb_kind=fl.fb_kind, fb_stage=fl.fb_stage, fb_mb=fl.fb_mb)
+    nm = len(fl.ckind)
+    ncodes = _code_space(int(fl.ckind.max()) >> 1 if nm else -1, S, M, ())
+    cdt = index_dtype(ncodes)
+    i32 = np.int32
+    nx = nm if full else 0
+    mo = MemberFacts(mk=xs.empty(nm, i32), side=xs.empty(nm, i32), ps=xs.empty(nx, i32),
+                   cs=xs.empty(nx, i32), mvalid=xs.empty(nm, np.bool_),
+                   mcode=xs.empty(nm, cdt), msrc=xs.empty(nm, i32), mdst=xs.empty(nm, i32))
+    members(pin, mo)
+    na = instr_sizes(fl)[0] + len(fl.fb_at)
+    nx = na if full else 0
+    ao = AtomFacts(aptr=xs.empty(len(fl) + 1, _atom_index(na)), a_instr=xs.empty(nx, I64),
+                   a_kind=xs.empty(nx, i32), a_stage=xs.empty(nx, i32),
+                   a_mb=xs.empty(nx, i32), a_rank=xs.empty(nx, i32), a_in=xs.empty(na, cdt),
+                   a_in_rank=xs.empty(nx, i32), a_out=xs.empty(na, cdt))
+    executor(prep_atoms, len(fl))[0](pin, ao)
+    return Prep(S, M, P, *mo, *ao, ncodes=ncodes, skips=())
 
 
 def _peered(fl: FlatProgram, mk, side, ps, cs, valid, skips, S: int):
@@ -211,6 +278,20 @@ def _skip_atoms(pr: Prep, pl, skips, n: int) -> None:
     cnt = np.bincount(pr.a_instr, minlength=n)
     pr.aptr = np.zeros(n + 1, _atom_index(len(pr.a_instr)))
     np.cumsum(cnt, dtype=pr.aptr.dtype, out=pr.aptr[1:])
+
+
+def instr_sizes(fl: FlatProgram) -> tuple[int, int]:
+    """``(compute instructions, members of launches)`` of ``fl`` (the sizes of the
+    compile pass's arrays): under numba one pass (:func:`schedsim.sim.prep_kernel.
+    instr_sizes_kernel`), else numpy."""
+    if use_numba(len(fl)) and fl.code.dtype == np.int32 and fl.mptr.dtype == I64:
+        kernel, xs = executor(instr_sizes_kernel, len(fl))
+        counts = xs.full(2, 0)
+        kernel(fl.code, fl.mptr, counts)
+        return int(counts[0]), int(counts[1])
+    is_l = (fl.code == Opcode.POST) | (fl.code == Opcode.BATCH)
+    return (int(np.count_nonzero(fl.code == Opcode.COMPUTE)),
+            int(np.diff(fl.mptr)[is_l].sum()))
 
 
 def compute_costs(fl: FlatProgram, costs: CostModel, is_c: np.ndarray) -> np.ndarray:

@@ -76,7 +76,10 @@ class _Arrays:
 
     @staticmethod
     def full(n: int, v: int, dtype: type = np.int64) -> np.ndarray:
-        return np.full(n, v, dtype=dtype)
+        """``n`` copies of ``v``; zeros from ``np.zeros``: a large block's pages are then
+        zeroed by the system on first touch only, so that the parts a kernel never
+        writes (``unit_hptr`` without comm streams) cost nothing."""
+        return np.zeros(n, dtype=dtype) if v == 0 else np.full(n, v, dtype=dtype)
 
     @staticmethod
     def fullf(n: int, v: float) -> np.ndarray:
