@@ -140,6 +140,10 @@ BAD = [
      "'zero': Input should be a valid integer (got bool True)"),
     ("seq = 4096", 'seq = 4096\nnum_gpus = "16"',
      "'num_gpus': Input should be a valid integer (got str '16')"),
+    # the workload's costs are in ms: another [costs] unit printed them as slots
+    ("pp = 4", 'pp = 4\n[costs]\nunit = "slot"',
+     "[costs] unit = 'slot' beside a [workload]: the workload derives its costs in ms "
+     "(a kind typed in [costs] is read in ms too); remove unit from [costs]"),
 ]
 
 
@@ -152,6 +156,16 @@ def test_bad_workload_one_line_exit_2(tmp_path: Path, old: str, new: str, msg: s
     assert msg in " ".join(r.output.split()) and "Traceback" not in r.output
     assert r.output.startswith("error: ") and r.output.count("error:") == 1, r.output
     assert not out.exists()
+
+
+def test_costs_unit_ms_agrees_with_a_workload(tmp_path: Path) -> None:
+    """``[costs] unit = "ms"`` (what a calibrate cost file writes) agrees with the
+    workload's unit: the same run as without it."""
+    a = run("simulate", write(tmp_path, SMALL + '[costs]\nunit = "ms"\n'), "-q")
+    b = run("simulate", write(tmp_path, SMALL, "p.toml"), "-q")
+    assert a.exit_code == 0, a.output
+    assert a.output.splitlines()[1:] == b.output.splitlines()[1:]
+    assert "makespan 1170 ms" in a.output
 
 
 def test_workload_and_model_tables_exclusive(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ other.
   (micro_batch_size x dp)``; given: it must agree);
 - the workload's ``chunks`` is the stages per rank the generator builds (a V schedule:
   2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it;
-- the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms),
+- the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms;
+  a ``[costs] unit`` other than ``ms`` is refused),
   the P2P links the pipeline's unless ``[link]`` sets them.
 
 Raises :class:`~schedsim.errors.ScenarioError` (a :class:`WorkloadError` for a broken
@@ -58,13 +59,24 @@ def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
     return w
 
 
+def check_costs_unit(costs: Any) -> None:
+    """A ``[workload]`` derives its costs in ms, so a ``[costs] unit`` other than ``ms``
+    beside it (``unit = "slot"`` printed ms costs as slots) is refused: a
+    :class:`ScenarioError` naming both tables and the key to remove. ``unit = "ms"``
+    agrees and passes (a ``schedsim calibrate`` cost file writes it)."""
+    if "unit" in costs.model_fields_set and costs.unit != "ms":
+        raise ScenarioError(f"[costs] unit = {costs.unit!r} beside a [workload]: the "
+                            f"workload derives its costs in ms (a kind typed in [costs] "
+                            f"is read in ms too); remove unit from [costs]")
+
+
 def apply_workload(sc: Any) -> Workload:
     """Fill the scenario ``sc`` from its ``[workload]`` (a ``model`` path relative to the
     scenario's folder): the schedule's sizes
     (:func:`resolve_workload`), the derived costs in ms under the kinds ``[costs]``
-    types (their unit ms unless ``[costs] unit`` says otherwise) and, unless ``[link]``
-    sets something, the pipeline links. Returns the workload. Raises
-    :class:`ScenarioError` when ``[model]`` is given too."""
+    types (in ms: :func:`check_costs_unit`) and, unless ``[link]`` sets something, the
+    pipeline links. Returns the workload. Raises :class:`ScenarioError` when ``[model]``
+    is given too or ``[costs] unit`` is not ``ms``."""
     from schedsim.workload.derive import placement_free_models
 
     if sc.model is not None:
@@ -77,6 +89,7 @@ def apply_workload(sc: Any) -> Workload:
     model = table.get("model")
     if isinstance(model, str) and model.lower() not in MODELS:
         table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
+    check_costs_unit(sc.costs)
     w = resolve_workload(table, sc.schedule)
     costs, link = placement_free_models(w, connections=sc.comm.connections)
     derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
