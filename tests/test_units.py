@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from schedsim.errors import ScenarioError
 from schedsim.program.vocab import MEASURED_SEMANTICS, SEMANTICS, check_semantics
-from schedsim.util.units import fmt_time, unit_text, with_unit
+from schedsim.util.units import fmt_gib, fmt_gib_pair, fmt_time, unit_text, with_unit
 
 
 @pytest.mark.parametrize("x,text", [
@@ -62,3 +62,14 @@ def test_fb_order_flag_is_the_memory_model_rule():
     with pytest.raises(ScenarioError, match="bad --fb-order 'x': expected alloc-then-free "
                                             "or free-then-alloc"):
         MemoryModel.with_flags(None, None, "x")
+
+
+def test_gib_one_precision_for_a_peak_and_its_capacity():
+    """A peak and the HBM it is compared with print by one rule (4 significant digits, a
+    whole number bare): 80e9 bytes is 74.51 GiB, never "75"; two different counts never
+    print alike."""
+    assert [fmt_gib(81530000000), fmt_gib(80 * 2 ** 30), fmt_gib(80e9)] == [
+        "75.93 GiB", "80 GiB", "74.51 GiB"]
+    assert fmt_gib_pair(27.52 * 2 ** 30, 80e9) == ("27.52 GiB", "74.51 GiB")
+    assert fmt_gib_pair(80.004 * 2 ** 30, 80 * 2 ** 30) == ("80.004 GiB", "80 GiB")
+    assert fmt_gib_pair(80 * 2 ** 30, 80 * 2 ** 30) == ("80 GiB", "80 GiB")

@@ -45,7 +45,7 @@ def test_simulate_step_line_and_json(tmp_path: Path) -> None:
     r = run("simulate", LLAMA, "-q", "--json", out)
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "tokens/s/GPU" in text and "MFU" in text and "GiB of 80" in text
+    assert "tokens/s/GPU" in text and "MFU" in text and "peak 49.46 GiB of 80 GiB (fits)" in text
     tl = Timeline.read_json(out)
     w = tl.workload
     assert tl.unit == "ms" and w["model"] == "llama3.1-70b" and w["gpus"] == 64
@@ -57,6 +57,21 @@ def test_simulate_step_line_and_json(tmp_path: Path) -> None:
     assert r2.exit_code == 0 and "GiB" in r2.output
     m = json.loads((tmp_path / "m.json").read_text())
     assert [x["peak"] for x in m["ranks"]] == w["peak_memory_bytes"]
+
+
+def test_peak_and_hbm_at_one_precision(tmp_path: Path) -> None:
+    """The step line and ``memory``'s verdict print the peak and the HBM by one rule
+    (:func:`schedsim.util.units.fmt_gib_pair`): 27e9 bytes of HBM is 25.15 GiB (it read
+    "of 25" beside "peak 27.5")."""
+    small = SMALL.replace('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", hbm_bytes = 27e9 }')
+    out = tmp_path / "t.json"
+    r = run("simulate", write(tmp_path, small), "-q", "--json", out)
+    assert r.exit_code == 0, r.output
+    assert ("peak 27.54 GiB of 25.15 GiB (does NOT fit (27.54 GiB > 25.15 GiB))"
+            in " ".join(r.output.split())), r.output
+    r = run("memory", out)
+    assert r.exit_code == 0 and "peak 27.54 GiB of 25.15 GiB HBM: does NOT fit" in " ".join(
+        r.output.split()), r.output
 
 
 def test_timeline_workload_object_checked_strictly(tmp_path: Path) -> None:
