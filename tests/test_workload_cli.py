@@ -155,6 +155,11 @@ BAD = [
      "'zero': Input should be a valid integer (got bool True)"),
     ("seq = 4096", 'seq = 4096\nnum_gpus = "16"',
      "'num_gpus': Input should be a valid integer (got str '16')"),
+    # a model figure out of range: the key, the value, the range
+    ('model = "llama3.1-8b"', 'model = { hidden_size = 64, num_hidden_layers = -2, '
+     'num_attention_heads = 4, intermediate_size = 128, vocab_size = 100 }',
+     "w.toml: [workload]: model config num_hidden_layers = -2 is out of range: give a "
+     "whole number from 1 to 16,384"),
     # the workload's costs are in ms: another [costs] unit printed them as slots
     ("pp = 4", 'pp = 4\n[costs]\nunit = "slot"',
      "[costs] unit = 'slot' beside a [workload]: the workload derives its costs in ms "

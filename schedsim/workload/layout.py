@@ -56,6 +56,11 @@ MAX_SIZES = {"seq": 2 ** 24, "micro_batch_size": 2 ** 24, "global_batch_size": 2
              "num_gpus": 2 ** 20}
 
 
+#: the unit of each [workload] figure that has one (for the messages of a figure out of
+#: its range)
+UNITS = {"overhead_ms": "ms"}
+
+
 def check_sizes(**sizes: int | None) -> None:
     """Refuse (:class:`WorkloadError`, rule ``sizes``) a size of :data:`MAX_SIZES` (``seq``,
     ``micro_batch_size``, ``global_batch_size``, ``num_gpus``; None: unset) above its
@@ -387,11 +392,12 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
     one given. ``model`` and ``gpu`` (a name, a path or a table) are loaded by their own
     rules (:func:`~schedsim.workload.model.load_model`,
     :func:`~schedsim.workload.hardware.gpu_preset`). Raises :class:`ScenarioError`
-    naming the bad key or value."""
+    naming the bad key or value (a figure out of its bounds with the allowed range:
+    :func:`~schedsim.util.validation.range_error`)."""
     from pydantic import ValidationError
 
     from schedsim.errors import SchedsimError, Stopped
-    from schedsim.util.validation import format_validation
+    from schedsim.util.validation import format_validation, range_error
     from schedsim.util.suggest import did_you_mean
 
     try:
@@ -405,6 +411,9 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
                                 f"{', '.join(Workload.model_fields)})") from None
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
+        bound = range_error(err, Workload, UNITS)
+        if bound is not None:
+            raise ScenarioError(f"{source}: {bound}") from None
         raise ScenarioError(format_validation(e, source, Workload)) from None
     except Stopped:
         raise           # a stop signal is the user's, never the input's error
