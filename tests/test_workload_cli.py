@@ -133,7 +133,7 @@ BAD = [
      "global_batch_size = 10 is not a multiple of micro_batch_size x dp"),
     ("tp = 2", "tp = 2\ncp = 2", "context parallelism is not built"),
     ("seq = 4096", "seq = 4096\nsequence_lenght = 1", "unknown key 'sequence_lenght'"),
-    ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100'"),
+    ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100' (did you mean 'h100-sxm'?)"),
     # a GPU override: a bad dict key named as a key (not pydantic's 'peak_tflops.fp9.[key]'),
     # a validator's message without pydantic's "'': Value error,"
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { fp9 = 3 } }',
