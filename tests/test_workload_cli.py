@@ -140,12 +140,14 @@ BAD = [
      "gpu h100-sxm: key 'fp9' of 'peak_tflops': Input should be 'fp32', 'tf32', 'bf16', "
      "'fp16' or 'fp8'"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = -1 } }',
-     "gpu h100-sxm: peak_tflops bf16 must be a finite number > 0 (keys: name,"),
+     "gpu h100-sxm: peak_tflops.bf16 = -1 is out of range for a real GPU: 1 to 20,000 "
+     "TFLOP/s (dense); h100-sxm has 989.4 TFLOP/s"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = "x" } }',
      "gpu h100-sxm: 'peak_tflops.bf16': Input should be a valid number, unable to parse "
      "string as a number (got str 'x')"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", hbm = 3 }',
-     "gpu h100-sxm: unknown key 'hbm' (keys: name,"),
+     "gpu h100-sxm: unknown key 'hbm' (the field is hbm_bytes: 1 GiB to 4 TiB, in bytes) "
+     "(keys: name,"),
     # strict types, as the other tables: a quoted number or a boolean is not coerced
     ("tp = 2", 'tp = "2"', "'tp': Input should be a valid integer (got str '2')"),
     ("seq = 4096", 'seq = "4096"', "'seq': Input should be a valid integer (got str '4096')"),

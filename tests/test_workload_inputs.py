@@ -57,3 +57,52 @@ def test_suggestion_prefers_a_prefix_match(tmp_path: Path) -> None:
     assert closest("h", GPUS) is None and did_you_mean("zzz", GPUS) == ""
     r = run("simulate", write(tmp_path, SMALL.replace('"h100-sxm"', '"h100"')), "-q")
     assert "unknown gpu 'h100' (did you mean 'h100-sxm'?)" in one_error(r)
+
+
+# -- GPU figures in their units, within what a real GPU has ----------------------------
+@pytest.mark.parametrize("field,msg", [
+    # HBM meant as GiB; peaks meant as FLOP/s; bandwidth meant as TB/s or Gb/s
+    ("hbm_bytes = 80", "hbm_bytes = 80 is out of range for a real GPU: 1 GiB to 4 TiB, in "
+     "bytes; h100-sxm has 85899345920 bytes (80 GiB)"),
+    ("hbm_bytes = 80e9e9".replace("e9e9", "e18"), "hbm_bytes = 8e+19 is out of range for a "
+     "real GPU: 1 GiB to 4 TiB, in bytes"),
+    ("hbm_bytes = nan", "hbm_bytes = nan is out of range for a real GPU"),
+    ("peak_tflops = { bf16 = 989e12 }", "peak_tflops.bf16 = 9.89e+14 is out of range for a "
+     "real GPU: 1 to 20,000 TFLOP/s (dense); h100-sxm has 989.4 TFLOP/s"),
+    ("hbm_bandwidth = 3.35", "hbm_bandwidth = 3.35 is out of range for a real GPU: 1e11 to "
+     "1e14 bytes/s (100 GB/s to 100 TB/s); h100-sxm has 3.35e+12 bytes/s"),
+    ("nvlink_bandwidth = inf", "nvlink_bandwidth = inf is out of range for a real GPU: 1e9 "
+     "to 1e13 bytes/s per direction"),
+    ("network_bandwidth = 400", "network_bandwidth = 400 is out of range for a real GPU: "
+     "1e8 to 1e12 bytes/s per direction (0.8 to 8,000 Gb/s); h100-sxm has 5e+10 bytes/s"),
+    ("gpus_per_node = 0", "gpus_per_node = 0 is out of range for a real GPU: 1 to 1,024 "
+     "GPUs a node; h100-sxm has 8 GPUs"),
+    # another tool's name for the capacity: the field, its unit and range
+    ("memory = 80e9", "gpu h100-sxm: unknown key 'memory' (the field is hbm_bytes: 1 GiB to "
+     "4 TiB, in bytes) (keys: name,"),
+    ("hbm_byte = 3", "unknown key 'hbm_byte' (did you mean 'hbm_bytes'?)"),
+])
+def test_gpu_figure_outside_a_real_gpu_names_unit_and_range(tmp_path: Path, field: str,
+                                                             msg: str) -> None:
+    text = SMALL.replace('gpu = "h100-sxm"', f'gpu = {{ name = "h100-sxm", {field} }}')
+    out = tmp_path / "t.json"
+    line = one_error(run("simulate", write(tmp_path, text), "--json", out))
+    assert msg in line and not out.exists(), line
+
+
+def test_gpu_ranges_hold_every_preset_and_the_shipped_overrides() -> None:
+    """The presets and the shipped scenarios' GPU tables lie within the ranges (the table
+    is of real GPUs); a Hardware built directly is checked too."""
+    from pydantic import ValidationError
+
+    from schedsim.workload.hardware import GPU_RANGES, GPUS, Hardware, gpu_preset
+
+    for name in GPUS:
+        g = gpu_preset(name)
+        assert all(GPU_RANGES["peak_tflops"][0] <= v <= GPU_RANGES["peak_tflops"][1]
+                   for v in g.peak_tflops.values())
+    gpu_preset("h100-sxm", hbm_bytes=103079215104, hbm_bandwidth=2.4e12)   # torchtitan's
+    with pytest.raises(ValidationError, match="hbm_bytes = 8e\\+10 is out of range|"
+                                              "hbm_bandwidth = 3 is out of range"):
+        Hardware(name="custom", peak_tflops={"bf16": 100}, hbm_bytes=8e10,
+                 hbm_bandwidth=3, nvlink_bandwidth=1e11, network_bandwidth=1e10)
