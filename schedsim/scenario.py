@@ -98,6 +98,43 @@ class ScheduleSection(BaseModel):
         """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
         return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
 
+    def check_keys(self) -> None:
+        """Refuse a key that neither this table, the generator ``name`` nor the comm
+        policy (``comm_policy``, default ``async``) takes, as a :class:`ScenarioError`
+        naming it with the closest key (``microbatchs`` -> ``microbatches``) and the keys
+        taken. A key another policy takes, or another tool's name for one of ours, is left
+        to :func:`~schedsim.generators.build_program`, whose message says which; so is an
+        unknown schedule or policy name."""
+        extra = [k for k in (self.model_extra or {}) if k != "max_batch_ops"]
+        if not extra:
+            return
+        from schedsim.errors import ScheduleError
+        from schedsim.generators import foreign_key_hint, get
+        from schedsim.program.lower import get_policy, policy_of_param
+
+        try:
+            pol = list(get_policy(self.comm_policy or "async").params)
+            gen = [k for k in get(self.name).accepted() if k not in ("costs", "link")] \
+                if self.name else []
+        except ScheduleError:
+            return
+        taken = set(gen) | set(pol)
+        bad = [k for k in extra
+               if k not in taken and not policy_of_param(k) and foreign_key_hint(k) is None]
+        if not bad:
+            return
+        from schedsim.util.suggest import did_you_mean
+
+        k = bad[0]
+        own = [f for f in type(self).model_fields] + ["max_batch_ops"]
+        policy = f"comm policy {self.comm_policy or 'async'!r}"
+        who, takes = ((f"schedule {self.name!r}", f"{', '.join(gen) or 'none'}; {policy}: "
+                       f"{', '.join(pol) or 'none'}") if self.name else
+                      (policy, ", ".join(pol) or "none"))
+        raise ScenarioError(f"[schedule] unknown key {k!r}{did_you_mean(k, own + gen + pol)}"
+                            f": {who} takes no parameter {k!r} (it takes: {takes}; the "
+                            f"table: {', '.join(own)})")
+
 
 class Scenario(BaseModel):
     """A whole scenario: schedule + costs + links + comm semantics."""
@@ -140,7 +177,9 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _derive_costs(self) -> "Scenario":
         """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
-        kinds ``[costs]`` leaves untyped come from it."""
+        kinds ``[costs]`` leaves untyped come from it. ``[schedule]``'s keys are checked
+        first (:meth:`ScheduleSection.check_keys`)."""
+        self.schedule.check_keys()
         if self.workload is not None:
             from schedsim.workload.table import apply_workload
 

@@ -106,3 +106,24 @@ def test_gpu_ranges_hold_every_preset_and_the_shipped_overrides() -> None:
                                               "hbm_bandwidth = 3 is out of range"):
         Hardware(name="custom", peak_tflops={"bf16": 100}, hbm_bytes=8e10,
                  hbm_bandwidth=3, nvlink_bandwidth=1e11, network_bandwidth=1e10)
+
+
+# -- [schedule] keys -------------------------------------------------------------------
+def test_unknown_schedule_key_named_with_did_you_mean(tmp_path: Path) -> None:
+    """``microbatchs = 4`` beside a [workload] read "schedule '1f1b' takes no parameter
+    'microbatchs' (it takes: none)", with no file and no hint of the key meant."""
+    text = SMALL.replace('name = "1f1b"', 'name = "1f1b"\nmicrobatchs = 4')
+    line = one_error(run("simulate", write(tmp_path, text), "-q"))
+    assert line.startswith("error: ")
+    assert ("w.toml: [schedule] unknown key 'microbatchs' (did you mean 'microbatches'?): "
+            "schedule '1f1b' takes no parameter 'microbatchs' (it takes: none; comm policy "
+            "'async': none; the table: name, ranks, microbatches, comm_policy, program, "
+            "schedule_file, placement, stages, max_batch_ops)") in line
+    # a generator's parameter misspelt, from a file or --param
+    line = one_error(run("simulate", "-s", "interleaved-1f1b", "-p", "4", "-m", "8",
+                         "--param", "chunk=2", "-q"))
+    assert "[schedule] unknown key 'chunk' (did you mean 'chunks'?)" in line
+    # another policy's parameter and another tool's name keep their own messages
+    line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--param",
+                         "batch_p2p_comm=false", "-q"))
+    assert "a parameter of the megatron comm policy" in line
