@@ -60,6 +60,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -175,7 +176,7 @@ class Scenario(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _derive_costs(self) -> "Scenario":
+    def _derive_costs(self, info: ValidationInfo) -> "Scenario":
         """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
         kinds ``[costs]`` leaves untyped come from it. ``[schedule]``'s keys are checked
         first (:meth:`ScheduleSection.check_keys`)."""
@@ -183,7 +184,8 @@ class Scenario(BaseModel):
         if self.workload is not None:
             from schedsim.workload.table import apply_workload
 
-            self._workload = apply_workload(self)
+            flags = (info.context or {}).get("flags") if info is not None else None
+            self._workload = apply_workload(self, flags)
         elif self.model is not None:
             from schedsim.sim.stage_costs import StageCosts
 
@@ -370,15 +372,15 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
 
     try:    # (the first validation also builds the models' schemas: defer_build)
         sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
-                                     strict=True)
+                                     strict=True, context={"flags": flags or {}})
     except ValidationError as e:
         err = e.errors()[0]
         flag = (flags or {}).get(tuple(str(x) for x in err["loc"][:2]))
         if flag is not None and len(err["loc"]) == 2:
             raise FlagError(flag, error_text(err)) from None
         raise ScenarioError(format_validation(e, source, Scenario)) from None
-    except Stopped:
-        raise           # a stop signal is the user's, never the scenario's error
+    except (Stopped, FlagError):
+        raise           # a stop signal is the user's; a flag's value names the flag
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
     return sc

@@ -200,7 +200,7 @@ def test_schedule_sizes_must_agree(tmp_path: Path) -> None:
                                                       'name = "1f1b"\nmicrobatches = 7')))
     assert r.exit_code == 2 and "microbatches = 7" in r.output
     r = run("simulate", write(tmp_path, SMALL), "-p", "8")
-    assert r.exit_code == 2 and "ranks = 8" in r.output
+    assert r.exit_code == 2 and "Invalid value for '--ranks' / '-p': 8 but" in r.output
 
 
 def test_model_config_json_beside_the_scenario(tmp_path: Path) -> None:

@@ -127,3 +127,28 @@ def test_unknown_schedule_key_named_with_did_you_mean(tmp_path: Path) -> None:
     line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--param",
                          "batch_p2p_comm=false", "-q"))
     assert "a parameter of the megatron comm policy" in line
+
+
+# -- -p / -m against the workload ------------------------------------------------------
+def test_flags_that_disagree_with_the_workload_name_the_flag(tmp_path: Path) -> None:
+    """``simulate w.toml -p 8`` said "[schedule] ranks = 8 but [workload] pp = 4", a key the
+    file does not have: the value came from -p, so the flag is named; a file's own key
+    still names the key."""
+    from schedsim.errors import FlagError
+    from schedsim.scenario_flags import build_scenario
+
+    p = write(tmp_path, SMALL)
+    line = one_error(run("simulate", p, "-p", "8", "-q"))
+    assert ("Invalid value for '--ranks' / '-p': 8 but the scenario's [workload] pp = 4 "
+            "(its pipeline ranks): drop the flag, or change pp") in line
+    line = one_error(run("simulate", p, "-m", "8", "-q"))
+    assert ("Invalid value for '--microbatches' / '-m': 8 but the workload runs "
+            "global_batch_size / (micro_batch_size x dp) = 16 / (1 x 1) = 16: drop the "
+            "flag, or change global_batch_size") in line
+    with pytest.raises(FlagError) as e:
+        build_scenario(p, microbatches=8)
+    assert e.value.flag == "microbatches"
+    assert run("simulate", p, "-p", "4", "-m", "16", "-q").exit_code == 0
+    own = write(tmp_path, SMALL.replace('name = "1f1b"', 'name = "1f1b"\nranks = 8'), "o.toml")
+    line = one_error(run("simulate", own, "-q"))
+    assert "o.toml: [schedule] ranks = 8 but [workload] pp = 4: drop one" in line

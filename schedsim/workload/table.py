@@ -22,10 +22,17 @@ from schedsim.errors import ScenarioError
 from schedsim.workload.layout import Workload, WorkloadError, workload_from_dict
 
 
-def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
+def resolve_workload(table: dict[str, Any], schedule: Any,
+                     flags: dict[tuple[str, str], str] | None = None) -> Workload:
     """The checked :class:`Workload` of ``table`` (the ``[workload]`` dict) given the
     scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks``,
-    ``microbatches`` and ``chunks`` it fills in place without marking them as set."""
+    ``microbatches`` and ``chunks`` it fills in place without marking them as set.
+    ``flags``: the ``(table, key)`` a command-line flag set -> the flag's field name
+    (:func:`schedsim.scenario.parse_scenario`); a ``ranks`` or ``microbatches`` a flag set
+    that disagrees with the workload is a :class:`~schedsim.errors.FlagError` naming the
+    flag (``-p``/``-m``), else a :class:`WorkloadError` / :class:`ScenarioError` naming
+    the ``[schedule]`` key."""
+    from schedsim.errors import FlagError
     from schedsim.generators import generated_stages, get
 
     data = dict(table)
@@ -37,15 +44,25 @@ def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
         pp = int(data.get("pp", 1)) if str(data.get("pp", 1)).isdigit() else 1
         data["chunks"] = max(1, generated_stages(gen, pp, params) // pp)
     w = workload_from_dict(data).check()
+    flag_of = flags or {}
     if schedule.ranks is not None and schedule.ranks != w.pp:
+        flag = flag_of.get(("schedule", "ranks"))
+        if flag is not None:
+            raise FlagError(flag, f"{schedule.ranks} but the scenario's [workload] pp = "
+                            f"{w.pp} (its pipeline ranks): drop the flag, or change pp")
         raise WorkloadError("layers fill pp x chunks stages",
                             f"[schedule] ranks = {schedule.ranks} but [workload] pp = {w.pp}: "
                             f"drop one")
     if schedule.microbatches is not None and schedule.microbatches != w.microbatches:
-        raise ScenarioError(f"[schedule] microbatches = {schedule.microbatches} but the "
-                            f"workload runs global_batch_size / (micro_batch_size x dp) = "
-                            f"{w.global_batch_size} / ({w.micro_batch_size} x "
-                            f"{w.data_parallel}) = {w.microbatches}: drop microbatches")
+        runs = (f"the workload runs global_batch_size / (micro_batch_size x dp) = "
+                f"{w.global_batch_size} / ({w.micro_batch_size} x {w.data_parallel}) = "
+                f"{w.microbatches}")
+        flag = flag_of.get(("schedule", "microbatches"))
+        if flag is not None:
+            raise FlagError(flag, f"{schedule.microbatches} but {runs}: drop the flag, or "
+                            f"change global_batch_size")
+        raise ScenarioError(f"[schedule] microbatches = {schedule.microbatches} but {runs}: "
+                            f"drop microbatches")
     object.__setattr__(schedule, "ranks", w.pp)
     object.__setattr__(schedule, "microbatches", w.microbatches)
     if schedule.name and "chunks" in table:
@@ -70,13 +87,14 @@ def check_costs_unit(costs: Any) -> None:
                             f"is read in ms too); remove unit from [costs]")
 
 
-def apply_workload(sc: Any) -> Workload:
+def apply_workload(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> Workload:
     """Fill the scenario ``sc`` from its ``[workload]`` (a ``model`` path relative to the
     scenario's folder): the schedule's sizes
     (:func:`resolve_workload`), the derived costs in ms under the kinds ``[costs]``
     types (in ms: :func:`check_costs_unit`) and, unless ``[link]`` sets something, the
-    pipeline links. Returns the workload. Raises :class:`ScenarioError` when ``[model]``
-    is given too or ``[costs] unit`` is not ``ms``."""
+    pipeline links. ``flags``: as :func:`resolve_workload` takes them. Returns the
+    workload. Raises :class:`ScenarioError` when ``[model]`` is given too or ``[costs]
+    unit`` is not ``ms``."""
     from schedsim.workload.derive import placement_free_models
 
     if sc.model is not None:
@@ -90,7 +108,7 @@ def apply_workload(sc: Any) -> Workload:
     if isinstance(model, str) and model.lower() not in MODELS:
         table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
     check_costs_unit(sc.costs)
-    w = resolve_workload(table, sc.schedule)
+    w = resolve_workload(table, sc.schedule, flags)
     costs, link = placement_free_models(w, connections=sc.comm.connections)
     derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
     if "unit" not in sc.costs.model_fields_set:
