@@ -99,11 +99,13 @@ class ScheduleSection(BaseModel):
         """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
         return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
 
-    def check_keys(self) -> None:
+    def check_keys(self, flags: dict[tuple[str, str], str] | None = None) -> None:
         """Refuse a key that neither this table, the generator ``name`` nor the comm
         policy (``comm_policy``, default ``async``) takes, as a :class:`ScenarioError`
         naming it with the closest key (``microbatchs`` -> ``microbatches``) and the keys
-        taken. A key another policy takes, or another tool's name for one of ours, is left
+        taken; a :class:`~schedsim.errors.FlagError` naming the flag when a command-line
+        flag set it (``flags``: ``(table, key)`` -> the flag's field name, ``param`` for
+        ``--param``). A key another policy takes, or another tool's name for one of ours, is left
         to :func:`~schedsim.generators.build_program`, whose message says which; so is an
         unknown schedule or policy name."""
         extra = [k for k in (self.model_extra or {}) if k != "max_batch_ops"]
@@ -132,9 +134,15 @@ class ScheduleSection(BaseModel):
         who, takes = ((f"schedule {self.name!r}", f"{', '.join(gen) or 'none'}; {policy}: "
                        f"{', '.join(pol) or 'none'}") if self.name else
                       (policy, ", ".join(pol) or "none"))
+        why = f"{who} takes no parameter {k!r} (it takes: {takes}; the table: {', '.join(own)})"
+        flag = (flags or {}).get(("schedule", k))
+        if flag is not None:
+            from schedsim.errors import FlagError
+
+            raise FlagError(flag, (f"{k}{did_you_mean(k, own + gen + pol)}: " if flag ==
+                                   "param" else "") + why)
         raise ScenarioError(f"[schedule] unknown key {k!r}{did_you_mean(k, own + gen + pol)}"
-                            f": {who} takes no parameter {k!r} (it takes: {takes}; the "
-                            f"table: {', '.join(own)})")
+                            f": {why}")
 
 
 class Scenario(BaseModel):
@@ -180,11 +188,11 @@ class Scenario(BaseModel):
         """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
         kinds ``[costs]`` leaves untyped come from it. ``[schedule]``'s keys are checked
         first (:meth:`ScheduleSection.check_keys`)."""
-        self.schedule.check_keys()
+        flags = (info.context or {}).get("flags") if info is not None else None
+        self.schedule.check_keys(flags)
         if self.workload is not None:
             from schedsim.workload.table import apply_workload
 
-            flags = (info.context or {}).get("flags") if info is not None else None
             self._workload = apply_workload(self, flags)
         elif self.model is not None:
             from schedsim.sim.stage_costs import StageCosts

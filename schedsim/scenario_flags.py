@@ -123,7 +123,8 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
         v = getattr(f, flag)
         if v is not None:
             sched[key] = str(Path(v).resolve()) if flag in ("program", "schedule_file") else v
-    sched.update(key_values(f.param, "--param"))
+    params = key_values(f.param, "--param")
+    sched.update(params)
     _no_foreign_keys(sched)
     if f.cost is not None:
         data["costs"] = parse_cost_string(f.cost, parse_scenario(data).costs).model_dump(
@@ -145,6 +146,7 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
                                                         ("link", _LINK_KEYS),
                                                         ("costs", _COSTS_KEYS))
                  for flag, key in keys.items() if getattr(f, flag) is not None}
+    flags_set.update({("schedule", k): "param" for k in params})
     return parse_scenario(data, str(scenario) if scenario else "command line", base,
                           flags_set)
 

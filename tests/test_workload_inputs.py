@@ -119,10 +119,15 @@ def test_unknown_schedule_key_named_with_did_you_mean(tmp_path: Path) -> None:
             "schedule '1f1b' takes no parameter 'microbatchs' (it takes: none; comm policy "
             "'async': none; the table: name, ranks, microbatches, comm_policy, program, "
             "schedule_file, placement, stages, max_batch_ops)") in line
-    # a generator's parameter misspelt, from a file or --param
+    # a generator's parameter misspelt in --param, a flag the schedule does not take:
+    # the flag named
     line = one_error(run("simulate", "-s", "interleaved-1f1b", "-p", "4", "-m", "8",
                          "--param", "chunk=2", "-q"))
-    assert "[schedule] unknown key 'chunk' (did you mean 'chunks'?)" in line
+    assert ("Invalid value for '--param': chunk (did you mean 'chunks'?): schedule "
+            "'interleaved-1f1b' takes no parameter 'chunk' (it takes: chunks,") in line
+    line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--mem-limit", "3"))
+    assert ("Invalid value for '--mem-limit': schedule '1f1b' takes no parameter "
+            "'mem_limit' (it takes: none;") in line
     # another policy's parameter and another tool's name keep their own messages
     line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--param",
                          "batch_p2p_comm=false", "-q"))
