@@ -163,6 +163,8 @@ class Scenario(BaseModel):
     stages: StageGraph | None = None
     base_dir: str = Field(default=".", exclude=True)
     _workload: Any = PrivateAttr(default=None)
+    #: ``[schedule] mem_limit`` given as a size, in microbatches' worth (None: as given)
+    _mem_limit: float | None = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -194,6 +196,10 @@ class Scenario(BaseModel):
             from schedsim.workload.table import apply_workload
 
             self._workload = apply_workload(self, flags)
+        if isinstance((self.schedule.model_extra or {}).get("mem_limit"), str):
+            from schedsim.workload.table import size_mem_limit
+
+            self._mem_limit = size_mem_limit(self, flags)
         elif self.model is not None:
             from schedsim.sim.stage_costs import StageCosts
 
@@ -337,6 +343,8 @@ class Scenario(BaseModel):
         from schedsim.generators import build_program, generated_stages, get as get_generator
 
         params = s.generator_params()
+        if self._mem_limit is not None:         # a size, in microbatches' worth
+            params["mem_limit"] = self._mem_limit
         gen = get_generator(s.name)
         from schedsim.util.limits import check_program_size
 

@@ -73,3 +73,60 @@ def fmt_gib_pair(a: float, b: float) -> tuple[str, str]:
         if ta != tb or a == b:
             break
     return ta, tb
+
+
+#: the units of a size (case-insensitive): decimal (KB, MB, GB, TB) and binary (KiB,
+#: MiB, GiB, TiB) multiples of a byte
+SIZE_UNITS: dict[str, float] = {"B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+                                "KiB": 2.0 ** 10, "MiB": 2.0 ** 20, "GiB": 2.0 ** 30,
+                                "TiB": 2.0 ** 40}
+
+
+def parse_size(text: str | float, what: str = "size", bare: float | None = None
+               ) -> tuple[float, bool]:
+    """A size as the user types it: ``"76GiB"``, ``"80 GB"``, ``"1.5e3 MiB"`` (a number
+    and a unit of :data:`SIZE_UNITS`, case-insensitive, a space allowed; ``Gb``, ``Mb``
+    are bits and refused) -> ``(bytes,
+    True)``; a bare number (``"4"``, ``4.0``) -> ``(number, False)``, the caller's own
+    meaning, or ``(number x bare, True)`` when ``bare`` (bytes per unit, e.g. ``GIB``)
+    is given (a bare number without ``bare`` is returned as typed, any value: its bounds
+    are the caller's). Raises :class:`~schedsim.errors.ScenarioError` naming ``what``
+    for anything else, or a size that is not finite and > 0 (the one parser of sizes:
+    ``simulate --mem-limit``, reusable by any other size flag)."""
+    import re
+
+    from schedsim.errors import ScenarioError
+
+    units = ", ".join(SIZE_UNITS)
+    hint = f"give a number > 0 or a size such as 76GiB or 80GB (units {units})"
+    if isinstance(text, bool):
+        raise ScenarioError(f"{what} {text!r}: {hint}")
+    if isinstance(text, (int, float)):
+        number, unit = float(text), ""
+    else:
+        m = re.fullmatch(r"\s*([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?inf|nan)\s*([A-Za-z]*)\s*",
+                         str(text))
+        if m is None:
+            raise ScenarioError(f"{what} {str(text)[:40]!r}: {hint}")
+        try:
+            number = float(m.group(1))
+        except ValueError:
+            raise ScenarioError(f"{what} {str(text)[:40]!r}: {hint}") from None
+        unit = m.group(2)
+    if not unit and bare is None:
+        return number, False            # the caller's own meaning: the caller's bounds
+    if not (math.isfinite(number) and number > 0):
+        raise ScenarioError(f"{what} {text!r}: must be finite and > 0; {hint}")
+    if not unit:
+        return number * bare, True
+    bits = unit[-1] == "b" and unit[:-1] != unit[:-1].lower()     # Gb, Mb: bits
+    scale = None if bits else {k.lower(): v for k, v in SIZE_UNITS.items()}.get(unit.lower())
+    if bits:
+        raise ScenarioError(f"{what} {text!r}: {unit} reads as bits (bytes are "
+                            f"{unit[:-1]}B); {hint}")
+    if scale is None:
+        from schedsim.util.suggest import did_you_mean
+
+        raise ScenarioError(f"{what} {text!r}: unknown unit {unit!r}"
+                            f"{did_you_mean(unit, SIZE_UNITS)}; {hint}")
+    return number * scale, True

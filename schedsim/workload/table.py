@@ -129,3 +129,88 @@ def derive_scenario(sc: Any, placement: Any) -> Any:
     d = derive(sc.workload_model(), placement)
     d.costs, d.link = sc.costs, sc.link
     return d
+
+
+def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> float | None:
+    """``[schedule] mem_limit`` (``--mem-limit``) given as a size (``"76GiB"``: bytes per
+    GPU, :func:`schedsim.util.units.parse_size`) as the planners' activation limit in
+    microbatches' worth (``M_B``), through the scenario ``sc``'s workload
+    (:func:`mem_limit_microbatches`); a number as text (``"4"``) as that number; None
+    when ``mem_limit`` is unset or a number already. Raises :class:`ScenarioError` (a
+    :class:`~schedsim.errors.FlagError` naming ``--mem-limit`` when the flag set it) for
+    a bad text, a size without a ``[workload]``, or a size that holds less than one
+    microbatch."""
+    from schedsim.errors import FlagError
+    from schedsim.util.units import parse_size
+
+    text = (sc.schedule.model_extra or {}).get("mem_limit")
+    if not isinstance(text, str):
+        return None
+    flag = (flags or {}).get(("schedule", "mem_limit"))
+    what = "--mem-limit" if flag is not None else "[schedule] mem_limit"
+
+    def refuse(reason: str) -> None:
+        if flag is not None:
+            raise FlagError(flag, reason)
+        raise ScenarioError(f"{what} {text!r}: {reason}")
+
+    try:
+        nbytes, is_bytes = parse_size(text, what)
+    except ScenarioError as e:
+        if flag is not None:
+            raise FlagError(flag, str(e)) from None
+        raise
+    if not is_bytes:
+        return nbytes
+    w = sc.workload_model()
+    if w is None or not sc.schedule.name:
+        refuse(f"{text} is bytes per GPU, which only a scenario's [workload] (model and "
+               f"GPU) converts to microbatches' activations; without one give a number of "
+               f"microbatches (e.g. 4)")
+    try:
+        return mem_limit_microbatches(w, sc.schedule.name, sc.schedule.generator_params(),
+                                      nbytes)
+    except WorkloadError as e:
+        refuse(f"{text}: {e}")
+    raise AssertionError("unreachable")          # pragma: no cover
+
+
+def mem_limit_microbatches(w: Workload, schedule_name: str, params: dict[str, Any],
+                           nbytes: float) -> float:
+    """``nbytes`` of memory per GPU as the activation limit of the memory-limited
+    planners (zb-1p, zb-2p, zbv) in microbatches' worth (``M_B``): per pipeline rank, the
+    bytes its static state (parameters, gradients, optimizer states, FSDP copies:
+    :func:`~schedsim.workload.memory.static_bytes`) and P2P receive buffers leave,
+    divided by one microbatch's stored activations on the rank (the stages it holds
+    under the generator's placement, ``params`` its parameters), the tightest rank's.
+    Under ``framework = "torchtitan"`` the stage-held FSDP state (gathered parameters,
+    unsharded and sharded gradients) is subtracted too. The planners bound stored
+    activations only: a backward's working set and torchtitan's outputs retained per
+    microbatch are outside their model, so the simulated peak can exceed ``nbytes`` (the
+    step line says whether it fits). Raises :class:`WorkloadError` (rule ``sizes``) when
+    a rank is left less than one microbatch."""
+    from schedsim.generators import generated_stages, get
+    from schedsim.program.ir import Placement
+    from schedsim.util.units import fmt_gib
+    from schedsim.workload.derive import derive
+
+    gen = get(schedule_name)
+    kind = gen.placement.split()[0]
+    pl = Placement(kind=kind, ranks=w.pp, stages=generated_stages(gen, w.pp, params))
+    d = derive(w, pl)
+    rows = []
+    for r in range(w.pp):
+        act = sum(d.stage_bytes[s].stored for s in pl.stages_of(r))
+        base = d.static[r].total + d.recv_bytes[r]
+        if d.stage_held is not None:        # torchtitan: FSDP copies held over the step
+            base += sum(d.stage_held[s].gathered + d.stage_held[s].grads
+                        + d.stage_held[s].sharded_grads for s in pl.stages_of(r))
+        rows.append(((nbytes - base) / act if act > 0 else float("inf"), r, base, act))
+    limit, r, base, act = min(rows)
+    if not limit >= 1:
+        raise WorkloadError("sizes", f"rank {r}'s static bytes and buffers "
+                            f"({fmt_gib(base)}) leave {fmt_gib(max(0.0, nbytes - base))} of "
+                            f"{fmt_gib(nbytes)}, less than one microbatch's activations "
+                            f"({fmt_gib(act)}): give more memory, or a number of "
+                            f"microbatches")
+    return limit
