@@ -346,6 +346,10 @@ class Scenario(BaseModel):
         if self._mem_limit is not None:         # a size, in microbatches' worth
             params["mem_limit"] = self._mem_limit
         gen = get_generator(s.name)
+        if self._workload is not None:          # the [workload]'s chunks
+            from schedsim.workload.table import workload_params
+
+            params = workload_params(self.workload or {}, gen, params, self._workload)
         from schedsim.util.limits import check_program_size
 
         check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,

@@ -219,3 +219,19 @@ def test_mem_limit_size_refusals_name_the_flag(tmp_path: Path) -> None:
               "f.toml")
     assert "f.toml: [schedule] mem_limit 'abc': give a number > 0" in one_error(
         run("simulate", f, "-q"))
+
+
+# -- -s on a workload scenario with chunks ---------------------------------------------
+def test_another_schedule_on_a_chunked_workload_reads_the_stage_rule() -> None:
+    """``simulate llama3-70b-h100.toml -s 1f1b`` said "'1f1b' takes no parameter
+    'chunks'": the [workload]'s chunks, handed to interleaved-1f1b, had been written into
+    [schedule] and came back when the scenario was read again under -s. Now the real
+    rule is named, and the file's own schedule runs as before."""
+    from conftest import SCHEDULES
+
+    llama = SCHEDULES / "llama3-70b-h100.toml"
+    line = one_error(run("simulate", llama, "-s", "1f1b", "-q"))
+    assert ("the schedule has 4 stages on 4 ranks but the workload has pp = 4 and pp x "
+            "chunks = 20: set pp = 4 and chunks = 1") in line
+    r = run("simulate", llama, "-q")
+    assert r.exit_code == 0 and "peak 49.46 GiB of 80 GiB (fits)" in " ".join(r.output.split())

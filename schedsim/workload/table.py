@@ -6,7 +6,8 @@ other.
 - ``[schedule] microbatches`` follows from the batch (``global_batch_size /
   (micro_batch_size x dp)``; given: it must agree);
 - the workload's ``chunks`` is the stages per rank the generator builds (a V schedule:
-  2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it;
+  2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it
+  (:func:`workload_params`, when the program is built);
 - the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms;
   a ``[costs] unit`` other than ``ms`` is refused),
   the P2P links the pipeline's unless ``[link]`` sets them.
@@ -25,8 +26,8 @@ from schedsim.workload.layout import Workload, WorkloadError, workload_from_dict
 def resolve_workload(table: dict[str, Any], schedule: Any,
                      flags: dict[tuple[str, str], str] | None = None) -> Workload:
     """The checked :class:`Workload` of ``table`` (the ``[workload]`` dict) given the
-    scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks``,
-    ``microbatches`` and ``chunks`` it fills in place without marking them as set.
+    scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks`` and
+    ``microbatches`` it fills in place without marking them as set.
     ``flags``: the ``(table, key)`` a command-line flag set -> the flag's field name
     (:func:`schedsim.scenario.parse_scenario`); a ``ranks`` or ``microbatches`` a flag set
     that disagrees with the workload is a :class:`~schedsim.errors.FlagError` naming the
@@ -65,15 +66,19 @@ def resolve_workload(table: dict[str, Any], schedule: Any,
                             f"drop microbatches")
     object.__setattr__(schedule, "ranks", w.pp)
     object.__setattr__(schedule, "microbatches", w.microbatches)
-    if schedule.name and "chunks" in table:
-        gen = get(schedule.name)
-        if "chunks" in gen.accepted() and "chunks" not in params:
-            extra = schedule.__pydantic_extra__
-            if extra is None:
-                extra = {}
-                object.__setattr__(schedule, "__pydantic_extra__", extra)
-            extra["chunks"] = w.chunks
     return w
+
+
+def workload_params(table: dict[str, Any], gen: Any, params: dict[str, Any],
+                    w: Workload) -> dict[str, Any]:
+    """``params`` (a generator's, from ``[schedule]``) with the ``chunks`` a ``[workload]``
+    ``table`` gives, for a generator ``gen`` that takes them and a ``[schedule]`` that
+    does not set them: added when the program is built, not to the ``[schedule]`` table,
+    so that a scenario read again under another ``-s`` does not carry them (``-s 1f1b``
+    on an interleaved workload scenario read "'1f1b' takes no parameter 'chunks'")."""
+    if "chunks" in table and "chunks" in gen.accepted() and "chunks" not in params:
+        return {**params, "chunks": w.chunks}
+    return params
 
 
 def check_costs_unit(costs: Any) -> None:
