@@ -235,3 +235,36 @@ def test_another_schedule_on_a_chunked_workload_reads_the_stage_rule() -> None:
             "chunks = 20: set pp = 4 and chunks = 1") in line
     r = run("simulate", llama, "-q")
     assert r.exit_code == 0 and "peak 49.46 GiB of 80 GiB (fits)" in " ".join(r.output.split())
+
+
+# -- per-op overheads: non-negative, finite --------------------------------------------
+@pytest.mark.parametrize("value,shown", [("-1", "-1"), ("-0.001", "-0.001"), ("nan", "nan"),
+                                         ("inf", "inf")])
+def test_overhead_ms_bounded_in_the_file(tmp_path: Path, value: str, shown: str) -> None:
+    text = SMALL.replace("pp = 4", f"pp = 4\noverhead_ms = {value}")
+    line = one_error(run("simulate", write(tmp_path, text), "-q"))
+    assert (f"w.toml: [workload]: overhead_ms = {shown} is out of range: give a finite "
+            f"number of ms >= 0") in line
+
+
+def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
+    """``simulate_workload(w.model_copy(update={"overhead_ms": -1.0}), ...)`` (a copy is
+    not validated) ended in a pydantic traceback from BlockCosts, and a small negative
+    overhead ran with costs below the roofline: check() bounds the per-op figures."""
+    from schedsim.workload import Workload, WorkloadError, simulate_workload
+
+    w = Workload(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16, tp=2,
+                 pp=4)
+    for key, v, allowed in (("overhead_ms", -1.0, "a finite number of ms >= 0"),
+                            ("overhead_ms", -1e-3, "a finite number of ms >= 0"),
+                            ("overhead_ms", float("nan"), "a finite number of ms >= 0"),
+                            ("overhead_ms", float("inf"), "a finite number of ms >= 0"),
+                            ("efficiency", 0.0, "a number > 0 and <= 1"),
+                            ("comm_efficiency", 1.5, "a number > 0 and <= 1")):
+        with pytest.raises(WorkloadError) as e:
+            simulate_workload(w.model_copy(update={key: v}), "1f1b")
+        assert e.value.rule == "sizes"
+        assert str(e.value) == f"{key} = {v!r} is out of range: give {allowed}"
+    # zero overhead is allowed: the step is the roofline's alone, shorter than the default
+    a = simulate_workload(w.model_copy(update={"overhead_ms": 0.0}), "1f1b").step_ms
+    assert 0 < a < simulate_workload(w, "1f1b").step_ms

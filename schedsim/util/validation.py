@@ -103,18 +103,15 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def range_text(model: Any, name: str, unit: str = "") -> str:
-    """The values field ``name`` of the pydantic model class ``model`` allows, from its
-    ``Field`` bounds: ``"a whole number from 1 to 16,384"``, ``"a finite number >= 0"``,
-    ``"a number > 0 and <= 1"``; ``unit`` (``"ms"``) follows the kind of number
-    (``"a finite number of ms >= 0"``). ``""`` for a field without bounds."""
+def _bounds(model: Any, name: str) -> tuple[Any, Any, bool]:
+    """``(lower, upper, finite)`` of field ``name`` of ``model``: each bound ``(value,
+    ">=" | ">" | "<=" | "<")`` or None, from its ``Field`` metadata; ``finite``: infinities
+    and NaN refused."""
     import annotated_types as at
-    import typing
 
-    field = model.model_fields[name]
     lo = hi = None
     finite = False
-    for m in field.metadata:
+    for m in model.model_fields[name].metadata:
         if isinstance(m, at.Ge):
             lo = (m.ge, ">=")
         elif isinstance(m, at.Gt):
@@ -125,6 +122,40 @@ def range_text(model: Any, name: str, unit: str = "") -> str:
             hi = (m.lt, "<")
         elif getattr(m, "allow_inf_nan", True) is False:
             finite = True
+    return lo, hi, finite
+
+
+def out_of_range(model: Any, name: str, value: float, units: dict[str, str] | None = None
+                 ) -> str | None:
+    """The message of :func:`range_error` when ``value`` breaks the bounds of field
+    ``name`` of ``model`` (for an object built without validation: ``model_copy(update=
+    ...)``, ``model_construct``), else None. NaN breaks any bound."""
+    import math
+    import operator
+
+    from schedsim.util.text import clip
+
+    lo, hi, finite = _bounds(model, name)
+    ops = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+    v = float(value)
+    ok = not (finite and not math.isfinite(v)) and not math.isnan(v)
+    for b in (lo, hi):
+        ok = ok and (b is None or ops[b[1]](v, b[0]))
+    if ok:
+        return None
+    return (f"{name} = {clip(repr(value), 30)} is out of range: give "
+            f"{range_text(model, name, (units or {}).get(name, ''))}")
+
+
+def range_text(model: Any, name: str, unit: str = "") -> str:
+    """The values field ``name`` of the pydantic model class ``model`` allows, from its
+    ``Field`` bounds: ``"a whole number from 1 to 16,384"``, ``"a finite number >= 0"``,
+    ``"a number > 0 and <= 1"``; ``unit`` (``"ms"``) follows the kind of number
+    (``"a finite number of ms >= 0"``). ``""`` for a field without bounds."""
+    import typing
+
+    field = model.model_fields[name]
+    lo, hi, finite = _bounds(model, name)
     if lo is None and hi is None:
         return ""
     whole = int in (field.annotation, *typing.get_args(field.annotation))

@@ -59,6 +59,10 @@ MAX_SIZES = {"seq": 2 ** 24, "micro_batch_size": 2 ** 24, "global_batch_size": 2
 #: the unit of each [workload] figure that has one (for the messages of a figure out of
 #: its range)
 UNITS = {"overhead_ms": "ms"}
+#: the per-op figures of a workload (each op's cost reads them), re-checked by
+#: :meth:`Workload.check`: the fixed overhead per compute piece (non-negative, finite)
+#: and the two efficiencies
+FIGURES = ("overhead_ms", "efficiency", "comm_efficiency")
 
 
 def check_sizes(**sizes: int | None) -> None:
@@ -232,6 +236,7 @@ class Workload(BaseModel):
 
         check_sizes(seq=self.seq, micro_batch_size=self.micro_batch_size,
                     global_batch_size=self.global_batch_size, num_gpus=self.num_gpus)
+        self._check_figures()
         m, tp, dp = self.model, self.tp, self.data_parallel
         # every per-layer loop (FLOPs, pieces, bytes) is bounded before it runs
         check_limit("instructions", 8 * m.num_hidden_layers,
@@ -281,6 +286,17 @@ class Workload(BaseModel):
                  f"{', '.join(self.gpu.peak_tflops)}")
         self.stage_layout()
         return self
+
+    def _check_figures(self) -> None:
+        """The per-op figures of :data:`FIGURES` within their bounds again (WorkloadError,
+        rule ``sizes``): a workload copied with ``model_copy(update=...)`` is not
+        validated, and ``overhead_ms = -1`` there gave negative op costs."""
+        from schedsim.util.validation import out_of_range
+
+        for name in FIGURES:
+            bad = out_of_range(Workload, name, getattr(self, name), UNITS)
+            if bad is not None:
+                raise WorkloadError("sizes", bad)
 
     def stage_layout(self) -> list[StageLayout]:
         """What each of the :attr:`stages` holds (module docstring). Raises
