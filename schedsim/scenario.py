@@ -196,15 +196,15 @@ class Scenario(BaseModel):
             from schedsim.workload.table import apply_workload
 
             self._workload = apply_workload(self, flags)
-        if isinstance((self.schedule.model_extra or {}).get("mem_limit"), str):
-            from schedsim.workload.table import size_mem_limit
-
-            self._mem_limit = size_mem_limit(self, flags)
         elif self.model is not None:
             from schedsim.sim.stage_costs import StageCosts
 
             self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
+        if isinstance((self.schedule.model_extra or {}).get("mem_limit"), str):
+            from schedsim.workload.table import size_mem_limit
+
+            self._mem_limit = size_mem_limit(self, flags)
         return self
 
     def workload_model(self) -> Any:

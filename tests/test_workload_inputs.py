@@ -268,3 +268,19 @@ def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
     # zero overhead is allowed: the step is the roofline's alone, shorter than the default
     a = simulate_workload(w.model_copy(update={"overhead_ms": 0.0}), "1f1b").step_ms
     assert 0 < a < simulate_workload(w, "1f1b").step_ms
+
+
+def test_mem_limit_text_beside_a_stage_model_keeps_its_costs(tmp_path: Path) -> None:
+    """A ``[model]`` scenario whose mem_limit is text ("4", a number of microbatches)
+    still derives its costs from the stage model, and runs as with the number 4."""
+    from schedsim.scenario import load_scenario
+
+    base = '[schedule]\nname = "zb-1p"\nranks = 4\nmicrobatches = 8\n{}\n[model]\nlayers = 2\n'
+    a = load_scenario(write(tmp_path, base.format('mem_limit = "4"'), "a.toml"))
+    b = load_scenario(write(tmp_path, base.format("mem_limit = 4"), "b.toml"))
+    assert a.stage_costs() is not None and a._mem_limit == 4.0
+    from schedsim.sim.simulate import simulate
+
+    ta = simulate(a.build_program(), a.costs, a.link, a.comm)
+    tb = simulate(b.build_program(), b.costs, b.link, b.comm)
+    assert ta.makespan == tb.makespan > 0
