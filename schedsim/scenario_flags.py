@@ -107,7 +107,7 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
     from schedsim.sim.costs import parse_cost_string
 
     f = replace(flags or ScenarioFlags(), **values)
-    _check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
+    check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
                    group_semantics=f.group_semantics)
     if scenario is not None:
         sc = load_scenario(scenario)
@@ -171,8 +171,10 @@ def _mem_limit(value: float | str | None) -> float | str | None:
     return str(value).strip() if is_bytes else number
 
 
-def _check_choices(**flags: str | None) -> None:
-    """Refuse a flag value outside its choices, with a typo suggestion."""
+def check_choices(**flags: str | None) -> None:
+    """Refuse (:class:`ScenarioError`) a flag value outside its choices (``semantics``,
+    ``comm_stream``, ``placement``, ``group_semantics``; ``semantics = "all"`` passes),
+    with a typo suggestion."""
     from schedsim.program.ir import PLACEMENTS
     from schedsim.program.vocab import COMM_STREAMS, GROUP_SEMANTICS, SEMANTICS
     from schedsim.util.suggest import did_you_mean

@@ -54,12 +54,13 @@ def test_plan_zero_sizes_are_refused_not_defaulted(flag):
 
 
 def test_plan_candidates_over_the_instruction_limit_name_it_and_max():
-    # 1F1B on pp = 1, dp = 1: 16,000,000 microbatches x 12 instructions = 192,000,000
+    # 1F1B on pp = 1, dp = 1: 16,000,000 microbatches x 12 instructions = 192,000,000 a
+    # candidate, three recompute modes: 576,000,000 (schedsim.plan.work)
     r = CliRunner().invoke(app, PLAN + ["--global-batch-size", "16000000", "--schedules",
                                         "1f1b", "--tp", "8", "--pp", "1", "-j", "1", "-q"])
-    _one_line(r, "rule 'work limit' removed 3 of 3 candidates",
-              "about 192,000,000 instructions", "above the limit of 20,000,000 instructions",
-              "--max instructions=192000000")
+    _one_line(r, "refusing a plan of 3 candidates: about 576,000,000 instructions",
+              "about 192,000,000 each", "above the limit of 20,000,000 instructions",
+              "--max instructions=576000000")
 
 
 def test_workload_program_is_bounded_before_it_is_built():

@@ -190,7 +190,8 @@ def test_cli_prints_the_top_and_writes_the_figures(tmp_path):
     res = run_plan(PlanSpace(**SMALL), top=2)
     best = res.ranking[0]
     text = " ".join(r.output.split())
-    assert f"best: {best.key}: {best.tokens_per_s_per_gpu:.1f} tokens/s/GPU" in text
+    assert f"microbatches: {best.tokens_per_s_per_gpu:.1f} tokens/s/GPU, step " \
+           f"{best.step_ms:.1f} ms" in text
     assert f"grid {res.grid} candidates: {res.legal} legal" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "best.png").exists()

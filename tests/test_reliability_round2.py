@@ -304,9 +304,10 @@ def _signal_trial(folder: Path, signum: int, delay: float) -> tuple[int, str, li
 
 
 def test_signals_at_random_moments_leave_all_or_nothing(tmp_path):
-    """50 runs of a command writing three outputs, each sent SIGTERM or SIGINT at a
-    pseudo-random moment from its start to past its end (delays spread over the measured
-    length of an undisturbed run; the child starts with both signals blocked, as a launcher
+    """30 runs of a command writing three outputs, each sent SIGTERM or SIGINT at a
+    pseudo-random moment from its start to past its end (stratified: one delay drawn in
+    each thirtieth of 1.1 x the measured length of an undisturbed run, so every stretch of
+    the run is hit, which 50 independent draws did not promise; the child starts with both signals blocked, as a launcher
     may, so one sent during the interpreter's own start-up is held until schedsim's entry
     point takes it): every run exits 0, 130 or 143 with at most one
     ``error:`` line and no traceback or "Exception ignored", leaves all three outputs or
@@ -321,8 +322,9 @@ def test_signals_at_random_moments_leave_all_or_nothing(tmp_path):
     length = time.monotonic() - t0
     assert rc == 0 and files == ["a.json", "b.png", "c.json"], err
     rng = random.Random(23)
+    n = 30
     trials = [(tmp_path / f"t{i}", (signal.SIGTERM, signal.SIGINT)[i % 2],
-               rng.uniform(0.0, 1.1 * length)) for i in range(50)]
+               (i + rng.random()) / n * 1.1 * length) for i in range(n)]
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda t: _signal_trial(*t), trials))
     codes = set()

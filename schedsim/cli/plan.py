@@ -147,16 +147,17 @@ def plan(o: PlanOptions) -> None:
         zero=parse_values(o.zero, "--zero", minimum=0), mem_limit_gib=o.mem_limit,
         comm_policy=o.comm_policy, semantics=o.semantics or "data",
         params=key_values(o.param, "--param"))
-    _check_outputs(o.out, o.resume, o.gantt, o.pareto, o.html_out)
+    from schedsim.plan.driver import check_plan, run_plan
     from schedsim.plan.executors import make_executor
 
+    # every name, value and the total work refused before any work (no worker started)
     ex = make_executor(o.executor, o.jobs, o.address)
-    from schedsim.plan.driver import run_plan
-
+    checked = check_plan(space, o.top)
+    _check_outputs(o.out, o.resume, o.gantt, o.pareto, o.html_out)
     try:
         with ex, _Bar(o.quiet) as bar:
             res = run_plan(space, top=o.top, executor=ex, out=o.out, resume=o.resume,
-                           progress=bar.update)
+                           progress=bar.update, checked=checked)
     except (KeyboardInterrupt, Stopped) as e:
         raise _stopped(e, o.out, space) from None
     _print(res, o.top, o.quiet, o.out)
@@ -265,6 +266,31 @@ def _peaks(gib: list[float]) -> str:
     return f"{min(gib):.1f}..{max(gib):.1f}"
 
 
+#: the top table's columns after ``#``: one per :func:`row_cells` entry
+COLUMNS = ("layout", "schedule", "recompute", "microbatches", "step ms", "tokens/s/GPU",
+           "bubble", "MFU", "peak GiB per rank")
+
+
+def row_cells(r: Any) -> dict[str, str]:
+    """The text of each of :data:`COLUMNS` for result row ``r``: the one formatter of a
+    candidate's figures, for its row of the top table and for the ``best:`` line."""
+    return {"layout": layout_text(r), "schedule": r.candidate.schedule,
+            "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
+            "step ms": f"{r.step_ms:.1f}", "tokens/s/GPU": f"{r.tokens_per_s_per_gpu:.1f}",
+            "bubble": f"{r.bubble_ratio:.3f}", "MFU": f"{r.mfu:.3f}",
+            "peak GiB per rank": _peaks(r.peak_gib)}
+
+
+def best_line(r: Any) -> str:
+    """``best: ...``: every cell of ``r``'s top-table row (:func:`row_cells`), each
+    named by its column."""
+    c = row_cells(r)
+    return (f"best: {c['layout']} {c['schedule']} recompute {c['recompute']}, "
+            f"{c['microbatches']} microbatches: {c['tokens/s/GPU']} tokens/s/GPU, step "
+            f"{c['step ms']} ms, bubble {c['bubble']}, MFU {c['MFU']}, peak GiB per rank "
+            f"{c['peak GiB per rank']}")
+
+
 def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
     """The top table, the rejection counts and the summary lines."""
     from rich.table import Table
@@ -277,15 +303,11 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
     if res.ranking and not quiet:
         t = Table(title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
                   f"(by tokens/s/GPU)")
-        for col in ("#", "layout", "schedule", "recompute", "microbatches", "step ms",
-                    "tokens/s/GPU", "bubble", "MFU", "peak GiB per rank"):
+        for col in ("#", *COLUMNS):
             t.add_column(col, justify="left" if col in ("layout", "schedule", "recompute")
                          else "right")
         for i, r in enumerate(res.top(top), 1):
-            t.add_row(str(i), layout_text(r), r.candidate.schedule, r.candidate.recompute,
-                      str(r.microbatches), f"{r.step_ms:.1f}",
-                      f"{r.tokens_per_s_per_gpu:.1f}", f"{r.bubble_ratio:.3f}",
-                      f"{r.mfu:.3f}", _peaks(r.peak_gib))
+            t.add_row(str(i), *row_cells(r).values())
         _table(t)
     if not quiet and res.rejections.counts:
         t = Table(title="candidates removed, by rule")
@@ -302,10 +324,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
                   + (f", {res.resumed} resumed from {escape(str(out))}" if res.resumed else ""),
                   soft_wrap=True)
     if res.ranking:
-        b = res.ranking[0]
-        console.print(escape(f"best: {b.key}: {b.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
-                             f"step {b.step_ms:.1f} ms, MFU {b.mfu:.3f}, peak "
-                             f"{b.peak_max_gib:.1f} GiB"), soft_wrap=True)
+        console.print(escape(best_line(res.ranking[0])), soft_wrap=True)
     elif res.smallest_peak is not None:
         gib, key = res.smallest_peak
         console.print(escape(f"nothing fits in {res.resolved.mem_limit_bytes / 2**30:.1f} "

@@ -4,6 +4,8 @@ the exact simulated schedule of every candidate that survives the pruning.
 - :mod:`~schedsim.plan.space`: what is swept (:class:`PlanSpace`), a candidate, the
   rejection tally;
 - :mod:`~schedsim.plan.candidates`: every legal candidate, each rule's rejections;
+- :mod:`~schedsim.plan.work`: the total instructions of every candidate's simulation,
+  bounded before anything is generated;
 - :mod:`~schedsim.plan.bounds`: the makespan lower bound and the peak activation of an
   order, without simulating;
 - :mod:`~schedsim.plan.model`: what the planner asks of :mod:`schedsim.workload`;
@@ -41,15 +43,18 @@ def plan(model: str, gpus: int, gpu: str, *, top: int = 5, executor: str = "loca
     use :func:`schedsim.plan.driver.run_plan`.
 
     Raises :class:`~schedsim.errors.ScenarioError` when no layout is legal or the input
-    is bad.
+    is bad (:class:`~schedsim.errors.LimitError`: the plan's total work is above the
+    ``instructions`` limit, :mod:`schedsim.plan.work`).
     """
-    from schedsim.plan.driver import run_plan
+    from schedsim.plan.driver import check_plan, run_plan
     from schedsim.plan.executors import make_executor
 
     ps = PlanSpace(model=model, gpus=gpus, gpu=gpu, **space)
-    with make_executor(executor, jobs, address) as ex:
+    ex = make_executor(executor, jobs, address)
+    checked = check_plan(ps, top)       # names and total work, before any worker starts
+    with ex:
         res = run_plan(ps, top=top, executor=ex, out=Path(out) if out else None,
-                       resume=resume)
+                       resume=resume, checked=checked)
     return res.ranking
 
 

@@ -5,9 +5,12 @@ Rules, in the order they apply (a candidate is counted once, under the first rul
 breaks):
 
 1. the workload's own rules (:meth:`schedsim.workload.Workload.check`: heads and
-   key/value heads divide TP, TP within a node, experts divide EP, the layers fill
-   ``pp x chunks`` stages, the global batch divides into ``dp x micro_batch_size``, GPUs
-   are ``tp x cp x dp x pp``, ...), counted under the rule's name;
+   key/value heads divide TP, TP within a node, experts divide EP, the global batch
+   divides into ``dp x micro_batch_size``, GPUs are ``tp x cp x dp x pp``, ...), counted
+   under the rule's name, on every point of the grid (:func:`grid_points`, before
+   anything is generated: :mod:`schedsim.plan.work` bounds the total work from them).
+   The layers split over the ``pp x chunks`` stages evenly where the stages divide
+   them, else as torchtitan splits them (:func:`make_workload`);
 2. the schedule's own constraints, exactly as its generator applies them (a generator
    is asked once per ``(schedule, pp, microbatches, chunks)``; its
    :class:`~schedsim.errors.ScheduleError` names the rule), counted as ``schedule NAME``;
@@ -145,13 +148,21 @@ def program_of(w: Any, schedule: str, comm_policy: str | None, params: dict[str,
 
 def make_workload(res: Resolved, tp: int, pp: int, cp: int, ep: int, mbs: int,
                   chunks: int, recompute: str = "none", zero: int = 1) -> Any:
-    """The :class:`~schedsim.workload.Workload` of one layout of ``res`` (not checked)."""
+    """The :class:`~schedsim.workload.Workload` of one layout of ``res`` (not checked).
+    Its layers split evenly over the ``pp x chunks`` stages where the stages divide
+    them (Megatron-LM's split), else as torchtitan splits them
+    (:func:`~schedsim.workload.layout.torchtitan_llm_split`: the remainder on the first
+    stages), so a 126-layer model plans at any PP. Raises
+    :class:`~schedsim.workload.WorkloadError` for more stages than that split allows."""
     from schedsim.workload import Workload
+    from schedsim.workload.layout import torchtitan_llm_split
 
+    layers, stages = res.model.num_hidden_layers, pp * chunks
+    layout = None if layers % stages == 0 else torchtitan_llm_split(layers, stages)
     return Workload(model=res.model, gpu=res.gpu, seq=res.seq,
                     global_batch_size=res.global_batch_size, num_gpus=res.space.gpus,
                     tp=tp, pp=pp, cp=cp, ep=ep, micro_batch_size=mbs, chunks=chunks,
-                    recompute=recompute, zero=zero)
+                    recompute=recompute, zero=zero, layout=layout)
 
 
 def grid_size(res: Resolved) -> int:
@@ -163,30 +174,47 @@ def grid_size(res: Resolved) -> int:
     return n * sum(len(schedule_chunks(s, L["chunks"])) for s in L["schedules"])
 
 
-def enumerate_candidates(res: Resolved) -> Enumeration:
-    """Every candidate of ``res`` that all the rules allow (module docstring), in a fixed
-    order, and the rejections per rule. Raises :class:`ScenarioError` when the grid is
-    larger than :data:`MAX_CANDIDATES`."""
+@dataclass
+class Point:
+    """One layout and schedule of the grid before recompute and ZeRO are swept (each
+    point stands for ``len(recompute) x len(zero)`` candidates): its degrees, the
+    schedule's ``chunks`` as asked (None: its placement decides) and the stages per rank
+    that gives, and its checked workload or the
+    :class:`~schedsim.workload.WorkloadError` of the rule it breaks."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    dp: int
+    schedule: str
+    chunks: int | None
+    per_rank: int
+    workload: Any
+
+
+def grid_points(res: Resolved) -> list[Point]:
+    """Every point of ``res``'s grid (:class:`Point`), in a fixed order, with the
+    workload's rules applied (rule 1 of the module docstring) and nothing generated.
+    Raises :class:`ScenarioError` when the grid is larger than :data:`MAX_CANDIDATES`."""
     from schedsim.errors import ScenarioError
     from schedsim.workload import WorkloadError
 
-    out = Enumeration(grid=grid_size(res))
-    if out.grid > MAX_CANDIDATES:
-        raise ScenarioError(f"the plan's grid has {out.grid:,} candidates (more than "
+    grid = grid_size(res)
+    if grid > MAX_CANDIDATES:
+        raise ScenarioError(f"the plan's grid has {grid:,} candidates (more than "
                             f"{MAX_CANDIDATES:,}): narrow --tp, --pp, --schedules, ...")
     L, sp = res.lists, res.space
     checked: dict[tuple, Any] = {}
-    shapes: dict[tuple, ProgramShape | SchedsimError] = {}
-    rej = out.rejections
+    out: list[Point] = []
     for tp, pp, cp, ep, mbs in itertools.product(L["tp"], L["pp"], L["cp"], L["ep"],
                                                  L["micro_batch_size"]):
         mp = tp * pp * cp
         dp = sp.gpus // mp if sp.gpus % mp == 0 else 0
         for name in L["schedules"]:
-            aware = cost_aware(name)
             for chunks in schedule_chunks(name, L["chunks"]):
                 per_rank = _placement_chunks(name, chunks)
-                n = len(L["recompute"]) * len(L["zero"])
                 key = (tp, pp, cp, ep, mbs, per_rank)
                 w = checked.get(key)
                 if w is None:
@@ -195,30 +223,51 @@ def enumerate_candidates(res: Resolved) -> Enumeration:
                     except WorkloadError as e:
                         w = e
                     checked[key] = w
-                if isinstance(w, WorkloadError):
-                    rej.add(w.rule, str(w), n)
-                    continue
-                m = w.microbatches
-                try:
-                    shape = _shape(shapes, w, name, chunks, sp)
-                except Stopped:
-                    raise
-                except LimitError as e:
-                    rej.add("work limit", str(e), n)
-                    continue
-                except ScheduleError as e:
-                    rej.add(f"schedule {name}", f"{name} at pp = {pp}, {m} microbatches: "
-                            f"{e}", n)
-                    continue
-                except SchedsimError as e:
-                    rej.add(f"schedule {name}", str(e), n)
-                    continue
-                for rc, zero in itertools.product(L["recompute"], L["zero"]):
-                    cand = Candidate(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
-                                     micro_batch_size=mbs, schedule=name, chunks=chunks,
-                                     recompute=rc, zero=zero)
-                    wl = w.model_copy(update={"recompute": rc, "zero": zero})
-                    out.legal.append(Legal(cand, wl, shape, aware))
+                out.append(Point(tp, pp, cp, ep, mbs, dp, name, chunks, per_rank, w))
+    return out
+
+
+def enumerate_candidates(res: Resolved, points: list[Point] | None = None) -> Enumeration:
+    """Every candidate of ``res`` that all the rules allow (module docstring), in a fixed
+    order, and the rejections per rule. ``points``: :func:`grid_points` of ``res`` when
+    already computed. Raises :class:`ScenarioError` when the grid is larger than
+    :data:`MAX_CANDIDATES`."""
+    from schedsim.workload import WorkloadError
+
+    if points is None:
+        points = grid_points(res)
+    out = Enumeration(grid=grid_size(res))
+    L, sp = res.lists, res.space
+    shapes: dict[tuple, ProgramShape | SchedsimError] = {}
+    rej = out.rejections
+    n = len(L["recompute"]) * len(L["zero"])
+    for pt in points:
+        w, name, chunks = pt.workload, pt.schedule, pt.chunks
+        if isinstance(w, WorkloadError):
+            rej.add(w.rule, str(w), n)
+            continue
+        m = w.microbatches
+        try:
+            shape = _shape(shapes, w, name, chunks, sp)
+        except Stopped:
+            raise
+        except LimitError as e:
+            rej.add("work limit", str(e), n)
+            continue
+        except ScheduleError as e:
+            rej.add(f"schedule {name}", f"{name} at pp = {pt.pp}, {m} microbatches: "
+                    f"{e}", n)
+            continue
+        except SchedsimError as e:
+            rej.add(f"schedule {name}", str(e), n)
+            continue
+        aware = cost_aware(name)
+        for rc, zero in itertools.product(L["recompute"], L["zero"]):
+            cand = Candidate(tp=pt.tp, pp=pt.pp, dp=pt.dp, ep=pt.ep, cp=pt.cp,
+                             micro_batch_size=pt.micro_batch_size, schedule=name,
+                             chunks=chunks, recompute=rc, zero=zero)
+            wl = w.model_copy(update={"recompute": rc, "zero": zero})
+            out.legal.append(Legal(cand, wl, shape, aware))
     return out
 
 

@@ -1,7 +1,12 @@
 """The planner: enumerate, prune, simulate the survivors in waves, rank.
 
-1. :func:`resolve` fills the space's defaults; :func:`~schedsim.plan.candidates.
-   enumerate_candidates` keeps the legal candidates and counts each rule's rejections.
+0. :func:`check_plan`, before anything is generated: :func:`resolve` fills the space's
+   defaults and refuses an unknown name (with a suggestion); the workload's rules run
+   on every point of the grid (:func:`~schedsim.plan.candidates.grid_points`) and the
+   instructions every allowed candidate's simulation would run are summed from closed
+   forms and bounded (:mod:`schedsim.plan.work`, ``--max instructions``).
+1. :func:`~schedsim.plan.candidates.enumerate_candidates` keeps the legal candidates
+   and counts each rule's rejections.
 2. Per legal candidate, with the workload's costs and bytes and no simulation:
    - **memory**: a lower bound of its peak per rank (:func:`schedsim.plan.model.
      bounds_of`: static bytes, receive buffers and one microbatch of its largest
@@ -32,8 +37,10 @@ from schedsim.errors import ScenarioError
 from schedsim.plan.candidates import (
     Enumeration,
     Legal,
+    Point,
     Resolved,
     enumerate_candidates,
+    grid_points,
 )
 from schedsim.plan.rows import GIB, PlanRow, RowStream, rank, read_rows
 from schedsim.plan.space import PlanSpace, Rejections
@@ -97,6 +104,29 @@ def resolve(space: PlanSpace) -> Resolved:
     return resolve_space(space)
 
 
+@dataclass
+class Checked:
+    """A space :func:`check_plan` let through: resolved, its grid's points, its work."""
+
+    resolved: Resolved
+    points: list[Point]
+    work: Any
+
+
+def check_plan(space: PlanSpace, top: int = 5) -> Checked:
+    """Everything about ``space`` that is refused before any work (step 0 of the module
+    docstring): ``top``, the names and values (:func:`resolve`), the grid's size and its
+    total instructions (:func:`schedsim.plan.work.check_plan_work`). Raises
+    :class:`ScenarioError` (:class:`~schedsim.errors.LimitError` for the work)."""
+    from schedsim.plan.work import check_plan_work
+
+    if top < 1:
+        raise ScenarioError(f"--top must be >= 1 (got {top})")
+    res = resolve(space)
+    points = grid_points(res)
+    return Checked(res, points, check_plan_work(res, points))
+
+
 def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
              progress: Callable[..., None] | None = None
              ) -> tuple[list[Bounded], tuple[float, str] | None]:
@@ -126,7 +156,8 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
 
 def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
              out: Path | None = None, resume: bool = False,
-             progress: Callable[..., None] | None = None) -> PlanResult:
+             progress: Callable[..., None] | None = None,
+             checked: Checked | None = None) -> PlanResult:
     """Plan ``space`` (module docstring) and return the :class:`PlanResult`.
 
     ``executor``: an :class:`~schedsim.plan.executors.Executor` (entered by the caller),
@@ -134,17 +165,20 @@ def run_plan(space: PlanSpace, *, top: int = 5, executor: Any = None,
     ``.jsonl``/``.csv`` file as it finishes; ``resume``: take the rows already in it
     instead of simulating them again. ``progress(done, total, phase)`` is called while
     the legal candidates are bounded (phase ``bounding``) and as they are settled
-    (``simulating``: simulated, resumed or pruned by the bound).
+    (``simulating``: simulated, resumed or pruned by the bound). ``checked``:
+    :func:`check_plan` of ``space`` and ``top`` when the caller ran it already (the CLI
+    does, before it starts an executor).
 
     Raises :class:`ScenarioError` when no candidate is legal (naming the rule that removed
-    most), for a bad space, or a ``--resume`` file of another sweep.
+    most), for a bad space, or a ``--resume`` file of another sweep;
+    :class:`~schedsim.errors.LimitError` for a plan above the ``instructions`` limit.
     """
     from schedsim.plan.executors import Executor
 
-    if top < 1:
-        raise ScenarioError(f"--top must be >= 1 (got {top})")
-    res = resolve(space)
-    enum = enumerate_candidates(res)
+    if checked is None:
+        checked = check_plan(space, top)
+    res = checked.resolved
+    enum = enumerate_candidates(res, checked.points)
     result = PlanResult(space, res, grid=enum.grid, legal=len(enum.legal))
     result.rejections.merge(enum.rejections)
     if not enum.legal:

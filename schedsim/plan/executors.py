@@ -181,8 +181,10 @@ def make_executor(name: str, jobs: int | None = None, address: str | None = None
     this machine, at least 2 for a local Dask cluster). Raises :class:`ScenarioError` for
     an unknown name, ``jobs`` outside 1..256 or ``--address`` with the local executor."""
     if name not in EXECUTORS:
-        raise ScenarioError(f"unknown --executor {name!r}: expected "
-                            f"{' or '.join(EXECUTORS)}")
+        from schedsim.util.suggest import did_you_mean
+
+        raise ScenarioError(f"unknown --executor {name!r}{did_you_mean(name, EXECUTORS)}: "
+                            f"expected {' or '.join(EXECUTORS)}")
     if jobs is not None:
         from schedsim.util.limits import check_workers
 

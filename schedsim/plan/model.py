@@ -34,9 +34,7 @@ def resolve_space(space: PlanSpace) -> Resolved:
     ZeRO 1; the schedules of :data:`~schedsim.plan.space.DEFAULT_SCHEDULES`; every
     recompute mode). Raises :class:`ScenarioError` for an unknown model, GPU, schedule,
     recompute mode, ZeRO stage or a bad number."""
-    from schedsim.generators import get
     from schedsim.workload import gpu_preset, load_model
-    from schedsim.workload.layout import Recompute
 
     if space.gpus < 1:
         raise ScenarioError(f"--gpus must be >= 1 (got {space.gpus})")
@@ -63,13 +61,7 @@ def resolve_space(space: PlanSpace) -> Resolved:
         "recompute": space.recompute or list(DEFAULT_RECOMPUTE),
         "zero": space.zero if space.zero is not None else [1],
     }
-    for name in lists["schedules"]:
-        get(name)                       # unknown: ScheduleError naming the choices
-    modes = get_args(Recompute)
-    for rc in lists["recompute"]:
-        if rc not in modes:
-            raise ScenarioError(f"unknown --recompute {rc!r}: expected "
-                                f"{', '.join(modes)}")
+    check_names(space, lists["schedules"], lists["recompute"])
     for z in lists["zero"]:
         if z not in (0, 1, 2, 3):
             raise ScenarioError(f"bad --zero {z}: ZeRO stages are 0, 1, 2 and 3")
@@ -80,8 +72,53 @@ def resolve_space(space: PlanSpace) -> Resolved:
         limit = space.mem_limit_gib * GIB
     else:
         limit = gpu.hbm_bytes - RESERVE_GIB * GIB
-    check_semantics(space.semantics)
     return Resolved(space, model, gpu, seq, gbs, lists, limit, RESERVE_GIB)
+
+
+#: generator parameters the plan gives every candidate itself, and from what
+PLAN_SETS = {"chunks": "from --chunks", "costs": "from the workload model",
+             "link": "from the workload model"}
+
+
+def check_names(space: PlanSpace, schedules: list[str], recompute: list[str]) -> None:
+    """Refuse an unknown name before any work, with the closest known one
+    (:func:`schedsim.util.suggest.did_you_mean`) and each rule's home as ``simulate``
+    uses it: the ``schedules`` (:func:`schedsim.generators.get`), the ``recompute``
+    modes, the semantics (:func:`schedsim.scenario_flags.check_choices`, then
+    :func:`~schedsim.program.vocab.check_semantics`), the comm policy
+    (:func:`~schedsim.program.lower.get_policy`) and each ``--param`` key, which the comm
+    policy or one of the schedules must take. Raises :class:`ScenarioError` /
+    :class:`~schedsim.errors.ScheduleError`."""
+    from schedsim.generators import foreign_key_hint, get
+    from schedsim.program.lower import get_policy
+    from schedsim.scenario_flags import check_choices
+    from schedsim.util.suggest import did_you_mean
+    from schedsim.workload.layout import Recompute
+
+    for name in schedules:
+        get(name)                       # unknown: ScheduleError naming the choices
+    modes = get_args(Recompute)
+    for rc in recompute:
+        if rc not in modes:
+            raise ScenarioError(f"unknown --recompute {rc!r}{did_you_mean(rc, modes)}: "
+                                f"expected one of {', '.join(modes)}")
+    check_choices(semantics=space.semantics)
+    check_semantics(space.semantics)
+    policy = space.comm_policy or "async"
+    pol = get_policy(policy)            # unknown: ScheduleError naming the choices
+    takes = {k: None for name in schedules for k in get(name).accepted()
+             if k not in PLAN_SETS}
+    takes.update(dict.fromkeys(pol.params))
+    for k in space.params:
+        if k in PLAN_SETS:
+            raise ScenarioError(f"--param {k}: the plan sets it ({PLAN_SETS[k]})")
+        if k not in takes:
+            hint = foreign_key_hint(k)
+            raise ScenarioError(f"--param {hint}" if hint else
+                                f"unknown --param {k!r}{did_you_mean(k, takes)}: neither "
+                                f"the {policy} comm policy nor the schedules "
+                                f"({', '.join(schedules)}) take it; they take: "
+                                f"{', '.join(takes) or 'none'}")
 
 
 #: cost models kept per process, by their stage model (candidates that differ only in

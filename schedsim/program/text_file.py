@@ -95,10 +95,6 @@ def program_from_rows(rows: list, placement: str | None = None, *, ranks: int | 
     check_program_size(name, ranks=max(ranks, len(rows)))
     if len(rows) != ranks:
         raise ScenarioError(f"program has {len(rows)} rank lines but ranks = {ranks}")
-    if placement is None:
-        placement = infer_placement(rows, ranks, stages, microbatches)
-    if placement not in ("loop", "v", "dual"):
-        raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
     used = [(a.stage, a.mb) for row in rows for i in row if isinstance(i, Compute)
             for a in i.op.atoms()]
     used += [(c.stage, c.mb) for row in rows for i in row for c in launched(i)]
@@ -106,6 +102,15 @@ def program_from_rows(rows: list, placement: str | None = None, *, ranks: int | 
              for c in i.comms]
     top_mb = max((mb for _, mb in used), default=0)
     top_stage = max((st for st, _ in used), default=0)
+    # the per-stage, per-microbatch tables are bounded before a placement is inferred (which
+    # builds placements of that many stages)
+    check_program_size(name, stages=max(stages or 0, top_stage + 1),
+                       microbatches=microbatches or top_mb + 1,
+                       instructions=sum(len(row) for row in rows))
+    if placement is None:
+        placement = infer_placement(rows, ranks, stages, microbatches)
+    if placement not in ("loop", "v", "dual"):
+        raise ScenarioError(f"unknown placement {placement!r}: expected loop, v or dual")
     if microbatches is not None and top_mb >= microbatches:
         raise ScenarioError(f"the program uses microbatch {top_mb} but microbatches = "
                             f"{microbatches}: pass --microbatches {top_mb + 1} or more")

@@ -102,14 +102,17 @@ def parse_limits(items: list[str] | None) -> dict[str, int]:
     return out
 
 
-def check(key: str, value: int, what: str) -> None:
+def check(key: str, value: int, what: str, shrink: str = "") -> None:
     """Raise :class:`LimitError` if ``value`` exceeds the limit ``key``: ``what`` says what
     was counted or estimated (e.g. ``"1f1b on 8 ranks x 10 microbatches: about 720
-    instructions"``)."""
+    instructions"``), ``shrink`` what to make smaller instead of raising the limit
+    (``"fewer --schedules"``; the message then reads "(fewer --schedules, or raise it
+    with --max ...)")."""
     limit = getattr(current(), key)
     if value > limit:
         unit = "MiB per input file" if key == "file_mb" else key
-        raise LimitError(f"refusing {what}: above the limit of {limit:,} {unit} (raise it "
+        how = f"{shrink}, or raise it" if shrink else "raise it"
+        raise LimitError(f"refusing {what}: above the limit of {limit:,} {unit} ({how} "
                          f"with --max {key}={value})")
 
 

@@ -364,6 +364,39 @@ def torchtitan_split(layers: int, stages: int) -> list[int]:
     return per + [layers - sum(per)]
 
 
+def torchtitan_llm_split(layers: int, stages: int, first_less: int = 1,
+                         last_less: int = 1) -> list[int]:
+    """Decoder layers per stage (a list of ``stages`` counts summing to ``layers``) as
+    torchtitan's pipeline splits an LLM when no modules per stage are given:
+    ``torchtitan/distributed/pipeline_parallel.py::_generate_llm_fqn_per_model_part``
+    (pytorch/torchtitan @b5bcd76), with ``first_less`` / ``last_less`` its
+    ``pipeline_parallel_first_stage_less_layers`` / ``..._last_stage_less_layers``
+    (both 1 by default, ``torchtitan/config/configs.py``). The embedding counts as
+    ``first_less`` layers and the norm + LM head as ``last_less``; the
+    ``layers + first_less + last_less`` effective layers split evenly, the remainder one
+    each on the first stages, and the first and last stage then hold that many decoder
+    layers fewer. 126 layers: 4 stages ``[31, 32, 32, 31]``, 5 stages
+    ``[25, 26, 26, 25, 24]``, 8 stages ``[15, 16 x 6, 15]``. One stage holds every layer.
+
+    Raises :class:`WorkloadError` (rule ``layers fill pp x chunks stages``) where
+    torchtitan raises ``ValueError``: more stages than effective layers, or a weight
+    above the even share (a stage would hold fewer than 0 layers)."""
+    if stages == 1:
+        return [layers]
+    effective = layers + first_less + last_less
+    base, extra = divmod(effective, stages)
+    if base == 0 or first_less > base or last_less > base:
+        raise WorkloadError("layers fill pp x chunks stages",
+                            f"{stages} stages for {layers} layers: torchtitan's split "
+                            f"(embedding and head counted as {first_less} and {last_less} "
+                            f"layers) leaves {base} effective layers a stage, fewer than "
+                            f"those; use fewer stages")
+    per = [base + (s < extra) for s in range(stages)]
+    per[0] -= first_less
+    per[-1] -= last_less
+    return per
+
+
 def _from_counts(per: list[int], emb: list[int], head: list[int]) -> list[StageLayout]:
     out, first = [], 0
     for s, n in enumerate(per):
