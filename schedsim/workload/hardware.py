@@ -7,7 +7,8 @@ reports, e.g. 81,559 MiB on an H100 SXM, is within 1% of 80 GiB); ``nvlink_bandw
 is bytes/s per GPU per direction (half the datasheets' bidirectional figure);
 ``network_bandwidth`` is bytes/s per GPU per direction of the scale-out NIC the vendor's
 reference system gives each GPU (one 400 Gb/s ConnectX-7 per H100/H200/B200/MI300X, one
-200 Gb/s HDR per A100). Every field can be overridden (:func:`gpu_preset`).
+200 Gb/s HDR per A100). Every field can be overridden (:func:`gpu_preset`), within the
+range a real GPU has (:data:`GPU_RANGES`).
 
 Plain Python + pydantic.
 """
