@@ -60,6 +60,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -98,6 +99,51 @@ class ScheduleSection(BaseModel):
         """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
         return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
 
+    def check_keys(self, flags: dict[tuple[str, str], str] | None = None) -> None:
+        """Refuse a key that neither this table, the generator ``name`` nor the comm
+        policy (``comm_policy``, default ``async``) takes, as a :class:`ScenarioError`
+        naming it with the closest key (``microbatchs`` -> ``microbatches``) and the keys
+        taken; a :class:`~schedsim.errors.FlagError` naming the flag when a command-line
+        flag set it (``flags``: ``(table, key)`` -> the flag's field name, ``param`` for
+        ``--param``). A key another policy takes, or another tool's name for one of ours, is left
+        to :func:`~schedsim.generators.build_program`, whose message says which; so is an
+        unknown schedule or policy name."""
+        extra = [k for k in (self.model_extra or {}) if k != "max_batch_ops"]
+        if not extra:
+            return
+        from schedsim.errors import ScheduleError
+        from schedsim.generators import foreign_key_hint, get
+        from schedsim.program.lower import get_policy, policy_of_param
+
+        try:
+            pol = list(get_policy(self.comm_policy or "async").params)
+            gen = [k for k in get(self.name).accepted() if k not in ("costs", "link")] \
+                if self.name else []
+        except ScheduleError:
+            return
+        taken = set(gen) | set(pol)
+        bad = [k for k in extra
+               if k not in taken and not policy_of_param(k) and foreign_key_hint(k) is None]
+        if not bad:
+            return
+        from schedsim.util.suggest import did_you_mean
+
+        k = bad[0]
+        own = [f for f in type(self).model_fields] + ["max_batch_ops"]
+        policy = f"comm policy {self.comm_policy or 'async'!r}"
+        who, takes = ((f"schedule {self.name!r}", f"{', '.join(gen) or 'none'}; {policy}: "
+                       f"{', '.join(pol) or 'none'}") if self.name else
+                      (policy, ", ".join(pol) or "none"))
+        why = f"{who} takes no parameter {k!r} (it takes: {takes}; the table: {', '.join(own)})"
+        flag = (flags or {}).get(("schedule", k))
+        if flag is not None:
+            from schedsim.errors import FlagError
+
+            raise FlagError(flag, (f"{k}{did_you_mean(k, own + gen + pol)}: " if flag ==
+                                   "param" else "") + why)
+        raise ScenarioError(f"[schedule] unknown key {k!r}{did_you_mean(k, own + gen + pol)}"
+                            f": {why}")
+
 
 class Scenario(BaseModel):
     """A whole scenario: schedule + costs + links + comm semantics."""
@@ -117,6 +163,8 @@ class Scenario(BaseModel):
     stages: StageGraph | None = None
     base_dir: str = Field(default=".", exclude=True)
     _workload: Any = PrivateAttr(default=None)
+    #: ``[schedule] mem_limit`` given as a size, in microbatches' worth (None: as given)
+    _mem_limit: float | None = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -138,18 +186,25 @@ class Scenario(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _derive_costs(self) -> "Scenario":
+    def _derive_costs(self, info: ValidationInfo) -> "Scenario":
         """With a ``[model]`` (or a ``[workload]``: :mod:`schedsim.workload.table`), the
-        kinds ``[costs]`` leaves untyped come from it."""
+        kinds ``[costs]`` leaves untyped come from it. ``[schedule]``'s keys are checked
+        first (:meth:`ScheduleSection.check_keys`)."""
+        flags = (info.context or {}).get("flags") if info is not None else None
+        self.schedule.check_keys(flags)
         if self.workload is not None:
             from schedsim.workload.table import apply_workload
 
-            self._workload = apply_workload(self)
+            self._workload = apply_workload(self, flags)
         elif self.model is not None:
             from schedsim.sim.stage_costs import StageCosts
 
             self.costs = self.costs.with_derived(StageCosts(self.model, self.comm.connections),
                                                  self.model.message_bytes())
+        if isinstance((self.schedule.model_extra or {}).get("mem_limit"), str):
+            from schedsim.workload.table import size_mem_limit
+
+            self._mem_limit = size_mem_limit(self, flags)
         return self
 
     def workload_model(self) -> Any:
@@ -288,7 +343,13 @@ class Scenario(BaseModel):
         from schedsim.generators import build_program, generated_stages, get as get_generator
 
         params = s.generator_params()
+        if self._mem_limit is not None:         # a size, in microbatches' worth
+            params["mem_limit"] = self._mem_limit
         gen = get_generator(s.name)
+        if self._workload is not None:          # the [workload]'s chunks
+            from schedsim.workload.table import workload_params
+
+            params = workload_params(self.workload or {}, gen, params, self._workload)
         from schedsim.util.limits import check_program_size
 
         check_program_size(s.name, ranks=s.ranks, microbatches=s.microbatches,
@@ -331,15 +392,15 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
 
     try:    # (the first validation also builds the models' schemas: defer_build)
         sc = Scenario.model_validate({**index_keys(data), "base_dir": base_dir},
-                                     strict=True)
+                                     strict=True, context={"flags": flags or {}})
     except ValidationError as e:
         err = e.errors()[0]
         flag = (flags or {}).get(tuple(str(x) for x in err["loc"][:2]))
         if flag is not None and len(err["loc"]) == 2:
             raise FlagError(flag, error_text(err)) from None
         raise ScenarioError(format_validation(e, source, Scenario)) from None
-    except Stopped:
-        raise           # a stop signal is the user's, never the scenario's error
+    except (Stopped, FlagError):
+        raise           # a stop signal is the user's; a flag's value names the flag
     except SchedsimError as e:
         raise ScenarioError(f"{source}: {e}") from None
     return sc

@@ -49,14 +49,16 @@ class ScenarioFlags:
     ``[schedule]`` source and size (``schedule`` is its ``name``; ``param``: KEY=VALUE
     items or a dict; ``program``/``schedule_file`` replace the file's schedule source),
     ``cost`` (the ``--cost`` text), the ``[comm]`` settings (``eager_threshold`` is
-    ``eager_threshold_bytes``) and the ``[link]`` and message size."""
+    ``eager_threshold_bytes``) and the ``[link]`` and message size. ``mem_limit``: a
+    number (microbatches' activations) or a size text (``"76GiB"``: bytes per GPU, which
+    the scenario's ``[workload]`` converts: :func:`schedsim.workload.table.size_mem_limit`)."""
 
     schedule: str | None = None
     ranks: int | None = None
     microbatches: int | None = None
     chunks: int | None = None
     variant: str | None = None
-    mem_limit: float | None = None
+    mem_limit: float | str | None = None
     param: Sequence[str] | dict[str, Any] | None = None
     cost: str | None = None
     semantics: str | None = None
@@ -119,11 +121,13 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
     if f.program is not None or f.schedule_file is not None:
         for k in ("name", "program", "schedule_file"):
             sched.pop(k, None)
+    f = replace(f, mem_limit=_mem_limit(f.mem_limit))
     for flag, key in _SCHEDULE_KEYS.items():
         v = getattr(f, flag)
         if v is not None:
             sched[key] = str(Path(v).resolve()) if flag in ("program", "schedule_file") else v
-    sched.update(key_values(f.param, "--param"))
+    params = key_values(f.param, "--param")
+    sched.update(params)
     _no_foreign_keys(sched)
     if f.cost is not None:
         data["costs"] = parse_cost_string(f.cost, parse_scenario(data).costs).model_dump(
@@ -145,8 +149,26 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
                                                         ("link", _LINK_KEYS),
                                                         ("costs", _COSTS_KEYS))
                  for flag, key in keys.items() if getattr(f, flag) is not None}
+    flags_set.update({("schedule", k): "param" for k in params})
     return parse_scenario(data, str(scenario) if scenario else "command line", base,
                           flags_set)
+
+
+def _mem_limit(value: float | str | None) -> float | str | None:
+    """``--mem-limit`` as ``[schedule] mem_limit`` takes it: a bare number as a float
+    (microbatches' activations, as before), a size with a unit as its text (converted
+    against the workload when the scenario is read). Raises
+    :class:`~schedsim.errors.FlagError` for neither (:func:`schedsim.util.units.parse_size`)."""
+    if value is None:
+        return None
+    from schedsim.errors import FlagError
+    from schedsim.util.units import parse_size
+
+    try:
+        number, is_bytes = parse_size(value, "size")
+    except ScenarioError as e:
+        raise FlagError("mem_limit", str(e)) from None
+    return str(value).strip() if is_bytes else number
 
 
 def check_choices(**flags: str | None) -> None:

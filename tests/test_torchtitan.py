@@ -358,18 +358,20 @@ def test_torch_saved_set_is_the_papers_without_tp_gqa_or_fp8(recompute: str):
 def test_the_memory_panel_shows_the_reserved_peaks():
     """The Gantt's memory panel of a run with the allocator replay: each drawn rank's
     legend names its allocated and reserved peaks, the highest reserved peak is a line at
-    71.0 GiB (rank 1), and the axis says the curves are allocated bytes."""
+    70.99 GiB (rank 1), the HBM at the same precision (one formatter), and the axis says the curves are allocated bytes."""
     from matplotlib.figure import Figure
 
     from schedsim.plot.memory import GIB_RESERVED_YLABEL, draw_memory
+    from schedsim.util.units import fmt_gib
 
     res = run("1f1b")[1]
     ax = Figure().subplots()
     peaks = draw_memory(ax, res.timeline)
     labels = ax.get_legend_handles_labels()[1]
     gib = [b / GiB for b in res.peak_reserved_bytes]
-    assert f"rank 1 (peak {peaks[1]:.1f} GiB, reserved {gib[1]:.1f})" in labels
-    assert "reserved peak 71.0 GiB (rank 1)" in labels
+    assert f"rank 1 (peak {fmt_gib(peaks[1] * GiB)}, reserved {fmt_gib(gib[1] * GiB)})" \
+        in labels
+    assert "reserved peak 70.99 GiB (rank 1)" in labels and "HBM 96 GiB" in labels
     assert ax.get_ylabel() == GIB_RESERVED_YLABEL
     line = [h for h, lb in zip(*ax.get_legend_handles_labels()) if lb.startswith("reserved")]
     assert line[0].get_ydata()[0] == pytest.approx(max(gib))

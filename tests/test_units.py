@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from schedsim.errors import ScenarioError
 from schedsim.program.vocab import MEASURED_SEMANTICS, SEMANTICS, check_semantics
-from schedsim.util.units import fmt_time, unit_text, with_unit
+from schedsim.util.units import (
+    fmt_gib,
+    fmt_gib_pair,
+    fmt_time,
+    parse_size,
+    unit_text,
+    with_unit,
+)
 
 
 @pytest.mark.parametrize("x,text", [
@@ -62,3 +70,35 @@ def test_fb_order_flag_is_the_memory_model_rule():
     with pytest.raises(ScenarioError, match="bad --fb-order 'x': expected alloc-then-free "
                                             "or free-then-alloc"):
         MemoryModel.with_flags(None, None, "x")
+
+
+def test_gib_one_precision_for_a_peak_and_its_capacity():
+    """A peak and the HBM it is compared with print by one rule (4 significant digits, a
+    whole number bare): 80e9 bytes is 74.51 GiB, never "75"; two different counts never
+    print alike."""
+    assert [fmt_gib(81530000000), fmt_gib(80 * 2 ** 30), fmt_gib(80e9)] == [
+        "75.93 GiB", "80 GiB", "74.51 GiB"]
+    assert fmt_gib_pair(27.52 * 2 ** 30, 80e9) == ("27.52 GiB", "74.51 GiB")
+    assert fmt_gib_pair(80.004 * 2 ** 30, 80 * 2 ** 30) == ("80.004 GiB", "80 GiB")
+    assert fmt_gib_pair(80 * 2 ** 30, 80 * 2 ** 30) == ("80 GiB", "80 GiB")
+
+
+@pytest.mark.parametrize("text,value", [
+    ("76GiB", (76 * 2 ** 30, True)), ("76 gib", (76 * 2 ** 30, True)),
+    ("80GB", (80e9, True)), ("1.5e3 MiB", (1500 * 2 ** 20, True)), ("512B", (512, True)),
+    ("2TiB", (2 * 2 ** 40, True)), ("4", (4.0, False)), (4.5, (4.5, False)),
+    ("0", (0.0, False)),            # a bare number: the caller's meaning and bounds
+])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+def test_parse_size_bare_unit_and_refusals():
+    assert parse_size("76", bare=2 ** 30) == (76 * 2 ** 30, True)
+    for text, msg in (("76G", "unknown unit 'G' (did you mean 'GB'?)"),
+                      ("30Gb", "Gb reads as bits (bytes are GB)"),
+                      ("0GiB", "must be finite and > 0"), ("-1 GiB", "must be finite"),
+                      ("abc", "give a number > 0 or a size such as 76GiB"),
+                      ("inf GiB", "must be finite")):
+        with pytest.raises(ScenarioError, match=re.escape(msg)):
+            parse_size(text, "--mem-limit")

@@ -192,6 +192,42 @@ def test_unknown_config_key_named() -> None:
     assert m.kv_heads == 4 and m.kv_channels == 16
 
 
+TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("num_hidden_layers", -2, "a whole number from 1 to 16,384"),
+    ("num_hidden_layers", 0, "a whole number from 1 to 16,384"),
+    ("hidden_size", 10 ** 7, "a whole number from 1 to 1,048,576"),
+    ("vocab_size", 0, "a whole number from 1 to 16,777,216"),
+    ("num_key_value_heads", 0, "a whole number from 1 to 16,384"),
+    ("n_shared_experts", -1, "a whole number from 0 to 65,536"),
+])
+def test_model_figure_out_of_range_named_with_the_range(key, value, allowed) -> None:
+    """A model figure out of its bounds: one line with the key, the value and the allowed
+    range (it read "'num_hidden_layers': Input should be greater than or equal to 1")."""
+    with pytest.raises(ScenarioError) as e:
+        model_from_dict({**TINY, key: value})
+    assert str(e.value) == f"model config {key} = {value} is out of range: give {allowed}"
+    with pytest.raises(ScenarioError) as e:
+        model_from_dict({**TINY, key: value}, "cfg/config.json")
+    assert str(e.value).startswith(f"cfg/config.json: model config {key} = {value} is out")
+
+
+def test_workload_figure_out_of_range_named_with_the_range() -> None:
+    from schedsim.workload.layout import workload_from_dict
+
+    base = dict(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16)
+    for key, value, allowed in (("tp", 0, "a whole number >= 1"),
+                                ("zero", 4, "a whole number from 0 to 3"),
+                                ("efficiency", 1.5, "a number > 0 and <= 1")):
+        with pytest.raises(ScenarioError) as e:
+            workload_from_dict({**base, key: value})
+        assert str(e.value) == (f"[workload]: {key} = {value} is out of range: give "
+                                f"{allowed}")
+
+
 def _w(**kw) -> Workload:
     base = dict(model="llama3.1-70b", gpu="h100-sxm", seq=4096, global_batch_size=32,
                 tp=8, pp=4)

@@ -45,7 +45,7 @@ def test_simulate_step_line_and_json(tmp_path: Path) -> None:
     r = run("simulate", LLAMA, "-q", "--json", out)
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "tokens/s/GPU" in text and "MFU" in text and "GiB of 80" in text
+    assert "tokens/s/GPU" in text and "MFU" in text and "peak 49.46 GiB of 80 GiB (fits)" in text
     tl = Timeline.read_json(out)
     w = tl.workload
     assert tl.unit == "ms" and w["model"] == "llama3.1-70b" and w["gpus"] == 64
@@ -57,6 +57,21 @@ def test_simulate_step_line_and_json(tmp_path: Path) -> None:
     assert r2.exit_code == 0 and "GiB" in r2.output
     m = json.loads((tmp_path / "m.json").read_text())
     assert [x["peak"] for x in m["ranks"]] == w["peak_memory_bytes"]
+
+
+def test_peak_and_hbm_at_one_precision(tmp_path: Path) -> None:
+    """The step line and ``memory``'s verdict print the peak and the HBM by one rule
+    (:func:`schedsim.util.units.fmt_gib_pair`): 27e9 bytes of HBM is 25.15 GiB (it read
+    "of 25" beside "peak 27.5")."""
+    small = SMALL.replace('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", hbm_bytes = 27e9 }')
+    out = tmp_path / "t.json"
+    r = run("simulate", write(tmp_path, small), "-q", "--json", out)
+    assert r.exit_code == 0, r.output
+    assert ("peak 27.54 GiB of 25.15 GiB (does NOT fit (27.54 GiB > 25.15 GiB))"
+            in " ".join(r.output.split())), r.output
+    r = run("memory", out)
+    assert r.exit_code == 0 and "peak 27.54 GiB of 25.15 GiB HBM: does NOT fit" in " ".join(
+        r.output.split()), r.output
 
 
 def test_timeline_workload_object_checked_strictly(tmp_path: Path) -> None:
@@ -118,19 +133,21 @@ BAD = [
      "global_batch_size = 10 is not a multiple of micro_batch_size x dp"),
     ("tp = 2", "tp = 2\ncp = 2", "context parallelism is not built"),
     ("seq = 4096", "seq = 4096\nsequence_lenght = 1", "unknown key 'sequence_lenght'"),
-    ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100'"),
+    ('gpu = "h100-sxm"', 'gpu = "h100"', "unknown gpu 'h100' (did you mean 'h100-sxm'?)"),
     # a GPU override: a bad dict key named as a key (not pydantic's 'peak_tflops.fp9.[key]'),
     # a validator's message without pydantic's "'': Value error,"
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { fp9 = 3 } }',
      "gpu h100-sxm: key 'fp9' of 'peak_tflops': Input should be 'fp32', 'tf32', 'bf16', "
      "'fp16' or 'fp8'"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = -1 } }',
-     "gpu h100-sxm: peak_tflops bf16 must be a finite number > 0 (keys: name,"),
+     "gpu h100-sxm: peak_tflops.bf16 = -1 is out of range for a real GPU: 1 to 20,000 "
+     "TFLOP/s (dense); h100-sxm has 989.4 TFLOP/s"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", peak_tflops = { bf16 = "x" } }',
      "gpu h100-sxm: 'peak_tflops.bf16': Input should be a valid number, unable to parse "
      "string as a number (got str 'x')"),
     ('gpu = "h100-sxm"', 'gpu = { name = "h100-sxm", hbm = 3 }',
-     "gpu h100-sxm: unknown key 'hbm' (keys: name,"),
+     "gpu h100-sxm: unknown key 'hbm' (the field is hbm_bytes: 1 GiB to 4 TiB, in bytes) "
+     "(keys: name,"),
     # strict types, as the other tables: a quoted number or a boolean is not coerced
     ("tp = 2", 'tp = "2"', "'tp': Input should be a valid integer (got str '2')"),
     ("seq = 4096", 'seq = "4096"', "'seq': Input should be a valid integer (got str '4096')"),
@@ -140,6 +157,15 @@ BAD = [
      "'zero': Input should be a valid integer (got bool True)"),
     ("seq = 4096", 'seq = 4096\nnum_gpus = "16"',
      "'num_gpus': Input should be a valid integer (got str '16')"),
+    # a model figure out of range: the key, the value, the range
+    ('model = "llama3.1-8b"', 'model = { hidden_size = 64, num_hidden_layers = -2, '
+     'num_attention_heads = 4, intermediate_size = 128, vocab_size = 100 }',
+     "w.toml: [workload]: model config num_hidden_layers = -2 is out of range: give a "
+     "whole number from 1 to 16,384"),
+    # the workload's costs are in ms: another [costs] unit printed them as slots
+    ("pp = 4", 'pp = 4\n[costs]\nunit = "slot"',
+     "[costs] unit = 'slot' beside a [workload]: the workload derives its costs in ms "
+     "(a kind typed in [costs] is read in ms too); remove unit from [costs]"),
 ]
 
 
@@ -154,6 +180,16 @@ def test_bad_workload_one_line_exit_2(tmp_path: Path, old: str, new: str, msg: s
     assert not out.exists()
 
 
+def test_costs_unit_ms_agrees_with_a_workload(tmp_path: Path) -> None:
+    """``[costs] unit = "ms"`` (what a calibrate cost file writes) agrees with the
+    workload's unit: the same run as without it."""
+    a = run("simulate", write(tmp_path, SMALL + '[costs]\nunit = "ms"\n'), "-q")
+    b = run("simulate", write(tmp_path, SMALL, "p.toml"), "-q")
+    assert a.exit_code == 0, a.output
+    assert a.output.splitlines()[1:] == b.output.splitlines()[1:]
+    assert "makespan 1170 ms" in a.output
+
+
 def test_workload_and_model_tables_exclusive(tmp_path: Path) -> None:
     r = run("simulate", write(tmp_path, SMALL + "\n[model]\nlayers = 2\n"))
     assert r.exit_code == 2 and "[workload] and [model]" in r.output
@@ -164,7 +200,7 @@ def test_schedule_sizes_must_agree(tmp_path: Path) -> None:
                                                       'name = "1f1b"\nmicrobatches = 7')))
     assert r.exit_code == 2 and "microbatches = 7" in r.output
     r = run("simulate", write(tmp_path, SMALL), "-p", "8")
-    assert r.exit_code == 2 and "ranks = 8" in r.output
+    assert r.exit_code == 2 and "Invalid value for '--ranks' / '-p': 8 but" in r.output
 
 
 def test_model_config_json_beside_the_scenario(tmp_path: Path) -> None:

@@ -282,9 +282,11 @@ ChunksOpt = Annotated[Optional[int], typer.Option(
     "--chunks", help="Stages (model chunks) per rank, for interleaved schedules.")]
 VariantOpt = Annotated[Optional[str], typer.Option(
     "--variant", help="Schedule variant (e.g. megatron, torch), see 'schedsim list'.")]
-MemLimitOpt = Annotated[Optional[float], typer.Option(
-    "--mem-limit", help="Activation memory limit (in microbatches' activations) for the "
-    "memory-limited zero-bubble schedules.")]
+MemLimitOpt = Annotated[Optional[str], typer.Option(
+    "--mem-limit", help="Activation memory limit per rank for the memory-limited "
+    "zero-bubble schedules (zb-1p, zb-2p, zbv): a number is microbatches' activations; a "
+    "size (76GiB, 80GB) is bytes per GPU, converted with the scenario's \\[workload] "
+    "(what the static bytes leave, in microbatches of the rank's activations).")]
 ParamOpt = Annotated[Optional[list[str]], typer.Option(
     "--param", help="Extra generator or comm-policy parameter KEY=VALUE (repeatable), "
     "e.g. group_size=6, batch_p2p_comm=false.")]

@@ -116,15 +116,19 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                   *((f"{rp[r] / GiB:.2f}",) if rp else ()), f"{m.peak_at:.1f}",
                   f"{(hbm - top) / GiB:.2f}")
     console.print(t)
+    from schedsim.util.units import fmt_gib, fmt_gib_pair
+
     worst = max(m.peak for m in mem)
     top = max(rp) if rp else worst
     verdict = "fits" if top <= hbm else "does NOT fit"
-    reserved = f", {max(rp) / GiB:.1f} reserved (the caching allocator's)" if rp else ""
+    top_text, hbm_text = fmt_gib_pair(top, hbm)
+    reserved = f", {top_text} reserved (the caching allocator's)" if rp else ""
     console.print(f"static: parameters, gradients, optimizer states, FSDP copies and P2P "
                   f"receive buffers; held: what a stage keeps between its first and last "
                   f"op (torchtitan's FSDP copies, retained outputs) at the peak; "
                   f"activations per the recompute policy (Korthikanti et al. 2022); peak "
-                  f"{worst / GiB:.1f}{reserved} of {hbm / GiB:.0f} GiB HBM: {verdict}",
+                  f"{fmt_gib(worst) if rp else top_text}{reserved} of {hbm_text} HBM: "
+                  f"{verdict}",
                   highlight=False)
     return True
 

@@ -26,7 +26,7 @@ from schedsim.plot.layout import DPI, MAX_WIDTH_PX, wrap_title
 from schedsim.plot.style import is_integral, time_axis
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
-from schedsim.util.units import fmt_time
+from schedsim.util.units import GIB, fmt_gib, fmt_time
 
 #: up to this many ranks every rank is drawn as a line
 MAX_LINES = 4
@@ -148,9 +148,9 @@ def draw_memory(ax: Axes, tl: Timeline, model: MemoryModel | None = None, *,
     reserved = _reserved_gib(tl) if gib else None
     for j, (r, color) in enumerate(zip(show, _colors(len(show)))):
         ts, vs = curves[r]
-        peak = f"{peaks[r]:.1f} GiB" if gib else fmt_time(peaks[r])
+        peak = fmt_gib(peaks[r] * GIB) if gib else fmt_time(peaks[r])
         if reserved is not None:
-            peak += f", reserved {reserved[r]:.1f}"
+            peak += f", reserved {fmt_gib(reserved[r] * GIB)}"
         ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color,
                 linewidth=1.6 if j == 0 else 1.3, linestyle=styles[j % 4], zorder=2,
                 label=f"rank {r}" + (f" (peak {peak})" if peaks_in_legend else ""))
@@ -160,12 +160,12 @@ def draw_memory(ax: Axes, tl: Timeline, model: MemoryModel | None = None, *,
         # highest as a dotted line; each drawn rank's own in its legend label
         worst = max(range(len(reserved)), key=reserved.__getitem__)
         ax.axhline(reserved[worst], color="0.35", linestyle=(0, (1, 1.5)), linewidth=1.0,
-                   zorder=3, label=f"reserved peak {reserved[worst]:.1f} GiB (rank {worst})")
+                   zorder=3, label=f"reserved peak {fmt_gib(reserved[worst] * GIB)} (rank {worst})")
         top = max(top, reserved[worst])
     if gib:
         hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
         ax.axhline(hbm, color="#c0392b", linestyle=(0, (4, 2)), linewidth=1.0, zorder=3,
-                   label=f"HBM {hbm:.0f} GiB")
+                   label=f"HBM {fmt_gib(hbm * GIB)}")
         top = max(top, hbm)
     ax.set_ylabel((GIB_RESERVED_YLABEL if reserved is not None else GIB_YLABEL) if gib
                   else YLABEL, fontsize=7.5)
@@ -205,7 +205,7 @@ def memory_plot(timelines: Timeline | Sequence[Timeline], model: Any = None, *,
         peaks = draw_memory(ax, tl, mm, legend=False, ranks=ranks)
         worst = max(range(len(peaks)), key=lambda r: peaks[r])
         name = titles[i] if titles else tl.schedule
-        peak = f"{peaks[worst]:.1f} GiB" if in_gib(tl) else fmt_time(peaks[worst])
+        peak = fmt_gib(peaks[worst] * GIB) if in_gib(tl) else fmt_time(peaks[worst])
         ax.set_title(wrap_title(f"{name}: peak {peak} on rank {worst}",
                                 width / cols, 9), fontsize=9)
         time_axis(ax, tl, max(tl.makespan, 1e-9), is_integral(tl), fontsize=6,

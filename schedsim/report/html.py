@@ -237,9 +237,12 @@ def _memory(tl: Timeline, model: Any, x_range: Any, width: int | None) -> Any:
                  line_color=palette[j % 4], line_dash=dashes[j % 4], line_width=2,
                  legend_label=f"rank {r} (peak {fmt_time(peaks[r])})")
     if gib:
-        hbm = float(tl.workload["hbm_bytes"]) / 2 ** 30          # type: ignore[attr-defined]
+        from schedsim.util.units import fmt_gib
+
+        hbm_bytes = float(tl.workload["hbm_bytes"])          # type: ignore[attr-defined]
+        hbm = hbm_bytes / 2 ** 30
         fig.line(x=[0, end], y=[hbm, hbm], line_color="#c0392b", line_dash="dashed",
-                 legend_label=f"HBM {hbm:.0f} GiB")
+                 legend_label=f"HBM {fmt_gib(hbm_bytes)}")
     fig.legend.click_policy = "hide"
     fig.legend.label_text_font_size = "8pt"
     fig.add_layout(fig.legend[0], "right")
@@ -251,15 +254,18 @@ def _workload_html(tl: Timeline) -> str:
     w = getattr(tl, "workload", None)
     if not isinstance(w, dict):
         return ""
-    peak = max(w["peak_memory_bytes"]) / 2 ** 30
+    from schedsim.util.units import fmt_gib, fmt_gib_pair
+
+    peak = max(w["peak_memory_bytes"])
     rp = w.get("peak_reserved_bytes")
-    reserved = (f" allocated, <b>{max(rp) / 2 ** 30:.1f} GiB</b> reserved," if rp else "")
+    top, hbm = fmt_gib_pair(max(rp) if rp else peak, float(w["hbm_bytes"]))
+    reserved = f" allocated, <b>{top}</b> reserved," if rp else ""
     fit = "fits" if w["fits"] else "does NOT fit"
     return (f"<p class='big'><b>step {w['step_ms']:.1f} ms</b> (makespan "
             f"{w['makespan_ms']:.1f} + step boundary {w['step_boundary_ms']:.1f}) &nbsp; "
             f"<b>{w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU</b> &nbsp; <b>MFU "
-            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{peak:.1f} GiB</b>{reserved} of "
-            f"{w['hbm_bytes'] / 2 ** 30:.0f} ({fit}) &nbsp; {html.escape(w['model'])} on "
+            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{fmt_gib(peak) if rp else top}</b>"
+            f"{reserved} of {hbm} ({fit}) &nbsp; {html.escape(w['model'])} on "
             f"{w['gpus']} x {html.escape(w['gpu'])}</p>")
 
 

@@ -1,7 +1,9 @@
-"""How a time and its unit read for humans: the one home of both rules (every table,
-message, figure label and report page prints times through :func:`fmt_time` and names
-their unit through :func:`unit_text` / :func:`with_unit`). Files keep every number exact
-(Timeline JSON, cost files, ``--json``); this is only what a person reads.
+"""How a time, a size and their units read for humans: the one home of these rules
+(every table, message, figure label and report page prints times through
+:func:`fmt_time` and names their unit through :func:`unit_text` / :func:`with_unit`; a
+byte count beside the capacity it is compared with prints through :func:`fmt_gib` /
+:func:`fmt_gib_pair`). Files keep every number exact (Timeline JSON, cost files,
+``--json``); this is only what a person reads.
 """
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import math
 SIGNIFICANT = 4
 
 
-def fmt_time(x: float | None) -> str:
+#: bytes in a GiB
+GIB = 2 ** 30
+
+
+def fmt_time(x: float | None, significant: int = SIGNIFICANT) -> str:
     """A time (or a difference of times) as short text, in whatever unit it has.
 
     The rule: ``None`` is ``-``; a whole number (within 1e-9 relative) prints without
@@ -19,7 +25,8 @@ def fmt_time(x: float | None) -> str:
     :data:`SIGNIFICANT` (4) significant digits, without an exponent and without trailing
     zeros, but never loses an integer digit: ``1234.5678 -> 1235``, ``240.3775 -> 240.4``,
     ``12.5 -> 12.5``, ``0.0123456 -> 0.01235``, ``19882.2 -> 19882``. ``inf``/``nan``
-    print as Python writes them. Raises nothing."""
+    print as Python writes them. ``significant``: another digit count (>= 1). Raises
+    nothing."""
     if x is None:
         return "-"
     x = float(x)
@@ -28,7 +35,7 @@ def fmt_time(x: float | None) -> str:
     r = round(x)
     if abs(x - r) <= 1e-9 * max(1.0, abs(x)):
         return str(int(r))
-    digits = max(0, SIGNIFICANT - 1 - math.floor(math.log10(abs(x))))
+    digits = max(0, significant - 1 - math.floor(math.log10(abs(x))))
     text = f"{x:.{digits}f}"
     if "." in text:
         text = text.rstrip("0").rstrip(".")
@@ -46,3 +53,80 @@ def with_unit(value: float, unit: str) -> str:
     """``value`` with its unit: ``66 slots``, ``1 slot``, ``12.5 ms``
     (:func:`fmt_time`, :func:`unit_text`)."""
     return f"{fmt_time(value)} {unit_text(unit, value)}"
+
+
+def fmt_gib(nbytes: float, significant: int = SIGNIFICANT) -> str:
+    """A byte count in GiB with its unit, by the rule of :func:`fmt_time` (4 significant
+    digits, a whole number without decimals): ``81530000000 -> "75.93 GiB"``,
+    ``80 * 2**30 -> "80 GiB"``, ``80e9 -> "74.51 GiB"``. Every peak and every HBM
+    capacity a person compares prints through it, so both read at one precision."""
+    return f"{fmt_time(nbytes / GIB, significant)} GiB"
+
+
+def fmt_gib_pair(a: float, b: float) -> tuple[str, str]:
+    """``(fmt_gib(a), fmt_gib(b))`` for two byte counts compared in one line (a peak and
+    the HBM it must fit in): 4 significant digits, more (up to 10) while two different
+    counts would print alike, so that ``80.004 GiB`` against ``80 GiB`` never reads
+    ``80 GiB of 80 GiB: does NOT fit``."""
+    for significant in range(SIGNIFICANT, 11):
+        ta, tb = fmt_gib(a, significant), fmt_gib(b, significant)
+        if ta != tb or a == b:
+            break
+    return ta, tb
+
+
+#: the units of a size (case-insensitive): decimal (KB, MB, GB, TB) and binary (KiB,
+#: MiB, GiB, TiB) multiples of a byte
+SIZE_UNITS: dict[str, float] = {"B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+                                "KiB": 2.0 ** 10, "MiB": 2.0 ** 20, "GiB": 2.0 ** 30,
+                                "TiB": 2.0 ** 40}
+
+
+def parse_size(text: str | float, what: str = "size", bare: float | None = None
+               ) -> tuple[float, bool]:
+    """A size as the user types it: ``"76GiB"``, ``"80 GB"``, ``"1.5e3 MiB"`` (a number
+    and a unit of :data:`SIZE_UNITS`, case-insensitive, a space allowed; ``Gb``, ``Mb``
+    are bits and refused) -> ``(bytes,
+    True)``; a bare number (``"4"``, ``4.0``) -> ``(number, False)``, the caller's own
+    meaning, or ``(number x bare, True)`` when ``bare`` (bytes per unit, e.g. ``GIB``)
+    is given (a bare number without ``bare`` is returned as typed, any value: its bounds
+    are the caller's). Raises :class:`~schedsim.errors.ScenarioError` naming ``what``
+    for anything else, or a size that is not finite and > 0 (the one parser of sizes:
+    ``simulate --mem-limit``, reusable by any other size flag)."""
+    import re
+
+    from schedsim.errors import ScenarioError
+
+    units = ", ".join(SIZE_UNITS)
+    hint = f"give a number > 0 or a size such as 76GiB or 80GB (units {units})"
+    if isinstance(text, bool):
+        raise ScenarioError(f"{what} {text!r}: {hint}")
+    if isinstance(text, (int, float)):
+        number, unit = float(text), ""
+    else:
+        m = re.fullmatch(r"\s*([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?inf|nan)\s*([A-Za-z]*)\s*",
+                         str(text))
+        if m is None:
+            raise ScenarioError(f"{what} {str(text)[:40]!r}: {hint}")
+        try:
+            number = float(m.group(1))
+        except ValueError:
+            raise ScenarioError(f"{what} {str(text)[:40]!r}: {hint}") from None
+        unit = m.group(2)
+    if not unit and bare is None:
+        return number, False            # the caller's own meaning: the caller's bounds
+    if not (math.isfinite(number) and number > 0):
+        raise ScenarioError(f"{what} {text!r}: must be finite and > 0; {hint}")
+    if not unit:
+        return number * bare, True
+    bits = unit[-1] == "b" and unit[:-1] != unit[:-1].lower()     # Gb, Mb: bits
+    scale = None if bits else {k.lower(): v for k, v in SIZE_UNITS.items()}.get(unit.lower())
+    if bits:
+        raise ScenarioError(f"{what} {text!r}: {unit} reads as bits (bytes are "
+                            f"{unit[:-1]}B); {hint}")
+    if scale is None:
+        from schedsim.util.suggest import did_you_mean
+
+        raise ScenarioError(f"{what} {text!r}: unknown unit {unit!r}"
+                            f"{did_you_mean(unit, SIZE_UNITS)}; {hint}")
+    return number * scale, True

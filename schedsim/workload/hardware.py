@@ -7,7 +7,8 @@ reports, e.g. 81,559 MiB on an H100 SXM, is within 1% of 80 GiB); ``nvlink_bandw
 is bytes/s per GPU per direction (half the datasheets' bidirectional figure);
 ``network_bandwidth`` is bytes/s per GPU per direction of the scale-out NIC the vendor's
 reference system gives each GPU (one 400 Gb/s ConnectX-7 per H100/H200/B200/MI300X, one
-200 Gb/s HDR per A100). Every field can be overridden (:func:`gpu_preset`).
+200 Gb/s HDR per A100). Every field can be overridden (:func:`gpu_preset`), within the
+range a real GPU has (:data:`GPU_RANGES`).
 
 Plain Python + pydantic.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from schedsim.errors import ScenarioError
 
@@ -27,26 +28,96 @@ GiB = 2 ** 30
 _T, _G = 1e12, 1e9
 
 
+#: the range of each figure of a GPU, in its unit: what a real GPU (datacenter, any
+#: vendor, with room for a few generations) can have, so that a figure in another unit
+#: (``hbm_bytes = 80`` meant as GiB, ``peak_tflops.bf16 = 989e12`` as FLOP/s,
+#: ``hbm_bandwidth = 3.35`` as TB/s) is refused naming the unit and the range rather
+#: than run. ``field: (lowest, highest, unit, the range as text)``; ``peak_tflops`` holds
+#: for each dtype's entry.
+GPU_RANGES: dict[str, tuple[float, float, str, str]] = {
+    "peak_tflops": (1.0, 20_000.0, "TFLOP/s", "1 to 20,000 TFLOP/s (dense)"),
+    "hbm_bytes": (float(GiB), float(4096 * GiB), "bytes", "1 GiB to 4 TiB, in bytes"),
+    "hbm_bandwidth": (1e11, 1e14, "bytes/s", "1e11 to 1e14 bytes/s (100 GB/s to 100 TB/s)"),
+    "nvlink_bandwidth": (1e9, 1e13, "bytes/s", "1e9 to 1e13 bytes/s per direction (1 GB/s "
+                         "to 10 TB/s)"),
+    "network_bandwidth": (1e8, 1e12, "bytes/s", "1e8 to 1e12 bytes/s per direction (0.8 to "
+                          "8,000 Gb/s)"),
+    "gpus_per_node": (1, 1024, "GPUs", "1 to 1,024 GPUs a node"),
+}
+
+
+def check_gpu_figure(key: str, value: float, preset: dict[str, Any] | None = None) -> None:
+    """Raise ``ValueError`` when ``value`` of GPU figure ``key`` (a field of
+    :data:`GPU_RANGES`; ``peak_tflops.DTYPE`` for a peak) lies outside its range (NaN
+    and infinities included), naming the key, the value, the unit and the range (and
+    ``preset``'s own figure, when given, as an example of the unit)."""
+    field = key.split(".")[0]
+    lo, hi, unit, text = GPU_RANGES[field]
+    if not lo <= value <= hi:
+        ref = _figure(preset, key) if preset else None
+        eg = (f"; {preset['name']} has {_figure_text(ref, unit)}"   # type: ignore[index]
+              if ref is not None else "")
+        raise ValueError(f"{key} = {value:g} is out of range for a real GPU: {text}{eg}")
+
+
+def _figure(preset: dict[str, Any], key: str) -> float | None:
+    field, _, dtype = key.partition(".")
+    v = preset.get(field, Hardware.model_fields[field].default)
+    return v.get(dtype) if isinstance(v, dict) else v
+
+
+def _figure_text(value: float, unit: str) -> str:
+    """A preset's figure in its unit: ``85899345920 bytes (80 GiB)``, ``3.35e+12
+    bytes/s``, ``989.4 TFLOP/s``, ``8 GPUs``."""
+    if unit == "bytes":
+        from schedsim.util.units import fmt_gib
+
+        return f"{value:.0f} bytes ({fmt_gib(value)})"
+    return f"{value:g} {unit}"
+
+
+#: spellings of other tools (and datasheets) for a GPU figure -> the field
+_KEY_HINTS = {"memory": "hbm_bytes", "hbm": "hbm_bytes", "hbm_gb": "hbm_bytes",
+              "hbm_gib": "hbm_bytes", "memory_bytes": "hbm_bytes", "mem": "hbm_bytes",
+              "bandwidth": "hbm_bandwidth", "memory_bandwidth": "hbm_bandwidth",
+              "tflops": "peak_tflops", "flops": "peak_tflops", "peak_flops": "peak_tflops"}
+
+
+def _key_hint(key: str) -> str:
+    """For an unknown GPU key: the field it names elsewhere with its unit and range
+    (``memory`` -> ``hbm_bytes, in bytes: 1 GiB to 4 TiB``), else a typo suggestion."""
+    from schedsim.util.suggest import did_you_mean
+
+    field = _KEY_HINTS.get(key.lower())
+    if field is None:
+        return did_you_mean(key, Hardware.model_fields)
+    return f" (the field is {field}: {GPU_RANGES[field][3]})"
+
+
 class Hardware(BaseModel):
     """One GPU type (module docstring). ``peak_tflops``: dense TFLOP/s per dtype (a dtype
-    the GPU lacks is absent: asking for it raises :class:`ScenarioError`)."""
+    the GPU lacks is absent: asking for it raises :class:`ScenarioError`). Every figure
+    lies in its range of :data:`GPU_RANGES` (``ValueError`` naming it otherwise)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     peak_tflops: dict[Dtype, float]
-    hbm_bytes: float = Field(gt=0, allow_inf_nan=False)
-    hbm_bandwidth: float = Field(gt=0, allow_inf_nan=False)
-    nvlink_bandwidth: float = Field(gt=0, allow_inf_nan=False)
-    network_bandwidth: float = Field(gt=0, allow_inf_nan=False)
-    gpus_per_node: int = Field(default=8, ge=1)
+    hbm_bytes: float
+    hbm_bandwidth: float
+    nvlink_bandwidth: float
+    network_bandwidth: float
+    gpus_per_node: int = 8
     source: str = ""
 
     @model_validator(mode="after")
-    def _positive(self) -> "Hardware":
-        bad = [k for k, v in self.peak_tflops.items() if not 0 < v < float("inf")]
-        if bad:
-            raise ValueError(f"peak_tflops {bad[0]} must be a finite number > 0")
+    def _in_range(self) -> "Hardware":
+        preset = GPUS.get(self.name)
+        for dt, v in self.peak_tflops.items():
+            check_gpu_figure(f"peak_tflops.{dt}", v, preset)
+        for key in GPU_RANGES:
+            if key != "peak_tflops":
+                check_gpu_figure(key, getattr(self, key), preset)
         return self
 
     def peak_flops(self, dtype: str) -> float:
@@ -107,7 +178,8 @@ GPUS: dict[str, dict[str, Any]] = {
 def gpu_preset(name: str | Hardware, **overrides: Any) -> Hardware:
     """The preset ``name`` (or a :class:`Hardware` as is) with ``overrides`` applied
     (``peak_tflops`` entries merge into the preset's). Raises :class:`ScenarioError` for
-    an unknown name or a bad override (named)."""
+    an unknown name or a bad override (named; a figure outside :data:`GPU_RANGES` with
+    its unit and range)."""
     from schedsim.util.suggest import did_you_mean
 
     if isinstance(name, Hardware):
@@ -127,7 +199,9 @@ def gpu_preset(name: str | Hardware, **overrides: Any) -> Hardware:
         from schedsim.util.validation import describe_error, error_location
 
         err = e.errors()[0]
-        what = (f"unknown key {error_location(tuple(err['loc']))}"
-                if err["type"] == "extra_forbidden" else describe_error(err))
-        raise ScenarioError(f"gpu {base['name']}: {what} (keys: "
-                            f"{', '.join(Hardware.model_fields)})") from None
+        if err["type"] == "extra_forbidden":
+            raise ScenarioError(f"gpu {base['name']}: unknown key "
+                                f"{error_location(tuple(err['loc']))}"
+                                f"{_key_hint(str(err['loc'][0]))} (keys: "
+                                f"{', '.join(Hardware.model_fields)})") from None
+        raise ScenarioError(f"gpu {base['name']}: {describe_error(err)}") from None

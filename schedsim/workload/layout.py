@@ -56,6 +56,15 @@ MAX_SIZES = {"seq": 2 ** 24, "micro_batch_size": 2 ** 24, "global_batch_size": 2
              "num_gpus": 2 ** 20}
 
 
+#: the unit of each [workload] figure that has one (for the messages of a figure out of
+#: its range)
+UNITS = {"overhead_ms": "ms"}
+#: the per-op figures of a workload (each op's cost reads them), re-checked by
+#: :meth:`Workload.check`: the fixed overhead per compute piece (non-negative, finite)
+#: and the two efficiencies
+FIGURES = ("overhead_ms", "efficiency", "comm_efficiency")
+
+
 def check_sizes(**sizes: int | None) -> None:
     """Refuse (:class:`WorkloadError`, rule ``sizes``) a size of :data:`MAX_SIZES` (``seq``,
     ``micro_batch_size``, ``global_batch_size``, ``num_gpus``; None: unset) above its
@@ -227,6 +236,7 @@ class Workload(BaseModel):
 
         check_sizes(seq=self.seq, micro_batch_size=self.micro_batch_size,
                     global_batch_size=self.global_batch_size, num_gpus=self.num_gpus)
+        self._check_figures()
         m, tp, dp = self.model, self.tp, self.data_parallel
         # every per-layer loop (FLOPs, pieces, bytes) is bounded before it runs
         check_limit("instructions", 8 * m.num_hidden_layers,
@@ -276,6 +286,17 @@ class Workload(BaseModel):
                  f"{', '.join(self.gpu.peak_tflops)}")
         self.stage_layout()
         return self
+
+    def _check_figures(self) -> None:
+        """The per-op figures of :data:`FIGURES` within their bounds again (WorkloadError,
+        rule ``sizes``): a workload copied with ``model_copy(update=...)`` is not
+        validated, and ``overhead_ms = -1`` there gave negative op costs."""
+        from schedsim.util.validation import out_of_range
+
+        for name in FIGURES:
+            bad = out_of_range(Workload, name, getattr(self, name), UNITS)
+            if bad is not None:
+                raise WorkloadError("sizes", bad)
 
     def stage_layout(self) -> list[StageLayout]:
         """What each of the :attr:`stages` holds (module docstring). Raises
@@ -420,11 +441,12 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
     one given. ``model`` and ``gpu`` (a name, a path or a table) are loaded by their own
     rules (:func:`~schedsim.workload.model.load_model`,
     :func:`~schedsim.workload.hardware.gpu_preset`). Raises :class:`ScenarioError`
-    naming the bad key or value."""
+    naming the bad key or value (a figure out of its bounds with the allowed range:
+    :func:`~schedsim.util.validation.range_error`)."""
     from pydantic import ValidationError
 
     from schedsim.errors import SchedsimError, Stopped
-    from schedsim.util.validation import format_validation
+    from schedsim.util.validation import format_validation, range_error
     from schedsim.util.suggest import did_you_mean
 
     try:
@@ -438,6 +460,9 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
                                 f"{', '.join(Workload.model_fields)})") from None
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
+        bound = range_error(err, Workload, UNITS)
+        if bound is not None:
+            raise ScenarioError(f"{source}: {bound}") from None
         raise ScenarioError(format_validation(e, source, Workload)) from None
     except Stopped:
         raise           # a stop signal is the user's, never the input's error

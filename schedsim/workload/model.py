@@ -56,6 +56,11 @@ USED_KEYS = (
     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "name", "source",
 )
 _GATED = ("silu", "swish", "swiglu")
+#: the bounds of a model config's figures (a validation, not a work limit: above these a
+#: config is a typo; the largest real ones are far below: hidden 18,432 and 126 layers,
+#: 256 experts, a 256 K vocabulary): widths (hidden, ranks; FFN widths 4x), layers,
+#: heads and head dims, experts, vocabulary
+_WIDTH, _LAYERS, _HEADS, _EXPERTS, _VOCAB = 2 ** 20, 2 ** 14, 2 ** 14, 2 ** 16, 2 ** 24
 
 
 class ModelConfig(BaseModel):
@@ -67,31 +72,31 @@ class ModelConfig(BaseModel):
 
     name: str = "custom"
     source: str = ""
-    hidden_size: int = Field(ge=1)
-    num_hidden_layers: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    num_key_value_heads: int | None = Field(default=None, ge=1)
-    head_dim: int | None = Field(default=None, ge=1)
-    intermediate_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
+    hidden_size: int = Field(ge=1, le=_WIDTH)
+    num_hidden_layers: int = Field(ge=1, le=_LAYERS)
+    num_attention_heads: int = Field(ge=1, le=_HEADS)
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=_HEADS)
+    head_dim: int | None = Field(default=None, ge=1, le=_HEADS)
+    intermediate_size: int = Field(ge=1, le=_WIDTH * 4)
+    vocab_size: int = Field(ge=1, le=_VOCAB)
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
-    num_local_experts: int | None = Field(default=None, ge=1)
-    n_routed_experts: int | None = Field(default=None, ge=1)
-    num_experts: int | None = Field(default=None, ge=1)
-    num_experts_per_tok: int | None = Field(default=None, ge=1)
-    moe_intermediate_size: int | None = Field(default=None, ge=1)
-    n_shared_experts: int | None = Field(default=None, ge=0)
-    shared_expert_intermediate_size: int | None = Field(default=None, ge=0)
-    first_k_dense_replace: int = Field(default=0, ge=0)
-    moe_layer_freq: int = Field(default=1, ge=1)
-    decoder_sparse_step: int = Field(default=1, ge=1)
+    num_local_experts: int | None = Field(default=None, ge=1, le=_EXPERTS)
+    n_routed_experts: int | None = Field(default=None, ge=1, le=_EXPERTS)
+    num_experts: int | None = Field(default=None, ge=1, le=_EXPERTS)
+    num_experts_per_tok: int | None = Field(default=None, ge=1, le=_EXPERTS)
+    moe_intermediate_size: int | None = Field(default=None, ge=1, le=_WIDTH * 4)
+    n_shared_experts: int | None = Field(default=None, ge=0, le=_EXPERTS)
+    shared_expert_intermediate_size: int | None = Field(default=None, ge=0, le=_WIDTH * 4)
+    first_k_dense_replace: int = Field(default=0, ge=0, le=_LAYERS)
+    moe_layer_freq: int = Field(default=1, ge=1, le=_LAYERS)
+    decoder_sparse_step: int = Field(default=1, ge=1, le=_LAYERS)
     mlp_only_layers: tuple[int, ...] = ()
-    q_lora_rank: int | None = Field(default=None, ge=1)
-    kv_lora_rank: int | None = Field(default=None, ge=1)
-    qk_nope_head_dim: int | None = Field(default=None, ge=1)
-    qk_rope_head_dim: int | None = Field(default=None, ge=0)
-    v_head_dim: int | None = Field(default=None, ge=1)
+    q_lora_rank: int | None = Field(default=None, ge=1, le=_WIDTH)
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=_WIDTH)
+    qk_nope_head_dim: int | None = Field(default=None, ge=1, le=_HEADS)
+    qk_rope_head_dim: int | None = Field(default=None, ge=0, le=_HEADS)
+    v_head_dim: int | None = Field(default=None, ge=1, le=_HEADS)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -209,19 +214,22 @@ class ModelConfig(BaseModel):
                 + self.embedding_params() + head + self.hidden_size)
 
 
-def model_from_dict(data: dict[str, Any], source: str = "config") -> ModelConfig:
+def model_from_dict(data: dict[str, Any], source: str = "") -> ModelConfig:
     """A :class:`ModelConfig` from a config.json dict: :data:`IGNORED_KEYS` dropped,
-    any other unknown key refused. Raises :class:`ScenarioError` (one line naming the
-    key and the closest known one, or the bad value)."""
+    any other unknown key refused. ``source``: what the message starts with (a path, a
+    preset; ``""``: a table given inline). Raises :class:`ScenarioError` (one line
+    naming the key and the closest known one, or the bad value; a figure out of its
+    bounds with the value and the allowed range, :func:`~schedsim.util.validation.range_error`)."""
     from schedsim.util.suggest import did_you_mean
 
     if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: a model config is a JSON object of config.json keys")
+        raise ScenarioError(f"{source or 'model'}: a model config is a JSON object of "
+                            f"config.json keys")
     unknown = sorted(k for k in data if k not in USED_KEYS and k not in IGNORED_KEYS)
     if unknown:
         k = unknown[0]
         more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:4])})" if len(unknown) > 1 else ""
-        raise ScenarioError(f"{source}: unknown model config key {k!r}{did_you_mean(k, USED_KEYS)}"
+        raise ScenarioError(f"{source + ': ' if source else ''}unknown model config key {k!r}{did_you_mean(k, USED_KEYS)}"
                             f"{more}; the keys used are in schedsim.workload.model.USED_KEYS, "
                             f"the ignored ones in IGNORED_KEYS")
     kept = {k: v for k, v in data.items() if k in USED_KEYS}
@@ -230,9 +238,16 @@ def model_from_dict(data: dict[str, Any], source: str = "config") -> ModelConfig
     try:
         return ModelConfig.model_validate(kept)
     except ValidationError as e:
+        from schedsim.util.validation import range_error
+
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
-        raise ScenarioError(f"{source}: model config {loc!r}: {err['msg']}") from None
+        where = f"{source}: " if source else ""
+        bound = range_error(err, ModelConfig)
+        if bound is not None:
+            raise ScenarioError(f"{where}model config {bound}") from None
+        from schedsim.util.validation import describe_error
+
+        raise ScenarioError(f"{where}model config {describe_error(err)}") from None
 
 
 def load_model(name_or_path: str | Path | ModelConfig | dict) -> ModelConfig:

@@ -235,16 +235,19 @@ class WorkloadResult:
 
     def line(self) -> str:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank; allocated,
-        and reserved where computed) and the fit."""
+        and reserved where computed) of the HBM, at one precision
+        (:func:`~schedsim.util.units.fmt_gib_pair`), and the fit."""
+        from schedsim.util.units import fmt_gib, fmt_gib_pair
+
         peak = max(self.peak_memory_bytes)
         rp = self.peak_reserved_bytes
         worst = peak if rp is None else max(rp)
-        fit = ("fits" if self.fits else
-               f"does NOT fit ({worst / GiB:.1f} > {self.hbm_bytes / GiB:.0f} GiB)")
-        res = "" if rp is None else f" allocated, {max(rp) / GiB:.1f} GiB reserved,"
+        worst_text, hbm = fmt_gib_pair(worst, self.hbm_bytes)
+        fit = "fits" if self.fits else f"does NOT fit ({worst_text} > {hbm})"
+        res = "" if rp is None else f" allocated, {worst_text} reserved,"
+        peak_text = worst_text if rp is None else fmt_gib(peak)
         return (f"step {self.step_ms:.1f} ms, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-                f"MFU {self.mfu * 100:.1f}%, peak {peak / GiB:.1f} GiB{res} of "
-                f"{self.hbm_bytes / GiB:.0f} ({fit})")
+                f"MFU {self.mfu * 100:.1f}%, peak {peak_text}{res} of {hbm} ({fit})")
 
 
 def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> WorkloadResult:

@@ -6,8 +6,10 @@ other.
 - ``[schedule] microbatches`` follows from the batch (``global_batch_size /
   (micro_batch_size x dp)``; given: it must agree);
 - the workload's ``chunks`` is the stages per rank the generator builds (a V schedule:
-  2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it;
-- the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms),
+  2); a ``chunks`` given in ``[workload]`` is passed to a generator that takes it
+  (:func:`workload_params`, when the program is built);
+- the costs are the derived ones in ms (a kind typed in ``[costs]`` still wins, in ms;
+  a ``[costs] unit`` other than ``ms`` is refused),
   the P2P links the pipeline's unless ``[link]`` sets them.
 
 Raises :class:`~schedsim.errors.ScenarioError` (a :class:`WorkloadError` for a broken
@@ -21,10 +23,17 @@ from schedsim.errors import ScenarioError
 from schedsim.workload.layout import Workload, WorkloadError, workload_from_dict
 
 
-def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
+def resolve_workload(table: dict[str, Any], schedule: Any,
+                     flags: dict[tuple[str, str], str] | None = None) -> Workload:
     """The checked :class:`Workload` of ``table`` (the ``[workload]`` dict) given the
-    scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks``,
-    ``microbatches`` and ``chunks`` it fills in place without marking them as set."""
+    scenario's ``schedule`` section (a ``ScheduleSection``), whose ``ranks`` and
+    ``microbatches`` it fills in place without marking them as set.
+    ``flags``: the ``(table, key)`` a command-line flag set -> the flag's field name
+    (:func:`schedsim.scenario.parse_scenario`); a ``ranks`` or ``microbatches`` a flag set
+    that disagrees with the workload is a :class:`~schedsim.errors.FlagError` naming the
+    flag (``-p``/``-m``), else a :class:`WorkloadError` / :class:`ScenarioError` naming
+    the ``[schedule]`` key."""
+    from schedsim.errors import FlagError
     from schedsim.generators import generated_stages, get
 
     data = dict(table)
@@ -36,35 +45,61 @@ def resolve_workload(table: dict[str, Any], schedule: Any) -> Workload:
         pp = int(data.get("pp", 1)) if str(data.get("pp", 1)).isdigit() else 1
         data["chunks"] = max(1, generated_stages(gen, pp, params) // pp)
     w = workload_from_dict(data).check()
+    flag_of = flags or {}
     if schedule.ranks is not None and schedule.ranks != w.pp:
+        flag = flag_of.get(("schedule", "ranks"))
+        if flag is not None:
+            raise FlagError(flag, f"{schedule.ranks} but the scenario's [workload] pp = "
+                            f"{w.pp} (its pipeline ranks): drop the flag, or change pp")
         raise WorkloadError("layers fill pp x chunks stages",
                             f"[schedule] ranks = {schedule.ranks} but [workload] pp = {w.pp}: "
                             f"drop one")
     if schedule.microbatches is not None and schedule.microbatches != w.microbatches:
-        raise ScenarioError(f"[schedule] microbatches = {schedule.microbatches} but the "
-                            f"workload runs global_batch_size / (micro_batch_size x dp) = "
-                            f"{w.global_batch_size} / ({w.micro_batch_size} x "
-                            f"{w.data_parallel}) = {w.microbatches}: drop microbatches")
+        runs = (f"the workload runs global_batch_size / (micro_batch_size x dp) = "
+                f"{w.global_batch_size} / ({w.micro_batch_size} x {w.data_parallel}) = "
+                f"{w.microbatches}")
+        flag = flag_of.get(("schedule", "microbatches"))
+        if flag is not None:
+            raise FlagError(flag, f"{schedule.microbatches} but {runs}: drop the flag, or "
+                            f"change global_batch_size")
+        raise ScenarioError(f"[schedule] microbatches = {schedule.microbatches} but {runs}: "
+                            f"drop microbatches")
     object.__setattr__(schedule, "ranks", w.pp)
     object.__setattr__(schedule, "microbatches", w.microbatches)
-    if schedule.name and "chunks" in table:
-        gen = get(schedule.name)
-        if "chunks" in gen.accepted() and "chunks" not in params:
-            extra = schedule.__pydantic_extra__
-            if extra is None:
-                extra = {}
-                object.__setattr__(schedule, "__pydantic_extra__", extra)
-            extra["chunks"] = w.chunks
     return w
 
 
-def apply_workload(sc: Any) -> Workload:
+def workload_params(table: dict[str, Any], gen: Any, params: dict[str, Any],
+                    w: Workload) -> dict[str, Any]:
+    """``params`` (a generator's, from ``[schedule]``) with the ``chunks`` a ``[workload]``
+    ``table`` gives, for a generator ``gen`` that takes them and a ``[schedule]`` that
+    does not set them: added when the program is built, not to the ``[schedule]`` table,
+    so that a scenario read again under another ``-s`` does not carry them (``-s 1f1b``
+    on an interleaved workload scenario read "'1f1b' takes no parameter 'chunks'")."""
+    if "chunks" in table and "chunks" in gen.accepted() and "chunks" not in params:
+        return {**params, "chunks": w.chunks}
+    return params
+
+
+def check_costs_unit(costs: Any) -> None:
+    """A ``[workload]`` derives its costs in ms, so a ``[costs] unit`` other than ``ms``
+    beside it (``unit = "slot"`` printed ms costs as slots) is refused: a
+    :class:`ScenarioError` naming both tables and the key to remove. ``unit = "ms"``
+    agrees and passes (a ``schedsim calibrate`` cost file writes it)."""
+    if "unit" in costs.model_fields_set and costs.unit != "ms":
+        raise ScenarioError(f"[costs] unit = {costs.unit!r} beside a [workload]: the "
+                            f"workload derives its costs in ms (a kind typed in [costs] "
+                            f"is read in ms too); remove unit from [costs]")
+
+
+def apply_workload(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> Workload:
     """Fill the scenario ``sc`` from its ``[workload]`` (a ``model`` path relative to the
     scenario's folder): the schedule's sizes
     (:func:`resolve_workload`), the derived costs in ms under the kinds ``[costs]``
-    types (their unit ms unless ``[costs] unit`` says otherwise) and, unless ``[link]``
-    sets something, the pipeline links. Returns the workload. Raises
-    :class:`ScenarioError` when ``[model]`` is given too."""
+    types (in ms: :func:`check_costs_unit`) and, unless ``[link]`` sets something, the
+    pipeline links. ``flags``: as :func:`resolve_workload` takes them. Returns the
+    workload. Raises :class:`ScenarioError` when ``[model]`` is given too or ``[costs]
+    unit`` is not ``ms``."""
     from schedsim.workload.derive import placement_free_models
 
     if sc.model is not None:
@@ -77,7 +112,8 @@ def apply_workload(sc: Any) -> Workload:
     model = table.get("model")
     if isinstance(model, str) and model.lower() not in MODELS:
         table["model"] = str(sc.resolve(model))     # a config.json beside the scenario
-    w = resolve_workload(table, sc.schedule)
+    check_costs_unit(sc.costs)
+    w = resolve_workload(table, sc.schedule, flags)
     costs, link = placement_free_models(w, connections=sc.comm.connections)
     derived = sc.costs.with_derived(costs._derived, costs.message_bytes)
     if "unit" not in sc.costs.model_fields_set:
@@ -98,3 +134,88 @@ def derive_scenario(sc: Any, placement: Any) -> Any:
     d = derive(sc.workload_model(), placement)
     d.costs, d.link = sc.costs, sc.link
     return d
+
+
+def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> float | None:
+    """``[schedule] mem_limit`` (``--mem-limit``) given as a size (``"76GiB"``: bytes per
+    GPU, :func:`schedsim.util.units.parse_size`) as the planners' activation limit in
+    microbatches' worth (``M_B``), through the scenario ``sc``'s workload
+    (:func:`mem_limit_microbatches`); a number as text (``"4"``) as that number; None
+    when ``mem_limit`` is unset or a number already. Raises :class:`ScenarioError` (a
+    :class:`~schedsim.errors.FlagError` naming ``--mem-limit`` when the flag set it) for
+    a bad text, a size without a ``[workload]``, or a size that holds less than one
+    microbatch."""
+    from schedsim.errors import FlagError
+    from schedsim.util.units import parse_size
+
+    text = (sc.schedule.model_extra or {}).get("mem_limit")
+    if not isinstance(text, str):
+        return None
+    flag = (flags or {}).get(("schedule", "mem_limit"))
+    what = "--mem-limit" if flag is not None else "[schedule] mem_limit"
+
+    def refuse(reason: str) -> None:
+        if flag is not None:
+            raise FlagError(flag, reason)
+        raise ScenarioError(f"{what} {text!r}: {reason}")
+
+    try:
+        nbytes, is_bytes = parse_size(text, what)
+    except ScenarioError as e:
+        if flag is not None:
+            raise FlagError(flag, str(e)) from None
+        raise
+    if not is_bytes:
+        return nbytes
+    w = sc.workload_model()
+    if w is None or not sc.schedule.name:
+        refuse(f"{text} is bytes per GPU, which only a scenario's [workload] (model and "
+               f"GPU) converts to microbatches' activations; without one give a number of "
+               f"microbatches (e.g. 4)")
+    try:
+        return mem_limit_microbatches(w, sc.schedule.name, sc.schedule.generator_params(),
+                                      nbytes)
+    except WorkloadError as e:
+        refuse(f"{text}: {e}")
+    raise AssertionError("unreachable")          # pragma: no cover
+
+
+def mem_limit_microbatches(w: Workload, schedule_name: str, params: dict[str, Any],
+                           nbytes: float) -> float:
+    """``nbytes`` of memory per GPU as the activation limit of the memory-limited
+    planners (zb-1p, zb-2p, zbv) in microbatches' worth (``M_B``): per pipeline rank, the
+    bytes its static state (parameters, gradients, optimizer states, FSDP copies:
+    :func:`~schedsim.workload.memory.static_bytes`) and P2P receive buffers leave,
+    divided by one microbatch's stored activations on the rank (the stages it holds
+    under the generator's placement, ``params`` its parameters), the tightest rank's.
+    Under ``framework = "torchtitan"`` the stage-held FSDP state (gathered parameters,
+    unsharded and sharded gradients) is subtracted too. The planners bound stored
+    activations only: a backward's working set and torchtitan's outputs retained per
+    microbatch are outside their model, so the simulated peak can exceed ``nbytes`` (the
+    step line says whether it fits). Raises :class:`WorkloadError` (rule ``sizes``) when
+    a rank is left less than one microbatch."""
+    from schedsim.generators import generated_stages, get
+    from schedsim.program.ir import Placement
+    from schedsim.util.units import fmt_gib
+    from schedsim.workload.derive import derive
+
+    gen = get(schedule_name)
+    kind = gen.placement.split()[0]
+    pl = Placement(kind=kind, ranks=w.pp, stages=generated_stages(gen, w.pp, params))
+    d = derive(w, pl)
+    rows = []
+    for r in range(w.pp):
+        act = sum(d.stage_bytes[s].stored for s in pl.stages_of(r))
+        base = d.static[r].total + d.recv_bytes[r]
+        if d.stage_held is not None:        # torchtitan: FSDP copies held over the step
+            base += sum(d.stage_held[s].gathered + d.stage_held[s].grads
+                        + d.stage_held[s].sharded_grads for s in pl.stages_of(r))
+        rows.append(((nbytes - base) / act if act > 0 else float("inf"), r, base, act))
+    limit, r, base, act = min(rows)
+    if not limit >= 1:
+        raise WorkloadError("sizes", f"rank {r}'s static bytes and buffers "
+                            f"({fmt_gib(base)}) leave {fmt_gib(max(0.0, nbytes - base))} of "
+                            f"{fmt_gib(nbytes)}, less than one microbatch's activations "
+                            f"({fmt_gib(act)}): give more memory, or a number of "
+                            f"microbatches")
+    return limit
