@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from schedsim.analysis.memory import MemoryModel, param_memory, peak_activation_run
 from schedsim.analysis.metrics import bubble_metrics
-from schedsim.errors import SchedsimError
+from schedsim.errors import ScenarioError, SchedsimError
 from schedsim.generators import generated_stages
 from schedsim.scenario import parse_scenario
 from schedsim.scenario_flags import parse_value
@@ -453,3 +453,22 @@ def params_for_schedules(**given: Any) -> dict[str, dict]:
     gen_keys = {k for g in GENERATORS.values() for k in g.accepted()}
     return {n: {k: v for k, v in given.items() if k not in gen_keys or k in g.accepted()}
             for n, g in GENERATORS.items()}
+
+
+def none_ran(ran: int, skipped: dict[str, str], where: str) -> None:
+    """Refuse a ``compare`` in which no schedule ran (``ran`` rows; ``skipped``: each
+    refused schedule and why; ``where``: the size, e.g. ``at 4 ranks x 2 microbatches``):
+    an empty table with exit 0 would read as success. Raises :class:`~schedsim.errors.ScenarioError`
+    (exit 2), one line with the reasons of up to three schedules, else their names and
+    the first reason."""
+    if ran:
+        return
+    if not skipped:
+        raise ScenarioError("no schedule to compare: --schedules names none; give names "
+                            "from 'schedsim list', e.g. --schedules 1f1b,zbv")
+    why = list(skipped.items())
+    reasons = "; ".join(f"{n}: {w}" for n, w in why) if len(why) <= 3 else \
+        f"all {len(why)} were skipped ({', '.join(skipped)}); the first, {why[0][0]}: " \
+        f"{why[0][1]}"
+    raise ScenarioError(f"no schedule ran {where}: {reasons}; give a size they accept or "
+                        f"other --schedules")

@@ -28,3 +28,15 @@ def ref_path(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"reference data not found: {p}")
     return p
+
+
+def shuffled_ranks(ranks, rnd) -> list[list]:
+    """Each rank's instruction row with ``len(row) // 3`` random swaps (``rnd``: a
+    ``random.Random``): orders that no generator writes, for tests that compare two forms
+    of one computation on arbitrary programs."""
+    rows = [list(r) for r in ranks]
+    for r in rows:
+        for _ in range(len(r) // 3):
+            i, j = rnd.randrange(len(r)), rnd.randrange(len(r))
+            r[i], r[j] = r[j], r[i]
+    return rows

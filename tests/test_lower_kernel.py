@@ -13,6 +13,7 @@ from schedsim import generate, lower
 from schedsim.generators import build_program
 from schedsim.program.comm_plan import atom_comms, link_order
 from schedsim.program.ir import Placement, Schedule
+from conftest import shuffled_ranks
 
 pytest.importorskip("numba")
 
@@ -32,11 +33,7 @@ def _schedules() -> list[tuple[str, Schedule]]:
     for name, p, m in [("1f1b", 6, 16), ("zb-1p", 4, 10), ("gpipe", 5, 9)]:
         sc = generate(name, p, m)
         for t in range(3):
-            rows = [list(r) for r in sc.ranks]
-            for r in rows:
-                for _ in range(len(r) // 3):
-                    i, j = rnd.randrange(len(r)), rnd.randrange(len(r))
-                    r[i], r[j] = r[j], r[i]
+            rows = shuffled_ranks(sc.ranks, rnd)
             out.append((f"shuffled-{name}-{t}", Schedule(
                 name=name, placement=sc.placement, microbatches=m, ranks=rows)))
     return out

@@ -15,6 +15,7 @@ from schedsim.program.ir import Placement, Program, Schedule
 from schedsim.sim.costs import CommModel, CostModel
 from schedsim.sim.prep import prep
 from schedsim.sim.simulate import simulate
+from conftest import shuffled_ranks
 
 pytest.importorskip("numba")
 
@@ -29,11 +30,7 @@ def _programs() -> list[tuple[str, Program]]:
     rnd = random.Random(3)
     sc = generate("1f1b", 5, 9)
     for t in range(3):
-        rows = [list(r) for r in sc.ranks]
-        for r in rows:
-            for _ in range(len(r) // 3):
-                i, j = rnd.randrange(len(r)), rnd.randrange(len(r))
-                r[i], r[j] = r[j], r[i]
+        rows = shuffled_ranks(sc.ranks, rnd)
         out.append((f"shuffled-{t}", lower(Schedule(name="1f1b", placement=sc.placement,
                                                     microbatches=9, ranks=rows))))
     pl = Placement(kind="loop", ranks=2, stages=2)

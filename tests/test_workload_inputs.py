@@ -7,34 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from schedsim.cli import app
 from schedsim.util.suggest import closest, did_you_mean
 
-runner = CliRunner()
-
-SMALL = """
-[schedule]
-name = "1f1b"
-[workload]
-model = "llama3.1-8b"
-gpu = "h100-sxm"
-seq = 4096
-global_batch_size = 16
-tp = 2
-pp = 4
-"""
-
-
-def run(*args: object) -> object:
-    return runner.invoke(app, [str(a) for a in args], terminal_width=200)
-
-
-def write(tmp_path: Path, text: str, name: str = "w.toml") -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
+# the small workload scenario and the CLI helpers, one home (test_workload_cli)
+from test_workload_cli import SMALL, run, write  # noqa: E402
 
 
 def one_error(r: object) -> str:

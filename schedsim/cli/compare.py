@@ -149,7 +149,7 @@ def compare_command(o: CompareOptions) -> None:
     """
     from schedsim.analysis.memory import MemoryModel
     from schedsim.cli.common import build_scenario
-    from schedsim.sweep import compare_schedules, params_for_schedules
+    from schedsim.sweep import compare_schedules, none_ran, params_for_schedules
 
     _check_flags(o.scenario_arg, o.scenario, o.memory, o.gantt, o.json_out)
     base = build_scenario(o.scenario_arg or o.scenario, cost=o.cost, semantics=o.semantics,
@@ -190,7 +190,7 @@ def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str |
         plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
         return compare_workload(base, plain, json_out)
     from schedsim.cli.collectives import print_overlap_comparison
-    from schedsim.sweep import compare_overlap_modes
+    from schedsim.sweep import compare_overlap_modes, none_ran
 
     data = base.model_dump(exclude={"base_dir", "schedule"}, exclude_none=True,
                            exclude_unset=True)
@@ -207,25 +207,6 @@ def _check_flags(scenario_arg: Path | None, scenario: Path | None, memory: bool,
     if memory and gantt is None:
         fail("--memory draws a panel under each chart of --gantt: add --gantt FILE.png")
     check_outputs(json_out, figures=(gantt,))
-
-
-def none_ran(ran: int, skipped: dict[str, str], where: str) -> None:
-    """Refuse a ``compare`` in which no schedule ran (``ran`` rows; ``skipped``: each
-    refused schedule and why; ``where``: the size, e.g. ``at 4 ranks x 2 microbatches``):
-    an empty table with exit 0 would read as success. Raises :class:`ScenarioError`
-    (exit 2), one line with the reasons of up to three schedules, else their names and
-    the first reason."""
-    if ran:
-        return
-    if not skipped:
-        raise ScenarioError("no schedule to compare: --schedules names none; give names "
-                            "from 'schedsim list', e.g. --schedules 1f1b,zbv")
-    why = list(skipped.items())
-    reasons = "; ".join(f"{n}: {w}" for n, w in why) if len(why) <= 3 else \
-        f"all {len(why)} were skipped ({', '.join(skipped)}); the first, {why[0][0]}: " \
-        f"{why[0][1]}"
-    raise ScenarioError(f"no schedule ran {where}: {reasons}; give a size they accept or "
-                        f"other --schedules")
 
 
 def _size(base: Scenario, ranks: int | None, microbatches: int | None) -> tuple[int, int]:

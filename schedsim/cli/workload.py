@@ -222,11 +222,9 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
     sizes or layers do not fit is skipped with the reason (none left: exit 2,
-    :func:`schedsim.cli.compare.none_ran`)."""
+    :func:`schedsim.sweep.none_ran`)."""
     from rich.table import Table
-    from schedsim.sweep import compare_workload_schedules
-
-    from schedsim.cli.compare import none_ran
+    from schedsim.sweep import compare_workload_schedules, none_ran
 
     rows, skipped = compare_workload_schedules(sc, names)
     none_ran(len(rows), skipped, "on this [workload]")

@@ -348,16 +348,17 @@ def _window_ranks(tl: Timeline, window: Any, ranks: Any, arrows: bool,
     return (t0, t1), shown
 
 
-def check_highlight(tl: Timeline, highlight: Iterable[tuple[str, int, int, int]]) -> None:
-    """Refuse a highlighted message ``(kind, src, dst, mb)`` that ``tl`` does not have
-    (it would be drawn as nothing): :class:`ScenarioError` naming it as ``KIND:SRC:DST:MB``
-    and the nearest messages the timeline has (fewest differences: kind 1, each rank and
-    microbatch by its distance; at most 3)."""
+def check_highlight(tl: Timeline, highlight: Iterable[tuple[str, int, int, int]]) -> list:
+    """``highlight`` as a list, each message ``(kind, src, dst, mb)`` checked: one that
+    ``tl`` does not have (it would be drawn as nothing) raises :class:`ScenarioError`
+    naming it as ``KIND:SRC:DST:MB`` and the nearest messages the timeline has (fewest
+    differences: kind 1, each rank and microbatch by its distance; at most 3)."""
     from schedsim.errors import ScenarioError
 
+    highlight = list(highlight)
     want = list(dict.fromkeys(highlight))
     if not want:
-        return
+        return highlight
     have = {(m.kind, m.src, m.dst, m.mb) for m in tl.messages}
     for h in want:
         if h in have:
@@ -375,6 +376,7 @@ def check_highlight(tl: Timeline, highlight: Iterable[tuple[str, int, int, int]]
         raise ScenarioError(f"highlight {name}: the timeline has no {kind} message of mb "
                             f"{mb} from rank {src} to {dst} (KIND:SRC:DST:MB); the nearest "
                             f"it has: {near}")
+    return highlight
 
 
 @dataclass(frozen=True)
@@ -394,6 +396,18 @@ class GanttOptions:
     detail: bool = False
     window: tuple[float, float] | None = None
     ranks: Sequence[int] | None = None
+
+
+def _detail_band(ax: Any, tl: Timeline, win: tuple[float, float], n: int) -> list:
+    """Draw each op's compute and collective pieces in one band's axes ``ax`` (time
+    window ``win``, ``n`` rank rows); the legend handles they add
+    (:func:`schedsim.plot.detail.draw_detail`)."""
+    from schedsim.plot.detail import draw_detail
+
+    extra = draw_detail(ax, tl, PAD)
+    ax.set_xlim(*win)
+    ax.set_ylim(0, n)
+    return extra
 
 
 def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figure:
@@ -431,9 +445,8 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
     o = replace(options or GanttOptions(), **kw)
     memory = o.memory
     bx = span_boxes(tl)
-    highlight = list(o.highlight)
+    highlight = check_highlight(tl, o.highlight)
     win_t, shown = _window_ranks(tl, o.window, o.ranks, o.arrows or o.detail, highlight)
-    check_highlight(tl, highlight)
     sub = bx if shown is None else _rows_of(bx, (), shown)[0]
     n = tl.ranks if shown is None else len(shown)
     lay = _layout(tl, sub.select(in_window(sub, *win_t)), o.dpi, bool(memory), o.width,
@@ -442,8 +455,8 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
         lay = with_stuck_room(lay, tl, LEFT_PX + RIGHT_PX)
     mem_h = (lay.band_height * lay.dpi - n * lay.row_px - AXIS_PX) / lay.dpi if memory else 0
     gh = n * lay.row_px / lay.dpi
-    top = 0.55 + (0.3 * len(highlight))
-    fig = Figure(figsize=(lay.width, lay.bands * (lay.band_height + 0.15) + top + 0.7),
+    fig = Figure(figsize=(lay.width, lay.bands * (lay.band_height + 0.15)
+                          + (0.55 + 0.3 * len(highlight)) + 0.7),
                  dpi=lay.dpi, layout="constrained")
     ratios = [gh, mem_h] * lay.bands if memory else [gh] * lay.bands
     axes = fig.subplots(len(ratios), 1, height_ratios=ratios, squeeze=False)[:, 0]
@@ -463,11 +476,7 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
                               highlight=highlight if b == 0 else (), stalls=st, boxes=bx,
                               arrow_data=ar))
         if o.detail:
-            from schedsim.plot.detail import draw_detail
-
-            extra = draw_detail(ax, tl, PAD) or extra
-            ax.set_xlim(*win)
-            ax.set_ylim(0, n)
+            extra = _detail_band(ax, tl, win, n) or extra
         if memory:
             axm = axes[2 * b + 1]
             draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves,
