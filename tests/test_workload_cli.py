@@ -122,6 +122,29 @@ def test_compare_with_a_workload(tmp_path: Path) -> None:
     assert all(x["step_ms"] > 0 and 0 < x["mfu"] < 1 for x in rows)
 
 
+def test_compare_with_a_workload_draws_its_gantt(tmp_path: Path, monkeypatch) -> None:
+    """``compare --gantt --memory`` of a [workload]: one chart and one memory panel (GiB)
+    per schedule on one time axis, as plain compare draws it (it wrote no file, exit 0)."""
+    import schedsim.plot
+
+    figs = []
+    save = schedsim.plot.save_figure
+    monkeypatch.setattr(schedsim.plot, "save_figure", lambda f, p: (figs.append(f),
+                                                                     save(f, p)))
+    png, js = tmp_path / "cmp.png", tmp_path / "c.json"
+    r = run("compare", write(tmp_path, SMALL), "--schedules", "1f1b,zbv", "--gantt", png,
+            "--memory", "--json", js)
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    rows = json.loads(js.read_text())
+    axes = figs[0].get_axes()
+    assert [a.get_title(loc="left") for a in axes[::2]] == [
+        f"{x['schedule']}: step {x['step_ms']:.1f} ms, bubble {x['bubble_ratio']:.3f}"
+        for x in rows]
+    assert [a.get_ylabel() for a in axes[1::2]] == ["memory per rank\n(GiB)"] * 2
+    assert len({a.get_xlim() for a in axes}) == 1
+
+
 BAD = [
     ('model = "llama3.1-8b"', 'model = { hidden_size = 64, num_hidden_layer = 2 }',
      "unknown model config key 'num_hidden_layer'"),
