@@ -98,6 +98,23 @@ def test_two_outputs_on_stdout_are_refused(tmp_path) -> None:
     assert "--json and --trace both write stdout" in r.stderr
 
 
+def test_trace_dash_is_stdout_and_claims_it(tmp_path) -> None:
+    """``--trace -``: the Perfetto trace on stdout, the very bytes ``--trace f.json``
+    writes (it was refused, 'use a .json name'); the table goes to stderr; with
+    ``--format csv`` both would write stdout: refused as ``--json -`` is."""
+    sim = ["simulate", "-s", "1f1b", "-p", "2", "-m", "2"]
+    r = _run([*sim, "--trace", "-"])
+    _run([*sim, "--trace", str(tmp_path / "t.json")])
+    assert r.stdout == (tmp_path / "t.json").read_text()
+    ops = [e["name"] for e in json.loads(r.stdout)["traceEvents"]
+           if e.get("ph") == "X" and e["name"].startswith(("F ", "BW "))]
+    assert sorted(ops) == sorted(["BW mb0", "BW mb1", "F mb0", "F mb1"] * 2)  # 2 ranks
+    assert "makespan 9 slots" in r.stderr
+    r = CliRunner().invoke(app, [*sim, "--trace", "-", "--format", "csv"])
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.strip() == (
+        "error: --format csv and --trace both write stdout: give one of them a file name")
+
+
 def test_unknown_format_is_refused() -> None:
     r = CliRunner().invoke(app, [*ALIGN, "--format", "cvs"])
     assert r.exit_code == 2 and "did you mean 'csv'" in r.stderr and r.stdout == ""

@@ -67,7 +67,7 @@ CostsFileOpt = Annotated[Optional[Path], typer.Option(
 TimelineJsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the Timeline JSON (written even on deadlock).")]
 TraceOpt = Annotated[Optional[Path], typer.Option(
-    "--trace", help="Write a Perfetto / Chrome trace JSON.")]
+    "--trace", help="Write a Perfetto / Chrome trace JSON ('-': stdout).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
     "table, no progress.")]
@@ -201,8 +201,9 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
     if detail and sc.stage_costs() is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
-    if trace is not None and trace.suffix.lower() != ".json":
-        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
+    if trace is not None and trace.suffix.lower() != ".json" and str(trace) != "-":
+        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name "
+                            f"(or - for stdout)")
     for out in (json_out, gantt, trace):
         if out is not None:
             check_output_path(out)       # fail before simulating, not after
@@ -228,7 +229,7 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
             from schedsim.interop.perfetto import write_trace
 
             ph.step(f"writing {trace}")
-            write_trace(outs.path(trace), [tl])
+            write_trace(outs.path(trace, ".json"), [tl])     # ('-': stdout)
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,
