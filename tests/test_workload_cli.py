@@ -112,6 +112,22 @@ def test_costs_command(tmp_path: Path) -> None:
     assert run("costs", "-s", "1f1b", "-p", "2", "-m", "2").exit_code == 2
 
 
+def test_costs_takes_the_table_options(tmp_path: Path) -> None:
+    """``costs -q`` (the README: -q on every command that prints a table) and ``--format
+    csv``: it said 'No such option: -q'. -q: the lines without the table; csv: the
+    table's rows on stdout, one per stage, the F ms of --json."""
+    p = write(tmp_path, SMALL)
+    full, quiet = run("costs", p), run("costs", p, "-q")
+    assert quiet.exit_code == 0 and "┃" in full.stdout and "┃" not in quiet.stdout
+    assert quiet.stdout.splitlines() == full.stdout.splitlines()[-len(
+        quiet.stdout.splitlines()):] and "rank 3: static" in quiet.stdout
+    r = run("costs", p, "--format", "csv", "--json", tmp_path / "c.json")
+    b = json.loads((tmp_path / "c.json").read_text())
+    rows = r.stdout.splitlines()
+    assert rows[0] == "stage,rank,layers,F,B,W,BW,TFLOP,act GiB,stash GiB"
+    assert [x.split(",")[3] for x in rows[1:]] == [f"{s['ms']['F']:.2f}" for s in b["stages"]]
+
+
 def test_compare_with_a_workload(tmp_path: Path) -> None:
     r = run("compare", "--scenario", write(tmp_path, SMALL), "--schedules",
             "1f1b,zbv,interleaved-1f1b", "--json", tmp_path / "c.json")

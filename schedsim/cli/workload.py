@@ -179,7 +179,7 @@ def _print_breakdown(b: dict[str, Any]) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def costs(
     sc: Scenario,
