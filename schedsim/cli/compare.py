@@ -39,6 +39,7 @@ from schedsim.cli.common import (
 from schedsim.cli.options import GanttOpt
 from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
+from schedsim.cli.tables import data_format
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time, with_unit
@@ -84,8 +85,8 @@ CompareMemoryOpt = Annotated[bool, typer.Option(
     "--memory", help="--gantt: an activation-memory panel under each schedule's chart "
     "(the memory model of --memory-model).")]
 CompareQuietOpt = Annotated[bool, typer.Option(
-    "--quiet", "-q", help="One line per schedule (makespan, bubble ratio); no table, no "
-    "progress.")]
+    "--quiet", "-q", help="One line per schedule (makespan, bubble ratio); no table "
+    "(--format csv|json: the rows still), no progress.")]
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,8 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
     ``quiet`` one line per schedule) and write its --json records."""
     if quiet:
         write_json(json_out, lambda: compare_records(res, ranks, costs))
+        if data_format():               # --format csv|json asks for the rows even so
+            console.print(_table(res, ranks))
         for r in res.rows:
             console.print(f"{escape(r.schedule)}: makespan "
                           f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "

@@ -44,6 +44,7 @@ from schedsim.cli.options import (
     WindowOpt,
 )
 from schedsim.cli.records import options_record
+from schedsim.cli.tables import data_format, rows_only
 from schedsim.cli.workload import (
     GpuOpt,
     ModelOpt,
@@ -70,7 +71,7 @@ TraceOpt = Annotated[Optional[Path], typer.Option(
     "--trace", help="Write a Perfetto / Chrome trace JSON ('-': stdout).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
-    "table, no progress.")]
+    "table (--format csv|json: the rows still), no progress.")]
 
 
 def result_line(tl: Timeline) -> str:
@@ -171,18 +172,19 @@ def simulate(sc: Scenario, o: SimulateOptions) -> None:
             warn_costs(sc, tl)
             fail_deadlock(tl, sc)
     warn_costs(sc, tl)
+    if not o.quiet or data_format():        # -q --format csv|json: the rows alone
+        with rows_only(o.quiet):
+            print_summary(tl)
+            if sc.stage_costs() is not None:
+                from schedsim.cli.collectives import print_stage_costs
+
+                print_stage_costs(sc, prog.placement.stages, tl)
+            if wres is not None:
+                print_workload(wres)
     if o.quiet:
         console.print(result_line(tl), highlight=False)
         if wres is not None:
             console.print(workload_line(wres), highlight=False)
-        return
-    print_summary(tl)
-    if sc.stage_costs() is not None:
-        from schedsim.cli.collectives import print_stage_costs
-
-        print_stage_costs(sc, prog.placement.stages, tl)
-    if wres is not None:
-        print_workload(wres)
 
 
 def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
