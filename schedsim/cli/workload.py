@@ -215,6 +215,28 @@ def costs(
     _print_breakdown(b)
 
 
+def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None,
+                   gantt: Path | None, memory: Any) -> None:
+    """The outputs of :func:`compare_workload`, together or none: ``json_out`` (a record
+    per schedule), ``gantt`` (a chart per schedule on one time axis, titled ``head``;
+    ``memory``: a memory panel each)."""
+    from schedsim.util.files import output_group
+
+    with output_group() as outs:
+        if json_out is not None:
+            outs.path(json_out).write_text(json.dumps(
+                [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
+                  "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
+        if gantt is not None:
+            from schedsim.plot import gantt_stack, save_figure
+
+            titles = [f"{n}: step {r.step_ms:.1f} ms, bubble {r.bubble_ratio:.3f}"
+                      for n, r in rows]
+            save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
+                                    suptitle=f"{head}, one time axis", memory=memory),
+                        outs.path(gantt))
+
+
 def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None,
                      gantt: Path | None = None, memory: Any = None) -> None:
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
@@ -230,23 +252,11 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
 
     rows, skipped = compare_workload_schedules(sc, names)
     none_ran(len(rows), skipped, "on this [workload]")
-    semantics = sc.comm.semantics
-    if json_out is not None:
-        from schedsim.util.files import atomic_write_text
-
-        atomic_write_text(json_out, json.dumps(
-            [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
-              "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
     w = sc.workload_model()
     head = (f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
-            f"{w.data_parallel}, {w.microbatches} microbatches, {semantics} semantics")
-    if gantt is not None:
-        from schedsim.plot import gantt_stack, save_figure
-
-        titles = [f"{n}: step {r.step_ms:.1f} ms, bubble {r.bubble_ratio:.3f}"
-                  for n, r in rows]
-        save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
-                                suptitle=f"{head}, one time axis", memory=memory), gantt)
+            f"{w.data_parallel}, {w.microbatches} microbatches, {sc.comm.semantics} "
+            f"semantics")
+    _write_compare(rows, head, json_out, gantt, memory)
     t = Table(title=rich_escape(head))
     reserved = any(r.peak_reserved_bytes for _, r in rows)
     for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
