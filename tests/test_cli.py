@@ -217,6 +217,19 @@ def test_param_values_are_typed() -> None:
     assert "makespan 63" in a.stdout and "makespan 63" in b.stdout
 
 
+@pytest.mark.parametrize("cmd", [["simulate", SCHEDULES / "1f1b.toml"],
+                                 ["compare", "-p", "2", "-m", "2", "--schedules", "1f1b"]])
+def test_a_figure_path_that_is_a_folder_or_stdout_says_so(tmp_path: Path, cmd) -> None:
+    """``--gantt DIR`` and ``--gantt -`` said "unsupported figure format ''"."""
+    r = run(*cmd, "--gantt", tmp_path)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.strip() == (
+        f"error: {tmp_path} is a directory: give a file name such as {tmp_path}/gantt.png")
+    r = run(*cmd, "--gantt", "-")
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.strip() == (
+        "error: a figure cannot go to stdout: give a file name (.png, .svg, .pdf)")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_outputs_appear_together_or_not_at_all(tmp_path: Path) -> None:
     ok = tmp_path / "ok.json"
     r = run("simulate", SCHEDULES / "1f1b.toml", "--json", ok, "--gantt",

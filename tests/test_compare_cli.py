@@ -82,6 +82,9 @@ def test_global_flags_go_to_the_schedules_that_take_them() -> None:
     ([FIG, "--scenario", FIG], "give the scenario once"),
     ([FIG, "--memory"], "add --gantt"),
     ([FIG, "--gantt", "x.gif"], "unsupported figure format"),
+    # per overlap mode there is no chart to draw (it was skipped silently, exit 0)
+    (["schedules/dualpipe-moe-small.toml", "--model-overlap", "none,fb", "--gantt",
+      "x.png"], "compare --model-overlap draws no chart: drop --gantt and --memory"),
 ])
 def test_compare_refuses(args: list[str], says: str) -> None:
     r = CliRunner().invoke(app, ["compare", *args])

@@ -98,6 +98,44 @@ def test_two_outputs_on_stdout_are_refused(tmp_path) -> None:
     assert "--json and --trace both write stdout" in r.stderr
 
 
+def test_trace_dash_is_stdout_and_claims_it(tmp_path) -> None:
+    """``--trace -``: the Perfetto trace on stdout, the very bytes ``--trace f.json``
+    writes (it was refused, 'use a .json name'); the table goes to stderr; with
+    ``--format csv`` both would write stdout: refused as ``--json -`` is."""
+    sim = ["simulate", "-s", "1f1b", "-p", "2", "-m", "2"]
+    r = _run([*sim, "--trace", "-"])
+    _run([*sim, "--trace", str(tmp_path / "t.json")])
+    assert r.stdout == (tmp_path / "t.json").read_text()
+    ops = [e["name"] for e in json.loads(r.stdout)["traceEvents"]
+           if e.get("ph") == "X" and e["name"].startswith(("F ", "BW "))]
+    assert sorted(ops) == sorted(["BW mb0", "BW mb1", "F mb0", "F mb1"] * 2)  # 2 ranks
+    assert "makespan 9 slots" in r.stderr
+    r = CliRunner().invoke(app, [*sim, "--trace", "-", "--format", "csv"])
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.strip() == (
+        "error: --format csv and --trace both write stdout: give one of them a file name")
+
+
+@pytest.mark.parametrize("cmd,quiet_lines", [
+    (["simulate", "-s", "1f1b", "-p", "4", "-m", "8"],
+     ["makespan 33 slots   bubble ratio 0.273 (idle / (ranks x makespan))"]),
+    (["compare", "-p", "4", "-m", "8", "--schedules", "1f1b,zbv"],
+     ["1f1b: makespan 33 slots, bubble ratio 0.273",
+      "zbv: makespan 25.5 slots, bubble ratio 0.059"]),
+    (["plan", "--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h100-sxm", "--tp", "2",
+      "--pp", "4", "--schedules", "1f1b", "--recompute", "none"], None)])
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_quiet_with_a_data_format_prints_the_rows(cmd, quiet_lines, fmt: str) -> None:
+    """``-q --format csv|json`` (simulate, compare, plan: commands with their own -q):
+    stdout holds the very rows ``--format csv|json`` alone prints (it held nothing); -q
+    still silences the human-readable lines: stderr has the -q lines alone."""
+    full, quiet = _run([*cmd, "--format", fmt]), _run([*cmd, "--format", fmt, "-q"])
+    assert quiet.stdout == full.stdout and full.stdout.strip()
+    if quiet_lines is None:         # plan's -q drops its tables alone: the same lines
+        assert quiet.stderr == full.stderr and quiet.stderr.startswith("plan: llama3.1-8b")
+    else:
+        assert quiet.stderr.splitlines() == quiet_lines != full.stderr.splitlines()
+
+
 def test_unknown_format_is_refused() -> None:
     r = CliRunner().invoke(app, [*ALIGN, "--format", "cvs"])
     assert r.exit_code == 2 and "did you mean 'csv'" in r.stderr and r.stdout == ""

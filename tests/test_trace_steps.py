@@ -46,6 +46,20 @@ def test_shipped_trace_imports_its_median_step():
     assert r.exit_code == 0 and "imported step 9, the median makespan" in r.output
 
 
+def test_import_trace_takes_the_table_options():
+    """``import-trace`` has -q and --format as every table command (it had neither): -q
+    prints the lines without the per-rank table, --format csv its rows on stdout."""
+    files = sorted((TRACES / "gpipe").glob("rank*.json.gz"))
+    q = runner.invoke(app, ["import-trace", *map(str, files), "-q"])
+    assert q.exit_code == 0 and "┃" not in q.stdout and "messages," in q.stdout
+    r = runner.invoke(app, ["import-trace", *map(str, files), "--format", "csv"])
+    tl = import_traces(files)
+    assert r.exit_code == 0 and r.stdout.splitlines() == [
+        "rank,busy,idle,bubble ratio,first start,last end",
+        *(f"{p.rank},{p.busy:.4g},{p.idle:.4g},{p.bubble_ratio:.3f},{p.first_start:.4g},"
+          f"{p.last_end:.4g}" for p in tl.per_rank)]
+
+
 def test_check_trace_reports_every_step(tmp_path):
     """check-trace of a multi-step trace: the median step heads (its errors are the
     top-level ones), then the errors over every step, median and range, and each step's

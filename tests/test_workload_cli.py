@@ -112,6 +112,22 @@ def test_costs_command(tmp_path: Path) -> None:
     assert run("costs", "-s", "1f1b", "-p", "2", "-m", "2").exit_code == 2
 
 
+def test_costs_takes_the_table_options(tmp_path: Path) -> None:
+    """``costs -q`` (the README: -q on every command that prints a table) and ``--format
+    csv``: it said 'No such option: -q'. -q: the lines without the table; csv: the
+    table's rows on stdout, one per stage, the F ms of --json."""
+    p = write(tmp_path, SMALL)
+    full, quiet = run("costs", p), run("costs", p, "-q")
+    assert quiet.exit_code == 0 and "┃" in full.stdout and "┃" not in quiet.stdout
+    assert quiet.stdout.splitlines() == full.stdout.splitlines()[-len(
+        quiet.stdout.splitlines()):] and "rank 3: static" in quiet.stdout
+    r = run("costs", p, "--format", "csv", "--json", tmp_path / "c.json")
+    b = json.loads((tmp_path / "c.json").read_text())
+    rows = r.stdout.splitlines()
+    assert rows[0] == "stage,rank,layers,F,B,W,BW,TFLOP,act GiB,stash GiB"
+    assert [x.split(",")[3] for x in rows[1:]] == [f"{s['ms']['F']:.2f}" for s in b["stages"]]
+
+
 def test_compare_with_a_workload(tmp_path: Path) -> None:
     r = run("compare", "--scenario", write(tmp_path, SMALL), "--schedules",
             "1f1b,zbv,interleaved-1f1b", "--json", tmp_path / "c.json")
@@ -120,6 +136,29 @@ def test_compare_with_a_workload(tmp_path: Path) -> None:
     assert [x["schedule"] for x in rows] == ["1f1b", "zbv", "interleaved-1f1b"]
     assert [x["stages"] for x in rows] == [4, 8, 8]
     assert all(x["step_ms"] > 0 and 0 < x["mfu"] < 1 for x in rows)
+
+
+def test_compare_with_a_workload_draws_its_gantt(tmp_path: Path, monkeypatch) -> None:
+    """``compare --gantt --memory`` of a [workload]: one chart and one memory panel (GiB)
+    per schedule on one time axis, as plain compare draws it (it wrote no file, exit 0)."""
+    import schedsim.plot
+
+    figs = []
+    save = schedsim.plot.save_figure
+    monkeypatch.setattr(schedsim.plot, "save_figure", lambda f, p: (figs.append(f),
+                                                                     save(f, p)))
+    png, js = tmp_path / "cmp.png", tmp_path / "c.json"
+    r = run("compare", write(tmp_path, SMALL), "--schedules", "1f1b,zbv", "--gantt", png,
+            "--memory", "--json", js)
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    rows = json.loads(js.read_text())
+    axes = figs[0].get_axes()
+    assert [a.get_title(loc="left") for a in axes[::2]] == [
+        f"{x['schedule']}: step {x['step_ms']:.1f} ms, bubble {x['bubble_ratio']:.3f}"
+        for x in rows]
+    assert [a.get_ylabel() for a in axes[1::2]] == ["memory per rank\n(GiB)"] * 2
+    assert len({a.get_xlim() for a in axes}) == 1
 
 
 BAD = [

@@ -92,3 +92,23 @@ def diff_timelines(a: Timeline, b: Timeline) -> Diff:
         d.ops.append(OpDelta(r, tok, pa, pb, sa, sb))
     d.ops.sort(key=lambda o: (o.rank, o.pos_a))
     return d
+
+
+def moved_line(d: Diff) -> str:
+    """The line under ``diff``'s table: how many ops change position (and which forwards
+    run earlier in B, the first 12) and how many start at another time."""
+    def n(k: int, what: str) -> str:
+        return f"{k} {what}{'' if k == 1 else 's'}"
+
+    moved = d.moved()
+    fwd = [o for o in moved if o.op.endswith(tuple("0123456789")) and "F" in o.op
+           and "BW" not in o.op and o.pos_b < o.pos_a]
+    shifted = len(d.shifted())
+    starts = f"{n(shifted, 'op')} start{'s' if shifted == 1 else ''} at another time"
+    if not moved:
+        return f"no op changes position; {starts}"
+    which = (f"{n(len(fwd), 'forward')} run{'s' if len(fwd) == 1 else ''} earlier in B: "
+             + ", ".join(f"{o.op}@r{o.rank}" for o in fwd[:12])
+             + (" ..." if len(fwd) > 12 else "")) if fwd else "no forward runs earlier in B"
+    verb = "changes" if len(moved) == 1 else "change"
+    return f"{n(len(moved), 'op')} {verb} position ({which}); {starts}"

@@ -86,7 +86,8 @@ def _version_flag(value: bool) -> None:
 VersionOpt = Annotated[bool, typer.Option(
     "--version", callback=_version_flag, is_eager=True, help="Print the version and exit.")]
 TablesQuietOpt = Annotated[bool, typer.Option(
-    "--quiet", "-q", help="Only the summary lines: no table, no progress.")]
+    "--quiet", "-q", help="Only the summary lines: no table (--format csv|json: the rows "
+    "still), no progress.")]
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", metavar="table|csv|json", help="How tables are printed: table (for "

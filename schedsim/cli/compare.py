@@ -39,6 +39,7 @@ from schedsim.cli.common import (
 from schedsim.cli.options import GanttOpt
 from schedsim.cli.records import options_record
 from schedsim.cli.outputs import check_outputs
+from schedsim.cli.tables import data_format
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
 from schedsim.util.units import fmt_time, with_unit
@@ -84,8 +85,8 @@ CompareMemoryOpt = Annotated[bool, typer.Option(
     "--memory", help="--gantt: an activation-memory panel under each schedule's chart "
     "(the memory model of --memory-model).")]
 CompareQuietOpt = Annotated[bool, typer.Option(
-    "--quiet", "-q", help="One line per schedule (makespan, bubble ratio); no table, no "
-    "progress.")]
+    "--quiet", "-q", help="One line per schedule (makespan, bubble ratio); no table "
+    "(--format csv|json: the rows still), no progress.")]
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def compare_command(o: CompareOptions) -> None:
     names = [o.schedules] if o.schedules else None
     if base.workload is not None or o.model_overlap is not None:
         return _compare_other(base, names, o.model_overlap, ranks, microbatches, mm,
-                              o.json_out)
+                              o.json_out, o.gantt, mm if o.memory else None)
     shared = params_for_schedules(chunks=o.chunks, variant=o.variant,
                                   comm_policy=o.comm_policy, **key_values(o.param, "--param"))
     with Phases(o.quiet) as ph:
@@ -180,15 +181,17 @@ def compare_command(o: CompareOptions) -> None:
 
 
 def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,
-                   ranks: int, microbatches: int, mm: MemoryModel,
-                   json_out: Path | None) -> None:
-    """``compare`` of a workload (a model on GPUs: step ms, tokens/s/GPU, GiB) or per
-    ``--model-overlap`` mode."""
+                   ranks: int, microbatches: int, mm: MemoryModel, json_out: Path | None,
+                   gantt: Path | None = None, memory: MemoryModel | None = None) -> None:
+    """``compare`` of a workload (step ms, tokens/s/GPU, GiB; ``gantt``, ``memory`` panels:
+    as plain ``compare`` draws them) or per ``--model-overlap`` mode (no --gantt)."""
     if base.workload is not None:
         from schedsim.cli.workload import compare_workload
 
         plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
-        return compare_workload(base, plain, json_out)
+        return compare_workload(base, plain, json_out, gantt, memory)
+    if gantt is not None:
+        fail("compare --model-overlap draws no chart: drop --gantt and --memory")
     from schedsim.cli.collectives import print_overlap_comparison
     from schedsim.sweep import compare_overlap_modes, none_ran
 
@@ -251,6 +254,8 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
     ``quiet`` one line per schedule) and write its --json records."""
     if quiet:
         write_json(json_out, lambda: compare_records(res, ranks, costs))
+        if data_format():               # --format csv|json asks for the rows even so
+            console.print(_table(res, ranks))
         for r in res.rows:
             console.print(f"{escape(r.schedule)}: makespan "
                           f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "
@@ -406,7 +411,7 @@ def diff(
       schedsim diff schedules/1f1b.toml schedules/1f1b-megatron-figure.toml
     """
     from schedsim.sim.costs import CommModel, parse_cost_string
-    from schedsim.analysis.diff import diff_timelines
+    from schedsim.analysis.diff import diff_timelines, moved_line
     from schedsim.sim.simulate import simulate
 
     sa, sb = _load_side(a, ranks, microbatches), _load_side(b, ranks, microbatches)
@@ -429,26 +434,6 @@ def diff(
     console.print(escape(moved_line(d)), highlight=False)
     console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
                   f"[bold]{fmt_time(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
-
-
-def moved_line(d: Any) -> str:
-    """The line under ``diff``'s table: how many ops change position (and which forwards
-    run earlier in B, the first 12) and how many start at another time."""
-    def n(k: int, what: str) -> str:
-        return f"{k} {what}{'' if k == 1 else 's'}"
-
-    moved = d.moved()
-    fwd = [o for o in moved if o.op.endswith(tuple("0123456789")) and "F" in o.op
-           and "BW" not in o.op and o.pos_b < o.pos_a]
-    shifted = len(d.shifted())
-    starts = f"{n(shifted, 'op')} start{'s' if shifted == 1 else ''} at another time"
-    if not moved:
-        return f"no op changes position; {starts}"
-    which = (f"{n(len(fwd), 'forward')} run{'s' if len(fwd) == 1 else ''} earlier in B: "
-             + ", ".join(f"{o.op}@r{o.rank}" for o in fwd[:12])
-             + (" ..." if len(fwd) > 12 else "")) if fwd else "no forward runs earlier in B"
-    verb = "changes" if len(moved) == 1 else "change"
-    return f"{n(len(moved), 'op')} {verb} position ({which}); {starts}"
 
 
 @app.command()

@@ -44,9 +44,16 @@ GanttOpt.__metadata__[0].rich_help_panel = "Outputs"
 
 
 def check_figure_path(path: Path) -> None:
-    """Raise :class:`ScenarioError` unless ``path`` ends in .png, .svg or .pdf."""
+    """Raise :class:`ScenarioError` unless ``path`` names a figure file: not ``-`` (a
+    figure cannot go to stdout), not a folder, ending in .png, .svg or .pdf."""
     from schedsim.plot import FORMATS
 
+    if str(path) == "-":
+        raise ScenarioError("a figure cannot go to stdout: give a file name (.png, .svg, "
+                            ".pdf)")
+    if path.is_dir():
+        raise ScenarioError(f"{path} is a directory: give a file name such as "
+                            f"{path / 'gantt.png'}")
     if path.suffix.lower() not in FORMATS:
         raise ScenarioError(f"{path}: unsupported figure format {path.suffix!r} (use .png, "
                             ".svg or .pdf)")

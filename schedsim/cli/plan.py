@@ -76,7 +76,8 @@ AddressOpt = Annotated[Optional[str], typer.Option(
     "--address", help="Dask scheduler, tcp://HOST:8786 (with --executor dask).")]
 JobsOpt = Annotated[Optional[int], typer.Option(
     "--jobs", "-j", help="Worker processes (default: the CPUs).")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary lines.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary lines "
+                                        "(--format csv|json: the rows still).")]
 
 
 @dataclass(frozen=True)
@@ -292,15 +293,20 @@ def best_line(r: Any) -> str:
 
 
 def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
-    """The top table, the rejection counts and the summary lines."""
+    """The top table, the rejection counts and the summary lines (``quiet``: the lines,
+    and the tables only under --format csv|json, which asks for the rows)."""
     from rich.table import Table
+
+    from schedsim.cli.tables import data_format
+
+    tables = not quiet or data_format()
 
     sp = res.space
     head = (f"plan: {res.resolved.model.name} on {sp.gpus} x {res.resolved.gpu.name}, seq "
             f"{res.resolved.seq}, global batch {res.resolved.global_batch_size}, memory "
             f"limit {res.resolved.mem_limit_bytes / 2**30:.1f} GiB, {sp.semantics} semantics")
     console.print(escape(head), soft_wrap=True)
-    if res.ranking and not quiet:
+    if res.ranking and tables:
         t = Table(title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
                   f"(by tokens/s/GPU)")
         for col in ("#", *COLUMNS):
@@ -309,7 +315,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
         for i, r in enumerate(res.top(top), 1):
             t.add_row(str(i), *row_cells(r).values())
         _table(t)
-    if not quiet and res.rejections.counts:
+    if tables and res.rejections.counts:
         t = Table(title="candidates removed, by rule")
         t.add_column("rule")
         t.add_column("removed", justify="right")

@@ -421,7 +421,7 @@ def calibrate(sc: Scenario, o: CalibrateOptions) -> None:
 
 
 @app.command("import-trace")
-@handle_errors
+@handle_errors(tables=True)
 def import_trace(
     traces: TracesArg,
     json_out: ImportJsonOpt = None,

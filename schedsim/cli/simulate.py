@@ -44,6 +44,7 @@ from schedsim.cli.options import (
     WindowOpt,
 )
 from schedsim.cli.records import options_record
+from schedsim.cli.tables import data_format, rows_only
 from schedsim.cli.workload import (
     GpuOpt,
     ModelOpt,
@@ -67,10 +68,10 @@ CostsFileOpt = Annotated[Optional[Path], typer.Option(
 TimelineJsonOpt = Annotated[Optional[Path], typer.Option(
     "--json", help="Write the Timeline JSON (written even on deadlock).")]
 TraceOpt = Annotated[Optional[Path], typer.Option(
-    "--trace", help="Write a Perfetto / Chrome trace JSON.")]
+    "--trace", help="Write a Perfetto / Chrome trace JSON ('-': stdout).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print only the one-line result (makespan, bubble ratio); no "
-    "table, no progress.")]
+    "table (--format csv|json: the rows still), no progress.")]
 
 
 def result_line(tl: Timeline) -> str:
@@ -171,18 +172,19 @@ def simulate(sc: Scenario, o: SimulateOptions) -> None:
             warn_costs(sc, tl)
             fail_deadlock(tl, sc)
     warn_costs(sc, tl)
+    if not o.quiet or data_format():        # -q --format csv|json: the rows alone
+        with rows_only(o.quiet):
+            print_summary(tl)
+            if sc.stage_costs() is not None:
+                from schedsim.cli.collectives import print_stage_costs
+
+                print_stage_costs(sc, prog.placement.stages, tl)
+            if wres is not None:
+                print_workload(wres)
     if o.quiet:
         console.print(result_line(tl), highlight=False)
         if wres is not None:
             console.print(workload_line(wres), highlight=False)
-        return
-    print_summary(tl)
-    if sc.stage_costs() is not None:
-        from schedsim.cli.collectives import print_stage_costs
-
-        print_stage_costs(sc, prog.placement.stages, tl)
-    if wres is not None:
-        print_workload(wres)
 
 
 def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
@@ -201,8 +203,9 @@ def _check_outputs(sc: Scenario, gantt: Path | None, json_out: Path | None,
     if detail and sc.stage_costs() is None:
         raise ScenarioError("--detail draws the pieces of the stage model: add a [model] "
                             "table to the scenario (docs/stage-model.md)")
-    if trace is not None and trace.suffix.lower() != ".json":
-        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name")
+    if trace is not None and trace.suffix.lower() != ".json" and str(trace) != "-":
+        raise ScenarioError(f"{trace}: a Perfetto/Chrome trace is JSON: use a .json name "
+                            f"(or - for stdout)")
     for out in (json_out, gantt, trace):
         if out is not None:
             check_output_path(out)       # fail before simulating, not after
@@ -228,7 +231,7 @@ def _write_outputs(ph: Phases, sc: Scenario, tl: Timeline, gantt: Path | None,
             from schedsim.interop.perfetto import write_trace
 
             ph.step(f"writing {trace}")
-            write_trace(outs.path(trace), [tl])
+            write_trace(outs.path(trace, ".json"), [tl])     # ('-': stdout)
 
 
 def _draw(sc: Scenario, tl: Timeline, path: Path, arrows: bool, memory: bool,

@@ -29,6 +29,7 @@ class _Data:
         self.fmt = fmt
         self.to_stdout = to_stdout or fmt != "table"
         self.quiet = quiet and fmt == "table"
+        self.rows_only = False      # (rows_only: the console prints tables alone)
         self.tables: list[Any] = []
 
 
@@ -48,6 +49,23 @@ def data_format() -> bool:
     ``--limit``)."""
     d = _data.get()
     return d is not None and d.fmt != "table"
+
+
+@contextmanager
+def rows_only(on: bool = True) -> Iterator[None]:
+    """While it lasts (``on``), the stdout console prints tables only, its other lines are
+    dropped: a command with its own ``-q`` prints its tables under ``--format csv|json``
+    this way (an explicit data format asks for the rows; ``-q`` still silences the
+    human-readable lines). Outside a command (no :func:`stdout_data`): nothing."""
+    d = _data.get()
+    old = d.rows_only if d is not None else False
+    if d is not None and on:
+        d.rows_only = True
+    try:
+        yield
+    finally:
+        if d is not None:
+            d.rows_only = old
 
 
 def capture_table(table: Any) -> bool:
@@ -176,7 +194,11 @@ class Console(_RichConsole):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         from rich.table import Table
 
-        if objects and all(isinstance(o, Table) for o in objects):
+        tables = bool(objects) and all(isinstance(o, Table) for o in objects)
+        d = _data.get()
+        if d is not None and d.rows_only and not self.stderr and not tables:
+            return                              # (rows_only: a line, not a table)
+        if tables:
             objects = tuple(o for o in objects if not capture_table(o))
             if not objects:
                 return

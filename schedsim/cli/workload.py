@@ -179,7 +179,7 @@ def _print_breakdown(b: dict[str, Any]) -> None:
 
 
 @app.command()
-@handle_errors
+@handle_errors(tables=True)
 @scenario_command
 def costs(
     sc: Scenario,
@@ -215,30 +215,49 @@ def costs(
     _print_breakdown(b)
 
 
-def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None) -> None:
+def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None,
+                   gantt: Path | None, memory: Any) -> None:
+    """The outputs of :func:`compare_workload`, together or none: ``json_out`` (a record
+    per schedule), ``gantt`` (a chart per schedule on one time axis, titled ``head``;
+    ``memory``: a memory panel each)."""
+    from schedsim.util.files import output_group
+
+    with output_group() as outs:
+        if json_out is not None:
+            outs.path(json_out).write_text(json.dumps(
+                [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
+                  "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
+        if gantt is not None:
+            from schedsim.plot import gantt_stack, save_figure
+
+            titles = [f"{n}: step {r.step_ms:.1f} ms, bubble {r.bubble_ratio:.3f}"
+                      for n, r in rows]
+            save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
+                                    suptitle=f"{head}, one time axis", memory=memory),
+                        outs.path(gantt))
+
+
+def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None,
+                     gantt: Path | None = None, memory: Any = None) -> None:
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
     (or ``names``) simulated on the workload, each with the stages per rank its
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
     sizes or layers do not fit is skipped with the reason (none left: exit 2,
-    :func:`schedsim.sweep.none_ran`)."""
+    :func:`schedsim.sweep.none_ran`). ``gantt``: one chart per schedule on one time axis
+    (``memory``, a memory model: a memory panel each, in GiB)."""
     from rich.table import Table
     from schedsim.sweep import compare_workload_schedules, none_ran
 
     rows, skipped = compare_workload_schedules(sc, names)
     none_ran(len(rows), skipped, "on this [workload]")
-    semantics = sc.comm.semantics
-    if json_out is not None:
-        from schedsim.util.files import atomic_write_text
-
-        atomic_write_text(json_out, json.dumps(
-            [{"schedule": n, "stages": r.timeline.stages, **r.summary(),
-              "bubble_ratio": r.bubble_ratio} for n, r in rows], indent=1) + "\n")
     w = sc.workload_model()
-    t = Table(title=rich_escape(f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, "
-                                f"pp {w.pp}, dp {w.data_parallel}, {w.microbatches} "
-                                f"microbatches, {semantics} semantics"))
+    head = (f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
+            f"{w.data_parallel}, {w.microbatches} microbatches, {sc.comm.semantics} "
+            f"semantics")
+    _write_compare(rows, head, json_out, gantt, memory)
+    t = Table(title=rich_escape(head))
     reserved = any(r.peak_reserved_bytes for _, r in rows)
     for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
                 "peak GiB", *(("reserved GiB",) if reserved else ()), "fits"):

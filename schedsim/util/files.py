@@ -256,19 +256,20 @@ class OutputGroup:
     """Several output files that appear together or not at all.
 
     ``group.path(final)`` checks ``final`` and returns a temporary path beside it to write
-    to; :meth:`commit` renames every temporary file to its final name (after all were
+    to (ending in ``final``'s suffix; for stdout, ``-``, in ``suffix``: a writer that
+    checks its file's suffix, e.g. a trace's ``.json``); :meth:`commit` renames every temporary file to its final name (after all were
     written), :meth:`discard` removes them. Use :func:`output_group`.
     """
 
     def __init__(self) -> None:
         self._files: list[tuple[Path, Path]] = []
 
-    def path(self, final: str | Path) -> Path:
+    def path(self, final: str | Path, suffix: str = "") -> Path:
         from schedsim.util.signals import deferred_signals
 
         final = check_output_path(final)
         with deferred_signals():     # the name is recorded before a stop can leave it
-            tmp = _temp_beside(final)
+            tmp = _temp_beside(final, suffix)
             os.unlink(tmp)      # writers create it; an unwritten output is simply skipped
             self._files.append((Path(tmp), final))
         return Path(tmp)
@@ -318,16 +319,17 @@ def _commit(tmp: str, final: Path) -> None:
     os.unlink(tmp)
 
 
-def _temp_beside(path: Path) -> str:
+def _temp_beside(path: Path, suffix: str = "") -> str:
     """Create an empty temporary file next to ``path`` (named as the module docstring
-    says, ending in ``path``'s suffix, the usual file mode rather than mkstemp's 0600);
+    says, ending in ``path``'s suffix, else ``suffix``, the usual file mode rather than
+    mkstemp's 0600);
     raise :class:`ScenarioError` naming ``path`` if the
     folder refuses it."""
     from schedsim.errors import ScenarioError
 
     try:        # stdout ('-'): a temporary file of the temp folder
         fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{temp_tag()}-",
-                                   suffix=TMP_MARK + path.suffix,
+                                   suffix=TMP_MARK + (path.suffix or suffix),
                                    dir=None if str(path) == "-" else path.parent)
     except OSError as e:
         raise ScenarioError(f"{path}: cannot write ({e.strerror})") from None
