@@ -356,6 +356,8 @@ def _check_extras(tl: Any, bad: Any) -> None:
         raise bad(f"workload: needs the unit ms (got {clip(tl.unit, 20)}), "
                   f"peak_memory_bytes, static_bytes and recv_bytes of one number >= 0 per "
                   f"rank ({P}) and stage_bytes of three per stage ({tl.stages})")
+    if wl is not None:
+        _check_workload_numbers(tl, wl, bad)
     if ex.program is not None:
         from schedsim.program.ir import Program
 
@@ -368,3 +370,31 @@ def _check_extras(tl: Any, bad: Any) -> None:
             raise bad(f"program has {prog.placement.ranks} ranks and "
                       f"{prog.placement.stages} stages, the timeline {P} and {tl.stages}")
 
+
+def _check_workload_numbers(tl: Any, wl: Any, bad: Any) -> None:
+    """A ``workload`` object's derived numbers against what they derive from (the rules
+    of :func:`schedsim.workload.run.result_of`): ``makespan_ms`` is the timeline's
+    makespan, ``step_ms`` = makespan_ms + step_boundary_ms, ``tokens_per_s_per_gpu`` =
+    tokens_per_step / step s / gpus, ``mfu`` = model_flops_per_step / (step s x gpus x
+    peak_flops), ``fits`` = the worst (reserved where recorded) peak within
+    ``hbm_bytes``. Raises ``bad(...)`` naming the field, its value and the one its inputs
+    give: a report or table would print the edited figure beside the inputs it
+    contradicts."""
+    step = wl.makespan_ms + wl.step_boundary_ms
+    worst = max(wl.peak_reserved_bytes or wl.peak_memory_bytes, default=0.0)
+    s = step / 1e3
+    checks = (("makespan_ms", wl.makespan_ms, tl.makespan, "the timeline's makespan"),
+              ("step_ms", wl.step_ms, step, "makespan_ms + step_boundary_ms"),
+              ("tokens_per_s_per_gpu", wl.tokens_per_s_per_gpu,
+               wl.tokens_per_step / s / wl.gpus if step > 0 else 0.0,
+               "tokens_per_step / step s / gpus"),
+              ("mfu", wl.mfu, wl.model_flops_per_step / (s * wl.gpus * wl.peak_flops)
+               if step > 0 else 0.0, "model_flops_per_step / (step s x gpus x peak_flops)"))
+    for name, got, want, rule in checks:
+        if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9):
+            raise bad(f"workload: {name} is {got!r} but {rule} gives {want!r}; fix it or "
+                      f"the numbers it derives from")
+    if wl.fits != (worst <= wl.hbm_bytes):
+        raise bad(f"workload: fits is {wl.fits} but the worst peak ({worst!r} bytes) is "
+                  f"{'within' if worst <= wl.hbm_bytes else 'above'} hbm_bytes "
+                  f"({wl.hbm_bytes!r})")

@@ -151,3 +151,41 @@ def test_read_json_raises_scenario_error(tmp_path, tl_json) -> None:
         Timeline.read_json(p)
     p.write_text(json.dumps(tl_json))
     assert Timeline.read_json(p).makespan == 15.0
+
+
+# -- a workload object's numbers against their inputs ------------------------------------
+@pytest.fixture(scope="module")
+def wl_json(tmp_path_factory) -> dict:
+    """The Timeline JSON of the shipped Llama 3 70B on H100 scenario (a [workload])."""
+    p = tmp_path_factory.mktemp("wl") / "wl.json"
+    r = _cli("simulate", "schedules/llama3-70b-h100.toml", "-q", "--json", p)
+    assert r.exit_code == 0, r.output
+    return json.loads(p.read_text())
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("step_ms", 1.0, "makespan_ms + step_boundary_ms"),
+    ("makespan_ms", 5.0, "the timeline's makespan"),
+    ("tokens_per_s_per_gpu", 1e9, "tokens_per_step / step s / gpus"),
+    ("mfu", 0.99, "model_flops_per_step / (step s x gpus x peak_flops)")])
+def test_a_workload_number_its_inputs_contradict_is_refused(tmp_path, wl_json, field, value,
+                                                           rule) -> None:
+    """A new user's edit (step_ms 1.0, tokens/s 1e9) was accepted and `report` printed
+    "step 1.0 ms (makespan 2115.3 + step boundary 20.3)"."""
+    wl = wl_json["workload"]
+    s = (wl["makespan_ms"] + wl["step_boundary_ms"]) / 1e3
+    assert wl["step_ms"] == pytest.approx(s * 1e3, rel=1e-12)
+    assert wl["tokens_per_s_per_gpu"] == pytest.approx(wl["tokens_per_step"] / s / wl["gpus"],
+                                                       rel=1e-12)
+    err = _refused(tmp_path, _edited(wl_json, lambda d: d["workload"].__setitem__(field, value)))
+    assert f"workload: {field} is {value!r} but {rule} gives " in err
+
+
+def test_a_workload_fits_flag_its_peaks_contradict_is_refused(tmp_path, wl_json) -> None:
+    fits = wl_json["workload"]["fits"]
+    err = _refused(tmp_path, _edited(wl_json,
+                                     lambda d: d["workload"].__setitem__("fits", not fits)))
+    assert f"workload: fits is {not fits} but the worst peak" in err
+    p = tmp_path / "untouched.json"
+    p.write_text(json.dumps(wl_json))
+    assert Timeline.read_json(p).workload["fits"] is fits      # as written: accepted
