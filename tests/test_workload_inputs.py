@@ -261,3 +261,35 @@ def test_mem_limit_text_beside_a_stage_model_keeps_its_costs(tmp_path: Path) -> 
     ta = simulate(a.build_program(), a.costs, a.link, a.comm)
     tb = simulate(b.build_program(), b.costs, b.link, b.comm)
     assert ta.makespan == tb.makespan > 0
+
+
+# -- head dimensions: whole, and query heads grouped over the key/value heads ----------
+_HEADS = ('model = { hidden_size = 2048, num_hidden_layers = 4, num_attention_heads = 30, '
+          'num_key_value_heads = 6, intermediate_size = 8192, vocab_size = 32000EXTRA }')
+
+
+def test_head_dim_must_be_whole_unless_given(tmp_path: Path) -> None:
+    """hidden 2048 over 30 heads ran with a head dim of 68 (68.27 floored): as in Hugging
+    Face, hidden_size / num_attention_heads must be whole unless head_dim is given, and
+    num_key_value_heads must divide num_attention_heads."""
+    from schedsim.workload.model import load_model
+
+    def text(extra: str = "", old: str = "30") -> str:
+        return SMALL.replace('model = "llama3.1-8b"', _HEADS.replace("= 30", f"= {old}")
+                             .replace("EXTRA", extra))
+
+    out = tmp_path / "t.json"
+    line = one_error(run("simulate", write(tmp_path, text()), "--json", out))
+    assert ("w.toml: [workload]: model config hidden_size = 2048 is not a multiple of "
+            "num_attention_heads = 30 (a head dimension of 68.27): give head_dim, or heads "
+            "that divide hidden_size") in line and not out.exists()
+    line = one_error(run("simulate", write(tmp_path, text(old="32")), "-q"))
+    assert ("model config num_attention_heads = 32 is not a multiple of "
+            "num_key_value_heads = 6: give key/value heads that divide the attention "
+            "heads") in line
+    # head_dim given (Qwen3 / Gemma style): taken as is; 30 heads over tp = 2 run
+    assert run("simulate", write(tmp_path, text(", head_dim = 64")), "-q").exit_code == 0
+    # every preset holds (qwen3-30b-a3b gives head_dim; deepseek-v3 divides 7168 by 128)
+    from schedsim.workload.presets import MODELS
+
+    assert [load_model(m).kv_channels for m in MODELS] == [128, 128, 128, 56, 128, 128]
