@@ -215,13 +215,35 @@ def test_another_schedule_on_a_chunked_workload_reads_the_stage_rule() -> None:
 
 
 # -- per-op overheads: non-negative, finite --------------------------------------------
+_OVERHEAD = "a finite number of ms from 0 to 1,000,000"
+
+
+# 1e300 ran, printing 300-digit times; 1e308 overflowed the op costs: "'F': Input should
+# be a finite number; 'B': ..." without the key
 @pytest.mark.parametrize("value,shown", [("-1", "-1"), ("-0.001", "-0.001"), ("nan", "nan"),
-                                         ("inf", "inf")])
+                                         ("inf", "inf"), ("1e300", "1e+300"),
+                                         ("1e308", "1e+308"), ("1000000.5", "1000000.5")])
 def test_overhead_ms_bounded_in_the_file(tmp_path: Path, value: str, shown: str) -> None:
     text = SMALL.replace("pp = 4", f"pp = 4\noverhead_ms = {value}")
     line = one_error(run("simulate", write(tmp_path, text), "-q"))
-    assert (f"w.toml: [workload]: overhead_ms = {shown} is out of range: give a finite "
-            f"number of ms >= 0") in line
+    assert (f"w.toml: [workload]: overhead_ms = {shown} is out of range: give "
+            f"{_OVERHEAD}") in line
+
+
+def test_overhead_ms_at_its_bound_runs() -> None:
+    """1e6 ms (the bound, :data:`~schedsim.workload.layout.MAX_OVERHEAD_MS`) runs: the
+    makespan is longer by a whole number of overheads (one per compute piece on the
+    critical path), at least one per F and B of 1F1B's (m + p - 1) = 19 slots."""
+    from schedsim.workload import Workload, simulate_workload
+    from schedsim.workload.layout import MAX_OVERHEAD_MS
+
+    w = Workload(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16, tp=2,
+                 pp=4, overhead_ms=MAX_OVERHEAD_MS)
+    a = simulate_workload(w, "1f1b").makespan_ms
+    b = simulate_workload(w.model_copy(update={"overhead_ms": 0.0}), "1f1b").makespan_ms
+    pieces = (a - b) / MAX_OVERHEAD_MS
+    assert MAX_OVERHEAD_MS == 1e6 and pieces == pytest.approx(round(pieces), abs=1e-6)
+    assert round(pieces) >= 2 * 19
 
 
 def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
@@ -232,10 +254,11 @@ def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
 
     w = Workload(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16, tp=2,
                  pp=4)
-    for key, v, allowed in (("overhead_ms", -1.0, "a finite number of ms >= 0"),
-                            ("overhead_ms", -1e-3, "a finite number of ms >= 0"),
-                            ("overhead_ms", float("nan"), "a finite number of ms >= 0"),
-                            ("overhead_ms", float("inf"), "a finite number of ms >= 0"),
+    for key, v, allowed in (("overhead_ms", -1.0, _OVERHEAD),
+                            ("overhead_ms", -1e-3, _OVERHEAD),
+                            ("overhead_ms", float("nan"), _OVERHEAD),
+                            ("overhead_ms", float("inf"), _OVERHEAD),
+                            ("overhead_ms", 1e300, _OVERHEAD),
                             ("efficiency", 0.0, "a number > 0 and <= 1"),
                             ("comm_efficiency", 1.5, "a number > 0 and <= 1")):
         with pytest.raises(WorkloadError) as e:
