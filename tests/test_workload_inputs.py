@@ -316,3 +316,31 @@ def test_head_dim_must_be_whole_unless_given(tmp_path: Path) -> None:
     from schedsim.workload.presets import MODELS
 
     assert [load_model(m).kv_channels for m in MODELS] == [128, 128, 128, 56, 128, 128]
+
+
+# -- a required key misspelt -----------------------------------------------------------
+def test_a_misspelt_required_key_is_named_with_the_key_meant(tmp_path: Path) -> None:
+    """``sequence = 4096`` for ``seq`` read "[workload]: 'seq' is required", never naming
+    the unknown key (an optional key's typo got "did you mean"): the unknown key comes
+    first, suggested from the missing keys, the other missing ones named."""
+    text = SMALL.replace("seq = 4096", "sequence = 4096")
+    line = one_error(run("simulate", write(tmp_path, text), "-q"))
+    assert ("w.toml: [workload]: unknown key 'sequence' (did you mean 'seq'?) (keys: model, "
+            "gpu, seq,") in line
+    line = one_error(run("simulate", write(tmp_path, text.replace(
+        "global_batch_size = 16", "gbs = 16")), "-q"))
+    assert ("[workload]: unknown key 'sequence' (did you mean 'seq'?); 'global_batch_size' "
+            "is required (keys:") in line
+    # no required key missing: the closest of all keys, as before
+    line = one_error(run("simulate", write(tmp_path, SMALL + "sequence = 4096\n"), "-q"))
+    assert "unknown key 'sequence' (did you mean 'sequence_parallel'?)" in line
+    # a choice the word begins, only where nothing else is close
+    assert closest("sequence", ["seq", "tp"]) == "seq" and closest("tpx", ["tp"]) == "tp"
+    assert closest("s", ["seq"]) is None and closest("seqq", ["seq", "sequence"]) == "seq"
+
+
+def test_one_workload_flag_without_a_workload_reads_in_the_singular() -> None:
+    line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--model",
+                         "llama3.1-8b"))
+    assert line.startswith("error: --model changes a scenario's [workload] table and this "
+                           "run has none: give a scenario with one")

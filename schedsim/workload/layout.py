@@ -442,6 +442,23 @@ def parse_layout(text: str) -> list[str]:
     return rows
 
 
+def _unknown_key(source: str, unknown: list[str], missing: list[str]) -> str:
+    """The message of the first ``unknown`` key of a ``[workload]`` table: the closest
+    ``missing`` (required) key if any is close, else the closest key
+    (:func:`~schedsim.util.suggest.closest`), with the other missing keys and the keys
+    allowed: ``unknown key 'sequence' (did you mean 'seq'?)``."""
+    from schedsim.util.suggest import closest
+
+    k = unknown[0]
+    best = closest(k, missing) or closest(k, Workload.model_fields)
+    hint = f" (did you mean {best!r}?)" if best else ""
+    rest = [m for m in missing if m != best]
+    need = (f"; {', '.join(map(repr, rest))} {'is' if len(rest) == 1 else 'are'} required"
+            if rest else "")
+    return (f"{source}: unknown key {k!r}{hint}{need} (keys: "
+            f"{', '.join(Workload.model_fields)})")
+
+
 def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Workload:
     """A :class:`Workload` from a ``[workload]`` table, not yet :meth:`checked
     <Workload.check>`, validated in pydantic's strict mode as the scenario's other tables
@@ -456,17 +473,17 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
 
     from schedsim.errors import SchedsimError, Stopped
     from schedsim.util.validation import format_validation, range_error
-    from schedsim.util.suggest import did_you_mean
 
     try:
         return Workload.model_validate(data, strict=True)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()
+        of = {t: [".".join(str(x) for x in r["loc"]) for r in errors if r["type"] == t]
+              for t in ("extra_forbidden", "missing")}
+        if of["extra_forbidden"]:       # named first: it may be the missing key misspelt
+            raise ScenarioError(_unknown_key(source, *of.values())) from None
+        err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
-        if err["type"] == "extra_forbidden":
-            raise ScenarioError(f"{source}: unknown key {loc!r}"
-                                f"{did_you_mean(loc, Workload.model_fields)} (keys: "
-                                f"{', '.join(Workload.model_fields)})") from None
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
         bound = range_error(err, Workload, UNITS)
