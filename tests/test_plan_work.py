@@ -120,6 +120,16 @@ def test_the_closed_form_holds_on_every_generated_program():
     (["--param", "mem_limt=3"], "unknown --param 'mem_limt' (did you mean 'mem_limit'?)"),
     (["--param", "chunks=3"], "--param chunks: the plan sets it (from --chunks)"),
     (["--executor", "locl"], "unknown --executor 'locl' (did you mean 'local'?)"),
+    # a bad value, as the policy or schedule taking it converts it (it was refused per
+    # candidate: "no legal layout: rule 'schedule 1f1b' removed 42 of 60 candidates")
+    (["--comm-policy", "megatron", "--param", "batch_p2p_comm=maybe", "--schedules",
+      "1f1b"], "error: comm policy 'megatron': bad value batch_p2p_comm='maybe': Input "
+     "should be a valid boolean, unable to interpret input"),
+    (["--param", "group_size=x"], "error: schedule 'interleaved-1f1b': bad value "
+     "group_size='x': Input should be a valid integer, unable to parse string"),
+    (["--mem-limit", "70Gx"], "error: --mem-limit '70Gx': unknown unit 'Gx'; give a "
+     "number > 0 or a size such as 76GiB"),
+    (["--mem-limit", "0"], "error: --mem-limit '0': must be finite and > 0"),
 ])
 def test_unknown_names_are_refused_before_any_work(extra, message, monkeypatch):
     import schedsim.plan.candidates as cands
@@ -133,6 +143,23 @@ def test_unknown_names_are_refused_before_any_work(extra, message, monkeypatch):
     _nothing_generated(monkeypatch)
     # the 405B grid above the work limit: a name is refused before the work is counted
     _one_line(CliRunner().invoke(app, BIG + extra), message)
+
+
+def test_mem_limit_takes_a_size_or_a_number_of_gib():
+    """``plan --mem-limit 70GiB`` read "Input should be a valid number" (a float option;
+    ``simulate --mem-limit 70GiB`` worked): a size is bytes per GPU, a bare number GiB as
+    before (:func:`schedsim.util.units.parse_size`)."""
+    from schedsim.cli.plan import _mem_limit_gib
+
+    base = ["plan", "--model", "llama3.1-8b", "--gpus", "16", "--gpu", "h100-sxm",
+            "--global-batch-size", "64", "--tp", "2", "--pp", "4", "--schedules", "1f1b",
+            "--recompute", "none", "-j", "1", "-q", "--mem-limit"]
+    outs = [CliRunner().invoke(app, base + [v]) for v in ("70GiB", "70", "71680 MiB")]
+    assert [r.exit_code for r in outs] == [0, 0, 0], outs[0].output
+    assert outs[0].output == outs[1].output == outs[2].output
+    assert "memory limit 70.0 GiB" in outs[0].output
+    assert _mem_limit_gib("75GB") == 75e9 / 2 ** 30 and _mem_limit_gib(None) is None
+    assert _mem_limit_gib("0.5") == 0.5 and _mem_limit_gib("1TiB") == 1024
 
 
 def _reference_split(layers, stages, input_weight=1, output_weight=1):

@@ -215,13 +215,35 @@ def test_another_schedule_on_a_chunked_workload_reads_the_stage_rule() -> None:
 
 
 # -- per-op overheads: non-negative, finite --------------------------------------------
+_OVERHEAD = "a finite number of ms from 0 to 1,000,000"
+
+
+# 1e300 ran, printing 300-digit times; 1e308 overflowed the op costs: "'F': Input should
+# be a finite number; 'B': ..." without the key
 @pytest.mark.parametrize("value,shown", [("-1", "-1"), ("-0.001", "-0.001"), ("nan", "nan"),
-                                         ("inf", "inf")])
+                                         ("inf", "inf"), ("1e300", "1e+300"),
+                                         ("1e308", "1e+308"), ("1000000.5", "1000000.5")])
 def test_overhead_ms_bounded_in_the_file(tmp_path: Path, value: str, shown: str) -> None:
     text = SMALL.replace("pp = 4", f"pp = 4\noverhead_ms = {value}")
     line = one_error(run("simulate", write(tmp_path, text), "-q"))
-    assert (f"w.toml: [workload]: overhead_ms = {shown} is out of range: give a finite "
-            f"number of ms >= 0") in line
+    assert (f"w.toml: [workload]: overhead_ms = {shown} is out of range: give "
+            f"{_OVERHEAD}") in line
+
+
+def test_overhead_ms_at_its_bound_runs() -> None:
+    """1e6 ms (the bound, :data:`~schedsim.workload.layout.MAX_OVERHEAD_MS`) runs: the
+    makespan is longer by a whole number of overheads (one per compute piece on the
+    critical path), at least one per F and B of 1F1B's (m + p - 1) = 19 slots."""
+    from schedsim.workload import Workload, simulate_workload
+    from schedsim.workload.layout import MAX_OVERHEAD_MS
+
+    w = Workload(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16, tp=2,
+                 pp=4, overhead_ms=MAX_OVERHEAD_MS)
+    a = simulate_workload(w, "1f1b").makespan_ms
+    b = simulate_workload(w.model_copy(update={"overhead_ms": 0.0}), "1f1b").makespan_ms
+    pieces = (a - b) / MAX_OVERHEAD_MS
+    assert MAX_OVERHEAD_MS == 1e6 and pieces == pytest.approx(round(pieces), abs=1e-6)
+    assert round(pieces) >= 2 * 19
 
 
 def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
@@ -232,10 +254,11 @@ def test_overhead_and_efficiencies_bounded_on_a_copied_workload() -> None:
 
     w = Workload(model="llama3.1-8b", gpu="h100-sxm", seq=4096, global_batch_size=16, tp=2,
                  pp=4)
-    for key, v, allowed in (("overhead_ms", -1.0, "a finite number of ms >= 0"),
-                            ("overhead_ms", -1e-3, "a finite number of ms >= 0"),
-                            ("overhead_ms", float("nan"), "a finite number of ms >= 0"),
-                            ("overhead_ms", float("inf"), "a finite number of ms >= 0"),
+    for key, v, allowed in (("overhead_ms", -1.0, _OVERHEAD),
+                            ("overhead_ms", -1e-3, _OVERHEAD),
+                            ("overhead_ms", float("nan"), _OVERHEAD),
+                            ("overhead_ms", float("inf"), _OVERHEAD),
+                            ("overhead_ms", 1e300, _OVERHEAD),
                             ("efficiency", 0.0, "a number > 0 and <= 1"),
                             ("comm_efficiency", 1.5, "a number > 0 and <= 1")):
         with pytest.raises(WorkloadError) as e:
@@ -261,3 +284,63 @@ def test_mem_limit_text_beside_a_stage_model_keeps_its_costs(tmp_path: Path) -> 
     ta = simulate(a.build_program(), a.costs, a.link, a.comm)
     tb = simulate(b.build_program(), b.costs, b.link, b.comm)
     assert ta.makespan == tb.makespan > 0
+
+
+# -- head dimensions: whole, and query heads grouped over the key/value heads ----------
+_HEADS = ('model = { hidden_size = 2048, num_hidden_layers = 4, num_attention_heads = 30, '
+          'num_key_value_heads = 6, intermediate_size = 8192, vocab_size = 32000EXTRA }')
+
+
+def test_head_dim_must_be_whole_unless_given(tmp_path: Path) -> None:
+    """hidden 2048 over 30 heads ran with a head dim of 68 (68.27 floored): as in Hugging
+    Face, hidden_size / num_attention_heads must be whole unless head_dim is given, and
+    num_key_value_heads must divide num_attention_heads."""
+    from schedsim.workload.model import load_model
+
+    def text(extra: str = "", old: str = "30") -> str:
+        return SMALL.replace('model = "llama3.1-8b"', _HEADS.replace("= 30", f"= {old}")
+                             .replace("EXTRA", extra))
+
+    out = tmp_path / "t.json"
+    line = one_error(run("simulate", write(tmp_path, text()), "--json", out))
+    assert ("w.toml: [workload]: model config hidden_size = 2048 is not a multiple of "
+            "num_attention_heads = 30 (a head dimension of 68.27): give head_dim, or heads "
+            "that divide hidden_size") in line and not out.exists()
+    line = one_error(run("simulate", write(tmp_path, text(old="32")), "-q"))
+    assert ("model config num_attention_heads = 32 is not a multiple of "
+            "num_key_value_heads = 6: give key/value heads that divide the attention "
+            "heads") in line
+    # head_dim given (Qwen3 / Gemma style): taken as is; 30 heads over tp = 2 run
+    assert run("simulate", write(tmp_path, text(", head_dim = 64")), "-q").exit_code == 0
+    # every preset holds (qwen3-30b-a3b gives head_dim; deepseek-v3 divides 7168 by 128)
+    from schedsim.workload.presets import MODELS
+
+    assert [load_model(m).kv_channels for m in MODELS] == [128, 128, 128, 56, 128, 128]
+
+
+# -- a required key misspelt -----------------------------------------------------------
+def test_a_misspelt_required_key_is_named_with_the_key_meant(tmp_path: Path) -> None:
+    """``sequence = 4096`` for ``seq`` read "[workload]: 'seq' is required", never naming
+    the unknown key (an optional key's typo got "did you mean"): the unknown key comes
+    first, suggested from the missing keys, the other missing ones named."""
+    text = SMALL.replace("seq = 4096", "sequence = 4096")
+    line = one_error(run("simulate", write(tmp_path, text), "-q"))
+    assert ("w.toml: [workload]: unknown key 'sequence' (did you mean 'seq'?) (keys: model, "
+            "gpu, seq,") in line
+    line = one_error(run("simulate", write(tmp_path, text.replace(
+        "global_batch_size = 16", "gbs = 16")), "-q"))
+    assert ("[workload]: unknown key 'sequence' (did you mean 'seq'?); 'global_batch_size' "
+            "is required (keys:") in line
+    # no required key missing: the closest of all keys, as before
+    line = one_error(run("simulate", write(tmp_path, SMALL + "sequence = 4096\n"), "-q"))
+    assert "unknown key 'sequence' (did you mean 'sequence_parallel'?)" in line
+    # a choice the word begins, only where nothing else is close
+    assert closest("sequence", ["seq", "tp"]) == "seq" and closest("tpx", ["tp"]) == "tp"
+    assert closest("s", ["seq"]) is None and closest("seqq", ["seq", "sequence"]) == "seq"
+
+
+def test_one_workload_flag_without_a_workload_reads_in_the_singular() -> None:
+    line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--model",
+                         "llama3.1-8b"))
+    assert line.startswith("error: --model changes a scenario's [workload] table and this "
+                           "run has none: give a scenario with one")

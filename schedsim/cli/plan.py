@@ -53,8 +53,9 @@ SchedulesOpt = _list_opt("--schedules", "Schedules (see 'schedsim list'; default
 RecomputeOpt = _list_opt("--recompute", "Recompute modes: none,selective,full (default "
                          "all).")
 ZeroOpt = _list_opt("--zero", "ZeRO stages 0..3 (default 1: sharded optimizer).")
-PlanMemOpt = Annotated[Optional[float], typer.Option(
-    "--mem-limit", help="GiB per GPU (default: the GPU's HBM minus a 4 GiB reserve).")]
+PlanMemOpt = Annotated[Optional[str], typer.Option(
+    "--mem-limit", help="Memory per GPU: a size (70GiB, 75GB) or a bare number of GiB "
+    "(default: the GPU's HBM minus a 4 GiB reserve).")]
 TopOpt = Annotated[int, typer.Option("--top", help="How many of the best to print.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option(
     "--out", "-o", help="Stream every simulated candidate to this .jsonl or .csv file as "
@@ -145,7 +146,7 @@ def plan(o: PlanOptions) -> None:
         micro_batch_size=parse_values(o.micro_batch_size, "--micro-batch-size"),
         schedules=parse_values(o.schedules, "--schedules", kind=str),
         recompute=parse_values(o.recompute, "--recompute", kind=str),
-        zero=parse_values(o.zero, "--zero", minimum=0), mem_limit_gib=o.mem_limit,
+        zero=parse_values(o.zero, "--zero", minimum=0), mem_limit_gib=_mem_limit_gib(o.mem_limit),
         comm_policy=o.comm_policy, semantics=o.semantics or "data",
         params=key_values(o.param, "--param"))
     from schedsim.plan.driver import check_plan, run_plan
@@ -163,6 +164,19 @@ def plan(o: PlanOptions) -> None:
         raise _stopped(e, o.out, space) from None
     _print(res, o.top, o.quiet, o.out)
     _figures(res, o.gantt, o.pareto, o.html_out, o.top)
+
+
+def _mem_limit_gib(text: str | None) -> float | None:
+    """``--mem-limit`` as GiB per GPU: a size (``70GiB``, ``75GB``) converted, a bare
+    number taken as GiB (:func:`schedsim.util.units.parse_size`, the one parser of
+    sizes, as ``simulate --mem-limit``); None when unset. Raises :class:`ScenarioError`
+    naming the flag for anything else (not a size, bits, not finite and > 0)."""
+    if text is None:
+        return None
+    from schedsim.util.units import GIB, parse_size
+
+    nbytes, _ = parse_size(text, "--mem-limit", bare=GIB)
+    return nbytes / GIB
 
 
 def _stopped(e: BaseException, out: Path | None, space: Any) -> Stopped:

@@ -38,7 +38,8 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     if not changes:
         return sc
     if sc.workload is None:
-        raise ScenarioError(f"--{' and --'.join(changes)} change a scenario's [workload] "
+        verb = "changes" if len(changes) == 1 else "change"
+        raise ScenarioError(f"--{' and --'.join(changes)} {verb} a scenario's [workload] "
                             f"table and this run has none: give a scenario with one (model, "
                             f"gpu, seq, global_batch_size, tp, pp, ...: "
                             f"schedules/llama3-70b-h100.toml, docs/workload.md), or from "

@@ -119,7 +119,7 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     if ranks < 1 or microbatches < 1:
         raise ScheduleError(f"{name}: ranks and microbatches must be >= 1 (got {ranks}, "
                             f"{microbatches})")
-    out = spec.fn(ranks, microbatches, **_coerce(spec, params))
+    out = spec.fn(ranks, microbatches, **coerce_params(spec, params))
     if out.validated:
         return out
     from schedsim.program.validate import validate_all
@@ -127,7 +127,7 @@ def generate(name: str, ranks: int, microbatches: int, **params: Any) -> Schedul
     return validate_all(out)
 
 
-def _coerce(spec: GeneratorSpec, params: dict[str, Any]) -> dict[str, Any]:
+def coerce_params(spec: GeneratorSpec, params: dict[str, Any]) -> dict[str, Any]:
     """Parameters converted to the generator's annotated types (``"no"`` -> False for a
     bool, ``"3"`` -> 3 for an int). Raises :class:`ScheduleError` naming a bad value."""
     import typing

@@ -87,9 +87,12 @@ def check_names(space: PlanSpace, schedules: list[str], recompute: list[str]) ->
     modes, the semantics (:func:`schedsim.scenario_flags.check_choices`, then
     :func:`~schedsim.program.vocab.check_semantics`), the comm policy
     (:func:`~schedsim.program.lower.get_policy`) and each ``--param`` key, which the comm
-    policy or one of the schedules must take. Raises :class:`ScenarioError` /
-    :class:`~schedsim.errors.ScheduleError`."""
+    policy or one of the schedules must take, and each ``--param`` value, of the type the
+    policy (or each schedule) taking it declares (``batch_p2p_comm=maybe`` is no bool).
+    Raises :class:`ScenarioError` / :class:`~schedsim.errors.ScheduleError`."""
+    from schedsim.generators import coerce_params as schedule_params
     from schedsim.generators import foreign_key_hint, get
+    from schedsim.program.lower import coerce_params as policy_params
     from schedsim.program.lower import get_policy
     from schedsim.scenario_flags import check_choices
     from schedsim.util.suggest import did_you_mean
@@ -119,6 +122,14 @@ def check_names(space: PlanSpace, schedules: list[str], recompute: list[str]) ->
                                 f"the {policy} comm policy nor the schedules "
                                 f"({', '.join(schedules)}) take it; they take: "
                                 f"{', '.join(takes) or 'none'}")
+    # each value as the policy or the schedules taking it convert it (one home each:
+    # their coerce_params), so that a bad one is refused now, not once per candidate
+    for k, v in space.params.items():
+        if k in pol.params:
+            policy_params(pol, {k: v})
+        for name in schedules if k not in pol.params else ():
+            if k in get(name).accepted():
+                schedule_params(get(name), {k: v})
 
 
 #: cost models kept per process, by their stage model (candidates that differ only in

@@ -125,10 +125,10 @@ def lower(schedule: Schedule, policy: str = "async", **params: Any) -> Program:
     from schedsim.util.memory import large_blocks_unpooled
 
     large_blocks_unpooled(len(schedule.flat()))      # a large lowering frees its temporaries
-    return pol.fn(schedule, **_coerce(pol, given))
+    return pol.fn(schedule, **coerce_params(pol, given))
 
 
-def _coerce(pol: CommPolicy, params: dict[str, Any]) -> dict[str, Any]:
+def coerce_params(pol: CommPolicy, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` converted to the annotated types (``"false"`` -> False). Raises
     :class:`ScheduleError` naming a bad value."""
     from pydantic import TypeAdapter, ValidationError

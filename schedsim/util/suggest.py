@@ -13,7 +13,9 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice ``word`` most likely meant (case-insensitive), or None: a choice that
     ``word`` begins (at least :data:`MIN_PREFIX` characters; the shortest such, the first
     listed on a tie: ``h100`` -> ``h100-sxm``, ``dualpip`` -> ``dualpipe``), else the
-    closest by difflib's ratio (>= 0.6)."""
+    closest by difflib's ratio (>= 0.6), else the longest choice of at least
+    :data:`MIN_PREFIX` characters that ``word`` begins (a short name spelt out:
+    ``sequence`` -> ``seq``)."""
     choices = list(choices)
     low: dict[str, str] = {}
     for c in choices:
@@ -24,7 +26,10 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
         if starts:
             return low[min(starts, key=len)]
     best = difflib.get_close_matches(w, list(low), n=1, cutoff=0.6)
-    return low[best[0]] if best else None
+    if best:
+        return low[best[0]]
+    begun = [c for c in low if len(c) >= MIN_PREFIX and w.startswith(c) and c != w]
+    return low[max(begun, key=len)] if begun else None
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

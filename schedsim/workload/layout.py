@@ -60,9 +60,17 @@ MAX_SIZES = {"seq": 2 ** 24, "micro_batch_size": 2 ** 24, "global_batch_size": 2
 #: its range)
 UNITS = {"overhead_ms": "ms"}
 #: the per-op figures of a workload (each op's cost reads them), re-checked by
-#: :meth:`Workload.check`: the fixed overhead per compute piece (non-negative, finite)
-#: and the two efficiencies
+#: :meth:`Workload.check`: the fixed overhead per compute piece (0 to
+#: :data:`MAX_OVERHEAD_MS`) and the two efficiencies (> 0 and <= 1)
 FIGURES = ("overhead_ms", "efficiency", "comm_efficiency")
+#: the largest ``overhead_ms`` (ms per compute piece; a validation, not a work limit): a
+#: piece's fixed cost is kernel launches and dispatch, microseconds to about a
+#: millisecond on real GPUs, so 1e6 ms (1,000 s an op) is far past any real value while
+#: every sum of costs stays finite (10^7 ops x 1e6 ms = 1e13 ms) and prints as a plain
+#: number; ``1e300`` printed 300-digit times and ``1e308`` overflowed the op costs to
+#: infinity, refused as "'F': Input should be a finite number" without naming the key.
+#: The efficiencies are bounded by 1 already.
+MAX_OVERHEAD_MS = 1e6
 
 
 def check_sizes(**sizes: int | None) -> None:
@@ -108,7 +116,8 @@ class Workload(BaseModel):
     of optimizer states (1), plus gradients (2), plus parameters (3 = FSDP).
     ``efficiency``: achieved fraction of the roofline (compute peak and HBM bandwidth);
     ``comm_efficiency``: achieved fraction of the link bandwidths (collectives and P2P);
-    ``overhead_ms``: fixed time per compute piece (kernel launches, dispatch).
+    ``overhead_ms``: fixed time per compute piece (kernel launches, dispatch; 0 to
+    :data:`MAX_OVERHEAD_MS` ms).
     ``framework``: whose memory rules (:mod:`schedsim.workload.lifetimes`):
     ``megatron`` (gradients and FSDP copies held for the step) or ``torchtitan`` (FSDP2 +
     torch.distributed.pipelining: the sharded parameter is the fp32 master, a stage's
@@ -156,7 +165,7 @@ class Workload(BaseModel):
     optimizer: Literal["adam", "sgd"] = "adam"
     efficiency: float = Field(default=0.5, gt=0, le=1)
     comm_efficiency: float = Field(default=0.8, gt=0, le=1)
-    overhead_ms: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    overhead_ms: float = Field(default=0.01, ge=0, le=MAX_OVERHEAD_MS, allow_inf_nan=False)
     layout: str | list[int] | None = None
     recv_buffers: Literal["transient", "per-microbatch"] = "transient"
     framework: Literal["megatron", "torchtitan"] = "megatron"
@@ -433,6 +442,23 @@ def parse_layout(text: str) -> list[str]:
     return rows
 
 
+def _unknown_key(source: str, unknown: list[str], missing: list[str]) -> str:
+    """The message of the first ``unknown`` key of a ``[workload]`` table: the closest
+    ``missing`` (required) key if any is close, else the closest key
+    (:func:`~schedsim.util.suggest.closest`), with the other missing keys and the keys
+    allowed: ``unknown key 'sequence' (did you mean 'seq'?)``."""
+    from schedsim.util.suggest import closest
+
+    k = unknown[0]
+    best = closest(k, missing) or closest(k, Workload.model_fields)
+    hint = f" (did you mean {best!r}?)" if best else ""
+    rest = [m for m in missing if m != best]
+    need = (f"; {', '.join(map(repr, rest))} {'is' if len(rest) == 1 else 'are'} required"
+            if rest else "")
+    return (f"{source}: unknown key {k!r}{hint}{need} (keys: "
+            f"{', '.join(Workload.model_fields)})")
+
+
 def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Workload:
     """A :class:`Workload` from a ``[workload]`` table, not yet :meth:`checked
     <Workload.check>`, validated in pydantic's strict mode as the scenario's other tables
@@ -447,17 +473,17 @@ def workload_from_dict(data: dict[str, Any], source: str = "[workload]") -> Work
 
     from schedsim.errors import SchedsimError, Stopped
     from schedsim.util.validation import format_validation, range_error
-    from schedsim.util.suggest import did_you_mean
 
     try:
         return Workload.model_validate(data, strict=True)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()
+        of = {t: [".".join(str(x) for x in r["loc"]) for r in errors if r["type"] == t]
+              for t in ("extra_forbidden", "missing")}
+        if of["extra_forbidden"]:       # named first: it may be the missing key misspelt
+            raise ScenarioError(_unknown_key(source, *of.values())) from None
+        err = errors[0]
         loc = ".".join(str(x) for x in err["loc"])
-        if err["type"] == "extra_forbidden":
-            raise ScenarioError(f"{source}: unknown key {loc!r}"
-                                f"{did_you_mean(loc, Workload.model_fields)} (keys: "
-                                f"{', '.join(Workload.model_fields)})") from None
         if err["type"] == "missing":
             raise ScenarioError(f"{source}: {loc!r} is required") from None
         bound = range_error(err, Workload, UNITS)

@@ -66,7 +66,12 @@ _WIDTH, _LAYERS, _HEADS, _EXPERTS, _VOCAB = 2 ** 20, 2 ** 14, 2 ** 14, 2 ** 16, 
 class ModelConfig(BaseModel):
     """A decoder-only transformer, in Hugging Face ``config.json`` terms (module
     docstring). Raises ``ValueError`` (a :class:`ScenarioError` through
-    :func:`model_from_dict`) for an unknown key or inconsistent sizes."""
+    :func:`model_from_dict`) for an unknown key or inconsistent sizes: as in Hugging
+    Face's attention modules, the head dimension is ``head_dim`` when given, else
+    ``hidden_size / num_attention_heads``, which must then be whole (multi-latent
+    attention with ``qk_nope_head_dim`` and ``v_head_dim`` has its own); the query heads
+    are grouped over the key/value heads (``repeat_kv``), so ``num_key_value_heads``
+    must divide ``num_attention_heads``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
@@ -108,9 +113,17 @@ class ModelConfig(BaseModel):
         if self.experts and self.topk > self.experts:
             raise ValueError(f"num_experts_per_tok = {self.topk} exceeds the "
                              f"{self.experts} experts")
+        own_dims = self.head_dim is not None or (
+            self.mla and self.qk_nope_head_dim is not None and self.v_head_dim is not None)
+        if self.hidden_size % self.num_attention_heads and not own_dims:
+            raise ValueError(f"hidden_size = {self.hidden_size} is not a multiple of "
+                             f"num_attention_heads = {self.num_attention_heads} (a head "
+                             f"dimension of {self.hidden_size / self.num_attention_heads:.4g}): "
+                             f"give head_dim, or heads that divide hidden_size")
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(f"num_attention_heads = {self.num_attention_heads} is not a "
-                             f"multiple of num_key_value_heads = {self.kv_heads}")
+                             f"multiple of num_key_value_heads = {self.kv_heads}: give "
+                             f"key/value heads that divide the attention heads")
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError(f"first_k_dense_replace = {self.first_k_dense_replace} exceeds "
                              f"num_hidden_layers = {self.num_hidden_layers}")
