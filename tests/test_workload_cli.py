@@ -268,3 +268,15 @@ def test_model_flags_without_a_workload_table_say_where_to_go() -> None:
     assert line.startswith("error: --model and --gpu change a scenario's [workload] table")
     assert "schedules/llama3-70b-h100.toml" in line and "'schedsim plan --model M" in line
     assert r.output.count("error:") == 1
+
+
+def test_costs_names_every_stage_in_its_pieces_lines(tmp_path: Path) -> None:
+    """Stages with the same per-layer pieces share one line that names them all (a new
+    user read stage 2 as missing: the line of stages 1 and 2 said "stage 1")."""
+    from schedsim.util.text import number_runs
+
+    r = run("costs", write(tmp_path, SMALL), "-q")
+    assert r.exit_code == 0, r.output
+    heads = [ln.split(" pieces,")[0] for ln in r.stdout.splitlines() if " pieces," in ln]
+    assert heads == ["stage 0", "stages 1-2", "stage 3"]
+    assert number_runs([8, 0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8" and number_runs([]) == ""

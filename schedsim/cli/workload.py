@@ -14,7 +14,7 @@ from schedsim.cli import app
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
-from schedsim.util.text import rich_escape
+from schedsim.util.text import number_runs, rich_escape
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -157,14 +157,14 @@ def _print_breakdown(b: dict[str, Any]) -> None:
                   *(f"{s['ms'][k]:.2f}" for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
                   f"{a['stored'] / GiB:.2f}", f"{a['stash_w'] / GiB:.2f}")
     console.print(t)
-    seen: set[str] = set()
+    same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
-        line = "; ".join(f"{n} {v['F']:.3f}/{v['B']:.3f}/{v['W']:.3f}"
-                         for n, v in s["piece_ms_per_layer"].items())
-        if line not in seen:
-            seen.add(line)
-            console.print(f"stage {s['stage']} pieces, F/B/W ms (per layer): "
-                          f"{rich_escape(line)}", highlight=False)
+        same.setdefault("; ".join(f"{n} {v['F']:.3f}/{v['B']:.3f}/{v['W']:.3f}"
+                                  for n, v in s["piece_ms_per_layer"].items()),
+                        []).append(s["stage"])
+    for line, stages in same.items():
+        console.print(f"stage{'s' * (len(stages) > 1)} {number_runs(stages)} pieces, "
+                      f"F/B/W ms (per layer): {rich_escape(line)}", highlight=False)
     rows = b["stages"][0]["activation_bytes"]["rows"]
     console.print(f"activations: Korthikanti et al. 2022 Table 2, {'; '.join(rows)}; P2P "
                   f"message {b['message_bytes'] / 2 ** 20:.1f} MiB; model FLOPs per step "

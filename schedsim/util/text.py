@@ -109,3 +109,18 @@ def literal_text(fig: Any) -> Any:
         if _CONTROL.search(s):
             t.set_text(terminal_safe(s))
     return fig
+
+
+def number_runs(numbers: Any) -> str:
+    """Whole numbers as their runs, ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"`` (sorted,
+    repeats dropped; ``""`` for none): a list of stages or ranks in one short line."""
+    out: list[str] = []
+    ns = sorted(set(numbers))
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        out.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")
+        i = j + 1
+    return ", ".join(out)
