@@ -15,6 +15,7 @@ from schedsim.cli.common import console, handle_errors, scenario_command, write_
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
+from schedsim.util.units import GIB as GiB     # bytes in a GiB (one home)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -25,7 +26,6 @@ ModelOpt = Annotated[Optional[str], typer.Option(
 GpuOpt = Annotated[Optional[str], typer.Option(
     "--gpu", help="The \\[workload]'s GPU preset (a100-80gb, h100-sxm, h800, h200, b200, "
     "mi300x).")]
-GiB = 2 ** 30
 
 
 def with_workload(sc: Scenario, **changes: Any) -> Scenario:

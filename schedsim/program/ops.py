@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from schedsim.program.routing import Key, message_key, recv_parts, send_parts
+from schedsim.util.units import SIZE_UNITS
 
 #: compute op kinds, in the order the summary tables list them
 COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
@@ -24,9 +25,9 @@ COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "SEND_FS", "RECV_FS", "SEN
               "RECV_BS")
 #: message tags a post may name (``:tag`` in program text); index = tag code
 TAGS = ("activation", "gradient", "shape", "other")
-#: bytes units a post's ``@bytes`` suffix may carry (binary and decimal)
-BYTE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10 ** 3,
-              "MB": 10 ** 6, "GB": 10 ** 9}
+#: bytes units a post's ``@bytes`` suffix may carry (binary and decimal; case as
+#: written): these of :data:`schedsim.util.units.SIZE_UNITS`, in this order
+BYTE_UNITS = {k: SIZE_UNITS[k] for k in ("B", "KiB", "MiB", "GiB", "KB", "MB", "GB")}
 
 
 def default_tag(comm_kind: str) -> str:

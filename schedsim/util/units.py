@@ -13,7 +13,7 @@ import math
 SIGNIFICANT = 4
 
 
-#: bytes in a GiB
+#: bytes in a GiB (the one constant: ``workload.hardware.GiB`` is this)
 GIB = 2 ** 30
 
 
@@ -75,11 +75,12 @@ def fmt_gib_pair(a: float, b: float) -> tuple[str, str]:
     return ta, tb
 
 
-#: the units of a size (case-insensitive): decimal (KB, MB, GB, TB) and binary (KiB,
-#: MiB, GiB, TiB) multiples of a byte
-SIZE_UNITS: dict[str, float] = {"B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-                                "KiB": 2.0 ** 10, "MiB": 2.0 ** 20, "GiB": 2.0 ** 30,
-                                "TiB": 2.0 ** 40}
+#: the units of a size (case-insensitive here): decimal (KB, MB, GB, TB) and binary (KiB,
+#: MiB, GiB, TiB) multiples of a byte, exact; the one table of them (program text's
+#: ``@bytes`` suffix takes a subset, :data:`schedsim.program.ops.BYTE_UNITS`)
+SIZE_UNITS: dict[str, int] = {"B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9,
+                              "TB": 10 ** 12, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": GIB,
+                              "TiB": 1 << 40}
 
 
 def parse_size(text: str | float, what: str = "size", bare: float | None = None

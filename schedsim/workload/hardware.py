@@ -19,12 +19,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from schedsim.errors import ScenarioError
+from schedsim.util.units import GIB as GiB     # bytes in a GiB (one home)
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 #: bytes per element of each dtype (tf32 is stored as fp32)
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-GiB = 2 ** 30
 _T, _G = 1e12, 1e9
 
 
