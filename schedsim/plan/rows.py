@@ -21,8 +21,10 @@ from typing import Any
 
 from schedsim.errors import ScenarioError
 from schedsim.plan.space import Candidate
+from schedsim.util.units import GIB as _GIB
 
-GIB = float(1 << 30)
+#: bytes in a GiB, as a float (:data:`schedsim.util.units.GIB`)
+GIB = float(_GIB)
 #: suffixes ``--out`` writes
 OUT_FORMATS = {".jsonl": "JSON lines", ".csv": "CSV"}
 
