@@ -8,7 +8,10 @@ child's peak RSS come from ``os.wait4``.
 
 Figures:
 
-- ``startup``: ``schedsim --help`` and a small ``simulate`` (1f1b, 4 x 8, ``-q``);
+- ``startup``: ``schedsim --help`` and a small ``simulate`` (1f1b, 4 x 8, ``-q``), and
+  the floor of the libraries the CLI is built on (:data:`_LIBRARY_FLOOR`: importing
+  numpy, typer with its pydantic adapters and rich's console, and validating one pydantic
+  model, in the same interpreter: no schedsim code; the same in both trees);
 - ``planners``: each zero-bubble / V planner at 64 x 256 against lowering + simulating its
   own output, in one process (the ratio is the figure), plus a hash of every order (the
   two trees must generate the same schedules);
@@ -62,6 +65,18 @@ for name in sys.argv[3].split(","):
     out[name] = {"plan": t_plan, "sim": t_sim,
                  "hash": hashlib.sha256(repr(rows).encode()).hexdigest()[:16]}
 print("RESULT " + json.dumps(out))
+"""
+
+
+#: what any start-up of the CLI pays before schedsim's own code: the interpreter with its
+#: site (the editable install's path finder included), numpy, typer (which imports
+#: pydantic for its parameters), rich's console, and a pydantic model's first build and
+#: validation (pydantic's plugin scan)
+_LIBRARY_FLOOR = r"""
+import numpy, typer, typer.main, typer._adapters, pydantic, rich.console
+class Probe(pydantic.BaseModel):
+    x: int = 1
+Probe(x=2)
 """
 
 
@@ -159,7 +174,9 @@ def main() -> None:
         report_commands("start-up", interleaved({
             "schedsim --help": exe + ["--help"],
             "schedsim simulate -s 1f1b -p 4 -m 8 -q": exe + ["simulate", "-s", "1f1b", "-p",
-                                                           "4", "-m", "8", "-q"]},
+                                                           "4", "-m", "8", "-q"],
+            "libraries only (numpy, typer, pydantic, rich)": [sys.executable, "-c",
+                                                              _LIBRARY_FLOOR]},
             trees, args.repeats, env), labels)
     if "planners" in only:
         planners(trees, args.repeats, env)
