@@ -185,7 +185,7 @@ def test_mem_limit_size_converts_through_the_workload(tmp_path: Path) -> None:
 def test_mem_limit_size_refusals_name_the_flag(tmp_path: Path) -> None:
     p = write(tmp_path, SMALL.replace('"1f1b"', '"zb-1p"'))
     line = one_error(run("simulate", p, "--mem-limit", "20GiB", "-q"))
-    assert ("Invalid value for '--mem-limit': 20GiB: rank 3's static bytes, buffers and "
+    assert ("Invalid value for '--mem-limit': 20GiB: rank 3's static bytes, buffers, "
             "backward working set (19.03 GiB) leave 0.9711 GiB of 20 GiB, less than one microbatch's "
             "activations (3.642 GiB): give more memory, or a number of microbatches") in line
     line = one_error(run("simulate", "-s", "zb-1p", "-p", "4", "-m", "8", "--mem-limit",

@@ -265,8 +265,9 @@ def planner_memory(w: Workload, schedule_name: str, params: dict[str, Any],
         rows.append(((nbytes - base) / act if act > 0 else float("inf"), r, base, act))
     limit, r, base, act = min(rows)
     if not limit >= 1:
-        raise WorkloadError("sizes", f"rank {r}'s static bytes, buffers and backward "
-                            f"working set ({fmt_gib(base)}) leave "
+        held = " and held bytes" if d.stage_held is not None else ""
+        raise WorkloadError("sizes", f"rank {r}'s static bytes, buffers, backward working "
+                            f"set{held} ({fmt_gib(base)}) leave "
                             f"{fmt_gib(max(0.0, nbytes - base))} of {fmt_gib(nbytes)}, less "
                             f"than one microbatch's activations ({fmt_gib(act)}): give "
                             f"more memory, or a number of microbatches")
