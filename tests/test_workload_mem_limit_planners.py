@@ -140,3 +140,18 @@ def test_405b_zb1p_fits_and_is_not_slower_than_1f1b() -> None:
     peaks, _ = _peaks(p, "zb-1p", "80GiB")
     assert max(peaks) <= 80
     assert _step_ms(p, "zb-1p", "80GiB") < _step_ms(p, "1f1b", None)
+
+
+def test_mem_limit_per_rank_list() -> None:
+    """The planners' ``mem_limit`` as one number per rank: the same number for every rank
+    is the scalar's plan; a tighter rank changes the plan; a wrong length or a value
+    below 1 is refused in one line."""
+    from schedsim.generators.zerobubble import zb_1p
+
+    same = zb_1p(4, 12, mem_limit=[3, 3, 3, 3])
+    assert same.ranks == zb_1p(4, 12, mem_limit=3).ranks
+    assert zb_1p(4, 12, mem_limit=[4, 4, 4, 1.5]).ranks != zb_1p(4, 12, mem_limit=4).ranks
+    with pytest.raises(ScheduleError, match="needs 4 numbers"):
+        zb_1p(4, 12, mem_limit=[3, 3])
+    with pytest.raises(ScheduleError, match="finite number >= 1"):
+        zb_1p(4, 12, mem_limit=[3, 3, 3, 0.5])
