@@ -165,6 +165,10 @@ class Scenario(BaseModel):
     _workload: Any = PrivateAttr(default=None)
     #: ``[schedule] mem_limit`` given as a size, in microbatches' worth (None: as given)
     _mem_limit: float | None = PrivateAttr(default=None)
+    #: with it, the planners' F,B,W deltas and one limit per rank of the workload's bytes
+    #: (:func:`schedsim.workload.table.planner_memory`; None for a number)
+    _mem_deltas: tuple[float, float, float] | None = PrivateAttr(default=None)
+    _mem_per_rank: tuple[float, ...] | None = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -204,7 +208,9 @@ class Scenario(BaseModel):
         if isinstance((self.schedule.model_extra or {}).get("mem_limit"), str):
             from schedsim.workload.table import size_mem_limit
 
-            self._mem_limit = size_mem_limit(self, flags)
+            pm = size_mem_limit(self, flags)
+            if pm is not None:
+                self._mem_limit, self._mem_deltas, self._mem_per_rank = pm
         return self
 
     def workload_model(self) -> Any:
@@ -343,9 +349,14 @@ class Scenario(BaseModel):
         from schedsim.generators import build_program, generated_stages, get as get_generator
 
         params = s.generator_params()
+        gen = get_generator(s.name)
         if self._mem_limit is not None:         # a size, in microbatches' worth
             params["mem_limit"] = self._mem_limit
-        gen = get_generator(s.name)
+            # with one limit per rank and the deltas of the workload's bytes in the same
+            # unit (a mem_deltas the [schedule] sets wins): workload.table.planner_memory
+            if self._mem_deltas is not None and "mem_deltas" in gen.accepted():
+                params.setdefault("mem_deltas", list(self._mem_deltas))
+                params["mem_limit"] = list(self._mem_per_rank or ()) or self._mem_limit
         if self._workload is not None:          # the [workload]'s chunks
             from schedsim.workload.table import workload_params
 

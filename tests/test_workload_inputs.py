@@ -138,10 +138,11 @@ def test_flags_that_disagree_with_the_workload_name_the_flag(tmp_path: Path) -> 
 
 # -- --mem-limit as a size -------------------------------------------------------------
 def test_mem_limit_size_converts_through_the_workload(tmp_path: Path) -> None:
-    """``--mem-limit 76GiB`` was refused (a float option). A size is bytes per GPU: the
-    tightest rank's (bytes - static - receive buffers) / one microbatch's stored
-    activations; the run equals the one with that number of microbatches; a bare number
-    keeps its meaning."""
+    """``--mem-limit 76GiB`` was refused (a float option). A size is bytes per GPU: per
+    rank (bytes - static - receive buffers - a backward's working set) / one microbatch's
+    stored activations, the tightest rank's; the planners get one limit per rank and the
+    workload's F/B/W deltas (tests/test_workload_mem_limit_planners.py); a bare number
+    keeps its meaning (the paper's deltas, one limit)."""
     from schedsim.program.ir import Placement
     from schedsim.scenario import load_scenario
     from schedsim.scenario_flags import build_scenario
@@ -151,36 +152,41 @@ def test_mem_limit_size_converts_through_the_workload(tmp_path: Path) -> None:
     p = write(tmp_path, SMALL.replace('"1f1b"', '"zb-1p"'))
     w = load_scenario(p).workload_model()
     d = derive(w, Placement(kind="loop", ranks=4, stages=4))
-    base = [s.total + r for s, r in zip(d.static, d.recv_bytes)]
+    base = [s.total + r + b.working for s, r, b in zip(d.static, d.recv_bytes, d.stage_bytes)]
     act = [b.stored for b in d.stage_bytes]
     # the closed form: room for exactly 3 microbatches on the tightest rank
     nbytes = max(b + 3 * a for b, a in zip(base, act))
     assert mem_limit_microbatches(w, "zb-1p", {}, nbytes) == pytest.approx(3, rel=1e-12)
-    want = min((30 * 2 ** 30 - b) / a for b, a in zip(base, act))
+    want = [(30 * 2 ** 30 - b) / a for b, a in zip(base, act)]
     sc = build_scenario(p, mem_limit="30GiB")
-    assert sc._mem_limit == pytest.approx(want, rel=1e-12) and want > 1
+    assert sc._mem_limit == pytest.approx(min(want), rel=1e-12) and min(want) > 1
+    assert sc._mem_per_rank == pytest.approx(want, rel=1e-12)
+    prog = sc.build_program()
+    assert prog.params["mem_limit"] == pytest.approx(want, rel=1e-12)
+    assert prog.params["mem_deltas"] == list(sc._mem_deltas)
     a = run("simulate", p, "--mem-limit", "30GiB", "-q")
-    b = run("simulate", p, "--mem-limit", repr(want), "-q")
+    b = run("simulate", p, "--mem-limit", repr(min(want)), "-q")
     assert a.exit_code == b.exit_code == 0, a.output
-    assert a.output.splitlines()[-1] == b.output.splitlines()[-1]
+    assert a.output != b.output
     assert a.output != run("simulate", p, "--mem-limit", "76GiB", "-q").output
-    # zbv: a rank's microbatch is its two chunks' stored activations
+    # zbv: a rank's microbatch is two chunk forwards of its larger chunk
     v = mem_limit_microbatches(w.model_copy(update={"chunks": 2}), "zbv", {}, 40 * 2 ** 30)
     dv = derive(w.model_copy(update={"chunks": 2}), Placement(kind="v", ranks=4, stages=8))
-    assert v == pytest.approx(min((40 * 2 ** 30 - s.total - r) / (
-        dv.stage_bytes[q].stored + dv.stage_bytes[7 - q].stored)
+    sb = dv.stage_bytes
+    assert v == pytest.approx(min((40 * 2 ** 30 - s.total - r - max(
+        sb[q].working, sb[7 - q].working)) / (2 * max(sb[q].stored, sb[7 - q].stored))
         for q, (s, r) in enumerate(zip(dv.static, dv.recv_bytes))), rel=1e-12)
     # the same size in the file
     f = write(tmp_path, SMALL.replace('name = "1f1b"', 'name = "zb-1p"\nmem_limit = "30GiB"'),
               "f.toml")
-    assert load_scenario(f)._mem_limit == pytest.approx(want, rel=1e-12)
+    assert load_scenario(f)._mem_limit == pytest.approx(min(want), rel=1e-12)
 
 
 def test_mem_limit_size_refusals_name_the_flag(tmp_path: Path) -> None:
     p = write(tmp_path, SMALL.replace('"1f1b"', '"zb-1p"'))
     line = one_error(run("simulate", p, "--mem-limit", "20GiB", "-q"))
-    assert ("Invalid value for '--mem-limit': 20GiB: rank 3's static bytes and buffers "
-            "(19.03 GiB) leave 0.9711 GiB of 20 GiB, less than one microbatch's "
+    assert ("Invalid value for '--mem-limit': 20GiB: rank 3's static bytes, buffers, "
+            "backward working set (19.03 GiB) leave 0.9711 GiB of 20 GiB, less than one microbatch's "
             "activations (3.642 GiB): give more memory, or a number of microbatches") in line
     line = one_error(run("simulate", "-s", "zb-1p", "-p", "4", "-m", "8", "--mem-limit",
                          "76GiB", "-q"))

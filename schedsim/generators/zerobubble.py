@@ -69,12 +69,21 @@ def scheduler_costs(costs: CostModel | None, link: LinkModel | None, stages: int
     return per[0], per[1], per[2], float(comm)
 
 
-def planner_mem_limit(value: object, default: float, name: str) -> float:
-    """The activation limit in microbatches (``M_B``): ``value`` or ``default`` when None.
-    Raises :class:`ScheduleError` unless it is a finite number >= 1 (a rank must hold at
-    least one microbatch)."""
+def planner_mem_limit(value: object, default: float, name: str,
+                      ranks: int | None = None) -> float | list[float]:
+    """The activation limit in microbatches (``M_B``): ``value`` or ``default`` when None;
+    with ``ranks``, ``value`` may also be a sequence of one limit per rank (a size
+    ``--mem-limit`` through a ``[workload]`` gives one:
+    :func:`schedsim.workload.table.planner_memory`), returned as a list. Raises
+    :class:`ScheduleError` unless each is a finite number >= 1 (a rank must hold at least
+    one microbatch), or for a sequence of another length."""
     if value is None:
         return float(default)
+    if ranks is not None and isinstance(value, (list, tuple)):
+        if len(value) != ranks:
+            raise ScheduleError(f"{name}: --mem-limit per rank needs {ranks} numbers (one "
+                                f"per rank), got {len(value)}")
+        return [float(planner_mem_limit(v, default, name)) for v in value]
     try:
         limit = float(value)                      # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -212,14 +221,15 @@ def zb_h2(ranks: int, microbatches: int) -> Schedule:
     return _loop_schedule("zb-h2", ranks, microbatches, rows, {})
 
 
-def _auto(name: str, ranks: int, microbatches: int, mem_limit: float | None,
+def _auto(name: str, ranks: int, microbatches: int, mem_limit: float | list[float] | None,
           default_limit: float, costs: CostModel | None, link: LinkModel | None,
           mem_deltas: object) -> Schedule:
-    limit = planner_mem_limit(mem_limit, default_limit, name)
+    limit = planner_mem_limit(mem_limit, default_limit, name, ranks)
     f, b, w, comm = scheduler_costs(costs, link, ranks)
     md = parse_mem_deltas(mem_deltas, name)
+    per_rank = limit if isinstance(limit, list) else [limit] * ranks
     pb = ZBProblem(ranks, microbatches, f, b, w, comm, mem=md,
-                   max_mem=[limit * md[0]] * ranks)
+                   max_mem=[x * md[0] for x in per_rank])
     res = zb_schedule(pb)
     params = {"mem_limit": limit, "mem_deltas": list(md), **_cost_params(f, b, w, comm),
               "planned_span": res.span}
@@ -228,7 +238,8 @@ def _auto(name: str, ranks: int, microbatches: int, mem_limit: float | None,
 
 
 _AUTO_PARAMS = {
-    "mem_limit": "activation memory limit per rank, in microbatches (M_B); --mem-limit",
+    "mem_limit": "activation memory limit per rank, in microbatches (M_B), or a list of "
+                 "one per rank; --mem-limit",
     "mem_deltas": "F,B,W activation deltas the planner uses (default 2,-1,-1)",
     **COST_PARAMS,
 }
@@ -241,11 +252,12 @@ _AUTO_PARAMS = {
           placement="loop (1 stage/rank)", params=_AUTO_PARAMS,
           source="Qi et al., Zero Bubble PP (ICLR 2024) Sec. 3.1; sail-sg "
                  "zerobubble/scheduler/zb.py (manual_order, initial_solution)")
-def zb_1p(ranks: int, microbatches: int, mem_limit: float | None = None,
+def zb_1p(ranks: int, microbatches: int, mem_limit: float | list[float] | None = None,
           costs: CostModel | None = None, link: LinkModel | None = None,
           mem_deltas: object = None) -> Schedule:
     """ZB-1p: the authors' heuristic (Section 3.1; ``scheduler/zb.py``) with an
-    activation limit of ``mem_limit`` microbatches per rank (default ``p``).
+    activation limit of ``mem_limit`` microbatches per rank (default ``p``; a list: one
+    limit per rank).
 
     The order depends on the costs: ``costs``/``link`` are what the scenario simulates
     with (:func:`scheduler_costs`); and on the activation deltas ``mem_deltas`` (F,B,W,
@@ -264,7 +276,7 @@ def zb_1p(ranks: int, microbatches: int, mem_limit: float | None = None,
           placement="loop (1 stage/rank)", params=_AUTO_PARAMS,
           source="Qi et al., Zero Bubble PP (ICLR 2024) Sec. 3.1; sail-sg "
                  "zerobubble/scheduler/zb.py (manual_order, initial_solution)")
-def zb_2p(ranks: int, microbatches: int, mem_limit: float | None = None,
+def zb_2p(ranks: int, microbatches: int, mem_limit: float | list[float] | None = None,
           costs: CostModel | None = None, link: LinkModel | None = None,
           mem_deltas: object = None) -> Schedule:
     """ZB-2p: the authors' heuristic (Section 3.1; ``scheduler/zb.py``) with an

@@ -73,7 +73,8 @@ def _check_ranks(name: str, ranks: int, minimum: int = 1) -> None:
                       "below p the plan may not exist (error)",
           placement="v (stages r and 2p-1-r)",
           params={"variant": "sail (authors' zbv.py, default) | torch",
-                  "mem_limit": "activation limit per rank in microbatches (default p)",
+                  "mem_limit": "activation limit per rank in microbatches (default p; "
+                               "a list of one per rank: their smallest)",
                   "mem_deltas": "F,B,W activation deltas of a chunk pass the planner uses "
                                 "(default 2,-1,-1)",
                   **COST_PARAMS},
@@ -81,7 +82,7 @@ def _check_ranks(name: str, ranks: int, minimum: int = 1) -> None:
                  "Memory (2024); sail-sg zerobubble/scheduler/zbv.py; torch "
                  "ScheduleZBVZeroBubble")
 def zbv(ranks: int, microbatches: int, variant: str | None = None,
-        mem_limit: float | None = None, costs: CostModel | None = None,
+        mem_limit: float | list[float] | None = None, costs: CostModel | None = None,
         link: LinkModel | None = None, mem_deltas: object = None) -> Schedule:
     """ZB-V as the authors' ``scheduler/zbv.py`` builds it (``try_v_schedule`` with
     ``fill_b`` x ``fill_f``, refined by re-running with approved bubbles), under an
@@ -111,7 +112,9 @@ def zbv(ranks: int, microbatches: int, variant: str | None = None,
         raise ScheduleError(f"zbv: unknown variant {variant!r}: expected sail (the "
                             f"authors' zbv.py, default) or torch (ScheduleZBVZeroBubble)")
     _check_ranks("zbv", ranks)
-    limit = planner_mem_limit(mem_limit, ranks, "zbv")
+    limit = planner_mem_limit(mem_limit, ranks, "zbv", ranks)
+    if isinstance(limit, list):         # one limit per rank: the planner takes one
+        limit = min(limit)
     cost, comm = v_costs(costs, link, ranks)
     md = parse_mem_deltas(mem_deltas, "zbv")
     # a chunk forward holds half a microbatch's activations: limit = 2 x mem_limit x F

@@ -60,6 +60,17 @@ def _levels(d: DerivedWorkload, ranks: int, rank: Any, kind: Any, stage: Any, bk
                                             bstage, start, end, held))]
 
 
+def pass_deltas(stored: Any, stash_w: Any) -> tuple[Any, Any, Any]:
+    """The net activation bytes a stage's ``F``, ``B`` and ``W`` leave behind per
+    microbatch (numbers or arrays per stage): ``F`` allocates ``stored``, ``B`` frees all
+    but the W-stash (``-(stored - stash_w)``), ``W`` frees the stash (``-stash_w``); they
+    sum to 0. The B's working set is live during the B only, on top. The one home of
+    these rules: :func:`byte_levels` simulates with them and
+    :func:`schedsim.workload.table.planner_memory` gives them to the memory-limited
+    planners."""
+    return stored, -(stored - stash_w), -stash_w
+
+
 def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, stage: Any,
                 bkind: Any, bstage: Any, start: Any, end: Any, held: Any = None
                 ) -> list[RankMemory]:
@@ -84,15 +95,16 @@ def byte_levels(stage_bytes: Any, base: Any, ranks: int, rank: Any, kind: Any, s
         ev_r.append(rank[mask])
         ev_d.append(np.broadcast_to(dv, t.shape)[mask])
 
-    add(kind == F, start, stored[stage])
+    d_f, d_b, d_w = pass_deltas(stored, stash)
+    add(kind == F, start, d_f[stage])
     for k_arr, s_arr, sel in ((kind, stage, ~fb), (bkind, bstage, fb)):
         isb = sel & (k_arr == B)
         add(isb, start, work[s_arr])
-        add(isb, end, -(work[s_arr] + stored[s_arr] - stash[s_arr]))
+        add(isb, end, d_b[s_arr] - work[s_arr])
         isbw = sel & (k_arr == BW)
         add(isbw, start, work[s_arr])
-        add(isbw, end, -(work[s_arr] + stored[s_arr]))
-        add(sel & (k_arr == W), end, -stash[s_arr])
+        add(isbw, end, -(d_f[s_arr] + work[s_arr]))
+        add(sel & (k_arr == W), end, d_w[s_arr])
     n_act = sum(len(x) for x in ev_t)
     if held is not None:        # FSDP copies and retention over spans of the step
         rk, sg, kd, a0, a1 = (np.concatenate([a, a[fb]]) for a in (rank, stage, kind, start, end))

@@ -17,7 +17,8 @@ rule) naming the disagreement.
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 from schedsim.errors import ScenarioError
 from schedsim.workload.layout import Workload, WorkloadError, workload_from_dict
@@ -136,12 +137,31 @@ def derive_scenario(sc: Any, placement: Any) -> Any:
     return d
 
 
-def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> float | None:
+class PlannerMemory(NamedTuple):
+    """What a size limit gives the memory-limited planners (zb-1p, zb-2p, zbv):
+    ``limit`` their ``mem_limit`` (``M_B``, microbatches' worth: one microbatch is
+    ``chunks`` chunk forwards), ``deltas`` their ``mem_deltas`` ``(F, B, W)`` of a chunk
+    pass, ``F`` = 1 (None: a plain number, the planner's default deltas apply),
+    ``per_rank`` each rank's own limit (``limit`` is their smallest; None with a plain
+    number)."""
+
+    limit: float
+    deltas: tuple[float, float, float] | None = None
+    per_rank: tuple[float, ...] | None = None
+
+
+#: the B-stash fraction of the planners' deltas is rounded up to a multiple of this, so
+#: that ``1 - f`` and ``f`` are exact and ``F + B + W`` is exactly 0 (their rule)
+_FRACTION_STEP = 2.0 ** -20
+
+
+def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None
+                   ) -> PlannerMemory | None:
     """``[schedule] mem_limit`` (``--mem-limit``) given as a size (``"76GiB"``: bytes per
     GPU, :func:`schedsim.util.units.parse_size`) as the planners' activation limit in
-    microbatches' worth (``M_B``), through the scenario ``sc``'s workload
-    (:func:`mem_limit_microbatches`); a number as text (``"4"``) as that number; None
-    when ``mem_limit`` is unset or a number already. Raises :class:`ScenarioError` (a
+    microbatches' worth (``M_B``) and their F/B/W deltas, through the scenario ``sc``'s
+    workload (:func:`planner_memory`); a number as text (``"4"``) as that number (deltas
+    None); None when ``mem_limit`` is unset or a number already. Raises :class:`ScenarioError` (a
     :class:`~schedsim.errors.FlagError` naming ``--mem-limit`` when the flag set it) for
     a bad text, a size without a ``[workload]``, or a size that holds less than one
     microbatch."""
@@ -166,15 +186,14 @@ def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> 
             raise FlagError(flag, str(e)) from None
         raise
     if not is_bytes:
-        return nbytes
+        return PlannerMemory(nbytes)
     w = sc.workload_model()
     if w is None or not sc.schedule.name:
         refuse(f"{text} is bytes per GPU, which only a scenario's [workload] (model and "
                f"GPU) converts to microbatches' activations; without one give a number of "
                f"microbatches (e.g. 4)")
     try:
-        return mem_limit_microbatches(w, sc.schedule.name, sc.schedule.generator_params(),
-                                      nbytes)
+        return planner_memory(w, sc.schedule.name, sc.schedule.generator_params(), nbytes)
     except WorkloadError as e:
         refuse(f"{text}: {e}")
     raise AssertionError("unreachable")          # pragma: no cover
@@ -182,40 +201,74 @@ def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None) -> 
 
 def mem_limit_microbatches(w: Workload, schedule_name: str, params: dict[str, Any],
                            nbytes: float) -> float:
-    """``nbytes`` of memory per GPU as the activation limit of the memory-limited
-    planners (zb-1p, zb-2p, zbv) in microbatches' worth (``M_B``): per pipeline rank, the
-    bytes its static state (parameters, gradients, optimizer states, FSDP copies:
-    :func:`~schedsim.workload.memory.static_bytes`) and P2P receive buffers leave,
-    divided by one microbatch's stored activations on the rank (the stages it holds
-    under the generator's placement, ``params`` its parameters), the tightest rank's.
-    Under ``framework = "torchtitan"`` the stage-held FSDP state (gathered parameters,
-    unsharded and sharded gradients) is subtracted too. The planners bound stored
-    activations only: a backward's working set and torchtitan's outputs retained per
-    microbatch are outside their model, so the simulated peak can exceed ``nbytes`` (the
-    step line says whether it fits). Raises :class:`WorkloadError` (rule ``sizes``) when
-    a rank is left less than one microbatch."""
+    """:func:`planner_memory`'s ``limit``."""
+    return planner_memory(w, schedule_name, params, nbytes).limit
+
+
+def planner_memory(w: Workload, schedule_name: str, params: dict[str, Any],
+                   nbytes: float) -> PlannerMemory:
+    """``nbytes`` of memory per GPU as the memory-limited planners' (zb-1p, zb-2p, zbv)
+    limit and F/B/W deltas, from the workload ``w``'s stage bytes under the generator's
+    placement (``params`` its parameters).
+
+    Deltas: the simulator's own rule (:func:`schedsim.workload.run.pass_deltas`: F
+    stores ``stored``, B frees all but the W-stash ``stash_w``, W frees the stash) in
+    units of a chunk pass's ``stored``, with the largest ``stash_w / stored`` of any
+    stage (B frees the least), rounded up: ``(1, -(1 - f), -f)``. (The authors' default
+    ``(2, -1, -1)``, B frees half, let the planner run too many forwards ahead: a
+    llama3.1-70b B frees 0.5% of its stored activations.)
+
+    Limit, per pipeline rank r (``per_rank``; ``limit`` the tightest rank's):
+    ``(nbytes - reserved_r) / (k x u_r)`` with ``u_r`` the largest ``stored`` of the
+    rank's ``k`` stages. ``reserved_r``:
+    static state (parameters, gradients, optimizer states, FSDP copies:
+    :func:`~schedsim.workload.memory.static_bytes`), P2P receive buffers, the largest
+    backward working set of its stages (live during one B, on top of the stored
+    activations) and, with ``d.stage_held`` (torchtitan), the FSDP copies (gathered
+    parameters, unsharded and sharded gradients) and the outputs / input gradients torch
+    pipelining keeps per microbatch to the step end, all ``microbatches`` of them.
+
+    Guarantee: an F/B/W schedule whose stored activations the planner keeps within
+    ``limit`` (it refuses otherwise) peaks at most ``nbytes`` per rank in the simulator's
+    byte accounting (:func:`~schedsim.workload.run.byte_levels`): every term above is a
+    bound on what that accounting holds at any moment. It is conservative by the spread
+    of ``stored`` / ``stash_w`` between a rank's stages and the held bytes' lifetimes.
+
+    Raises :class:`WorkloadError` (rule ``sizes``) when a rank is left less than one
+    microbatch."""
     from schedsim.generators import generated_stages, get
     from schedsim.program.ir import Placement
     from schedsim.util.units import fmt_gib
     from schedsim.workload.derive import derive
+    from schedsim.workload.run import pass_deltas
 
     gen = get(schedule_name)
     kind = gen.placement.split()[0]
     pl = Placement(kind=kind, ranks=w.pp, stages=generated_stages(gen, w.pp, params))
     d = derive(w, pl)
+    frac = 0.0
+    for b in d.stage_bytes:
+        f_, b_, w_ = pass_deltas(b.stored, b.stash_w)
+        if f_ > 0:
+            frac = max(frac, -w_ / f_)
+    frac = min(1.0, math.ceil(frac / _FRACTION_STEP) * _FRACTION_STEP)
     rows = []
     for r in range(w.pp):
-        act = sum(d.stage_bytes[s].stored for s in pl.stages_of(r))
-        base = d.static[r].total + d.recv_bytes[r]
+        stages = pl.stages_of(r)
+        act = len(stages) * max(d.stage_bytes[s].stored for s in stages)
+        base = (d.static[r].total + d.recv_bytes[r]
+                + max(d.stage_bytes[s].working for s in stages))
         if d.stage_held is not None:        # torchtitan: FSDP copies held over the step
-            base += sum(d.stage_held[s].gathered + d.stage_held[s].grads
-                        + d.stage_held[s].sharded_grads for s in pl.stages_of(r))
+            base += sum(h.gathered + h.grads + h.sharded_grads + w.microbatches * (
+                h.output + h.output_after_backward + h.input_grad)
+                for h in (d.stage_held[s] for s in stages))
         rows.append(((nbytes - base) / act if act > 0 else float("inf"), r, base, act))
     limit, r, base, act = min(rows)
     if not limit >= 1:
-        raise WorkloadError("sizes", f"rank {r}'s static bytes and buffers "
-                            f"({fmt_gib(base)}) leave {fmt_gib(max(0.0, nbytes - base))} of "
-                            f"{fmt_gib(nbytes)}, less than one microbatch's activations "
-                            f"({fmt_gib(act)}): give more memory, or a number of "
-                            f"microbatches")
-    return limit
+        held = " and held bytes" if d.stage_held is not None else ""
+        raise WorkloadError("sizes", f"rank {r}'s static bytes, buffers, backward working "
+                            f"set{held} ({fmt_gib(base)}) leave "
+                            f"{fmt_gib(max(0.0, nbytes - base))} of {fmt_gib(nbytes)}, less "
+                            f"than one microbatch's activations ({fmt_gib(act)}): give "
+                            f"more memory, or a number of microbatches")
+    return PlannerMemory(limit, (1, -(1 - frac), -frac), tuple(x[0] for x in rows))
