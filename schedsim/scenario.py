@@ -432,8 +432,22 @@ def load_scenario(path: str | Path) -> Scenario:
                                     f"JSON goes to render, report, stalls, align, "
                                     f"critical-path, memory; a JSON schedule to "
                                     f"--schedule-file)") from None
+            if _is_program_text(text):
+                raise ScenarioError(f"{path}: a program text file, not a scenario TOML: "
+                                    f"give it as --program {path}") from None
             raise ScenarioError(f"{path}: malformed TOML: {e}") from None
         return parse_scenario(data, str(path), str(path.parent))
+
+
+def _is_program_text(text: str) -> bool:
+    """True if ``text``'s first line that is neither blank nor a ``#`` comment reads
+    ``rank N: ...`` (the program text parser's own pattern), as program text (``schedsim generate``'s default format) begins."""
+    from schedsim.program.tokens import _RANK
+
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return _RANK.match(line) is not None
+    return False
 
 
 def apply_costs_file(scenario: Scenario, path: str | Path) -> Scenario:

@@ -129,9 +129,17 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
     params = key_values(f.param, "--param")
     sched.update(params)
     _no_foreign_keys(sched)
-    if f.cost is not None:
-        data["costs"] = parse_cost_string(f.cost, parse_scenario(data).costs).model_dump(
-            exclude_unset=True)
+    # a refused value a flag set names the flag (FlagError), not the [table] key
+    flags_set = {(table, key): flag for table, keys in (("schedule", _SCHEDULE_KEYS),
+                                                        ("comm", _COMM_KEYS),
+                                                        ("link", _LINK_KEYS),
+                                                        ("costs", _COSTS_KEYS))
+                 for flag, key in keys.items() if getattr(f, flag) is not None}
+    flags_set.update({("schedule", k): "param" for k in params})
+    source = str(scenario) if scenario else "command line"
+    if f.cost is not None:   # on top of the costs the rest gives (read as below: same errors)
+        base_costs = parse_scenario(data, source, base, flags_set).costs
+        data["costs"] = parse_cost_string(f.cost, base_costs).model_dump(exclude_unset=True)
     comm = data.setdefault("comm", {})
     for flag, key in _COMM_KEYS.items():
         if getattr(f, flag) is not None:
@@ -143,15 +151,7 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
         link["latency"] = f.latency
     if f.bandwidth is not None:
         link["bandwidth"] = f.bandwidth
-    # a refused value a flag set names the flag (FlagError), not the [table] key
-    flags_set = {(table, key): flag for table, keys in (("schedule", _SCHEDULE_KEYS),
-                                                        ("comm", _COMM_KEYS),
-                                                        ("link", _LINK_KEYS),
-                                                        ("costs", _COSTS_KEYS))
-                 for flag, key in keys.items() if getattr(f, flag) is not None}
-    flags_set.update({("schedule", k): "param" for k in params})
-    return parse_scenario(data, str(scenario) if scenario else "command line", base,
-                          flags_set)
+    return parse_scenario(data, source, base, flags_set)
 
 
 def _mem_limit(value: float | str | None) -> float | str | None:

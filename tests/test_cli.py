@@ -199,7 +199,9 @@ def test_scenario_references_must_exist(extra, needle, tmp_path: Path) -> None:
 @pytest.mark.parametrize("args,needle", [
     (["--param", "overlap=maybe"], "bad value overlap='maybe'"),
     (["--cost", "F=1,F=2"], "cost F given twice"),
-    (["--cost", "F=1e308,BW=1e308,B=1e308,W=1e308,FB=1e308"], "overflow"),
+    (["--cost", "F=1e308,BW=1e308,B=1e308,W=1e308,FB=1e308"], "from 0 to 1e+15"),
+    (["--message-bytes", "1e300", "--bandwidth", "1e-300", "--semantics", "eager"],
+     "overflow"),
     (["--latency", "inf"], "finite"),
     (["--placement", "v"], "fixed by the generator"),
 ])

@@ -130,9 +130,10 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("flags", [
-    ["-s", "dualpipe", "--cost", "F=1e308,BW=1e308"],                  # FB pair = F + BW
     ["-s", "1f1b", "--semantics", "eager", "--message-bytes", "1e300",
      "--bandwidth", "1e-300"],                                          # bytes / bandwidth
+    ["-s", "dualpipe", "--semantics", "eager", "--message-bytes", "1e300",
+     "--bandwidth", "1e-300"],
 ])
 def test_overflowing_costs_give_one_line_and_no_numpy_warning(flags: list[str]) -> None:
     """`schedsim simulate -s dualpipe -p 4 -m 8 --cost F=1e308,BW=1e308` printed numpy's
@@ -146,6 +147,38 @@ def test_overflowing_costs_give_one_line_and_no_numpy_warning(flags: list[str]) 
     assert r.output.strip().splitlines() == [
         "error: times overflow to inf: the costs, latencies or message sizes are too large "
         "for floating point"]
+
+
+def test_op_costs_above_max_cost_are_refused(tmp_path: Path) -> None:
+    """`simulate -s 1f1b -p 4 -m 8 --cost F=1e300,BW=1e300` ran and printed a 301-digit
+    makespan (and 1e308 overflowed): an op cost is at most MAX_COST (1e15, any unit), on
+    the flag and in every cost table of a file; at the bound it runs, (m + p - 1)(F + BW)."""
+    from schedsim.sim.costs import MAX_COST
+
+    assert MAX_COST == 1e15
+    base = ["simulate", "-s", "1f1b", "-p", "4", "-m", "8", "-q"]
+    for cost in ("F=1e300,BW=1", "F=1,BW=1e308", "F=1,BW=1,FB=1000000000000001"):
+        r = CliRunner().invoke(app, [*base, "--cost", cost])
+        assert r.exit_code == 2, r.output
+        bad = [c for c in cost.split(",") if float(c.split("=")[1]) > 1e15][0]
+        assert r.output.strip().splitlines() == [
+            f"error: bad cost value '{bad}': give a finite number from 0 to 1e+15 "
+            "(in the cost unit)"]
+    r = CliRunner().invoke(app, [*base, "--cost", "F=1e15,BW=1e15"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"makespan {int((8 + 4 - 1) * 2e15)} slots ")
+    head = '[schedule]\nname = "1f1b"\nranks = 4\nmicrobatches = 8\n[costs]\nF = 1\nBW = 1\n'
+    for table, where in (("F = 1e300\n", "costs.F"),
+                         ("[costs.stage.1]\nF = 1e300\n", "costs.stage.1.F"),
+                         ("[[costs.overrides]]\nstage = 0\nmb = 0\nkind = 'F'\n"
+                          "cost = 1e300\n", "costs.overrides.0.cost")):
+        text = head.replace("F = 1\n", "") + table if where == "costs.F" else head + table
+        f = tmp_path / "c.toml"
+        f.write_text(text)
+        r = CliRunner().invoke(app, ["simulate", str(f), "-q"])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip() == (f"error: {f}: '{where}': Input should be less than or "
+                                    "equal to 1000000000000000"), r.output
 
 
 @pytest.mark.parametrize("command", ["stalls", "align"])
@@ -185,6 +218,31 @@ def test_a_timeline_json_given_as_scenario_is_named_json(command: list[str], tmp
                                 "JSON goes to render, report, stalls, align, critical-path, "
                                 "memory; a JSON schedule to --schedule-file)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tl.json"]
+
+
+@pytest.mark.parametrize("command", [["lint"], ["simulate"], ["stalls"]])
+def test_a_program_text_given_as_scenario_is_named_program(command: list[str],
+                                                           tmp_path: Path, monkeypatch) -> None:
+    """`schedsim simulate g.txt` (the program text `generate -o g.txt` wrote) said
+    'malformed TOML: Expected '=' after a key ...': it names the file's kind and the flag
+    that reads it; that flag then runs it (1F1B 4 x 8 at F=1, BW=2: 33 slots)."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["generate", "-s", "1f1b", "-p", "4", "-m", "8", "-o", "g.txt"])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "c.txt").write_text("# a comment first\n\n" + (tmp_path / "g.txt").read_text())
+    for name in ("g.txt", "c.txt"):
+        r = CliRunner().invoke(app, [*command, name, "-q"])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip() == (f"error: {name}: a program text file, not a scenario "
+                                    f"TOML: give it as --program {name}")
+    r = CliRunner().invoke(app, ["simulate", "--program", "g.txt", "--cost", "F=1,BW=2", "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("makespan 33 slots ")
+    # other text that is not TOML is still malformed TOML
+    (tmp_path / "x.toml").write_text("ranks 4\n")
+    r = CliRunner().invoke(app, ["simulate", "x.toml"])
+    assert r.exit_code == 2 and "x.toml: malformed TOML: " in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "g.txt", "x.toml"]
 
 
 MODEL = ('[schedule]\nname = "1f1b"\nranks = 4\nmicrobatches = 8\n[model]\nlayers = {}\n'

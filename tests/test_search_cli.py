@@ -105,7 +105,9 @@ def test_result_replays_on_gloo_with_grad_check(tmp_path: Path):
     (("--seed", str(2 ** 64)), "--seed must be in 0..2147483647"),
     (("--seed", "-1"), "--seed must be in 0..2147483647"),
     (("--comm-policy", "bogus"), "unknown --comm-policy 'bogus': expected one of async"),
-    (("--cost", "F=1e30"), "costs too large for the solver"),
+    (("--cost", "F=1e30"), "bad cost value 'F=1e30': give a finite number from 0 to 1e+15"),
+    (("--cost", "F=1e15,B=1e15,W=1e15"), "costs too large for the solver: one op costs up "
+     "to 1e+15 and all ops in a row 2.4e+16"),
     (("-p", "5000"), "above the limit of 4,096 ranks"),
     (("--max", "instructions=1"), "above the limit of 1 instructions"),
     (("--chunks", "3", "--placement", "v"), "v placement has 2 chunks"),

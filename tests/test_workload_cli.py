@@ -98,6 +98,38 @@ def test_flags_change_the_workload(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "[workload]" in r.output
 
 
+def test_a_bad_model_or_gpu_flag_names_the_flag(tmp_path: Path, monkeypatch) -> None:
+    """`simulate llama3-70b-h100.toml --model m.json` (a JSON list) read "command line:
+    [workload]: ...: a model config is a JSON object", naming neither the flag nor the
+    file; every refusal of the flag's own value is now "--model: ..." / "--gpu: ...", and
+    one the flag's value meets in the scenario names the flag and its value."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "empty.json").write_text("")
+    cases = [
+        (["--model", "list.json"],
+         f"error: --model: {tmp_path / 'list.json'}: a model config is a JSON object of "
+         "config.json keys"),
+        (["--model", "empty.json"],
+         f"error: --model: {tmp_path / 'empty.json'}: not JSON: Expecting value: line 1 "
+         "column 1 (char 0)"),
+        (["--model", str(tmp_path)],
+         f"error: --model: {tmp_path}: is a directory; give a model config"),
+        (["--gpu", "h100"],
+         "error: --gpu: unknown gpu 'h100' (did you mean 'h100-sxm'?): expected one of "
+         "a100-80gb, h100-sxm, h800, h200, b200, mi300x"),
+        (["--model", "llama3.1-8b"],     # 32 layers against the file's pp 4 x chunks 5
+         "error: --model llama3.1-8b: 32 layers do not fill pp x chunks = 4 x 5 = 20 "
+         "stages evenly: give a layout (a per-stage list or a Megatron layout string such "
+         "as 'Et*1|...|L') or other pp/chunks"),
+    ]
+    for flags, line in cases:
+        r = run("simulate", LLAMA, "-q", *flags, "--json", tmp_path / "t.json")
+        assert r.exit_code == 2, r.output
+        assert r.output.strip() == line
+        assert not (tmp_path / "t.json").exists()
+
+
 def test_costs_command(tmp_path: Path) -> None:
     r = run("costs", LLAMA, "--json", tmp_path / "c.json")
     assert r.exit_code == 0, r.output

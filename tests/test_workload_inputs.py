@@ -105,6 +105,20 @@ def test_unknown_schedule_key_named_with_did_you_mean(tmp_path: Path) -> None:
     line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--mem-limit", "3"))
     assert ("Invalid value for '--mem-limit': schedule '1f1b' takes no parameter "
             "'mem_limit' (it takes: none;") in line
+    # beside --cost (which reads the rest first) the flag is still named, and the
+    # source is the command line or the file, not "scenario" (it read "scenario:
+    # [schedule] unknown key 'chunks'")
+    for extra, flag, key in ((["--chunks", "2"], "chunks", "chunks"),
+                             (["--mem-limit", "3"], "mem-limit", "mem_limit"),
+                             (["--param", "chunk=2"], "param", "chunk")):
+        line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", *extra,
+                             "--cost", "F=1,BW=2", "-q"))
+        assert line.startswith(f"error: Invalid value for '--{flag}': ")
+        assert f"schedule '1f1b' takes no parameter '{key}' (it takes: none;" in line
+    text = SMALL.replace('name = "1f1b"', 'name = "1f1b"\nmicrobatchs = 4')
+    line = one_error(run("simulate", write(tmp_path, text), "--cost", "F=1", "-q"))
+    assert "w.toml: [schedule] unknown key 'microbatchs' (did you mean 'microbatches'?)" \
+        in line
     # another policy's parameter and another tool's name keep their own messages
     line = one_error(run("simulate", "-s", "1f1b", "-p", "4", "-m", "8", "--param",
                          "batch_p2p_comm=false", "-q"))

@@ -45,14 +45,26 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
                             f"schedules/llama3-70b-h100.toml, docs/workload.md), or from "
                             f"flags alone 'schedsim plan --model M --gpu G --gpus N --seq S "
                             f"--global-batch-size B'")
+    from schedsim.errors import FlagError
+    from schedsim.workload.hardware import gpu_preset
+    from schedsim.workload.model import load_model
     from schedsim.workload.presets import MODELS
 
     m = changes.get("model")
     if m is not None and m.lower() not in MODELS:      # a config.json from the cwd
         changes["model"] = str(Path(m).resolve())
+    # the flag's own value first, so that a refusal names the flag (it read "command
+    # line: [workload]: ..." beside a scenario file)
+    for flag, check in (("model", load_model), ("gpu", gpu_preset)):
+        if flag in changes:
+            try:
+                check(changes[flag])
+            except ScenarioError as e:
+                raise FlagError(flag, str(e)) from None
     data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
+    source = " ".join(f"--{k} {v}" for k, v in changes.items())   # what changed it
     data["workload"] = {**data["workload"], **changes}
-    return parse_scenario(data, "command line", sc.base_dir)
+    return parse_scenario(data, source, sc.base_dir)
 
 
 def print_workload(res: Any) -> None:

@@ -19,17 +19,22 @@ from schedsim.program.vocab import MEASURED_SEMANTICS, CommStream, GroupSemantic
 KindName = Literal["F", "B", "W", "BW", "FB"]
 _KINDS = ("F", "B", "W", "BW", "FB")
 
+#: The largest cost of one op, in any unit (1e15 ns is 11.6 days; 1e15 ms 31,700 years):
+#: above it a cost is a typo, and sums of such costs printed 300-digit makespans
+#: (``--cost F=1e300``) instead of being refused. Costs are >= 0 and finite as well.
+MAX_COST = 1e15
+
 
 class KindCosts(BaseModel):
     """Per-kind costs at one level (a stage); unset kinds fall back to the next level."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    F: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    B: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    W: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    BW: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    FB: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    F: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
+    B: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
+    W: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
+    BW: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
+    FB: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 class CostOverride(BaseModel):
@@ -40,7 +45,7 @@ class CostOverride(BaseModel):
     stage: int = Field(ge=0)
     mb: int = Field(ge=0)
     kind: KindName
-    cost: float = Field(ge=0, allow_inf_nan=False)
+    cost: float = Field(ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 class CostModel(BaseModel):
@@ -62,11 +67,11 @@ class CostModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    F: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    B: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    W: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    BW: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    FB: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    F: float = Field(default=1.0, ge=0, le=MAX_COST, allow_inf_nan=False)
+    B: float = Field(default=1.0, ge=0, le=MAX_COST, allow_inf_nan=False)
+    W: float = Field(default=1.0, ge=0, le=MAX_COST, allow_inf_nan=False)
+    BW: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
+    FB: float | None = Field(default=None, ge=0, le=MAX_COST, allow_inf_nan=False)
     stage: dict[int, KindCosts] = Field(default_factory=dict)
     overrides: list[CostOverride] = Field(default_factory=list)
     message_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
@@ -276,7 +281,8 @@ class CostModel(BaseModel):
 def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
     """Parse ``"F=1,B=1,W=1,BW=2,FB=3"`` into a :class:`CostModel` (on top of ``base``).
 
-    Raises :class:`ScenarioError` on an unknown key or a value that is not a number >= 0.
+    Raises :class:`ScenarioError` on an unknown key or a value that is not a number from 0
+    to :data:`MAX_COST`.
     """
     data = base.model_dump(exclude_unset=True) if base else {}
     seen: set[str] = set()
@@ -294,8 +300,9 @@ def parse_cost_string(text: str, base: CostModel | None = None) -> CostModel:
             val = float(v)
         except ValueError:
             raise ScenarioError(f"bad cost value {item!r}: {v!r} is not a number") from None
-        if not val >= 0 or math.isinf(val):
-            raise ScenarioError(f"bad cost value {item!r}: must be a finite number >= 0")
+        if not 0 <= val <= MAX_COST:
+            raise ScenarioError(f"bad cost value {item!r}: give a finite number from 0 to "
+                                f"{MAX_COST:.0e} (in the cost unit)")
         data[k] = val
     return CostModel.model_validate(data)
 
