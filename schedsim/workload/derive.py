@@ -5,13 +5,40 @@ schedule name to step time, tokens/s/GPU, MFU and peak GiB per rank.
 **The step.** A simulated step is the pipeline's makespan (its compute and P2P, exact to
 the schedule) plus the **step boundary** (:func:`step_boundary_ms`), taken as the
 slowest pipeline rank's: the data-parallel gradient reduction (``zero = 0``: an
-all-reduce of the gradients; ``1``/``2``: Megatron's distributed optimizer, a
-reduce-scatter of the gradients and an all-gather of the updated parameters; ``3``: FSDP
-with the stage's parameters gathered for the step, a reduce-scatter of the gradients
-and the all-gather of the parameters before the next step's first forward) on the DP
-group (``dp`` ranks ``tp`` GPUs apart, Megatron's ``tp-cp-ep-dp-pp`` order; over the
-network when ``tp x dp`` exceeds a node), unless ``overlap_grad_reduce``; then the
-optimizer step, memory bound (every state read and written once at HBM bandwidth).
+all-reduce of the gradients; ``1``: Megatron's distributed optimizer, a reduce-scatter
+of the gradients and an all-gather of the updated parameters; ``2``: the all-gather
+alone, the gradients having gone per microbatch; ``3`` under PP: the reduce-scatter and
+the all-gather once, the stage's parameters staying gathered for the step; ``3``
+without PP: nothing, all of it per microbatch) on the DP group (``dp`` ranks ``tp``
+GPUs apart, Megatron's ``tp-cp-ep-dp-pp`` order; over the network when ``tp x dp``
+exceeds a node), unless ``overlap_grad_reduce``; then the optimizer step, memory bound
+(every state read and written once at HBM bandwidth); then, with ZeRO-2/3, the exposed
+part of the collectives they run in every microbatch.
+
+**ZeRO-2 and ZeRO-3** (:func:`per_microbatch_dp_ms`). Sharded gradients cannot
+accumulate over the step's microbatches unsharded, so ZeRO-2 reduce-scatters each
+microbatch's gradients in its backward, as DeepSpeed's stage 2 does (microsoft/DeepSpeed
+``deepspeed/runtime/zero/stage_1_and_2.py``: with ``partition_gradients`` it installs
+``create_reduce_and_remove_grad_hooks``, reducing in every backward). ZeRO-3 follows torchtitan's FSDP2 default
+(pytorch/torchtitan ``torchtitan/models/llama3/infra/parallelize.py::apply_fsdp``
+@018740b: ``reshard_after_forward = not pp_enabled``, "For PP, by default do not
+reshard after forward to avoid per-microbatch all-gathers, which can be expensive and
+non-overlapped"; the final norm and LM head are never resharded): without PP every
+microbatch all-gathers the parameters in F and again in B (all but the head) and
+reduce-scatters the gradients in B, because ``torchtitan/train.py::train_step``
+@018740b runs each accumulation microbatch's ``loss.backward()`` with gradient sync on
+(FSDP2's default); under PP the parameters stay gathered from the first forward to the
+last backward and torch's ``PipelineStage`` reduce-scatters once
+(:mod:`~schedsim.workload.lifetimes`), so the gather and the reduce-scatter are charged
+once a step and the memory holds the whole stage's parameters. The frameworks run these
+collectives on their own streams beside the compute, one unit (decoder layer) ahead
+(FSDP2's prefetch) or behind: per stage and microbatch a phase exposes ``max(u, C -
+compute)``, ``C`` its collectives' ms, ``compute`` the ms of the phase's ops (F; B + W)
+and ``u`` one layer's collective (the first all-gather, the last reduce-scatter).
+Charged with the step boundary (exact without PP, where one rank's ops run back to
+back; under PP the slowest rank's sum). ``framework = "megatron"`` uses the same rules
+(Megatron-LM's ZeRO-2/3 are Megatron-FSDP's ``optim_grads`` / ``optim_grads_params``,
+``megatron/core/distributed/fsdp/``; its distributed optimizer is ZeRO-1).
 
 **Pipeline links.** Pipeline rank ``r`` is GPU ``r x tp x dp`` of its replica: two
 pipeline ranks on one node talk over NVLink, others over the network (both at
