@@ -155,3 +155,22 @@ def test_zero3_under_pp_gathers_once_and_holds_the_stage() -> None:
         assert d3.static[r].params == pytest.approx(n * PB / dp)
         assert math.isclose(d3.static[r].total, 2 * n * PB + n * GB / dp + n * 12 / dp,
                             rel_tol=1e-9)
+
+
+def test_overlap_grad_reduce_hides_all_but_the_excess() -> None:
+    """With ``overlap_grad_reduce`` no unit stays exposed: a phase shows ``max(0, C -
+    compute)``, and z1's end-of-step collectives are hidden (the optimizer alone)."""
+    w1, d1, _ = _run(1, overlap_grad_reduce=True)
+    _, d3, _ = _run(3, overlap_grad_reduce=True)
+    dp, m = w1.data_parallel, w1.microbatches
+    n, _, head = _llama8b_params(1)
+    rs, ag = _ring("reduce-scatter", dp, n * GB, dp), _ring("all-gather", dp, n * PB, dp)
+    ag_b = _ring("all-gather", dp, (n - head) * PB, dp)
+    f, bw = _phases(d1)
+    opt = (n / dp * (2 * PB + GB) + 2 * n / dp * 12) / (3.35e12 * 0.5) * 1e3
+    assert d1.step_boundary_ms == pytest.approx(opt)
+    assert d3.step_boundary_ms == pytest.approx(
+        opt + m * (max(0.0, ag - f) + max(0.0, ag_b + rs - bw)))
+    _, d3_long, _ = _run(3, overlap_grad_reduce=True, seq=8192, dp=2, global_batch_size=8)
+    _, d1_long, _ = _run(1, overlap_grad_reduce=True, seq=8192, dp=2, global_batch_size=8)
+    assert d3_long.step_boundary_ms == pytest.approx(d1_long.step_boundary_ms)

@@ -34,7 +34,8 @@ once a step and the memory holds the whole stage's parameters. The frameworks ru
 collectives on their own streams beside the compute, one unit (decoder layer) ahead
 (FSDP2's prefetch) or behind: per stage and microbatch a phase exposes ``max(u, C -
 compute)``, ``C`` its collectives' ms, ``compute`` the ms of the phase's ops (F; B + W)
-and ``u`` one layer's collective (the first all-gather, the last reduce-scatter).
+and ``u`` one layer's collective (the first all-gather, the last reduce-scatter; 0
+with ``overlap_grad_reduce``, which also hides the end-of-step collectives).
 Charged with the step boundary (exact without PP, where one rank's ops run back to
 back; under PP the slowest rank's sum). ``framework = "megatron"`` uses the same rules
 (Megatron-LM's ZeRO-2/3 are Megatron-FSDP's ``optim_grads`` / ``optim_grads_params``,
@@ -240,7 +241,9 @@ def per_microbatch_dp_ms(w: Workload, placement: Placement, pieces: list[StagePi
     the ``compute`` ms of the phase's ops (:class:`StageCosts`, TP collectives included)
     exposes ``max(u, C - compute)``, ``u`` one unit's collective (the stage's largest
     decoder layer) that nothing hides: the first all-gather of F, the last reduce-scatter
-    of B. Zero for ``zero`` 0 / 1, ``dp = 1`` and ZeRO-3 under PP (gathered once a step)."""
+    of B; with ``overlap_grad_reduce`` those too hide (behind the neighbouring
+    microbatch's compute), ``u = 0``. Zero for ``zero`` 0 / 1, ``dp = 1`` and ZeRO-3
+    under PP (gathered once a step)."""
     dp = w.data_parallel
     out = [0.0] * placement.ranks
     regather = w.zero == 3 and w.pp == 1          # FSDP resharding after each forward
@@ -249,17 +252,18 @@ def per_microbatch_dp_ms(w: Workload, placement: Placement, pieces: list[StagePi
     links = model_links(w)
     pb, gb = DTYPE_BYTES[w.params_dtype], DTYPE_BYTES[w.grad_dtype]
     span = w.tp * w.cp * dp
+    unit = 0.0 if w.overlap_grad_reduce else 1.0     # the un-hidden unit's share
     for r in range(placement.ranks):
         for s in placement.stages_of(r):
             n, layer, head = _unit_params(w, pieces, s)
             back = costs.kind_cost("B", s) + costs.kind_cost("W", s)
             rs = links.time("reduce-scatter", dp, n * gb, span)
-            rs_u = links.time("reduce-scatter", dp, layer * gb, span)
+            rs_u = unit * links.time("reduce-scatter", dp, layer * gb, span)
             exposed = max(rs_u, rs - back)
             if regather:
                 ag_f = links.time("all-gather", dp, n * pb, span)
                 ag_b = links.time("all-gather", dp, (n - head) * pb, span)
-                ag_u = links.time("all-gather", dp, layer * pb, span)
+                ag_u = unit * links.time("all-gather", dp, layer * pb, span)
                 exposed = (max(ag_u, ag_f - costs.kind_cost("F", s))
                            + max(rs_u, ag_b + rs - back))
             out[r] += w.microbatches * exposed
