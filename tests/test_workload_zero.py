@@ -151,10 +151,13 @@ def test_zero3_under_pp_gathers_once_and_holds_the_stage() -> None:
     for r in range(2):
         st = d1.pieces[r].layout
         n = sum(stage_params(w1.model, st.first, st.layers, st.embedding, st.head, 1, 1))
-        assert d3.static[r].unsharded == pytest.approx(n * PB * (2 - 1 / dp))
+        assert d3.static[r].unsharded == pytest.approx(n * PB * (1 - 1 / dp) + n * GB)
         assert d3.static[r].params == pytest.approx(n * PB / dp)
-        assert math.isclose(d3.static[r].total, 2 * n * PB + n * GB / dp + n * 12 / dp,
+        assert math.isclose(d3.static[r].total, n * PB + n * GB * (1 + 1 / dp) + n * 12 / dp,
                             rel_tol=1e-9)
+        # against ZeRO-1: the same bf16 parameters and fp32 gradients, plus the
+        # gradients' shard that the reduce-scatter fills
+        assert d3.static[r].total - d1.static[r].total == pytest.approx(n * GB / dp)
 
 
 def test_overlap_grad_reduce_hides_all_but_the_excess() -> None:
