@@ -23,7 +23,7 @@ import ast
 import re
 from pathlib import Path
 
-from schedsim.util.units import fmt_mib, fmt_time, gib_number
+from schedsim.util.units import fmt_delta, fmt_mib, fmt_time, gib_number
 
 SRC = Path(__file__).resolve().parent.parent / "schedsim"
 
@@ -56,7 +56,8 @@ def _unit_after(parts: list[ast.expr], i: int) -> str:
         if nxt.value.strip() or i + 2 >= len(parts):
             return ""
         nxt = parts[i + 2]
-    if isinstance(nxt, ast.FormattedValue) and ast.unparse(nxt.value).endswith("unit"):
+    if isinstance(nxt, ast.FormattedValue) and (ast.unparse(nxt.value).endswith("unit")
+                                                or ast.unparse(nxt.value) == "u"):
         return " {" + ast.unparse(nxt.value) + "}"
     return ""
 
@@ -108,7 +109,7 @@ def test_the_scan_sees_each_kind(tmp_path):
         '     f"peak {y / 2 ** 30:.2f}" " GiB")\n'
         't = f"{x:g} s, {x:.3f}, {x:.1f}%, {x:.3g} GB/s, {x:,} bytes, {x[:-1]}B"\n'
         'u = f"{r.step_ms:.1f} | {m.peak / GiB:.2f} | {m.peak_at:.1f}"\n'
-        'v = f"{x:.4g} {tl.unit}, {x:.4g}{unit}, {x:.3f} {n} ranks"\n',
+        'v = f"{x:.4g} {tl.unit}, {x:.4g}{unit}, {x:+.4g}{u}, {x:.3f} {n} ranks"\n',
         encoding="utf-8")
     got = _offenders(pkg)
     assert got == ["schedsim/a.py:2: {x:.1f} ms, p",
@@ -118,7 +119,8 @@ def test_the_scan_sees_each_kind(tmp_path):
                    "schedsim/a.py:5: {m.peak / GiB:.2f}",
                    "schedsim/a.py:5: {m.peak_at:.1f}",
                    "schedsim/a.py:6: {x:.4g} {tl.unit}",
-                   "schedsim/a.py:6: {x:.4g} {unit}"]
+                   "schedsim/a.py:6: {x:.4g} {unit}",
+                   "schedsim/a.py:6: {x:+.4g} {u}"]
 
 
 def test_one_rule_reads_alike():
@@ -127,3 +129,5 @@ def test_one_rule_reads_alike():
     assert gib_number(81530000000) == "75.93"
     assert fmt_mib(16 * 2 ** 20) == "16 MiB"
     assert fmt_mib(1234567) == "1.177 MiB"
+    assert [fmt_delta(x) for x in (2.5, -0.031253, 0, 1234.5678)] == [
+        "+2.5", "-0.03125", "+0", "+1235"]

@@ -44,6 +44,14 @@ def fmt_time(x: float | None, significant: int = SIGNIFICANT) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def fmt_delta(x: float, significant: int = SIGNIFICANT) -> str:
+    """A signed difference of times by the rule of :func:`fmt_time`, ``+`` before a
+    value that is not negative: ``2.5 -> "+2.5"``, ``-0.031253 -> "-0.03125"``,
+    ``0 -> "+0"`` (an error, a move: what ``{x:+.4g}`` printed)."""
+    text = fmt_time(x, significant)
+    return text if text.startswith("-") else "+" + text
+
+
 def unit_text(unit: str, value: float | None = None) -> str:
     """The unit's name as printed: ``slot`` takes a plural (``slots``) except for a
     ``value`` of exactly 1; other units (``ms``, ``us``) print as given. Without a
