@@ -375,6 +375,26 @@ class Scenario(BaseModel):
         return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
 
 
+def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
+                      ) -> tuple[Any, Any]:
+    """Simulate ``prog`` with the scenario ``sc``'s models (deadlocks returned, not
+    raised): ``(timeline, result)``, with a ``[workload]`` the result its
+    :class:`~schedsim.workload.run.WorkloadResult` (None without one or on a deadlock),
+    whose summary the timeline carries as its ``workload`` object. What ``simulate``
+    runs, and ``compare`` of a workload for each schedule
+    (:func:`schedsim.sweep.compare_workload_schedules`)."""
+    from schedsim.sim.simulate import simulate_run
+
+    tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
+                              raise_on_deadlock=False)
+    d = sc.derived_workload(prog.placement)
+    if d is None or tl.deadlock is not None:
+        return tl, None
+    from schedsim.workload.run import result_of
+
+    return tl, result_of(d, tl, cp, st)
+
+
 #: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)
 PIECES_PER_LAYER = 8
 
