@@ -453,7 +453,7 @@ def workload_schedule_scenario(sc: Any, name: str, shared: dict[str, Any] | None
     data["workload"] = wl
     from schedsim.scenario import parse_scenario
 
-    return parse_scenario(data, source, sc.base_dir)
+    return parse_scenario(data, source, sc.base_dir, file=sc.source_file)
 
 
 def compare_workload_schedules(sc: Any, schedules: str | Sequence[str] | None = None,

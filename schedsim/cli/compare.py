@@ -487,8 +487,18 @@ def memory(
         fail_deadlock(tl, sc)
     from schedsim.cli.workload import print_memory_gib
 
-    if memory_model is None and fb_order is None and print_memory_gib(tl, json_out):
-        return          # a workload's timeline: bytes per rank in GiB
+    if memory_model is None and fb_order is None:
+        if print_memory_gib(tl, json_out):
+            return      # a workload's timeline: bytes per rank in GiB
+    elif getattr(tl, "workload", None):
+        from schedsim.cli.common import warn
+
+        flags = " and ".join(f for f, v in (("--memory-model", memory_model),
+                                             ("--fb-order", fb_order)) if v is not None)
+        warn(f"{flags} count{'s' if ' and ' not in flags else ''} activations in "
+             f"microbatches' worth, so this table is in those units, without the "
+             f"[workload]'s GiB per rank and HBM check (its byte model, the default: "
+             f"drop {flags} for it)")
     mm = MemoryModel.with_flags(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))

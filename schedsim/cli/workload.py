@@ -64,7 +64,7 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     source = " ".join(f"--{k} {v}" for k, v in changes.items())   # what changed it
     data["workload"] = {**data["workload"], **changes}
-    return parse_scenario(data, source, sc.base_dir)
+    return parse_scenario(data, source, sc.base_dir, file=sc.source_file)
 
 
 def print_workload(res: Any) -> None:
