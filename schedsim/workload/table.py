@@ -289,17 +289,20 @@ def schedule_sizes_hint(w: Workload, name: str, params: dict[str, Any]) -> str |
     built with them. The text follows the generator's own reason after ``; ``. None
     when the generator takes these sizes (the refusal is a parameter's, or the comm
     policy's)."""
-    from schedsim.errors import ScheduleError
-    from schedsim.generators import generate, get
+    from schedsim.errors import LimitError, ScheduleError
+    from schedsim.generators import generate, generated_stages, get
+    from schedsim.util.limits import check_program_size
 
     gen = get(name)
     own = {k: v for k, v in params.items() if k in gen.accepted()}
+    stages = generated_stages(gen, w.pp, own)
     m, per, dp = w.microbatches, w.micro_batch_size * w.data_parallel, w.data_parallel
 
     def takes(k: int) -> bool:
-        try:
+        try:        # (a count above the work limits is not built to be tried)
+            check_program_size(name, ranks=w.pp, microbatches=k, stages=stages)
             generate(name, w.pp, k, **own)
-        except ScheduleError:
+        except (ScheduleError, LimitError):
             return False
         return True
 
