@@ -218,12 +218,17 @@ def mem_limit_above_hbm(nbytes: float, gpu: Hardware) -> str | None:
     hbm = gpu.hbm_bytes
     if not nbytes > hbm:
         return None
-    from schedsim.util.units import fmt_gib
+    import math
+
+    from schedsim.util.units import fmt_gib_pair, fmt_time
 
     if hbm % GiB == 0:
         most = f"{int(hbm // GiB)}GiB"
     elif hbm % 10 ** 9 == 0:
         most = f"{int(hbm // 10 ** 9)}GB"
-    else:                                   # rounded down: the suggestion must pass
-        most = f"{int(hbm / GiB * 100) / 100:g}GiB"
-    return f"{fmt_gib(nbytes)} is above the {gpu.name}'s {fmt_gib(hbm)}; give at most {most}"
+    else:       # 4 significant digits rounded down (fmt_time's), so the suggestion passes
+        v = hbm / GiB
+        d = 10 ** max(0, 4 - len(str(int(v))))
+        most = f"{fmt_time(math.floor(v * d) / d)}GiB"
+    given, has = fmt_gib_pair(nbytes, hbm)      # (two sizes that differ never read alike)
+    return f"{given} is above the {gpu.name}'s {has}; give at most {most}"
