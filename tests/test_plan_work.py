@@ -206,8 +206,9 @@ def test_torchtitan_llm_split_is_torchtitans():
 
 
 def test_a_126_layer_model_plans_at_pp_that_does_not_divide_126():
-    # (ZeRO-3 over dp 8 fits the 80 GiB H100; a --mem-limit above its HBM is refused)
-    space = PlanSpace(model="llama3.1-405b", gpus=256, gpu="h100-sxm", seq=4096,
+    # (the 141 GiB H200: ZeRO-3 under PP holds the stage's gathered parameters and fp32
+    # gradients, 96.7 GiB, over an H100's 80; a --mem-limit above the HBM is refused)
+    space = PlanSpace(model="llama3.1-405b", gpus=256, gpu="h200", seq=4096,
                       global_batch_size=256, tp=[8], pp=[4], schedules=["1f1b"],
                       recompute=["full"], zero=[3])
     res = run_plan(space, top=1)
