@@ -82,7 +82,7 @@ def render(o: RenderOptions) -> None:
       schedsim render data.json --overlay rendezvous.json --out overlay.png
       schedsim render pred.json --overlay meas.json --threshold 5% --out o.png
       schedsim render dualpipe.json --out part.png --window 10:30 --show-ranks 0-3
-      schedsim simulate -s 1f1b -p 4 -m 8 --json - -q | schedsim render - -o 1f1b.png
+      schedsim simulate -s 1f1b -p 4 -m 8 --json - | schedsim render - -o g.png
     """
     from schedsim.timeline import Timeline
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
