@@ -15,7 +15,7 @@ from schedsim.cli.common import console, handle_errors, scenario_command, write_
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
-from schedsim.util.units import GIB as GiB     # bytes in a GiB (one home)
+from schedsim.util.units import fmt_gib, fmt_mib, fmt_time, gib_number, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -83,10 +83,10 @@ def print_workload(res: Any) -> None:
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         top = rp[r] if rp else m.peak          # the headroom of what runs out
-        t.add_row(str(r), *(f"{x / GiB:.2f}" for x in (
+        t.add_row(str(r), *(gib_number(x) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
-            m.peak_activations, m.peak, *((rp[r],) if rp else ()))), f"{m.peak_at:.1f}",
-            f"{(res.hbm_bytes - top) / GiB:.2f}")
+            m.peak_activations, m.peak, *((rp[r],) if rp else ()))), fmt_time(m.peak_at),
+            gib_number(res.hbm_bytes - top))
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -124,12 +124,12 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
         t.add_column(col, justify="right")
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
-        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.held / GiB:.2f}",
-                  f"{m.peak_activations / GiB:.2f}", f"{m.peak / GiB:.2f}",
-                  *((f"{rp[r] / GiB:.2f}",) if rp else ()), f"{m.peak_at:.1f}",
-                  f"{(hbm - top) / GiB:.2f}")
+        t.add_row(str(r), gib_number(m.static), gib_number(m.held),
+                  gib_number(m.peak_activations), gib_number(m.peak),
+                  *((gib_number(rp[r]),) if rp else ()), fmt_time(m.peak_at),
+                  gib_number(hbm - top))
     console.print(t)
-    from schedsim.util.units import fmt_gib, fmt_gib_pair
+    from schedsim.util.units import fmt_gib_pair
 
     worst = max(m.peak for m in mem)
     top = max(rp) if rp else worst
@@ -148,8 +148,8 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
 
 def workload_line(res: Any) -> str:
     """:meth:`WorkloadResult.line` with the step's parts."""
-    return (f"{res.line()}; makespan {res.makespan_ms:.1f} ms + step boundary "
-            f"{res.step_boundary_ms:.1f} ms")
+    return (f"{res.line()}; makespan {with_unit(res.makespan_ms, 'ms')} + step boundary "
+            f"{with_unit(res.step_boundary_ms, 'ms')}")
 
 
 def _print_breakdown(b: dict[str, Any]) -> None:
@@ -166,12 +166,13 @@ def _print_breakdown(b: dict[str, Any]) -> None:
         fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
         a = s["activation_bytes"]
         t.add_row(str(s["stage"]), str(s["rank"]), layers,
-                  *(f"{s['ms'][k]:.2f}" for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
-                  f"{a['stored'] / GiB:.2f}", f"{a['stash_w'] / GiB:.2f}")
+                  *(fmt_time(s['ms'][k]) for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
+                  gib_number(a['stored']), gib_number(a['stash_w']))
     console.print(t)
     same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
-        same.setdefault("; ".join(f"{n} {v['F']:.3f}/{v['B']:.3f}/{v['W']:.3f}"
+        same.setdefault("; ".join(f"{n} {fmt_time(v['F'])}/{fmt_time(v['B'])}/"
+                                  f"{fmt_time(v['W'])}"
                                   for n, v in s["piece_ms_per_layer"].items()),
                         []).append(s["stage"])
     for line, stages in same.items():
@@ -179,16 +180,16 @@ def _print_breakdown(b: dict[str, Any]) -> None:
                       f"F/B/W ms (per layer): {rich_escape(line)}", highlight=False)
     rows = b["stages"][0]["activation_bytes"]["rows"]
     console.print(f"activations: Korthikanti et al. 2022 Table 2, {'; '.join(rows)}; P2P "
-                  f"message {b['message_bytes'] / 2 ** 20:.1f} MiB; model FLOPs per step "
+                  f"message {fmt_mib(b['message_bytes'])}; model FLOPs per step "
                   f"{b['model_flops_per_step']:.4g} (Megatron-LM's count); TFLOP: F + B + "
                   f"W + recompute", highlight=False)
     for r in b["ranks"]:
-        static = (r["params"] + r["grads"] + r["optimizer"] + r["fsdp_unsharded"]) / GiB
-        console.print(f"rank {r['rank']}: static {static:.2f} GiB (params "
-                      f"{r['params'] / GiB:.2f}, grads {r['grads'] / GiB:.2f}, optimizer "
-                      f"{r['optimizer'] / GiB:.2f}, fsdp {r['fsdp_unsharded'] / GiB:.2f}), "
-                      f"recv buffers {r['recv_buffers'] / GiB:.2f} GiB, step boundary "
-                      f"{r['step_boundary_ms']:.1f} ms", highlight=False)
+        static = r["params"] + r["grads"] + r["optimizer"] + r["fsdp_unsharded"]
+        console.print(f"rank {r['rank']}: static {fmt_gib(static)} (params "
+                      f"{gib_number(r['params'])}, grads {gib_number(r['grads'])}, optimizer "
+                      f"{gib_number(r['optimizer'])}, fsdp {gib_number(r['fsdp_unsharded'])}), "
+                      f"recv buffers {fmt_gib(r['recv_buffers'])}, step boundary "
+                      f"{with_unit(r['step_boundary_ms'], 'ms')}", highlight=False)
 
 
 @app.command()
@@ -243,7 +244,7 @@ def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None
         if gantt is not None:
             from schedsim.plot import gantt_stack, save_figure
 
-            titles = [f"{n}: step {r.step_ms:.1f} ms, bubble {r.bubble_ratio:.3f}"
+            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble {r.bubble_ratio:.3f}"
                       for n, r in rows]
             save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
                                     suptitle=f"{head}, one time axis", memory=memory),
@@ -279,11 +280,11 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     def span(xs: list[float] | None) -> str:
         if not xs:
             return "-"
-        lo, hi = min(xs) / GiB, max(xs) / GiB
-        return f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05 else f"{hi:.1f}"
+        lo, hi = gib_number(min(xs)), gib_number(max(xs))
+        return f"{lo}..{hi}" if lo != hi else hi
 
     for n, r in rows:
-        t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
+        t.add_row(n, str(r.timeline.stages), fmt_time(r.step_ms),
                   f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
                   f"{r.bubble_ratio:.3f}", span(r.peak_memory_bytes),
                   *((span(r.peak_reserved_bytes),) if reserved else ()),
