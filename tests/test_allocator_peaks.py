@@ -130,3 +130,37 @@ def test_torchtitan_405b_on_60_gib_reports_the_failure():
     assert "fits" not in re.sub("does NOT fit", "", line)
     assert free.line().endswith("peak 61.51 GiB allocated, 70.99 GiB reserved, of 96 GiB "
                                 "(fits)")
+
+
+def test_memory_command_prints_the_streams_allocated_beside_its_reserved(tmp_path):
+    """Megatron, full recompute, the caching allocator: the last stage's stream frees
+    the head's kept tensors before its layers' backward, so its peak is below the byte
+    model's; ``simulate``'s table and ``memory`` (text and ``--json``) print the stream's
+    allocated peak beside its reserved one, as the Timeline's ``peak_memory_bytes``."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    toml = tmp_path / "m.toml"
+    toml.write_text('[schedule]\nname = "1f1b"\n[workload]\nmodel = "llama3.1-8b"\n'
+                    'gpu = "h100-sxm"\nseq = 4096\nglobal_batch_size = 16\ntp = 2\npp = 4\n'
+                    'recompute = "full"\nallocator = "caching"\n')
+    out, mem = tmp_path / "t.json", tmp_path / "m.json"
+    runner = CliRunner()
+    r = runner.invoke(app, ["simulate", str(toml), "-q", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    w = json.loads(out.read_text())["workload"]
+    r = runner.invoke(app, ["memory", str(out), "--json", str(mem)], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    ranks = json.loads(mem.read_text())["ranks"]
+    assert [x["peak"] for x in ranks] == w["peak_memory_bytes"]
+    assert all(x["peak_reserved"] >= x["peak"] for x in ranks)
+    # the byte model's own peak is above the stream's on the last rank alone
+    from schedsim.analysis.memory import workload_memory
+    from schedsim.timeline import Timeline
+
+    agg = [m.peak for m in workload_memory(Timeline.read_json(out))]
+    assert agg[:3] == pytest.approx(w["peak_memory_bytes"][:3], rel=1e-6)
+    assert agg[3] > w["peak_memory_bytes"][3]
