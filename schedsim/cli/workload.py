@@ -85,7 +85,8 @@ def print_workload(res: Any) -> None:
         top = rp[r] if rp else m.peak          # the headroom of what runs out
         t.add_row(str(r), *(gib_number(x) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
-            m.peak_activations, m.peak, *((rp[r],) if rp else ()))), fmt_time(m.peak_at),
+            m.peak_activations, res.peak_memory_bytes[r], *((rp[r],) if rp else ()))),
+            fmt_time(m.peak_at),
             gib_number(res.hbm_bytes - top))
     console.print(t)
     console.print(workload_line(res), highlight=False)
@@ -106,6 +107,8 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
         return False
     hbm = float(tl.workload["hbm_bytes"])
     rp = tl.workload.get("peak_reserved_bytes")
+    # with the allocator's replay, the allocated peaks of its stream (beside its reserved)
+    peaks = tl.workload["peak_memory_bytes"] if rp else [m.peak for m in mem]
     if json_out is not None:
         from schedsim.util.files import atomic_write_text
 
@@ -113,7 +116,7 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
             "unit": "bytes", "hbm_bytes": hbm,
             "ranks": [{"rank": r, "static": m.static, "held": m.held,
                        "peak_activations": m.peak_activations,
-                       "peak": m.peak, "peak_at_ms": m.peak_at,
+                       "peak": peaks[r], "peak_at_ms": m.peak_at,
                        **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
@@ -125,13 +128,13 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
         t.add_row(str(r), gib_number(m.static), gib_number(m.held),
-                  gib_number(m.peak_activations), gib_number(m.peak),
+                  gib_number(m.peak_activations), gib_number(peaks[r]),
                   *((gib_number(rp[r]),) if rp else ()), fmt_time(m.peak_at),
                   gib_number(hbm - top))
     console.print(t)
     from schedsim.util.units import fmt_gib_pair
 
-    worst = max(m.peak for m in mem)
+    worst = max(peaks)
     top = max(rp) if rp else worst
     verdict = "fits" if top <= hbm else "does NOT fit"
     top_text, hbm_text = fmt_gib_pair(top, hbm)
