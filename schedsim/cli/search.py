@@ -30,7 +30,7 @@ from schedsim.cli.common import (
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
-from schedsim.util.units import fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -267,7 +267,7 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
                       "solver's own model, and its order is proven optimal)",
                       highlight=False, soft_wrap=True)
     console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] {res.timeline.unit}, "
-                  f"bubble ratio {res.bubble:.3f}, peak activation {_spread(res.peak)}",
+                  f"bubble ratio {fmt_bubble(res.bubble)}, peak activation {_spread(res.peak)}",
                   highlight=False)
     if quiet:
         return
@@ -306,7 +306,7 @@ def _table(res: Any, st: Any) -> Table:
                     f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
-    t.add_row("[bold]search[/]", f"[bold]{fmt_time(res.makespan)}[/]", f"{res.bubble:.3f}",
+    t.add_row("[bold]search[/]", f"[bold]{fmt_time(res.makespan)}[/]", fmt_bubble(res.bubble),
               _spread(res.peak), "yes", "")
     rows = sorted(res.baselines.rows, key=lambda b: (b.makespan is None, b.makespan or 0.0))
     for b in rows:
@@ -314,7 +314,7 @@ def _table(res: Any, st: Any) -> Table:
             t.add_row(escape(b.label), "-", "-", "-", "-", escape(b.note))
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
-        t.add_row(escape(b.label), fmt_time(b.makespan), f"{b.bubble:.3f}", _spread(b.peak),
+        t.add_row(escape(b.label), fmt_time(b.makespan), fmt_bubble(b.bubble), _spread(b.peak),
                   "yes" if b.fits else "no", f"{rel:+.1f}%")
     return t
 

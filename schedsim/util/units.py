@@ -65,6 +65,48 @@ def with_unit(value: float, unit: str) -> str:
     return f"{fmt_time(value)} {unit_text(unit, value)}"
 
 
+
+def unit_title(title: str, unit: str) -> str:
+    """A table's title with the unit its time columns are in, stated once:
+    ``stalls of 1f1b (ms)``, ``slack per op (slots)`` (:func:`unit_text`)."""
+    return f"{title} ({unit_text(unit)})"
+
+
+def fmt_mfu(mfu: float | None) -> str:
+    """MFU (a fraction of peak FLOP/s) as a percent with one decimal: ``0.3904 -> "39.0%"``,
+    ``None -> "-"``. A percent, not a fraction: MFU is quoted as a percent in papers and
+    in every report a person compares against (Megatron's, torchtitan's), and a percent
+    with one decimal keeps the 0.1-point differences that separate two layouts."""
+    if mfu is None:
+        return "-"
+    return f"{100 * float(mfu):.1f}%"
+
+
+def fmt_rate(x: float | None, significant: int = SIGNIFICANT) -> str:
+    """A rate (tokens/s/GPU) by the rule of :func:`fmt_time` (4 significant digits, never
+    an integer digit lost) with a thousands separator: ``859.44 -> "859.4"``,
+    ``1273.4 -> "1,273"``, ``19882.2 -> "19,882"``, ``None -> "-"``. One rule for every
+    table and line, so a rate read in ``plan`` and in ``simulate`` matches digit for
+    digit."""
+    text = fmt_time(x, significant)
+    if x is None or not math.isfinite(float(x)):
+        return text
+    sign, body = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, dot, frac = body.partition(".")
+    return f"{sign}{int(whole):,}{dot}{frac}"
+
+
+def fmt_bubble(ratio: float | None) -> str:
+    """A bubble ratio (idle / (ranks x makespan), or the span-based rate) as a fraction
+    with 3 decimals: ``0.04394 -> "0.044"``, ``None -> "-"``. A fraction, not a percent:
+    every table column and the Timeline JSON call it a ratio (``bubble ratio``,
+    ``bubble_ratio``) and the papers' bubble formulas ((p - 1) / m) are fractions, so the
+    figure titles read as the tables do."""
+    if ratio is None:
+        return "-"
+    return f"{float(ratio):.3f}"
+
+
 #: bytes in a MiB (a message, a page: sizes well under a GiB)
 MIB = 2 ** 20
 
