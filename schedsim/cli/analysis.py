@@ -278,8 +278,8 @@ def _path_table(path: list, show_all: bool, unit: str) -> Table:
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
                       fmt_time(s.start), fmt_time(s.end), escape(s.detail))
         return t
-    t = Table(title=unit_title("critical path by runs of ops on one rank (--all: every "
-                               "step)", unit))
+    t = Table(title=f"critical path by runs of ops on one rank ({unit_text(unit)}; --all: "
+                    f"every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -434,7 +434,7 @@ def lint(
     t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                     + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
                     + (", deadlocks" if tl.deadlock is not None else "")
-                    + f"; cost in {unit_text(tl.unit)})")
+                    + f"; times in {unit_text(tl.unit)})")
     if show_all:
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")

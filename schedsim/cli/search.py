@@ -30,7 +30,7 @@ from schedsim.cli.common import (
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
-from schedsim.util.units import fmt_bubble, fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, unit_text, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -303,7 +303,7 @@ def _table(res: Any, st: Any) -> Table:
     from rich.table import Table
 
     t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
-                    f"{st.policy} policy)")
+                    f"{st.policy} policy; makespan in {unit_text(res.timeline.unit)})")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
     t.add_row("[bold]search[/]", f"[bold]{fmt_time(res.makespan)}[/]", fmt_bubble(res.bubble),

@@ -96,6 +96,19 @@ def fmt_rate(x: float | None, significant: int = SIGNIFICANT) -> str:
     return f"{sign}{int(whole):,}{dot}{frac}"
 
 
+def fmt_rate_pair(a: float, b: float) -> tuple[str, str]:
+    """``(fmt_rate(a), fmt_rate(b))`` for two rates compared in one line (a bound against
+    the bar it falls below): more significant digits (up to 7) while two different rates
+    would print alike, so that ``863.47`` against ``863.52`` never reads ``863.5, below
+    863.5``; rates within a relative 1e-6 of each other (a tie, up to float noise) print
+    at 4 digits, alike: the caller then says "no better than", not "below"."""
+    for significant in range(SIGNIFICANT, 8):
+        ta, tb = fmt_rate(a, significant), fmt_rate(b, significant)
+        if ta != tb or a == b:
+            return ta, tb
+    return fmt_rate(a), fmt_rate(b)
+
+
 def fmt_bubble(ratio: float | None) -> str:
     """A bubble ratio (idle / (ranks x makespan), or the span-based rate) as a fraction
     with 3 decimals: ``0.04394 -> "0.044"``, ``None -> "-"``. A fraction, not a percent:
