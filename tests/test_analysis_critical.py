@@ -135,7 +135,7 @@ def test_critical_path_headline_and_runs_of_ops() -> None:
                                                     (1, 1), (0, 1)]
     assert [v.what for v in segs[1].via if v.kind == "message"] == ["F mb0 0->1"]
     long = path_headline(path, tl.makespan, route_limit=4)[1]
-    assert long == "route: 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
+    assert long == "route (slots): 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
 
 
 def test_networkx_view_of_a_small_graph() -> None:
