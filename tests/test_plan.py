@@ -194,9 +194,9 @@ def test_cli_prints_the_top_and_writes_the_figures(tmp_path):
     res = run_plan(PlanSpace(**SMALL), top=2)
     best = res.ranking[0]
     text = " ".join(r.output.split())
-    from schedsim.util.units import with_unit
+    from schedsim.util.units import fmt_rate, with_unit
 
-    assert f"microbatches: {best.tokens_per_s_per_gpu:.1f} tokens/s/GPU, step " \
+    assert f"microbatches: {fmt_rate(best.tokens_per_s_per_gpu)} tokens/s/GPU, step " \
            f"{with_unit(best.step_ms, 'ms')}," in text
     assert f"grid {res.grid} candidates: {res.legal} legal" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
