@@ -17,10 +17,10 @@ from schedsim.analysis.memory import peak_activation
 from schedsim.errors import ScenarioError
 from schedsim.generators import names
 from schedsim.plot import gantt, receiver_waited, save_figure
-from schedsim.util.units import fmt_bubble
 from schedsim.plot.arrows import MAX_ARROWS
 from schedsim.plot.gantt import get_stalls
 from schedsim.plot.layout import MAX_WIDTH_PX, plan
+from schedsim.util.units import fmt_bubble
 
 FIG = CostModel(F=1, B=1, W=1, BW=2, FB=3)
 #: small, valid parameters per family (4 ranks)
