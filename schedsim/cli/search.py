@@ -231,6 +231,11 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
     from rich.markup import escape
 
     s = res.solver
+    u = res.timeline.unit
+
+    def wu(x: float | None) -> str:         # a time with its unit ('-' for none)
+        return fmt_time(x) if x is None else with_unit(x, u)
+
     pl = res.schedule.placement
     console.print(f"search: {pl.ranks} ranks x {res.schedule.microbatches} microbatches, "
                   f"{pl.kind} placement ({pl.stages} stages), "
@@ -242,23 +247,25 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         gap = "" if s.optimal else (f", gap {100 * (s.makespan - s.bound) / s.makespan:.1f}%"
                                     if s.makespan > 0 else "")
         console.print(
-            f"solver (data dependencies + link costs): makespan [bold]{fmt_time(s.makespan)}"
-            f"[/], lower bound {fmt_time(s.bound)}, "
+            f"solver (data dependencies + link costs): makespan [bold]{with_unit(s.makespan, u)}"
+            f"[/], lower bound {with_unit(s.bound, u)}, "
             + ("[bold green]proven optimal[/]" if s.optimal else f"not proven{gap}")
             + f" ({escape(s.status)}, {with_unit(s.wall, 's')}; warm start "
             f"{escape(res.warm_start)} "
-            f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
+            f"at {wu(res.warm_start_model_makespan)})", highlight=False,
+            soft_wrap=True)
     else:
         console.print(f"solver: no solution in time ({escape(s.status)}, {with_unit(s.wall, 's')}; "
-                      f"lower bound {fmt_time(s.bound)}; warm start {escape(res.warm_start)} "
-                      f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False,
+                      f"lower bound {with_unit(s.bound, u)}; warm start "
+                      f"{escape(res.warm_start)} at "
+                      f"{wu(res.warm_start_model_makespan)})", highlight=False,
                       soft_wrap=True)
     if res.refined:
         how = "converged" if res.converged else "stopped by the time limit"
         console.print(
             f"refinement under {st.comm.semantics} ({st.policy} policy) from "
             f"{escape(' and '.join(res.starts))}"
-            + (f" (the solver's order simulates at {fmt_time(res.solver_sim_makespan)})"
+            + (f" (the solver's order simulates at {with_unit(res.solver_sim_makespan, u)})"
                if res.solver_sim_makespan is not None else "")
             + f": best from {escape(res.start_label)}; {res.evals} simulations, "
             f"{res.improvements} improvements, {how}", highlight=False, soft_wrap=True)
@@ -266,7 +273,8 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         console.print("refinement: not needed (data semantics without contention is the "
                       "solver's own model, and its order is proven optimal)",
                       highlight=False, soft_wrap=True)
-    console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] {res.timeline.unit}, "
+    console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] "
+                  f"{unit_text(u, res.makespan)}, "
                   f"bubble ratio {fmt_bubble(res.bubble)}, peak activation {_spread(res.peak)}",
                   highlight=False)
     if quiet:
