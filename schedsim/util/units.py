@@ -4,8 +4,11 @@
 byte count prints through :func:`fmt_gib` / :func:`fmt_gib_pair` (a table cell under a
 ``GiB`` header: :func:`gib_number`; a message or a page: :func:`fmt_mib`)). A time or a
 size is never printed by an f-string spec of its own (``{x:.1f} ms``):
-``tests/test_units_one_home.py`` checks every source. Files keep every number exact
-(Timeline JSON, cost files, ``--json``); this is only what a person reads.
+``tests/test_units_one_home.py`` checks every source. A table of times names their unit
+once, in its title (:func:`unit_title`). Three figures that are not times have one rule
+here too: MFU (:func:`fmt_mfu`, a percent), tokens/s/GPU (:func:`fmt_rate`,
+:func:`fmt_rate_pair`) and a bubble ratio (:func:`fmt_bubble`). Files keep every number
+exact (Timeline JSON, cost files, ``--json``); this is only what a person reads.
 """
 from __future__ import annotations
 
