@@ -138,3 +138,22 @@ def test_compare_reads_rate_mfu_bubble_as_simulate(scen) -> None:
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert cells[3:6] == [fmt_rate(w["tokens_per_s_per_gpu"]), fmt_mfu(w["mfu"]),
                           fmt_bubble(_bubble(tl))]
+
+
+def test_plan_rule_examples_read_correctly() -> None:
+    """The torchtitan split rule says how many layers there are and how many stages fit
+    (was: "leaves 0 effective layers a stage, fewer than those; use fewer stages")."""
+    from schedsim.workload.layout import WorkloadError, torchtitan_llm_split
+
+    with pytest.raises(WorkloadError) as e:
+        torchtitan_llm_split(80, 128)
+    assert str(e.value).endswith(
+        "128 stages for 80 layers: torchtitan's split counts the embedding and the norm + "
+        "head as 1 + 1 more layers, 82 in all: fewer than one a stage; use at most 82 "
+        "stages (pp x chunks)")
+    with pytest.raises(WorkloadError) as e:
+        torchtitan_llm_split(4, 4, 3, 1)
+    assert str(e.value).endswith(
+        "8 in all: 2 a stage, fewer than the 3 the first stage gives to the embedding; use "
+        "at most 2 stages (pp x chunks)")
+    assert torchtitan_llm_split(80, 82)[0] == 0 and len(torchtitan_llm_split(80, 82)) == 82

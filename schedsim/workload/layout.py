@@ -395,19 +395,15 @@ def torchtitan_llm_split(layers: int, stages: int, first_less: int = 1,
     effective = layers + first_less + last_less
     base, extra = divmod(effective, stages)
     if base == 0 or first_less > base or last_less > base:
-        most = effective // max(1, first_less, last_less)
-        def n(k: int) -> str:
-            return f"{k} layer{'' if k == 1 else 's'}"
-
-        how = (f"{stages} stages for {layers} layers: torchtitan's split counts the "
-               f"embedding as {n(first_less)} and the norm + head as {n(last_less)}, "
-               f"{effective} effective layers for {stages} stages")
-        why = ("fewer than one a stage" if base == 0 else
-               f"{base} a stage, fewer than the {max(first_less, last_less)} the "
-               f"{'first' if first_less > base else 'last'} stage gives to the "
-               f"{'embedding' if first_less > base else 'norm + head'}")
+        most, first = effective // max(1, first_less, last_less), first_less > base
+        why = ("fewer than one a stage" if base == 0 else f"{base} a stage, fewer than the "
+               f"{max(first_less, last_less)} the {'first' if first else 'last'} stage gives "
+               f"to the {'embedding' if first else 'norm + head'}")
         raise WorkloadError("layers fill pp x chunks stages",
-                            f"{how}: {why}; use at most {most} stages (pp x chunks)")
+                            f"{stages} stages for {layers} layers: torchtitan's split counts "
+                            f"the embedding and the norm + head as {first_less} + "
+                            f"{last_less} more layers, {effective} in all: {why}; use at "
+                            f"most {most} stages (pp x chunks)")
     per = [base + (s < extra) for s in range(stages)]
     per[0] -= first_less
     per[-1] -= last_less
