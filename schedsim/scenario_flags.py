@@ -151,7 +151,8 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
         link["latency"] = f.latency
     if f.bandwidth is not None:
         link["bandwidth"] = f.bandwidth
-    return parse_scenario(data, source, base, flags_set)
+    return parse_scenario(data, source, base, flags_set,
+                          file=str(scenario) if scenario is not None else None)
 
 
 def _mem_limit(value: float | str | None) -> float | str | None:

@@ -147,17 +147,8 @@ def run_input(sc: Any, comm: CommModel | None = None) -> tuple[Program | None, T
 
 def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
                       ) -> tuple[Timeline, Any]:
-    """Simulate ``prog`` with the scenario's models (deadlocks returned, not raised);
-    with a ``[workload]`` also its :class:`~schedsim.workload.run.WorkloadResult` (None
-    without one or on a deadlock), whose summary the timeline carries as its
-    ``workload`` object."""
-    from schedsim.sim.simulate import simulate_run
+    """:func:`schedsim.scenario.simulate_scenario` (the one home of a scenario's run:
+    ``simulate`` and ``compare`` of a ``[workload]`` both run through it)."""
+    from schedsim.scenario import simulate_scenario as run
 
-    tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
-                              raise_on_deadlock=False)
-    d = sc.derived_workload(prog.placement)
-    if d is None or tl.deadlock is not None:
-        return tl, None
-    from schedsim.workload.run import result_of
-
-    return tl, result_of(d, tl, cp, st)
+    return run(prog, sc, comm)

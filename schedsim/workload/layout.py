@@ -259,10 +259,13 @@ class Workload(BaseModel):
              f"built in the workload model; use cp = 1")
         if self.num_gpus is not None:
             mp = tp * self.cp * self.pp
+            # (a dp nobody gave is not named: num_gpus // mp would be a made-up one)
             need(self.num_gpus % mp == 0 and (self.dp is None or self.num_gpus == mp * dp),
                  "gpus = tp x cp x dp x pp", f"num_gpus = {self.num_gpus} is not tp x cp x "
                  f"dp x pp = {tp} x {self.cp} x {dp} x {self.pp}: change num_gpus or the "
-                 f"degrees")
+                 f"degrees" if self.dp is not None else f"tp x cp x pp = {tp} x {self.cp} "
+                 f"x {self.pp} = {mp} does not divide num_gpus = {self.num_gpus}: change "
+                 f"num_gpus or the degrees")
         need(m.num_attention_heads % tp == 0, "heads % tp",
              f"{m.num_attention_heads} attention heads do not split over tp = {tp}: pick a "
              f"tp that divides them")
