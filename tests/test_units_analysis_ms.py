@@ -154,6 +154,6 @@ def test_plan_rule_examples_read_correctly() -> None:
     with pytest.raises(WorkloadError) as e:
         torchtitan_llm_split(4, 4, 3, 1)
     assert str(e.value).endswith(
-        "8 in all: 2 a stage, fewer than the 3 the first stage gives to the embedding; use "
+        "8 in all: 2 a stage, fewer than the 3 the embedding or the norm + head takes; use "
         "at most 2 stages (pp x chunks)")
     assert torchtitan_llm_split(80, 82)[0] == 0 and len(torchtitan_llm_split(80, 82)) == 82
