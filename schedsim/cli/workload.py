@@ -306,5 +306,5 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
                               soft_wrap=True)
     if quiet:
         for n, r in rows:
-            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio {fmt_bubble(r.bubble_ratio)}",
-                          highlight=False, soft_wrap=True)
+            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio "
+                          f"{fmt_bubble(r.bubble_ratio)}", highlight=False, soft_wrap=True)
