@@ -42,8 +42,7 @@ from schedsim.cli.outputs import check_outputs
 from schedsim.cli.tables import data_format
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import (fmt_bubble, fmt_time, unit_text, unit_title,
-                                 with_unit)
+from schedsim.util.units import fmt_bubble, fmt_time, unit_title, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.analysis.memory import MemoryModel
@@ -255,8 +254,7 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]   # (>= 1: none_ran)
     titles = [f"{r.schedule}: makespan {with_unit(r.makespan, res.unit)}, bubble "
-              f"{fmt_bubble(r.bubble_ratio)}"
-              for r in res.rows if r.timeline is not None]
+              f"{fmt_bubble(r.bubble_ratio)}" for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
     save_figure(gantt_stack(tls, titles=titles, suptitle=sup, memory=memory), path)
@@ -447,8 +445,8 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = Table(title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)",
-                                           tla.unit)))
+    u = tla.unit
+    t = Table(title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)", u)))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -457,9 +455,8 @@ def diff(
                   fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
-    console.print(f"makespan A {with_unit(d.makespan_a, tla.unit)}, B "
-                  f"{with_unit(d.makespan_b, tla.unit)}, delta [bold]{fmt_time(d.makespan_delta)}"
-                  f"[/] {rich_escape(unit_text(tla.unit, d.makespan_delta))}", highlight=False)
+    console.print(f"makespan A {with_unit(d.makespan_a, u)}, B {with_unit(d.makespan_b, u)}, "
+                  f"delta [bold]{with_unit(d.makespan_delta, u)}[/]", highlight=False)
 
 
 @app.command()
