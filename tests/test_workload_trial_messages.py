@@ -151,12 +151,11 @@ def test_a_schedule_the_workloads_sizes_do_not_fill_names_the_settings(
 def test_gpus_that_tp_cp_pp_do_not_divide_name_no_made_up_dp(tmp_path: Path) -> None:
     p = write(tmp_path, MY70.format(schedule="").replace("tp = 8", "tp = 3"))
     assert one_line(run("simulate", p, "-q")) == (
-        f"error: {p}: tp x cp x pp = 3 x 1 x 4 = 12 does not divide num_gpus = 64: change "
-        f"num_gpus or the degrees")
+        f"error: {p}: 64 GPUs is not a multiple of tp 3 x pp 4 = 12: change the GPUs or "
+        f"the degrees")
     given = MY70.format(schedule="").replace("tp = 8", "tp = 3\ndp = 5")
     assert one_line(run("simulate", write(tmp_path, given, "dp.toml"), "-q")).endswith(
-        "num_gpus = 64 is not tp x cp x dp x pp = 3 x 1 x 5 x 4: change num_gpus or the "
-        "degrees")
+        "64 GPUs is not tp 3 x pp 4 x dp 5 = 60: change the GPUs or the degrees")
 
 
 # -- 5: the file's name first --------------------------------------------------------------

@@ -4,10 +4,10 @@ apart (:func:`timeline_input`) and gives both the same face (:func:`run_input`).
 
 A Timeline JSON is accepted where a scenario is (``schedsim stalls T.json``, ``align``,
 ``critical-path``, ``memory``): the positional argument is read as a Timeline when it ends
-in ``.json``. Its program is the one the timeline carries (field ``program``: replay and
-``import-trace`` write it) or the one given with ``--program FILE`` (its text; the
-timeline's placement, stages and microbatches are used); without either, the analyses
-that need a program say so. The scenario flags that would change the run (costs,
+in ``.json`` or is ``-`` (stdin). Its program is the one the timeline carries (field
+``program``: replay and ``import-trace`` write it) or the one given with ``--program
+FILE`` (its text; the timeline's placement, stages and microbatches are used); without
+either, the analyses that need a program say so. The scenario flags that would change the run (costs,
 semantics, schedule, ...) are refused: a timeline is a run already.
 """
 from __future__ import annotations
@@ -67,8 +67,10 @@ class TimelineInput:
 
 
 def is_timeline_path(path: Path | None) -> bool:
-    """Whether a command's positional input names a Timeline JSON (a ``.json`` file)."""
-    return path is not None and path.suffix.lower() == ".json"
+    """Whether a command's positional input names a Timeline JSON: a ``.json`` file, or
+    ``-`` (stdin, read by :func:`schedsim.util.inputs.read_input_bytes`: what
+    ``schedsim simulate --json -`` writes)."""
+    return path is not None and (path.suffix.lower() == ".json" or str(path) == "-")
 
 
 def placement_of(tl: Timeline) -> Placement:
