@@ -23,7 +23,7 @@ from schedsim.cli.common import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_time, unit_text, unit_title
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -117,7 +117,7 @@ def stalls(
     if not (show_all or data_format()) and n > limit:
         keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
         shown = [s for s in shown if id(s) in keep]
-    t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
+    t = Table(title=unit_title(f"stalls of {_title(tl)}", tl.unit), show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
@@ -179,7 +179,7 @@ def align(
         rows = [r for r in rows if r.flags]
     shown = rows if show_all or data_format() else rows[:limit]
     slotted = is_slotted(tl)
-    t = Table(title=f"send/recv alignment of {_title(tl)}")
+    t = Table(title=unit_title(f"send/recv alignment of {_title(tl)}", tl.unit))
     for col in ALIGN_COLUMNS:
         t.add_column(col, overflow="fold")
     for r in shown:
@@ -247,12 +247,13 @@ def critical_path_cmd(
     write_json(json_out, lambda: {"makespan": tl.makespan,
                                   "path": [s.to_dict() for s in path],
                                   "slack": [o.to_dict() for o in op_slack(G)]})
-    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl))
+    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl),
+                                unit=tl.unit)
     for line in (f"critical path of {_title(tl)}: {head}", route):
         console.print(escape(line), highlight=False, soft_wrap=True)
-    console.print(_path_table(path, show_all))
+    console.print(_path_table(path, show_all, tl.unit))
     if slack:
-        ts = Table(title="slack per op")
+        ts = Table(title=unit_title("slack per op", tl.unit))
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
@@ -261,14 +262,15 @@ def critical_path_cmd(
         console.print(ts)
 
 
-def _path_table(path: list, show_all: bool) -> Table:
-    """The critical path as a table: one row per step, or per run of ops on a rank."""
+def _path_table(path: list, show_all: bool, unit: str) -> Table:
+    """The critical path as a table: one row per step, or per run of ops on a rank (its
+    times in ``unit``, said in the title)."""
     from rich.markup import escape
     from rich.table import Table
     from schedsim.analysis.critical import segments
 
     if show_all:
-        t = Table(title="critical path, every step")
+        t = Table(title=unit_title("critical path, every step", unit))
         for col in ("step", "rank", "what", "start", "end", "detail"):
             t.add_column(col, overflow="fold")
         for s in path:
@@ -276,7 +278,8 @@ def _path_table(path: list, show_all: bool) -> Table:
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
                       fmt_time(s.start), fmt_time(s.end), escape(s.detail))
         return t
-    t = Table(title="critical path by runs of ops on one rank (--all: every step)")
+    t = Table(title=f"critical path by runs of ops on one rank ({unit_text(unit)}; --all: "
+                    f"every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -355,23 +358,24 @@ def query(
     write_json(json_out, [a.to_dict() for a in answers])
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     for a in answers:
-        for line in headline(a, data_t):
+        for line in headline(a, data_t, sc.costs.unit):
             console.print(escape(line), highlight=False, soft_wrap=True)
-    console.print(_query_table(answers, causes, eff))
+    console.print(_query_table(answers, causes, eff, sc.costs.unit))
     for a in answers:
-        lines = details(a)
+        lines = details(a, sc.costs.unit)
         if lines:
             console.print(f"{a.semantics}:", highlight=False)
         for line in lines:
             console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _query_table(answers: list, causes: list, eff: Any) -> Table:
+def _query_table(answers: list, causes: list, eff: Any, unit: str) -> Table:
     """The table of ``query``: one row per semantics (effect time, against data, with the
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
 
-    t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
+    t = Table(title=rich_escape(unit_title(f"does {' + '.join(str(c) for c in causes)} "
+                                           f"delay {eff}?", unit)))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -429,7 +433,8 @@ def lint(
     groups = group_findings(found)
     t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                     + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
-                    + (", deadlocks" if tl.deadlock is not None else "") + ")")
+                    + (", deadlocks" if tl.deadlock is not None else "")
+                    + f"; times in {unit_text(tl.unit)})")
     if show_all:
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")

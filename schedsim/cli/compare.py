@@ -42,7 +42,7 @@ from schedsim.cli.outputs import check_outputs
 from schedsim.cli.tables import data_format
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, unit_title, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.analysis.memory import MemoryModel
@@ -253,8 +253,8 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     from schedsim.plot import gantt_stack, save_figure
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]   # (>= 1: none_ran)
-    titles = [f"{r.schedule}: makespan {fmt_time(r.makespan)}, bubble {r.bubble_ratio:.3f}"
-              for r in res.rows if r.timeline is not None]
+    titles = [f"{r.schedule}: makespan {with_unit(r.makespan, res.unit)}, bubble "
+              f"{fmt_bubble(r.bubble_ratio)}" for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
     save_figure(gantt_stack(tls, titles=titles, suptitle=sup, memory=memory), path)
@@ -281,7 +281,7 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
         for r in res.rows:
             console.print(f"{escape(r.schedule)}: makespan "
                           f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "
-                          f"{r.bubble_ratio:.3f}",
+                          f"{fmt_bubble(r.bubble_ratio)}",
                           highlight=False, soft_wrap=True)
         return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
@@ -336,7 +336,7 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 def _table(res, ranks: int) -> Table:
     from schedsim.sweep import spread
 
-    t = Table()
+    t = Table(title=unit_title("schedules", res.unit))
     for col in ("schedule", "stages", "op cost x", "makespan", "idle/rank", "bubble",
                 "span bubble", "peak act", "params", "table idle", "table act, params"):
         t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
@@ -348,7 +348,7 @@ def _table(res, ranks: int) -> Table:
         tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
         t.add_row(r.schedule, str(r.stages), fmt_time(r.cost_scale), fmt_time(r.makespan),
-                  spread(r.idle), f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
+                  spread(r.idle), fmt_bubble(r.bubble_ratio), fmt_bubble(r.span_bubble_rate),
                   spread(r.peak_activation), spread(r.param_memory), tidle, tact)
     return t
 
@@ -445,7 +445,8 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = Table(title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
+    u = tla.unit
+    t = Table(title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)", u)))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -454,8 +455,8 @@ def diff(
                   fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
-    console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
-                  f"[bold]{fmt_time(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
+    console.print(f"makespan A {with_unit(d.makespan_a, u)}, B {with_unit(d.makespan_b, u)}, "
+                  f"delta [bold]{with_unit(d.makespan_delta, u)}[/]", highlight=False)
 
 
 @app.command()

@@ -20,7 +20,8 @@ from schedsim.cli.common import (
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError, Stopped
 from schedsim.util.text import rich_escape as escape
-from schedsim.util.units import GIB, fmt_gib, fmt_gib_pair, fmt_time
+from schedsim.util.units import (GIB, fmt_bubble, fmt_gib, fmt_gib_pair, fmt_mfu, fmt_rate,
+                                 fmt_time)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -292,8 +293,8 @@ def row_cells(r: Any) -> dict[str, str]:
     candidate's figures, for its row of the top table and for the ``best:`` line."""
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
-            "step ms": fmt_time(r.step_ms), "tokens/s/GPU": f"{r.tokens_per_s_per_gpu:.1f}",
-            "bubble": f"{r.bubble_ratio:.3f}", "MFU": f"{r.mfu:.3f}",
+            "step ms": fmt_time(r.step_ms), "tokens/s/GPU": fmt_rate(r.tokens_per_s_per_gpu),
+            "bubble": fmt_bubble(r.bubble_ratio), "MFU": fmt_mfu(r.mfu),
             "peak GiB per rank": _peaks(r.peak_gib)}
 
 

@@ -15,7 +15,8 @@ from schedsim.cli.common import console, handle_errors, scenario_command, write_
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
-from schedsim.util.units import fmt_gib, fmt_mib, fmt_time, gib_number, with_unit
+from schedsim.util.units import (fmt_bubble, fmt_gib, fmt_mfu, fmt_mib, fmt_rate, fmt_time,
+                                 gib_number, with_unit)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -247,7 +248,8 @@ def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None
         if gantt is not None:
             from schedsim.plot import gantt_stack, save_figure
 
-            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble {r.bubble_ratio:.3f}"
+            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble "
+                      f"{fmt_bubble(r.bubble_ratio)}"
                       for n, r in rows]
             save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
                                     suptitle=f"{head}, one time axis", memory=memory),
@@ -293,8 +295,8 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
 
     for n, r in rows:
         t.add_row(n, str(r.timeline.stages), fmt_time(r.step_ms),
-                  f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
-                  f"{r.bubble_ratio:.3f}", span(r.peak_memory_bytes),
+                  fmt_rate(r.tokens_per_s_per_gpu), fmt_mfu(r.mfu),
+                  fmt_bubble(r.bubble_ratio), span(r.peak_memory_bytes),
                   *((span(r.peak_reserved_bytes),) if reserved else ()),
                   "yes" if r.fits else "NO")
     from schedsim.cli.tables import data_format, rows_only
@@ -307,5 +309,5 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
                               soft_wrap=True)
     if quiet:
         for n, r in rows:
-            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio {r.bubble_ratio:.3f}",
-                          highlight=False, soft_wrap=True)
+            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio "
+                          f"{fmt_bubble(r.bubble_ratio)}", highlight=False, soft_wrap=True)

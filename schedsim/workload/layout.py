@@ -393,20 +393,21 @@ def torchtitan_llm_split(layers: int, stages: int, first_less: int = 1,
     each on the first stages, and the first and last stage then hold that many decoder
     layers fewer. 126 layers: 4 stages ``[31, 32, 32, 31]``, 5 stages
     ``[25, 26, 26, 25, 24]``, 8 stages ``[15, 16 x 6, 15]``. One stage holds every layer.
-
-    Raises :class:`WorkloadError` (rule ``layers fill pp x chunks stages``) where
-    torchtitan raises ``ValueError``: more stages than effective layers, or a weight
-    above the even share (a stage would hold fewer than 0 layers)."""
+    Raises :class:`WorkloadError` (rule ``layers fill pp x chunks stages``, naming how many
+    stages fit) where torchtitan raises ``ValueError``: more stages than effective layers,
+    or a weight above the even share (a stage would hold fewer than 0 layers)."""
     if stages == 1:
         return [layers]
     effective = layers + first_less + last_less
     base, extra = divmod(effective, stages)
     if base == 0 or first_less > base or last_less > base:
-        raise WorkloadError("layers fill pp x chunks stages",
-                            f"{stages} stages for {layers} layers: torchtitan's split "
-                            f"(embedding and head counted as {first_less} and {last_less} "
-                            f"layers) leaves {base} effective layers a stage, fewer than "
-                            f"those; use fewer stages")
+        most = effective // max(1, first_less, last_less)
+        why = ("fewer than one a stage" if base == 0 else f"{base} a stage, fewer than the "
+               f"{max(first_less, last_less)} the embedding or the norm + head takes")
+        raise WorkloadError("layers fill pp x chunks stages", f"{stages} stages for {layers} "
+                            f"layers: torchtitan's split counts the embedding and the norm + "
+                            f"head as {first_less} + {last_less} more layers, {effective} in "
+                            f"all: {why}; use at most {most} stages (pp x chunks)")
     per = [base + (s < extra) for s in range(stages)]
     per[0] -= first_less
     per[-1] -= last_less
