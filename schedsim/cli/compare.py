@@ -188,7 +188,7 @@ def compare_command(o: CompareOptions) -> None:
 
 def _compare_workload(base: Scenario, o: CompareOptions) -> None:
     """``compare`` of a scenario with a ``[workload]``: each schedule run as ``simulate
-    -s NAME`` runs it with the same flags (:func:`schedsim.sweep.compare_workload_schedules`);
+    -s NAME`` runs it with the same flags (:func:`schedsim.sweep_workload.compare_workload_schedules`);
     step ms, tokens/s/GPU, GiB. The flags it cannot honour are refused (exit 2)."""
     if o.model_overlap is not None:
         fail("--model-overlap compares the overlap modes of a [model] table, and this "

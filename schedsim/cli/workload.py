@@ -263,7 +263,7 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
     (or ``names``, a ``--schedules`` list) run as ``simulate -s NAME`` runs it with the
     same flags (``shared``: the generator and comm-policy flags;
-    :func:`schedsim.sweep.compare_workload_schedules`), each with the stages per rank its
+    :func:`schedsim.sweep_workload.compare_workload_schedules`), each with the stages per rank its
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
@@ -272,7 +272,8 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
     (``memory``, a memory model: a memory panel each, in GiB). ``quiet``: one line per
     schedule (its step line, as ``simulate -q`` prints it, and its bubble ratio)."""
     from rich.table import Table
-    from schedsim.sweep import compare_workload_schedules, none_ran
+    from schedsim.sweep import none_ran
+    from schedsim.sweep_workload import compare_workload_schedules
 
     rows, skipped = compare_workload_schedules(sc, names, shared, source=source)
     none_ran(len(rows), skipped, "on this [workload]")
