@@ -196,7 +196,7 @@ def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
             if note:
                 info.notes.append(note)
         if hl:
-            draw_highlights(ax, tl, ar, hl, integral, px_size[1])
+            draw_highlights(ax, tl, ar, hl, integral, px_size[1], (t0, t1), px_size[0])
     ax.set_xlim(t0, t1)
     ax.set_ylim(0, n)
     step = max(1, int(np.ceil(11.0 / max(px_row, 1e-9))))     # a label every >= 11 px
