@@ -3,10 +3,12 @@ so they read at any rank count, thinned (with a note) when there are too many to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, Rectangle
+from matplotlib.text import Text
 
 from schedsim.analysis._index import message_consumer, rank_atom_index, recv_token
 from schedsim.plot.boxes import PAD
@@ -122,9 +124,18 @@ def draw_arrows(ax: Axes, ar: Arrows, keep: np.ndarray, *, px_per_unit: float,
 
 def draw_highlight(ax: Axes, tl: Timeline, idx: dict, k: int, m: Message,
                    p0: tuple[float, float], p1: tuple[float, float], waited: bool,
-                   cons: Span | None, integral: bool, px_h: float) -> None:
+                   cons: Span | None, integral: bool, px_h: float,
+                   window: tuple[float, float] | None = None, px_w: float | None = None
+                   ) -> None:
     """A highlighted message: producer and consumer boxes outlined, a bold arrow, and a
-    label above the chart joined to the arrow by a thin line."""
+    label above the chart joined to the arrow by a thin line.
+
+    The label is placed in axes coordinates, just right of the consumer's start but
+    shifted left (and its font shrunk, down to 5 pt) so that it lies inside the shown
+    time ``window`` (default ``0..makespan``) of an axes ``px_w`` pixels wide: a label
+    placed in data coordinates outside the window (an offset of 4% of a long run's
+    makespan past a short window) made constrained layout reserve room for it until the
+    axes collapsed. Its leader line ends at the arrow's middle, clamped into the window."""
     n = tl.ranks
     x0, x1 = p0[0], p1[0]
     prod = idx.get((m.src, "F" if m.kind == "F" else "B", m.stage, m.mb))
@@ -144,20 +155,53 @@ def draw_highlight(ax: Axes, tl: Timeline, idx: dict, k: int, m: Message,
     else:
         when = f"sent t={fmt_time(x0)}, used t={fmt_time(x1)}"
     wait = "receiver waited" if waited else "data was ready"
-    ax.annotate(f"{what} of mb {m.mb}: rank {m.src} → rank {m.dst}, {when} ({wait})",
-                xy=((p0[0] + p1[0]) / 2, (p0[1] + p1[1]) / 2), xycoords="data",
-                xytext=(x1 + 0.04 * tl.makespan, 1.0 + (3 + 19 * k) * ax.figure.dpi / 72 / px_h),
-                textcoords=("data", "axes fraction"), fontsize=8, va="bottom",
-                ha="left", zorder=9, annotation_clip=False,
-                bbox=dict(boxstyle="round,pad=0.25", fc="#fff8e1", ec=HIGHLIGHT, lw=1.0),
-                arrowprops=dict(arrowstyle="-", color=HIGHLIGHT, lw=0.8,
-                                linestyle=(0, (3, 2)), shrinkA=0, shrinkB=2))
+    t0, t1 = window if window is not None else (0.0, max(tl.makespan, 1e-9))
+    span = max(t1 - t0, 1e-9)
+    mid = min(max((p0[0] + p1[0]) / 2, t0), t1)
+    ann = ax.annotate(f"{what} of mb {m.mb}: rank {m.src} → rank {m.dst}, {when} ({wait})",
+                      xy=(mid, (p0[1] + p1[1]) / 2), xycoords="data",
+                      xytext=(0.0, 1.0 + (3 + 19 * k) * ax.figure.dpi / 72 / px_h),
+                      textcoords="axes fraction", fontsize=8, va="bottom",
+                      ha="left", zorder=9, annotation_clip=False,
+                      bbox=dict(boxstyle="round,pad=0.25", fc="#fff8e1", ec=HIGHLIGHT,
+                                lw=1.0),
+                      arrowprops=dict(arrowstyle="-", color=HIGHLIGHT, lw=0.8,
+                                      linestyle=(0, (3, 2)), shrinkA=0, shrinkB=2))
+    place_label(ann, (x1 - t0) / span + 0.02, px_w)
+
+
+def label_width_px(ann: Any) -> float:
+    """The drawn width in pixels of annotation ``ann``'s text with its box (its leader
+    line left out), as the figure's renderer measures it."""
+    fig = ann.figure
+    pad = ann.get_bbox_patch().get_boxstyle().pad * ann.get_fontsize() * fig.dpi / 72
+    return float(Text.get_window_extent(ann).width + 2 * pad + 2)
+
+
+def place_label(ann: Any, want: float, px_w: float | None) -> None:
+    """Put annotation ``ann`` (``ha="left"``, x in axes fraction) at axes fraction
+    ``want`` or as far right of it as keeps the whole label inside the axes ``px_w``
+    pixels wide (default: the axes' current width); a label wider than 98% of the axes
+    gets a smaller font (not under 5 pt) first."""
+    ax = ann.axes
+    if px_w is None:
+        px_w = ax.get_window_extent().width
+    px_w = max(float(px_w), 1.0)
+    w = label_width_px(ann)
+    while w > 0.98 * px_w and ann.get_fontsize() > 5:
+        ann.set_fontsize(max(5.0, ann.get_fontsize() * px_w * 0.98 / w))
+        w = label_width_px(ann)
+    frac = min(max(want, 0.0), max(1.0 - w / px_w, 0.0))
+    ann.set_position((frac, ann.get_position()[1]))
 
 
 def draw_highlights(ax: Axes, tl: Timeline, ar: Arrows,
-                    hl: set[tuple[str, int, int, int]], integral: bool, px_h: float) -> None:
-    """Draw the highlighted messages ``(kind, src, dst, mb)`` (see :func:`draw_highlight`),
-    labels stacked in time order."""
+                    hl: set[tuple[str, int, int, int]], integral: bool, px_h: float,
+                    window: tuple[float, float] | None = None, px_w: float | None = None
+                    ) -> None:
+    """Draw the highlighted messages ``(kind, src, dst, mb)`` (see :func:`draw_highlight`;
+    ``window``, ``px_w``: the shown time range and the axes' width in pixels), labels
+    stacked in time order."""
     idx = rank_atom_index(tl)
     found = []
     for j, i in enumerate(ar.key):
@@ -167,4 +211,4 @@ def draw_highlights(ax: Axes, tl: Timeline, ar: Arrows,
                           bool(ar.waited[j]), message_consumer(m, idx)))
     found.sort(key=lambda f: (f[0], f[1]))
     for k, (_, _, m, p0, p1, waited, cons) in enumerate(found):
-        draw_highlight(ax, tl, idx, k, m, p0, p1, waited, cons, integral, px_h)
+        draw_highlight(ax, tl, idx, k, m, p0, p1, waited, cons, integral, px_h, window, px_w)

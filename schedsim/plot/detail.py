@@ -8,7 +8,8 @@ Drawn over each op box of a timeline that has ``pieces``
   under the op, and one bar per collective coloured by what it is (all-reduce,
   all-gather, reduce-scatter, all-to-all; :data:`COLL_COLORS`);
 - above it, thin white lines separate the op's **compute pieces** (attention, MLP or
-  experts, per layer and Domino half), and the stretches inside the op where the compute
+  experts, per layer and Domino half; only between pieces at least
+  :data:`SPLIT_MIN_PX` pixels wide), and the stretches inside the op where the compute
   stream has nothing to run — it waits for a collective: the *exposed* collective time —
   are hatched over the op's colour (:data:`EXPOSED_HATCH`).
 
@@ -42,6 +43,10 @@ EXPOSED_HATCH = "////"
 EXPOSED_COLOR = "#1a1a1a"
 QUEUED_COLOR = "#ff7f0e"
 QUEUED_HATCH = "xxxx"
+#: narrowest piece (pixels) that keeps its white separators: a split line between two
+#: compute pieces is drawn only when both are at least this wide, and a collective bar
+#: thinner gets no white edge (at 20+ layers a piece is a pixel or less and the white lines hid the fill)
+SPLIT_MIN_PX = 4.0
 
 
 def _free(span: tuple[float, float], busy: list[tuple[float, float]]
@@ -57,10 +62,19 @@ def _free(span: tuple[float, float], busy: list[tuple[float, float]]
     return [(a, b) for a, b in out if b > a]
 
 
-def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
+def split_lines_shown(widths: list[float], px_per_unit: float | None) -> bool:
+    """Whether pieces of these ``widths`` (time units) at ``px_per_unit`` pixels per unit
+    get white separators: when the narrowest is at least :data:`SPLIT_MIN_PX` pixels
+    (always when ``px_per_unit`` is None)."""
+    return px_per_unit is None or not widths or min(widths) * px_per_unit >= SPLIT_MIN_PX
+
+
+def draw_detail(ax: Axes, tl: Timeline, pad: float, px_per_unit: float | None = None
+                ) -> list[Any]:
     """Draw the pieces of ``tl`` on the Gantt axes ``ax`` (rank 0 on top, boxes inset by
-    ``pad`` of the row). Returns the legend handles of what was drawn (none when ``tl``
-    has no pieces)."""
+    ``pad`` of the row; ``px_per_unit``: the axes' pixels per time unit, for
+    :func:`split_lines_shown`). Returns the legend handles of what was drawn (none when
+    ``tl`` has no pieces)."""
     recs = [p for p in pieces_of(tl) if p.get("tp_rank", 0) == 0]
     if not recs:
         return []
@@ -71,6 +85,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
         by_op.setdefault((p["rank"], p["index"]), []).append(p)
     spans = {(s.rank, s.index): s for s in tl.spans}
     lanes, bars, colors, splits, exposed, queued = [], [], [], [], [], []
+    edge_w: list[float] = []
     used: set[str] = set()
     for key, ps in by_op.items():
         s = spans.get(key)
@@ -83,14 +98,16 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
             if p["stream"] == "collective" and p["end"] > p["start"]:
                 bars.append(Rectangle((p["start"], y0), p["end"] - p["start"], h))
                 colors.append(COLL_COLORS.get(p.get("collective") or "", "#888888"))
+                edge_w.append(0.3 if split_lines_shown([p["end"] - p["start"]], px_per_unit)
+                              else 0.0)
                 used.add(p.get("collective") or "collective")
         top = y0 + h
         for p in ps:                    # waited behind the head of the one hardware queue
             if p.get("queued") is not None and p["start"] > p["queued"]:
                 lo, hi = (y0, h) if p["stream"] == "collective" else (top, n - s.rank - pad - top)
                 queued.append(Rectangle((p["queued"], lo), p["start"] - p["queued"], hi))
-        for a, _b in comp[1:]:
-            if s.start < a < s.end:
+        for (pa, pb), (a, b) in zip(comp, comp[1:]):
+            if s.start < a < s.end and split_lines_shown([pb - pa, b - a], px_per_unit):
                 splits.append([(a, top), (a, n - s.rank - pad)])
         if comp:
             for a, b in _free((s.start, s.end), comp):
@@ -98,7 +115,7 @@ def draw_detail(ax: Axes, tl: Timeline, pad: float) -> list[Any]:
     for gid, rects, kw in (
             ("detail-lane", lanes, dict(facecolors=LANE_COLOR, edgecolors="none")),
             ("detail-collectives", bars, dict(facecolors=colors, edgecolors="white",
-                                              linewidths=0.3)),
+                                              linewidths=edge_w)),
             ("detail-exposed", exposed, dict(facecolors="none", edgecolors=EXPOSED_COLOR,
                                              hatch=EXPOSED_HATCH, linewidths=0.0)),
             ("detail-queued", queued, dict(facecolors="none", edgecolors=QUEUED_COLOR,

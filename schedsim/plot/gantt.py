@@ -196,7 +196,7 @@ def draw_gantt(ax: Axes, tl: Timeline, band: Band, *, label_mb: bool = True,
             if note:
                 info.notes.append(note)
         if hl:
-            draw_highlights(ax, tl, ar, hl, integral, px_size[1])
+            draw_highlights(ax, tl, ar, hl, integral, px_size[1], (t0, t1), px_size[0])
     ax.set_xlim(t0, t1)
     ax.set_ylim(0, n)
     step = max(1, int(np.ceil(11.0 / max(px_row, 1e-9))))     # a label every >= 11 px
@@ -444,13 +444,15 @@ class GanttOptions:
     ranks: Sequence[int] | None = None
 
 
-def _detail_band(ax: Any, tl: Timeline, win: tuple[float, float], n: int) -> list:
+def _detail_band(ax: Any, tl: Timeline, win: tuple[float, float], n: int,
+                 px_w: float | None = None) -> list:
     """Draw each op's compute and collective pieces in one band's axes ``ax`` (time
-    window ``win``, ``n`` rank rows); the legend handles they add
+    window ``win``, ``n`` rank rows, ``px_w`` pixels wide); the legend handles they add
     (:func:`schedsim.plot.detail.draw_detail`)."""
     from schedsim.plot.detail import draw_detail
 
-    extra = draw_detail(ax, tl, PAD)
+    px_x = None if px_w is None else px_w / max(win[1] - win[0], 1e-9)
+    extra = draw_detail(ax, tl, PAD, px_x)
     ax.set_xlim(*win)
     ax.set_ylim(0, n)
     return extra
@@ -522,7 +524,7 @@ def gantt(tl: Timeline, options: GanttOptions | None = None, **kw: Any) -> Figur
                               highlight=highlight if b == 0 else (), stalls=st, boxes=bx,
                               arrow_data=ar))
         if o.detail:
-            extra = _detail_band(ax, tl, win, n) or extra
+            extra = _detail_band(ax, tl, win, n, plot_w) or extra
         if memory:
             axm = axes[2 * b + 1]
             draw_memory(axm, tl, model, window=win, legend=b == 0, curves=curves,
