@@ -122,20 +122,31 @@ def draw_arrows(ax: Axes, ar: Arrows, keep: np.ndarray, *, px_per_unit: float,
     return counts
 
 
+@dataclass(frozen=True)
+class HighlightView:
+    """How the highlighted messages are shown: ``integral`` (unit slots: times read as
+    ``T<n>``), the axes' height ``px_h`` and width ``px_w`` in pixels (None: unknown),
+    and the shown time ``window`` (None: ``0..makespan``)."""
+
+    integral: bool
+    px_h: float
+    window: tuple[float, float] | None = None
+    px_w: float | None = None
+
+
 def draw_highlight(ax: Axes, tl: Timeline, idx: dict, k: int, m: Message,
                    p0: tuple[float, float], p1: tuple[float, float], waited: bool,
-                   cons: Span | None, integral: bool, px_h: float,
-                   window: tuple[float, float] | None = None, px_w: float | None = None
-                   ) -> None:
+                   cons: Span | None, view: HighlightView) -> None:
     """A highlighted message: producer and consumer boxes outlined, a bold arrow, and a
     label above the chart joined to the arrow by a thin line.
 
     The label is placed in axes coordinates, just right of the consumer's start but
     shifted left (and its font shrunk, down to 5 pt) so that it lies inside the shown
-    time ``window`` (default ``0..makespan``) of an axes ``px_w`` pixels wide: a label
+    time window (``view``: :class:`HighlightView`) of an axes ``px_w`` pixels wide: a label
     placed in data coordinates outside the window (an offset of 4% of a long run's
     makespan past a short window) made constrained layout reserve room for it until the
     axes collapsed. Its leader line ends at the arrow's middle, clamped into the window."""
+    integral, px_h, window, px_w = view.integral, view.px_h, view.window, view.px_w
     n = tl.ranks
     x0, x1 = p0[0], p1[0]
     prod = idx.get((m.src, "F" if m.kind == "F" else "B", m.stage, m.mb))
@@ -211,4 +222,5 @@ def draw_highlights(ax: Axes, tl: Timeline, ar: Arrows,
                           bool(ar.waited[j]), message_consumer(m, idx)))
     found.sort(key=lambda f: (f[0], f[1]))
     for k, (_, _, m, p0, p1, waited, cons) in enumerate(found):
-        draw_highlight(ax, tl, idx, k, m, p0, p1, waited, cons, integral, px_h, window, px_w)
+        draw_highlight(ax, tl, idx, k, m, p0, p1, waited, cons,
+                       HighlightView(integral, px_h, window, px_w))

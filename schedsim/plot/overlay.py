@@ -25,14 +25,8 @@ from schedsim.plot.boxes import (
     in_window,
     span_boxes,
 )
-from schedsim.plot.gantt import (
-    Band,
-    GanttInfo,
-    add_legend,
-    boxes_integral,
-    draw_gantt,
-    legend_handles,
-)
+from schedsim.plot.gantt import Band, GanttInfo, boxes_integral, draw_gantt, legend_handles
+from schedsim.plot.legend import add_legend
 from schedsim.plot.layout import DPI, LEFT_PX, RIGHT_PX, plan, wrap_title
 from schedsim.plot.style import (
     IDLE_COLOR,

@@ -99,7 +99,7 @@ def chunk_handles(kinds: Sequence[str], chunks: Sequence[int], nchunks: int,
                       hatch=chunk_hatch(c, nchunks), edgecolor=CHUNK_HATCH_COLOR, linewidth=0,
                       label=f"{KIND_NAMES[k]}, {word} {c}" if c == min(chunks) else
                       f"{k} {word} {c}")
-            p.legend_row = k        # one legend row per kind (plot.gantt.legend_grid)
+            p.legend_row = k        # one legend row per kind (plot.legend.legend_grid)
             out.append(p)
     return out
 
