@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.tables import data_format
 from schedsim.cli.common import (
     console,
@@ -117,7 +118,7 @@ def stalls(
     if not (show_all or data_format()) and n > limit:
         keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
         shown = [s for s in shown if id(s) in keep]
-    t = Table(title=f"stalls of {_title(tl)}", show_lines=False)
+    t = DataTable("stalls", title=f"stalls of {_title(tl)}", show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
@@ -179,7 +180,7 @@ def align(
         rows = [r for r in rows if r.flags]
     shown = rows if show_all or data_format() else rows[:limit]
     slotted = is_slotted(tl)
-    t = Table(title=f"send/recv alignment of {_title(tl)}")
+    t = DataTable("alignment", title=f"send/recv alignment of {_title(tl)}")
     for col in ALIGN_COLUMNS:
         t.add_column(col, overflow="fold")
     for r in shown:
@@ -252,7 +253,7 @@ def critical_path_cmd(
         console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(_path_table(path, show_all))
     if slack:
-        ts = Table(title="slack per op")
+        ts = DataTable("slack", title="slack per op")
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
@@ -268,7 +269,7 @@ def _path_table(path: list, show_all: bool) -> Table:
     from schedsim.analysis.critical import segments
 
     if show_all:
-        t = Table(title="critical path, every step")
+        t = DataTable("steps", title="critical path, every step")
         for col in ("step", "rank", "what", "start", "end", "detail"):
             t.add_column(col, overflow="fold")
         for s in path:
@@ -276,7 +277,7 @@ def _path_table(path: list, show_all: bool) -> Table:
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
                       fmt_time(s.start), fmt_time(s.end), escape(s.detail))
         return t
-    t = Table(title="critical path by runs of ops on one rank (--all: every step)")
+    t = DataTable("critical_path", title="critical path by runs of ops on one rank (--all: every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -371,7 +372,7 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
 
-    t = Table(title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
+    t = DataTable("answers", title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -427,7 +428,7 @@ def lint(
     found = run_lint(prog, tl, late_threshold, lazy_init=sc.comm.lazy_init)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
-    t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
+    t = DataTable("findings", title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                     + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
                     + (", deadlocks" if tl.deadlock is not None else "") + ")")
     if show_all:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import console, fail, handle_errors
 from schedsim.util.units import fmt_time
 
@@ -46,7 +47,7 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     if sco is None:
         return
     default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
-    t = Table(title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
+    t = DataTable("stages", title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
     for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
                 "used"):
         t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
@@ -76,7 +77,7 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
+    t = DataTable("overlap_modes", title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
                     f"semantics, costs from the stage model by overlap mode")
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
@@ -167,7 +168,7 @@ def print_check(res: dict[str, Any]) -> None:
     from rich.table import Table
 
     n = res["tp"]
-    t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
+    t = DataTable("grad_scale", title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
                     f"1.0 = equal, {n}.0 = {n}x)")
     for col in ("variant", "replicated loss", "summed loss", "correct for"):
         t.add_column(col, justify="right" if "loss" in col else "left", no_wrap=True)
@@ -200,7 +201,7 @@ def _check_function(function: str | None, input_function: str | None, tp: int,
     console.print(f"g = {escape(function)}, f = "
                   f"{escape(input_function or 'Megatron f (default)')}", highlight=False,
                   soft_wrap=True)
-    t = Table(title=f"gradient scale vs the single-process reference, tp = {tp}")
+    t = DataTable("grad_scale_tensors", title=f"gradient scale vs the single-process reference, tp = {tp}")
     for col in ("tensor", "replicated loss", "summed loss"):
         t.add_column(col, justify="left" if col == "tensor" else "right")
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -314,7 +315,7 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 def _table(res, ranks: int) -> Table:
     from schedsim.sweep import spread
 
-    t = Table()
+    t = DataTable("schedules")
     for col in ("schedule", "stages", "op cost x", "makespan", "idle/rank", "bubble",
                 "span bubble", "peak act", "params", "table idle", "table act, params"):
         t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
@@ -423,7 +424,7 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = Table(title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
+    t = DataTable("moves", title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -473,7 +474,7 @@ def memory(
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})
-    t = Table(title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
+    t = DataTable("memory", title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):

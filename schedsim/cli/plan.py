@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import (
     ParamOpt,
     PolicyOpt,
@@ -321,7 +322,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
             f"limit {res.resolved.mem_limit_bytes / 2**30:.1f} GiB, {sp.semantics} semantics")
     console.print(escape(head), soft_wrap=True)
     if res.ranking and tables:
-        t = Table(title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
+        t = DataTable("candidates", title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
                   f"(by tokens/s/GPU)")
         for col in ("#", *COLUMNS):
             t.add_column(col, justify="left" if col in ("layout", "schedule", "recompute")
@@ -330,7 +331,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
             t.add_row(str(i), *row_cells(r).values())
         _table(t)
     if tables and res.rejections.counts:
-        t = Table(title="candidates removed, by rule")
+        t = DataTable("removed", title="candidates removed, by rule")
         t.add_column("rule")
         t.add_column("removed", justify="right")
         t.add_column("example")

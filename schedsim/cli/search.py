@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.analysis import write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -301,7 +302,7 @@ def _table(res: Any, st: Any) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
+    t = DataTable("builtins", title=f"against the built-in schedules ({st.comm.semantics} semantics, "
                     f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")

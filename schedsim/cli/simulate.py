@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import (
     BandwidthOpt,
     BytesOpt,
@@ -88,7 +89,7 @@ def print_summary(tl: Timeline) -> None:
 
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    t = Table(title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
+    t = DataTable("ranks", title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
                                 f"microbatches, {how}" + ("" if tl.comm_stream == "none"
                                                           else f", {tl.comm_stream} stream")))
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
@@ -265,7 +266,7 @@ def list_schedules() -> None:
     from rich.table import Table
     from schedsim.generators import GENERATORS, names
 
-    t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
+    t = DataTable("schedules", title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
               expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what, placement, parameters, constraints, source", ratio=1)
@@ -287,7 +288,7 @@ def _policies_table() -> Table:
     from rich.table import Table
     from schedsim.program.lower import POLICIES, policy_names
 
-    t = Table(title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
+    t = DataTable("comm_policies", title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
               show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what it imitates, parameters", ratio=1)
@@ -312,7 +313,7 @@ def _semantics_table() -> Table:
     from rich.table import Table
     from schedsim.program.vocab import SEMANTICS_SUMMARY
 
-    t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
+    t = DataTable("semantics", title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
               show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("how P2P ops complete", ratio=1)

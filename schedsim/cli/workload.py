@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
@@ -72,7 +73,7 @@ def print_workload(res: Any) -> None:
     from rich.table import Table
 
     w = res.derived.workload
-    t = Table(title=rich_escape(
+    t = DataTable("workload", title=rich_escape(
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
         f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
         f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
@@ -117,7 +118,7 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                        **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
-    t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
+    t = DataTable("memory", title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
                                 f"{tl.workload['gpu']} (GiB)"))
     for col in ("rank", "static", "held", "activations", "peak",
                 *(("reserved",) if rp else ()), "at ms", "headroom"):
@@ -155,7 +156,7 @@ def workload_line(res: Any) -> str:
 def _print_breakdown(b: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
+    t = DataTable("stages", title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
                                 f"rank"))
     for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
                 "stash GiB"):
@@ -270,7 +271,7 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
             f"{w.data_parallel}, {w.microbatches} microbatches, {sc.comm.semantics} "
             f"semantics")
     _write_compare(rows, head, json_out, gantt, memory)
-    t = Table(title=rich_escape(head))
+    t = DataTable("schedules", title=rich_escape(head))
     reserved = any(r.peak_reserved_bytes for _, r in rows)
     for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
                 "peak GiB", *(("reserved GiB",) if reserved else ()), "fits"):
