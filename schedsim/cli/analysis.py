@@ -123,8 +123,8 @@ def stalls(
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
     for s in shown:
-        t.add_row(str(s.rank), fmt_time(s.start), fmt_time(s.end), fmt_time(s.duration), s.cause,
-                  escape(s.detail))
+        t.add_row(str(s.rank), *(num(x, fmt_time(x)) for x in (s.start, s.end, s.duration)),
+                  s.cause, escape(s.detail))
     console.print(t)
     if len(shown) < n:
         console.print(f"the {len(shown)} longest of {n} stalls shown (--all prints every "

@@ -47,7 +47,8 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     if sco is None:
         return
     default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
-    t = DataTable("stages", title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
+    t = DataTable("stages", title=escape(model_summary(sc)) + f" ({sc.costs.unit})",
+                  unit=sc.costs.unit)
     for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
                 "used"):
         t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
@@ -57,8 +58,8 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
         used = "-" if st is None else stage_cost(sc.costs, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
             1.0, oc.cost) else f"typed: {fmt_time(used)}")
-        t.add_row(label, kind, fmt_time(oc.cost), fmt_time(oc.compute), fmt_time(oc.collective),
-                  fmt_time(oc.exposed), fmt_time(oc.hidden), how)
+        t.add_row(label, kind, *(num(x, fmt_time(x)) for x in (
+            oc.cost, oc.compute, oc.collective, oc.exposed, oc.hidden)), how)
     console.print(t)
     if tl is not None and tl.deadlock is None:
         rows = exposed_by_kind(tl, sco)

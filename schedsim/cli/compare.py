@@ -326,10 +326,18 @@ def _table(res, ranks: int) -> Table:
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
         tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), fmt_time(r.cost_scale), fmt_time(r.makespan),
-                  spread(r.idle), f"{r.bubble_ratio:.3f}", f"{r.span_bubble_rate:.3f}",
-                  spread(r.peak_activation), spread(r.param_memory), tidle, tact)
+        t.add_row(r.schedule, str(r.stages), num(r.cost_scale, fmt_time(r.cost_scale)),
+                  num(r.makespan, fmt_time(r.makespan)), _spread(r.idle, spread),
+                  num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+                  num(r.span_bubble_rate, f"{r.span_bubble_rate:.3f}"),
+                  _spread(r.peak_activation, spread), _spread(r.param_memory, spread),
+                  tidle, tact)
     return t
+
+
+def _spread(xs: list[float], spread: Any) -> Any:
+    """A ``lo..hi`` cell (:func:`schedsim.sweep.spread`); csv/json: the highest, exact."""
+    return num(max(xs) if xs else None, spread(xs))
 
 
 def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) -> str | None:

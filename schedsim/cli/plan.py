@@ -292,9 +292,11 @@ def row_cells(r: Any) -> dict[str, str]:
     candidate's figures, for its row of the top table and for the ``best:`` line."""
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
-            "step ms": f"{r.step_ms:.1f}", "tokens/s/GPU": f"{r.tokens_per_s_per_gpu:.1f}",
-            "bubble": f"{r.bubble_ratio:.3f}", "MFU": f"{r.mfu:.3f}",
-            "peak GiB per rank": _peaks(r.peak_gib)}
+            "step ms": num(r.step_ms, f"{r.step_ms:.1f}"),
+            "tokens/s/GPU": num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:.1f}"),
+            "bubble": num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+            "MFU": num(r.mfu, f"{r.mfu:.3f}"),   # (csv/json: the exact numbers)
+            "peak GiB per rank": num(max(r.peak_gib, default=None), _peaks(r.peak_gib))}
 
 
 def best_line(r: Any) -> str:

@@ -91,12 +91,15 @@ def print_summary(tl: Timeline) -> None:
            else f"{tl.semantics} semantics")
     t = DataTable("ranks", title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
                                 f"microbatches, {how}" + ("" if tl.comm_stream == "none"
-                                                          else f", {tl.comm_stream} stream")))
+                                                          else f", {tl.comm_stream} stream")),
+                  unit=tl.unit)
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
-        t.add_row(str(r.rank), fmt_time(r.busy), fmt_time(r.idle), f"{r.bubble_ratio:.3f}",
-                  fmt_time(r.first_start), fmt_time(r.last_end))
+        t.add_row(str(r.rank), num(r.busy, fmt_time(r.busy)), num(r.idle, fmt_time(r.idle)),
+                  num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+                  num(r.first_start, fmt_time(r.first_start)),
+                  num(r.last_end, fmt_time(r.last_end)))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans

@@ -80,14 +80,16 @@ def print_workload(res: Any) -> None:
     rp = res.peak_reserved_bytes
     for col in ("rank", "params", "grads", "optimizer", "fsdp", "held", "recv",
                 "activations", "peak", *(("reserved",) if rp else ()), "at ms", "headroom"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=None if col in ("rank", "at ms") else
+                     col + "_gib")
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         top = rp[r] if rp else m.peak          # the headroom of what runs out
-        t.add_row(str(r), *(f"{x / GiB:.2f}" for x in (
+        t.add_row(str(r), *(num(x / GiB, f"{x / GiB:.2f}") for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
-            m.peak_activations, m.peak, *((rp[r],) if rp else ()))), f"{m.peak_at:.1f}",
-            f"{(res.hbm_bytes - top) / GiB:.2f}")
+            m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
+            num(m.peak_at, f"{m.peak_at:.1f}"),
+            num((res.hbm_bytes - top) / GiB, f"{(res.hbm_bytes - top) / GiB:.2f}"))
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -153,6 +155,11 @@ def workload_line(res: Any) -> str:
             f"{res.step_boundary_ms:.1f} ms")
 
 
+def _peak(xs: list[float] | None, span: Any) -> Any:
+    """A peak GiB cell: the text of ``span``, the highest rank's GiB exact."""
+    return num(max(xs) / GiB if xs else None, span(xs))
+
+
 def _print_breakdown(b: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -160,15 +167,16 @@ def _print_breakdown(b: dict[str, Any]) -> None:
                                 f"rank"))
     for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
                 "stash GiB"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=col.lower() + "_ms" if len(col) < 3 else None)
     for s in b["stages"]:
         layers = str(s["layers"]) + ("+E" if s["embedding"] else "") + (
             "+L" if s["head"] else "")
         fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
         a = s["activation_bytes"]
         t.add_row(str(s["stage"]), str(s["rank"]), layers,
-                  *(f"{s['ms'][k]:.2f}" for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
-                  f"{a['stored'] / GiB:.2f}", f"{a['stash_w'] / GiB:.2f}")
+                  *(num(s['ms'][k], f"{s['ms'][k]:.2f}") for k in ("F", "B", "W", "BW")),
+                  num(fl / 1e12, f"{fl / 1e12:.2f}"), num(a['stored'] / GiB, f"{a['stored'] / GiB:.2f}"),
+                  num(a['stash_w'] / GiB, f"{a['stash_w'] / GiB:.2f}"))
     console.print(t)
     same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
@@ -284,10 +292,11 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
         return f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05 else f"{hi:.1f}"
 
     for n, r in rows:
-        t.add_row(n, str(r.timeline.stages), f"{r.step_ms:.1f}",
-                  f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu * 100:.1f}%",
-                  f"{r.bubble_ratio:.3f}", span(r.peak_memory_bytes),
-                  *((span(r.peak_reserved_bytes),) if reserved else ()),
+        t.add_row(n, str(r.timeline.stages), num(r.step_ms, f"{r.step_ms:.1f}"),
+                  num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:,.0f}"),
+                  num(r.mfu, f"{r.mfu * 100:.1f}%"), num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+                  _peak(r.peak_memory_bytes, span),
+                  *((_peak(r.peak_reserved_bytes, span),) if reserved else ()),
                   "yes" if r.fits else "NO")
     console.print(t)
     for n, why in skipped.items():
