@@ -249,15 +249,19 @@ def test_cli_format_csv_and_json_write_the_top_table_to_stdout():
     res = run_plan(PlanSpace(**SMALL), top=2)
     r = CliRunner().invoke(app, args + ["--format", "csv"])
     assert r.exit_code == 0, r.output
-    rows = list(csv.reader(io.StringIO(r.stdout.split("\n\n")[0])))
-    assert rows[0][:3] == ["#", "layout", "schedule"] and len(rows) == 3
-    assert rows[1][6] == f"{res.ranking[0].tokens_per_s_per_gpu:.1f}"
+    first = r.stdout.split("\n\n")[0].splitlines()
+    assert first[0] == "# table: candidates"
+    rows = list(csv.reader(io.StringIO("\n".join(first[1:]))))
+    assert rows[0][:3] == ["n", "layout", "schedule"] and len(rows) == 3
+    assert float(rows[1][6]) == res.ranking[0].tokens_per_s_per_gpu      # exact, not .1f
     assert "best:" in r.stderr and "best:" not in r.stdout
     r = CliRunner().invoke(app, args + ["--format", "json"])
     assert r.exit_code == 0, r.output
     tables = json.loads(r.stdout)
-    top = next(v for k, v in tables.items() if k.startswith("top 2"))
+    top = tables["candidates"]["rows"]
+    assert tables["candidates"]["title"].startswith("top 2")
     assert [row["schedule"] for row in top] == [x.candidate.schedule for x in res.top(2)]
+    assert [row["step_ms"] for row in top] == [x.step_ms for x in res.top(2)]
 
 
 def test_cli_out_dash_streams_json_lines_to_stdout():
