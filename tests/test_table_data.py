@@ -126,7 +126,7 @@ def test_cells_and_keys() -> None:
     from rich.table import Table
 
     assert (num(3.0), num(2.5, "2.50"), num(float("nan"), "nan").value, num(None)) == (
-        "3", "2.50", None, "-")
+        "3.0", "2.50", None, "-")
     assert num(3.0).value == 3 and isinstance(num(3.0).value, int)
     assert [column_key(h) for h in ("step ms", "tokens/s/GPU", "#", "MFU %", "act GiB")] == [
         "step_ms", "tokens_s_gpu", "n", "mfu_pct", "act_gib"]
