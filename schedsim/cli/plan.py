@@ -261,13 +261,9 @@ class _Bar:
 def layout_text(r: Any) -> str:
     """``tp4 pp8 dp2`` plus what differs from the plain layout: ``x2`` model chunks per
     rank, ``ep8``, ``cp2``, ``mbs2``, the ZeRO stage ``z1``."""
-    c = r.candidate
-    per = r.stages // c.pp if c.pp and r.stages else 1
-    parts = [f"tp{c.tp}", f"pp{c.pp}" + (f"x{per}" if per > 1 else ""), f"dp{c.dp}"]
-    parts += [f"ep{c.ep}"] if c.ep > 1 else []
-    parts += [f"cp{c.cp}"] if c.cp > 1 else []
-    parts += [f"mbs{c.micro_batch_size}"] if c.micro_batch_size > 1 else []
-    return " ".join(parts + [f"z{c.zero}"])
+    from schedsim.plan.names import layout_name
+
+    return layout_name(r.candidate, r.stages)
 
 
 def _table(t: Table) -> None:
@@ -303,7 +299,7 @@ def best_line(r: Any) -> str:
     """``best: ...``: every cell of ``r``'s top-table row (:func:`row_cells`), each
     named by its column."""
     c = row_cells(r)
-    return (f"best: {c['layout']} {c['schedule']} recompute {c['recompute']}, "
+    return (f"best: {r.name}, "        # (= the row's layout, schedule and recompute)
             f"{c['microbatches']} microbatches: {c['tokens/s/GPU']} tokens/s/GPU, step "
             f"{c['step ms']} ms, bubble {c['bubble']}, MFU {c['MFU']}, peak GiB per rank "
             f"{c['peak GiB per rank']}")
@@ -374,7 +370,7 @@ def _figures(res: Any, gantt: Path | None, pareto: Path | None, html: Path | Non
     if gantt is not None:
         from schedsim.plot import gantt as gantt_figure, save_figure
 
-        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].key}")), gantt)
+        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].name}")), gantt)
     if html is not None:
         from schedsim.plan.report import plan_html
         from schedsim.util.files import atomic_write_text

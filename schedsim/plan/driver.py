@@ -65,6 +65,12 @@ class Bounded:
     def key(self) -> str:
         return self.legal.candidate.key
 
+    @property
+    def name(self) -> str:
+        from schedsim.plan.names import candidate_name
+
+        return candidate_name(self.legal.candidate, self.legal.shape.stages)
+
 
 @dataclass
 class PlanResult:
@@ -72,7 +78,7 @@ class PlanResult:
     resumed ones); ``ranking``: those that fit, best first; ``grid``: candidates before
     any rule; ``legal``: after the enumeration rules; ``simulated``: simulations run now
     (``resumed``: rows taken from the ``--out`` file); ``rejections``: per rule, pruning
-    included; ``smallest_peak``: when nothing fits, ``(GiB, candidate key)`` of the
+    included; ``smallest_peak``: when nothing fits, ``(GiB, candidate name)`` of the
     smallest peak found."""
 
     space: PlanSpace
@@ -144,10 +150,10 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
         b = Bounded(lg, peak, ub)
         top = max(peak)
         if top > res.mem_limit_bytes:
-            rej.add("memory", f"{b.key}: at least {top / GIB:.1f} GiB on one rank, over "
+            rej.add("memory", f"{b.name}: at least {top / GIB:.1f} GiB on one rank, over "
                     f"the {res.mem_limit_bytes / GIB:.1f} GiB limit")
-            if smallest is None or (top, b.key) < smallest:
-                smallest = (top, b.key)
+            if smallest is None or (top, b.name) < smallest:
+                smallest = (top, b.name)
             continue
         keep.append(b)
     keep.sort(key=lambda b: (-b.ub, b.key))
@@ -223,7 +229,7 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
         if bar is not None and todo[i].ub < bar:
             # sorted by ub: every later candidate is below the bar too
             n = len(todo) - i
-            result.rejections.add("bound", f"{todo[i].key}: at most {todo[i].ub:.1f} "
+            result.rejections.add("bound", f"{todo[i].name}: at most {todo[i].ub:.1f} "
                                   f"tokens/s/GPU, below the top {top}'s last ({bar:.1f})", n)
             settled += n
             break
@@ -272,14 +278,14 @@ def _finish(result: PlanResult, smallest: tuple[float, str] | None) -> None:
     result.ranking = rank(result.rows)
     no_fit = [r for r in result.rows if r.status == "ok" and not r.fits]
     if no_fit:
-        result.rejections.add("memory (simulated)", f"{no_fit[0].key}: "
+        result.rejections.add("memory (simulated)", f"{no_fit[0].name}: "
                               f"{no_fit[0].peak_max_gib:.1f} GiB", len(no_fit))
     errors = [r for r in result.rows if r.status != "ok"]
     if errors:
-        result.rejections.add("simulation failed", f"{errors[0].key}: {errors[0].message}",
+        result.rejections.add("simulation failed", f"{errors[0].name}: {errors[0].message}",
                               len(errors))
     if not result.ranking:
-        seen = [(r.peak_max_gib * GIB, r.key) for r in result.rows if r.status == "ok"]
+        seen = [(r.peak_max_gib * GIB, r.name) for r in result.rows if r.status == "ok"]
         if smallest is not None:
             seen.append(smallest)
         if seen:
