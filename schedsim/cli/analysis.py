@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.tables import data_format
 from schedsim.cli.common import (
     console,
@@ -257,8 +257,8 @@ def critical_path_cmd(
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
-            ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_time(o.start),
-                       fmt_time(o.end), fmt_time(o.slack))
+            ts.add_row(str(o.rank), escape(o.op), str(o.index), num_time(o.start),
+                       num_time(o.end), num_time(o.slack))
         console.print(ts)
 
 
@@ -275,7 +275,7 @@ def _path_table(path: list, show_all: bool) -> Table:
         for s in path:
             t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
-                      fmt_time(s.start), fmt_time(s.end), escape(s.detail))
+                      num_time(s.start), num_time(s.end), escape(s.detail))
         return t
     t = DataTable("critical_path", title="critical path by runs of ops on one rank (--all: every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
@@ -287,7 +287,7 @@ def _path_table(path: list, show_all: bool) -> Table:
                         else f"{v.what} (instr {v.index})" if v.kind == "wait" else v.what
                         for v in g.via)
         t.add_row(str(g.rank), str(len(g.ops)), escape(g.ops[0].what),
-                  escape(g.ops[-1].what), fmt_time(g.start), fmt_time(g.end), escape(via))
+                  escape(g.ops[-1].what), num_time(g.start), num_time(g.end), escape(via))
     return t
 
 
@@ -382,11 +382,11 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
         t.add_column(col, justify="left" if col == "semantics" else "right")
     for a in answers:
         vs = ([] if len(cols) == 2 else
-              [fmt_time(None if a.effect_start is None else a.effect_start - data_t)])
-        co = [fmt_time(a.joint_delay)] if joint else []
-        t.add_row(a.semantics, fmt_time(a.effect_start), *vs, fmt_time(a.counterfactual_start),
-                  "deadlock" if a.deadlock else fmt_time(a.delay), *co, fmt_time(a.makespan),
-                  fmt_time(a.makespan_delta))
+              [num_time(None if a.effect_start is None else a.effect_start - data_t)])
+        co = [num_time(a.joint_delay)] if joint else []
+        t.add_row(a.semantics, num_time(a.effect_start), *vs, num_time(a.counterfactual_start),
+                  "deadlock" if a.deadlock else num_time(a.delay), *co, num_time(a.makespan),
+                  num_time(a.makespan_delta))
     return t
 
 
@@ -435,7 +435,7 @@ def lint(
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")
         for f in found:
-            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_time(f.cost),
+            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), num_time(f.cost),
                       escape(f.message))
     else:
         for col in ("severity", "rule", "count", "ranks", "cost", "finding"):
@@ -449,7 +449,7 @@ def lint(
                 text = (f"{g.pattern}, e.g. {first.message} (also {more}"
                         + (", ..." if g.count > 4 else "") + ")")
             t.add_row(g.severity, g.rule, str(g.count), rank_ranges(g.ranks),
-                      fmt_time(g.cost), escape(text))
+                      num_time(g.cost), escape(text))
     console.print(t)
     by: dict[str, int] = {}
     for f in found:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.common import console, fail, handle_errors
 from schedsim.util.units import fmt_time
 
@@ -83,8 +83,8 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
     for r in res.records:
-        t.add_row(r["schedule"], r["overlap"], fmt_time(r["F"]), fmt_time(r["BW"]),
-                  fmt_time(r["FB"]), fmt_time(r["makespan"]), f"{r['bubble_ratio']:.3f}")
+        t.add_row(r["schedule"], r["overlap"], num_time(r["F"]), num_time(r["BW"]),
+                  num_time(r["FB"]), num_time(r["makespan"]), f"{r['bubble_ratio']:.3f}")
     console.print(t)
     first = res.modes[0]
     base = {r["schedule"]: r["makespan"] for r in res.records if r["overlap"] == first}

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -437,8 +437,8 @@ def diff(
                 "moved"):
         t.add_column(col, justify="right")
     for o in rows:
-        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_time(o.start_a),
-                  fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
+        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), num_time(o.start_a),
+                  num_time(o.start_b), num_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
     console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
@@ -486,7 +486,7 @@ def memory(
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):
-        t.add_row(str(r), fmt_time(peaks[r]), fmt_time(params[r]))
+        t.add_row(str(r), num_time(peaks[r]), num_time(params[r]))
     console.print(t)
     console.print("units: activations in microbatches' worth (1 = the activations one "
                   "microbatch leaves on one rank's 1/ranks share of the model); parameters "

@@ -140,6 +140,13 @@ def num(value: float | int | None, text: str | None = None) -> Num:
     return Num(text, v)
 
 
+def num_time(x: float | None) -> Num:
+    """A time cell: :func:`schedsim.util.units.fmt_time`'s text, the exact time."""
+    from schedsim.util.units import fmt_time
+
+    return num(x, fmt_time(x))
+
+
 class DataTable(_RichTable):
     """A rich Table with what ``--format csv|json`` needs to write it for a script: a
     stable ``id`` (the table's key: ``ranks``, ``workload``, ``candidates``; the title is
