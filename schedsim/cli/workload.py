@@ -124,13 +124,13 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                                 f"{tl.workload['gpu']} (GiB)"))
     for col in ("rank", "static", "held", "activations", "peak",
                 *(("reserved",) if rp else ()), "at ms", "headroom"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=None if col in ("rank", "at ms") else
+                     col + "_gib")
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
-        t.add_row(str(r), f"{m.static / GiB:.2f}", f"{m.held / GiB:.2f}",
-                  f"{m.peak_activations / GiB:.2f}", f"{m.peak / GiB:.2f}",
-                  *((f"{rp[r] / GiB:.2f}",) if rp else ()), f"{m.peak_at:.1f}",
-                  f"{(hbm - top) / GiB:.2f}")
+        t.add_row(str(r), *(num(x / GiB, f"{x / GiB:.2f}") for x in (
+            m.static, m.held, m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
+            num(m.peak_at, f"{m.peak_at:.1f}"), num((hbm - top) / GiB, f"{(hbm - top) / GiB:.2f}"))
     console.print(t)
     from schedsim.util.units import fmt_gib, fmt_gib_pair
 
