@@ -277,7 +277,8 @@ def _path_table(path: list, show_all: bool) -> Table:
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
                       num_time(s.start), num_time(s.end), escape(s.detail))
         return t
-    t = DataTable("critical_path", title="critical path by runs of ops on one rank (--all: every step)")
+    t = DataTable("critical_path",
+                  title="critical path by runs of ops on one rank (--all: every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -372,7 +373,8 @@ def _query_table(answers: list, causes: list, eff: Any) -> Table:
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
 
-    t = DataTable("answers", title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
+    t = DataTable("answers",
+                  title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -428,9 +430,10 @@ def lint(
     found = run_lint(prog, tl, late_threshold, lazy_init=sc.comm.lazy_init)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
-    t = DataTable("findings", title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
-                    + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
-                    + (", deadlocks" if tl.deadlock is not None else "") + ")")
+    t = DataTable("findings",
+                  title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
+                        + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
+                        + (", deadlocks" if tl.deadlock is not None else "") + ")")
     if show_all:
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")

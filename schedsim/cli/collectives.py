@@ -47,8 +47,9 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     if sco is None:
         return
     default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
-    t = DataTable("stages", title=escape(model_summary(sc)) + f" ({sc.costs.unit})",
-                  unit=sc.costs.unit)
+    t = DataTable("stages",
+                  title=escape(model_summary(sc)) + f" ({sc.costs.unit})",
+                      unit=sc.costs.unit)
     for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
                 "used"):
         t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
@@ -78,8 +79,9 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    t = DataTable("overlap_modes", title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
-                    f"semantics, costs from the stage model by overlap mode")
+    t = DataTable("overlap_modes",
+                  title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
+                        f"semantics, costs from the stage model by overlap mode")
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
     for r in res.records:
@@ -169,8 +171,9 @@ def print_check(res: dict[str, Any]) -> None:
     from rich.table import Table
 
     n = res["tp"]
-    t = DataTable("grad_scale", title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
-                    f"1.0 = equal, {n}.0 = {n}x)")
+    t = DataTable("grad_scale",
+                  title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
+                        f"1.0 = equal, {n}.0 = {n}x)")
     for col in ("variant", "replicated loss", "summed loss", "correct for"):
         t.add_column(col, justify="right" if "loss" in col else "left", no_wrap=True)
 
@@ -202,7 +205,8 @@ def _check_function(function: str | None, input_function: str | None, tp: int,
     console.print(f"g = {escape(function)}, f = "
                   f"{escape(input_function or 'Megatron f (default)')}", highlight=False,
                   soft_wrap=True)
-    t = DataTable("grad_scale_tensors", title=f"gradient scale vs the single-process reference, tp = {tp}")
+    t = DataTable("grad_scale_tensors",
+                  title=f"gradient scale vs the single-process reference, tp = {tp}")
     for col in ("tensor", "replicated loss", "summed loss"):
         t.add_column(col, justify="left" if col == "tensor" else "right")
 

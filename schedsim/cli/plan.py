@@ -320,8 +320,9 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
             f"limit {res.resolved.mem_limit_bytes / 2**30:.1f} GiB, {sp.semantics} semantics")
     console.print(escape(head), soft_wrap=True)
     if res.ranking and tables:
-        t = DataTable("candidates", title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
-                  f"(by tokens/s/GPU)")
+        t = DataTable("candidates",
+                      title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
+                      f"(by tokens/s/GPU)")
         for col in ("#", *COLUMNS):
             t.add_column(col, justify="left" if col in ("layout", "schedule", "recompute")
                          else "right")

@@ -302,8 +302,9 @@ def _table(res: Any, st: Any) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
-    t = DataTable("builtins", title=f"against the built-in schedules ({st.comm.semantics} semantics, "
-                    f"{st.policy} policy)")
+    t = DataTable("builtins",
+                  title=f"against the built-in schedules ({st.comm.semantics} semantics, "
+                        f"{st.policy} policy)")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
     t.add_row("[bold]search[/]", num(res.makespan, f"[bold]{fmt_time(res.makespan)}[/]"),

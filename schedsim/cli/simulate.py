@@ -89,9 +89,10 @@ def print_summary(tl: Timeline) -> None:
 
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    t = DataTable("ranks", title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
-                                f"microbatches, {how}" + ("" if tl.comm_stream == "none"
-                                                          else f", {tl.comm_stream} stream")),
+    t = DataTable("ranks",
+                  title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
+                                    f"microbatches, {how}" + ("" if tl.comm_stream == "none"
+                                                              else f", {tl.comm_stream} stream")),
                   unit=tl.unit)
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
@@ -269,8 +270,9 @@ def list_schedules() -> None:
     from rich.table import Table
     from schedsim.generators import GENERATORS, names
 
-    t = DataTable("schedules", title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
-              expand=True)
+    t = DataTable("schedules",
+                  title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
+                  expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what, placement, parameters, constraints, source", ratio=1)
     for n in names():
@@ -291,8 +293,9 @@ def _policies_table() -> Table:
     from rich.table import Table
     from schedsim.program.lower import POLICIES, policy_names
 
-    t = DataTable("comm_policies", title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
-              show_lines=True, expand=True)
+    t = DataTable("comm_policies",
+                  title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
+                  show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what it imitates, parameters", ratio=1)
     for n in policy_names():
@@ -316,8 +319,9 @@ def _semantics_table() -> Table:
     from rich.table import Table
     from schedsim.program.vocab import SEMANTICS_SUMMARY
 
-    t = DataTable("semantics", title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
-              show_lines=True, expand=True)
+    t = DataTable("semantics",
+                  title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
+                  show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("how P2P ops complete", ratio=1)
     for n, what in SEMANTICS_SUMMARY.items():

@@ -73,7 +73,8 @@ def print_workload(res: Any) -> None:
     from rich.table import Table
 
     w = res.derived.workload
-    t = DataTable("workload", title=rich_escape(
+    t = DataTable("workload",
+                  title=rich_escape(
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
         f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
         f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
@@ -120,8 +121,9 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                        **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
-    t = DataTable("memory", title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
-                                f"{tl.workload['gpu']} (GiB)"))
+    t = DataTable("memory",
+                  title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
+                                    f"{tl.workload['gpu']} (GiB)"))
     for col in ("rank", "static", "held", "activations", "peak",
                 *(("reserved",) if rp else ()), "at ms", "headroom"):
         t.add_column(col, justify="right", key=None if col in ("rank", "at ms") else
@@ -163,8 +165,9 @@ def _peak(xs: list[float] | None, span: Any) -> Any:
 def _print_breakdown(b: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = DataTable("stages", title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
-                                f"rank"))
+    t = DataTable("stages",
+                  title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
+                                    f"rank"))
     for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
                 "stash GiB"):
         t.add_column(col, justify="right", key=col.lower() + "_ms" if len(col) < 3 else None)
