@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from schedsim.util.units import with_unit
+from schedsim.util.units import fmt_time, with_unit
 
 #: the function drawing a Timeline as PNG bytes (set by :mod:`schedsim.plot`)
 PNG_VIEW: list[Callable[[Any], bytes] | None] = [None]
@@ -29,7 +29,8 @@ class NotebookViews:
         """The summary and the per-rank table as HTML (text escaped)."""
         from html import escape
 
-        rows = "".join(f"<tr><td>{r.rank}</td><td>{r.busy:g}</td><td>{r.idle:g}</td>"
+        rows = "".join(f"<tr><td>{r.rank}</td><td>{fmt_time(r.busy)}</td>"
+                       f"<td>{fmt_time(r.idle)}</td>"
                        f"<td>{r.bubble_ratio:.3f}</td></tr>" for r in self.per_rank)
         return (f"<p><b>{escape(repr(self)[1:-1])}</b></p><table><tr><th>rank</th>"
                 f"<th>busy</th><th>idle</th><th>bubble ratio</th></tr>{rows}</table>")

@@ -174,9 +174,13 @@ def test_cli_nothing_fits_names_the_smallest_peak():
     space = PlanSpace(model="llama3.1-405b", gpus=8, gpu="h100-sxm", seq=4096,
                       global_batch_size=16, schedules=["1f1b"])
     res = resolve(space)
-    peaks = [max(bounds_of(lg, res)[0]) / GIB for lg in enumerate_candidates(res).legal]
-    assert f"nothing fits in {res.mem_limit_bytes / GIB:.1f} GiB: the smallest peak found " \
-           f"is {min(peaks):.1f} GiB" in " ".join(r.output.split())
+    from schedsim.util.units import fmt_gib_pair
+
+    peaks = [max(bounds_of(lg, res)[0]) for lg in enumerate_candidates(res).legal]
+    peak, limit = fmt_gib_pair(min(peaks), res.mem_limit_bytes)
+    assert (peak, limit) == ("853.2 GiB", "76 GiB")
+    assert f"nothing fits in {limit}: the smallest peak found is {peak} (" \
+        in " ".join(r.output.split())
 
 
 def test_cli_prints_the_top_and_writes_the_figures(tmp_path):
@@ -190,8 +194,10 @@ def test_cli_prints_the_top_and_writes_the_figures(tmp_path):
     res = run_plan(PlanSpace(**SMALL), top=2)
     best = res.ranking[0]
     text = " ".join(r.output.split())
+    from schedsim.util.units import with_unit
+
     assert f"microbatches: {best.tokens_per_s_per_gpu:.1f} tokens/s/GPU, step " \
-           f"{best.step_ms:.1f} ms" in text
+           f"{with_unit(best.step_ms, 'ms')}," in text
     assert f"grid {res.grid} candidates: {res.legal} legal" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "best.png").exists()

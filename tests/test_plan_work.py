@@ -156,7 +156,7 @@ def test_mem_limit_takes_a_size_or_a_number_of_gib():
     outs = [CliRunner().invoke(app, base + [v]) for v in ("70GiB", "70", "71680 MiB")]
     assert [r.exit_code for r in outs] == [0, 0, 0], outs[0].output
     assert outs[0].output == outs[1].output == outs[2].output
-    assert "memory limit 70.0 GiB" in outs[0].output
+    assert "memory limit 70 GiB," in outs[0].output
     assert _mem_limit_gib("75GB") == 75e9 / 2 ** 30 and _mem_limit_gib(None) is None
     assert _mem_limit_gib("0.5") == 0.5 and _mem_limit_gib("1TiB") == 1024
 
@@ -237,9 +237,12 @@ def test_the_best_line_is_its_table_row():
                              global_batch_size=64, tp=[2, 4], pp=[2, 4],
                              schedules=["1f1b", "zbv"], recompute=["none", "full"]), top=2)
     b = res.ranking[0]
-    assert (tok, step, mfu) == (f"{b.tokens_per_s_per_gpu:.1f}", f"{b.step_ms:.1f}",
+    from schedsim.util.units import fmt_time     # a time and a GiB: 4 significant digits
+
+    assert (tok, step, mfu) == (f"{b.tokens_per_s_per_gpu:.1f}", fmt_time(b.step_ms),
                                 f"{b.mfu:.3f}")
-    assert peak == " ".join(f"{g:.1f}" for g in b.peak_gib)
+    assert peak == " ".join(fmt_time(g) for g in b.peak_gib)
+    assert (step, peak) == ("1879", "29.05 23.13")
     doc = json.loads(CliRunner().invoke(app, args + ["--format", "json"]).stdout)
     row = doc["candidates"]["rows"][0]          # the same row, exact numbers
     assert (row["layout"], row["tokens_s_gpu"], row["step_ms"], row["mfu"]) == (

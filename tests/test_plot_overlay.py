@@ -63,8 +63,9 @@ def test_op_start_errors_exact():
     # error of the first (predicted) against the second (measured): (33 - 35) / 35
     assert "makespan predicted 33 vs measured 35 slots: error -2 slots, -5.7% of measured" \
         in title
-    # mean |error| = 2 / 64 ops, as % of the measured makespan: 100 * 2 / 64 / 35
-    assert "mean |predicted - measured| 0.0312 slots, 0.1% of measured makespan" in title
+    # mean |error| = 2 / 64 ops (4 significant digits, fmt_time), as % of the measured
+    # makespan: 100 * 2 / 64 / 35
+    assert "mean |predicted - measured| 0.03125 slots, 0.1% of measured makespan" in title
     assert "max -2 (0BW7 on rank 0); 1/64 ops moved" in title
     png(fig)
     # the moved op is outlined in red in both half-rows, every other one is not

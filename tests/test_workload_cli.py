@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from schedsim.cli import app
 from schedsim.scenario import load_scenario
 from schedsim.timeline import Timeline
+from schedsim.util.units import with_unit
 
 runner = CliRunner()
 LLAMA = SCHEDULES / "llama3-70b-h100.toml"
@@ -187,7 +188,8 @@ def test_compare_with_a_workload_draws_its_gantt(tmp_path: Path, monkeypatch) ->
     rows = json.loads(js.read_text())
     axes = figs[0].get_axes()
     assert [a.get_title(loc="left") for a in axes[::2]] == [
-        f"{x['schedule']}: step {x['step_ms']:.1f} ms, bubble {x['bubble_ratio']:.3f}"
+        f"{x['schedule']}: step {with_unit(x['step_ms'], 'ms')}, bubble "
+        f"{x['bubble_ratio']:.3f}"
         for x in rows]
     assert [a.get_ylabel() for a in axes[1::2]] == ["memory per rank\n(GiB)"] * 2
     assert len({a.get_xlim() for a in axes}) == 1

@@ -159,7 +159,9 @@ def summary_line(m: dict[str, Any], unit: str = "ms") -> str:
     """``makespan: predicted X, measured Y (error Z%); per-op start error ...``, where
     error = (predicted - measured) / measured and start errors are % of the measured
     makespan."""
-    return (f"makespan: predicted {m['makespan_predicted']:.4g} {unit}, measured "
-            f"{m['makespan_measured']:.4g} {unit} (error {m['makespan_error_pct']:+.1f}%); "
+    from schedsim.util.units import with_unit
+
+    return (f"makespan: predicted {with_unit(m['makespan_predicted'], unit)}, measured "
+            f"{with_unit(m['makespan_measured'], unit)} (error {m['makespan_error_pct']:+.1f}%); "
             f"per-op start error: mean {m['mean_start_error_pct']:.1f}% of makespan, max "
             f"{m['max_start_error_pct']:.1f}% ({m['worst_op']}) over {m['ops']} ops")

@@ -70,11 +70,13 @@ def bubble_breakdown(measured: Timeline, predicted: Timeline | None = None
 
 def breakdown_lines(rows: list[dict[str, Any]], unit: str) -> list[str]:
     """The breakdown as text lines, one per rank."""
+    from schedsim.util.units import fmt_time as t
+
     out = [f"per rank ({unit}): wall = compute + transfer + waiting + host; bubble = wall - "
            f"compute, measured (predicted)"]
     for x in rows:
-        pred = "" if x["predicted_bubble"] is None else f" ({x['predicted_bubble']:.4g})"
-        out.append(f"  rank {x['rank']}: wall {x['wall']:.4g} = compute {x['compute']:.4g} + "
-                   f"transfer {x['transfer']:.4g} + waiting {x['waiting']:.4g} + host "
-                   f"{x['host']:.4g}; bubble {x['bubble']:.4g}{pred}")
+        pred = "" if x["predicted_bubble"] is None else f" ({t(x['predicted_bubble'])})"
+        out.append(f"  rank {x['rank']}: wall {t(x['wall'])} = compute {t(x['compute'])} + "
+                   f"transfer {t(x['transfer'])} + waiting {t(x['waiting'])} + host "
+                   f"{t(x['host'])}; bubble {t(x['bubble'])}{pred}")
     return out

@@ -12,6 +12,7 @@ from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import console, fail, write_text_out
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
+from schedsim.util.units import fmt_time, with_unit
 
 
 def print_pieces(pt: Any) -> None:
@@ -35,10 +36,10 @@ def print_pieces(pt: Any) -> None:
             d[s][0] += use.kernels
             d[s][1] += use.busy / 1e3
     for name, c in piece_costs(pt).items():
-        streams = ", ".join(f"{s}: {k}, {b:.4g}" for s, (k, b) in
+        streams = ", ".join(f"{s}: {k}, {fmt_time(b)}" for s, (k, b) in
                             sorted(per_stream[name].items(), key=lambda x: str(x[0])))
         t.add_row(name + (" [collective]" if c["is_comm"] else ""), str(c["layers"]),
-                  f"{c['mean']:.4g}", f"{c['min']:.4g}", f"{c['max']:.4g}", streams)
+                  fmt_time(c['mean']), fmt_time(c['min']), fmt_time(c['max']), streams)
     console.print(t)
     try:
         pred = predict_pair(pt)
@@ -47,11 +48,11 @@ def print_pieces(pt: Any) -> None:
         return
     timed = [p for p in pt.pieces if p.intervals]
     span = (max(p.end for p in timed) - min(p.start for p in timed)) / 1e3 / pred.layers
-    console.print(f"stage model (overlap fb): the F&B pair {pred.overlapped:.4g} ms per layer "
-                  f"(measured span {span:.4g} ms per layer: error "
+    console.print(f"stage model (overlap fb): the F&B pair {with_unit(pred.overlapped, 'ms')} "
+                  f"per layer (measured span {with_unit(span, 'ms')} per layer: error "
                   f"{100 * (pred.overlapped - span) / span:+.1f}%); nothing overlapped "
-                  f"{pred.sequential:.4g} ms (compute {pred.compute:.4g}, collectives "
-                  f"{pred.collective:.4g})", highlight=False, soft_wrap=True)
+                  f"{with_unit(pred.sequential, 'ms')} (compute {fmt_time(pred.compute)}, "
+                  f"collectives {fmt_time(pred.collective)})", highlight=False, soft_wrap=True)
 
 
 def calibrate_from_trace(path: Path, out: Path | None) -> None:
@@ -89,13 +90,13 @@ def calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
         for col in ("stage", *kinds):
             t.add_column(col, justify="right")
         for st in sorted(fit.stages):
-            t.add_row(str(st), *(f"{fit.stages[st][k]:.4g}" if k in fit.stages[st] else "-"
+            t.add_row(str(st), *(fmt_time(fit.stages[st][k]) if k in fit.stages[st] else "-"
                                  for k in kinds))
         console.print(t)
         lat, bw = fit.link()
-        console.print(f"link: latency {lat:.4g} {tl.unit} from {len(fit.samples)} messages, "
+        console.print(f"link: latency {with_unit(lat, tl.unit)} from {len(fit.samples)} messages, "
                       f"bandwidth {'inf' if bw == float('inf') else f'{bw:.4g}'}; launch "
-                      f"cost {fit.launch_cost():.4g} {tl.unit} (mean of {len(fit.launches)})"
+                      f"cost {with_unit(fit.launch_cost(), tl.unit)} (mean of {len(fit.launches)})"
                       + (f"; exact: {len(fit.overrides)} ops, {len(fit.transfers)} messages, "
                          f"{len(fit.host)} host times" if exact else ""), highlight=False,
                       soft_wrap=True)
@@ -156,7 +157,7 @@ def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str 
         warn_contention(n)
         ph.step(f"calibrating on {n} ranks"
                 + (f" ({repeats} contended steps of the program"
-                   + (f", spread over {spread:g} s)" if spread else ")")
+                   + (f", spread over {with_unit(spread, 's')})" if spread else ")")
                    if spec.calib_contended else ""))
         res = launch(spec, n)
     name = spec.program.get("name", "")
@@ -172,14 +173,14 @@ def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str 
             t.add_column(col, justify="right")
         for s in sorted(costs.stage):
             c = costs.stage[s]
-            t.add_row(str(s), *("-" if getattr(c, k) is None else f"{getattr(c, k):.4g}"
+            t.add_row(str(s), *("-" if getattr(c, k) is None else fmt_time(getattr(c, k))
                                 for k in ("F", "B", "W", "BW", "FB")))
         console.print(t)
         bw = link.bandwidth
-        console.print(f"link: latency {link.latency:.4g} ms, bandwidth "
+        console.print(f"link: latency {with_unit(link.latency, 'ms')}, bandwidth "
                       f"{'inf' if bw == float('inf') else f'{bw:.4g} bytes/ms'}; launch "
-                      f"cost {comm.launch_cost:.4g} ms per batch; host cost "
-                      f"{comm.host_cost:.4g} ms per instruction", highlight=False,
+                      f"cost {with_unit(comm.launch_cost, 'ms')} per batch; host cost "
+                      f"{with_unit(comm.host_cost, 'ms')} per instruction", highlight=False,
                       soft_wrap=True)
         for line in spread:
             console.print(line, highlight=False, soft_wrap=True, markup=False)

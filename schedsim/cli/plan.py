@@ -21,6 +21,7 @@ from schedsim.cli.common import (
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError, Stopped
 from schedsim.util.text import rich_escape as escape
+from schedsim.util.units import GIB, fmt_gib, fmt_gib_pair, fmt_time
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -274,8 +275,8 @@ def _table(t: Table) -> None:
 
 def _peaks(gib: list[float]) -> str:
     if len(gib) <= 4:
-        return " ".join(f"{g:.1f}" for g in gib)
-    return f"{min(gib):.1f}..{max(gib):.1f}"
+        return " ".join(fmt_time(g) for g in gib)        # GiB (the column's header)
+    return f"{fmt_time(min(gib))}..{fmt_time(max(gib))}"
 
 
 #: the top table's columns after ``#``: one per :func:`row_cells` entry
@@ -288,7 +289,7 @@ def row_cells(r: Any) -> dict[str, str]:
     candidate's figures, for its row of the top table and for the ``best:`` line."""
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
-            "step ms": num(r.step_ms, f"{r.step_ms:.1f}"),
+            "step ms": num(r.step_ms, fmt_time(r.step_ms)),
             "tokens/s/GPU": num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:.1f}"),
             "bubble": num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
             "MFU": num(r.mfu, f"{r.mfu:.3f}"),   # (csv/json: the exact numbers)
@@ -317,7 +318,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
     sp = res.space
     head = (f"plan: {res.resolved.model.name} on {sp.gpus} x {res.resolved.gpu.name}, seq "
             f"{res.resolved.seq}, global batch {res.resolved.global_batch_size}, memory "
-            f"limit {res.resolved.mem_limit_bytes / 2**30:.1f} GiB, {sp.semantics} semantics")
+            f"limit {fmt_gib(res.resolved.mem_limit_bytes)}, {sp.semantics} semantics")
     console.print(escape(head), soft_wrap=True)
     if res.ranking and tables:
         t = DataTable("candidates",
@@ -347,8 +348,9 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
         console.print(escape(best_line(res.ranking[0])), soft_wrap=True)
     elif res.smallest_peak is not None:
         gib, key = res.smallest_peak
-        console.print(escape(f"nothing fits in {res.resolved.mem_limit_bytes / 2**30:.1f} "
-                             f"GiB: the smallest peak found is {gib:.1f} GiB ({key}); raise "
+        peak, limit = fmt_gib_pair(gib * GIB, res.resolved.mem_limit_bytes)
+        console.print(escape(f"nothing fits in {limit}: the smallest peak found is {peak} "
+                             f"({key}); raise "
                              f"--mem-limit, add GPUs or allow recompute/ZeRO"), soft_wrap=True)
 
 

@@ -84,6 +84,7 @@ from schedsim.cli.replay_options import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
+from schedsim.util.units import fmt_time, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -278,7 +279,7 @@ def _print_run(res: dict[str, Any], tl: Any) -> None:
     steps = res["timeline"].get("step_makespans") or []
     if len(steps) > 1:
         console.print(f"{len(steps)} measured steps, makespans "
-                      f"{', '.join(f'{x:.4g}' for x in steps)} ms: kept step "
+                      f"{', '.join(fmt_time(x) for x in steps)} ms: kept step "
                       f"{res['timeline']['step']} (the median)", highlight=False,
                       soft_wrap=True)
     gc = res["timeline"].get("grad_check")
@@ -343,16 +344,16 @@ def _compare(sc: Any, spec: Any, res: dict[str, Any], measured: Any, out_dir: Pa
     write_overlay(pred, measured, outs.path(files[-1]),
                   title=f"{name}: predicted ({semantics}, "
                         f"{'calibrated' if calibrated else 'given'} costs, launch cost "
-                        f"{lc:.3g} {costs.unit}/batch) vs measured "
+                        f"{with_unit(lc, costs.unit)}/batch) vs measured "
                         f"({measured.semantics}, {measured.ranks} ranks)")
     console.print(summary_line(compare_metrics(pred, measured), measured.unit),
                   highlight=False, soft_wrap=True, markup=False)
     if lc > 0:
         m0 = compare_metrics(simulate(prog, costs, link, comm.model_copy(
             update={"launch_cost": 0.0})), measured)
-        console.print(f"launch cost {lc:.3g} {rich_escape(costs.unit)} per batch; without it: "
-                      f"makespan "
-                      f"{m0['makespan_predicted']:.4g} {measured.unit} (error "
+        console.print(f"launch cost {rich_escape(with_unit(lc, costs.unit))} per batch; "
+                      f"without it: makespan "
+                      f"{with_unit(m0['makespan_predicted'], measured.unit)} (error "
                       f"{m0['makespan_error_pct']:+.1f}%), mean start error "
                       f"{m0['mean_start_error_pct']:.1f}%", highlight=False, soft_wrap=True)
     report(errors, measured)

@@ -17,6 +17,7 @@ from schedsim.cli.common import (
     warn_costs,
 )
 from schedsim.errors import ScenarioError
+from schedsim.util.units import fmt_mib
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -81,5 +82,5 @@ def report(
         warn(f"the program deadlocks; {html_out} shows what ran before it")
         fail_deadlock(tl, sc)
     if not quiet:
-        console.print(f"wrote {html_out} ({len(page.encode()) / 1e6:.1f} MB)",
+        console.print(f"wrote {html_out} ({fmt_mib(len(page.encode()))})",
                       highlight=False, markup=False)

@@ -31,7 +31,7 @@ from schedsim.cli.common import (
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_time, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -246,10 +246,11 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
             f"solver (data dependencies + link costs): makespan [bold]{fmt_time(s.makespan)}"
             f"[/], lower bound {fmt_time(s.bound)}, "
             + ("[bold green]proven optimal[/]" if s.optimal else f"not proven{gap}")
-            + f" ({escape(s.status)}, {s.wall:.1f} s; warm start {escape(res.warm_start)} "
+            + f" ({escape(s.status)}, {with_unit(s.wall, 's')}; warm start "
+            f"{escape(res.warm_start)} "
             f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
     else:
-        console.print(f"solver: no solution in time ({escape(s.status)}, {s.wall:.1f} s; "
+        console.print(f"solver: no solution in time ({escape(s.status)}, {with_unit(s.wall, 's')}; "
                       f"lower bound {fmt_time(s.bound)}; warm start {escape(res.warm_start)} "
                       f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False,
                       soft_wrap=True)

@@ -16,7 +16,7 @@ from schedsim.cli.common import console, handle_errors, scenario_command, write_
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
-from schedsim.util.units import GIB as GiB     # bytes in a GiB (one home)
+from schedsim.util.units import GIB, fmt_gib, fmt_mib, fmt_time, gib_number, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -86,11 +86,11 @@ def print_workload(res: Any) -> None:
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         top = rp[r] if rp else m.peak          # the headroom of what runs out
-        t.add_row(str(r), *(num(x / GiB, f"{x / GiB:.2f}") for x in (
+        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
             m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
-            num(m.peak_at, f"{m.peak_at:.1f}"),
-            num((res.hbm_bytes - top) / GiB, f"{(res.hbm_bytes - top) / GiB:.2f}"))
+            num(m.peak_at, fmt_time(m.peak_at)),
+            num((res.hbm_bytes - top) / GIB, gib_number(res.hbm_bytes - top)))
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -130,11 +130,11 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                      col + "_gib")
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
-        t.add_row(str(r), *(num(x / GiB, f"{x / GiB:.2f}") for x in (
+        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
             m.static, m.held, m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
-            num(m.peak_at, f"{m.peak_at:.1f}"), num((hbm - top) / GiB, f"{(hbm - top) / GiB:.2f}"))
+            num(m.peak_at, fmt_time(m.peak_at)), num((hbm - top) / GIB, gib_number(hbm - top)))
     console.print(t)
-    from schedsim.util.units import fmt_gib, fmt_gib_pair
+    from schedsim.util.units import fmt_gib_pair
 
     worst = max(m.peak for m in mem)
     top = max(rp) if rp else worst
@@ -153,13 +153,13 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
 
 def workload_line(res: Any) -> str:
     """:meth:`WorkloadResult.line` with the step's parts."""
-    return (f"{res.line()}; makespan {res.makespan_ms:.1f} ms + step boundary "
-            f"{res.step_boundary_ms:.1f} ms")
+    return (f"{res.line()}; makespan {with_unit(res.makespan_ms, 'ms')} + step boundary "
+            f"{with_unit(res.step_boundary_ms, 'ms')}")
 
 
 def _peak(xs: list[float] | None, span: Any) -> Any:
     """A peak GiB cell: the text of ``span``, the highest rank's GiB exact."""
-    return num(max(xs) / GiB if xs else None, span(xs))
+    return num(max(xs) / GIB if xs else None, span(xs))
 
 
 def _print_breakdown(b: dict[str, Any]) -> None:
@@ -177,13 +177,15 @@ def _print_breakdown(b: dict[str, Any]) -> None:
         fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
         a = s["activation_bytes"]
         t.add_row(str(s["stage"]), str(s["rank"]), layers,
-                  *(num(s['ms'][k], f"{s['ms'][k]:.2f}") for k in ("F", "B", "W", "BW")),
-                  num(fl / 1e12, f"{fl / 1e12:.2f}"), num(a['stored'] / GiB, f"{a['stored'] / GiB:.2f}"),
-                  num(a['stash_w'] / GiB, f"{a['stash_w'] / GiB:.2f}"))
+                  *(num(s['ms'][k], fmt_time(s['ms'][k])) for k in ("F", "B", "W", "BW")),
+                  num(fl / 1e12, f"{fl / 1e12:.2f}"),
+                  num(a['stored'] / GIB, gib_number(a['stored'])),
+                  num(a['stash_w'] / GIB, gib_number(a['stash_w'])))
     console.print(t)
     same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
-        same.setdefault("; ".join(f"{n} {v['F']:.3f}/{v['B']:.3f}/{v['W']:.3f}"
+        same.setdefault("; ".join(f"{n} {fmt_time(v['F'])}/{fmt_time(v['B'])}/"
+                                  f"{fmt_time(v['W'])}"
                                   for n, v in s["piece_ms_per_layer"].items()),
                         []).append(s["stage"])
     for line, stages in same.items():
@@ -191,16 +193,16 @@ def _print_breakdown(b: dict[str, Any]) -> None:
                       f"F/B/W ms (per layer): {rich_escape(line)}", highlight=False)
     rows = b["stages"][0]["activation_bytes"]["rows"]
     console.print(f"activations: Korthikanti et al. 2022 Table 2, {'; '.join(rows)}; P2P "
-                  f"message {b['message_bytes'] / 2 ** 20:.1f} MiB; model FLOPs per step "
+                  f"message {fmt_mib(b['message_bytes'])}; model FLOPs per step "
                   f"{b['model_flops_per_step']:.4g} (Megatron-LM's count); TFLOP: F + B + "
                   f"W + recompute", highlight=False)
     for r in b["ranks"]:
-        static = (r["params"] + r["grads"] + r["optimizer"] + r["fsdp_unsharded"]) / GiB
-        console.print(f"rank {r['rank']}: static {static:.2f} GiB (params "
-                      f"{r['params'] / GiB:.2f}, grads {r['grads'] / GiB:.2f}, optimizer "
-                      f"{r['optimizer'] / GiB:.2f}, fsdp {r['fsdp_unsharded'] / GiB:.2f}), "
-                      f"recv buffers {r['recv_buffers'] / GiB:.2f} GiB, step boundary "
-                      f"{r['step_boundary_ms']:.1f} ms", highlight=False)
+        static = r["params"] + r["grads"] + r["optimizer"] + r["fsdp_unsharded"]
+        console.print(f"rank {r['rank']}: static {fmt_gib(static)} (params "
+                      f"{gib_number(r['params'])}, grads {gib_number(r['grads'])}, optimizer "
+                      f"{gib_number(r['optimizer'])}, fsdp {gib_number(r['fsdp_unsharded'])}), "
+                      f"recv buffers {fmt_gib(r['recv_buffers'])}, step boundary "
+                      f"{with_unit(r['step_boundary_ms'], 'ms')}", highlight=False)
 
 
 @app.command()
@@ -255,7 +257,7 @@ def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None
         if gantt is not None:
             from schedsim.plot import gantt_stack, save_figure
 
-            titles = [f"{n}: step {r.step_ms:.1f} ms, bubble {r.bubble_ratio:.3f}"
+            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble {r.bubble_ratio:.3f}"
                       for n, r in rows]
             save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
                                     suptitle=f"{head}, one time axis", memory=memory),
@@ -291,11 +293,11 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
     def span(xs: list[float] | None) -> str:
         if not xs:
             return "-"
-        lo, hi = min(xs) / GiB, max(xs) / GiB
-        return f"{lo:.1f}..{hi:.1f}" if hi - lo > 0.05 else f"{hi:.1f}"
+        lo, hi = gib_number(min(xs)), gib_number(max(xs))
+        return f"{lo}..{hi}" if lo != hi else hi
 
     for n, r in rows:
-        t.add_row(n, str(r.timeline.stages), num(r.step_ms, f"{r.step_ms:.1f}"),
+        t.add_row(n, str(r.timeline.stages), num(r.step_ms, fmt_time(r.step_ms)),
                   num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:,.0f}"),
                   num(r.mfu, f"{r.mfu * 100:.1f}%"), num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
                   _peak(r.peak_memory_bytes, span),

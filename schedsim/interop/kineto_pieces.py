@@ -45,6 +45,7 @@ from statistics import fmean
 from typing import Any
 
 from schedsim.errors import ScenarioError
+from schedsim.util.units import with_unit
 
 PIECE_NAME = re.compile(r"^(?P<block>[A-Za-z][\w .\-]{0,63})\((?P<phase>F|B|W)\)$")
 _KERNELS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -155,7 +156,8 @@ def _ranges(events: list[dict[str, Any]], path: Path) -> tuple[list[TracePiece],
     for a, b in zip(pieces, pieces[1:]):
         if b.host_start < a.host_end:
             raise ScenarioError(f"{path}: pieces {a.name} and {b.name} overlap on the host "
-                                f"(at {b.host_start:.0f} µs): a piece trace's ranges must "
+                                f"(at {with_unit(b.host_start, 'µs')}): a piece trace's "
+                                f"ranges must "
                                 f"be consecutive, not nested")
     return pieces, other
 
@@ -240,15 +242,15 @@ def _notes(tr: Any, pieces: list[TracePiece], other: list[str], outside: int,
     notes.append("not read: the trace's non-complete events (flows, instants, metadata)")
     if outside:
         notes.append(f"{outside} kernels launched outside every piece "
-                     f"({outside_us / 1e3:.3g} ms of GPU time) left out")
+                     f"({with_unit(outside_us / 1e3, 'ms')} of GPU time) left out")
     if unlinked:
         notes.append(f"{unlinked} kernels without a launch record (no matching correlation "
                      f"id) left out")
     worst = max(pieces, key=lambda p: (p.host_end - p.host_start) - p.busy)
     notes.append(f"host range durations are not costs (the GPU time of each piece's kernels "
                  f"is): e.g. {worst.name} layer {worst.layer} spans "
-                 f"{(worst.host_end - worst.host_start) / 1e3:.3g} ms on the host, "
-                 f"{worst.busy / 1e3:.3g} ms on the GPU")
+                 f"{with_unit((worst.host_end - worst.host_start) / 1e3, 'ms')} on the host, "
+                 f"{with_unit(worst.busy / 1e3, 'ms')} on the GPU")
     empty = [p.name for p in pieces if not p.intervals]
     if empty:
         notes.append(f"{len(empty)} pieces launched no kernel (cost 0): "

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedsim.util.units import fmt_time
+
 _PREFIX = "ProfilerStep#"
 
 
@@ -54,7 +56,8 @@ def note_median(tl: Any, steps: dict[int, Any], keep: int) -> None:
     tl.step = keep
     tl.step_makespans = ms
     tl.import_notes = [*getattr(tl, "import_notes", []),
-                       f"{len(ms)} profiler steps (makespans {min(ms):.4g} .. {max(ms):.4g} "
+                       f"{len(ms)} profiler steps (makespans {fmt_time(min(ms))} .. "
+                       f"{fmt_time(max(ms))} "
                        f"{tl.unit}): imported step {keep}, the median makespan; --step N "
                        f"for another"]
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from schedsim.errors import ScenarioError
 from schedsim.interop.kineto_pieces import PieceTrace, piece_costs
+from schedsim.util.units import fmt_time, with_unit
 
 _ROLES = (("attention", ("attention", "attn")), ("mlp", ("mlp", "moe", "expert", "ffn")),
           ("dispatch", ("dispatch",)), ("combine", ("combine",)))
@@ -120,9 +121,9 @@ def model_table(pt: PieceTrace) -> str:
     if comm:
         mean = sum(comm.values()) / len(comm)
         lines += ["moe = true", "ep = 2",
-                  "# all-to-alls measured: " + ", ".join(f"{k} {v:.4g}" for k, v in
+                  "# all-to-alls measured: " + ", ".join(f"{k} {fmt_time(v)}" for k, v in
                                                          sorted(comm.items()))
-                  + f"; the stage model gives them one time, their mean {mean:.4g} ms",
+                  + f"; the stage model gives them one time, their mean {with_unit(mean, 'ms')}",
                   "[model.links]", "gpus_per_node = 1",
                   f"inter = {{ bandwidth = inf, latency = {mean!r} }}"]
     return "\n".join(lines) + "\n"

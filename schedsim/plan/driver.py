@@ -44,6 +44,7 @@ from schedsim.plan.candidates import (
 )
 from schedsim.plan.rows import GIB, PlanRow, RowStream, rank, read_rows
 from schedsim.plan.space import PlanSpace, Rejections
+from schedsim.util.units import fmt_gib, fmt_gib_pair
 
 #: the first wave's size (at least ``top``) and the largest wave: wave ``i`` simulates
 #: ``min(WAVE_MAX, max(top, WAVE) x 2**i)`` candidates, sizes fixed in advance so that
@@ -150,8 +151,9 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
         b = Bounded(lg, peak, ub)
         top = max(peak)
         if top > res.mem_limit_bytes:
-            rej.add("memory", f"{b.name}: at least {top / GIB:.1f} GiB on one rank, over "
-                    f"the {res.mem_limit_bytes / GIB:.1f} GiB limit")
+            top_text, limit_text = fmt_gib_pair(top, res.mem_limit_bytes)
+            rej.add("memory", f"{b.name}: at least {top_text} on one rank, over "
+                    f"the {limit_text} limit")
             if smallest is None or (top, b.name) < smallest:
                 smallest = (top, b.name)
             continue
@@ -279,7 +281,7 @@ def _finish(result: PlanResult, smallest: tuple[float, str] | None) -> None:
     no_fit = [r for r in result.rows if r.status == "ok" and not r.fits]
     if no_fit:
         result.rejections.add("memory (simulated)", f"{no_fit[0].name}: "
-                              f"{no_fit[0].peak_max_gib:.1f} GiB", len(no_fit))
+                              f"{fmt_gib(no_fit[0].peak_max_gib * GIB)}", len(no_fit))
     errors = [r for r in result.rows if r.status != "ok"]
     if errors:
         result.rejections.add("simulation failed", f"{errors[0].name}: {errors[0].message}",

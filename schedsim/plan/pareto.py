@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from schedsim.plan.rows import PlanRow
+from schedsim.plan.rows import GIB, PlanRow
+from schedsim.util.units import fmt_gib
 
 
 def pareto_front(rows: Sequence[PlanRow]) -> list[PlanRow]:
@@ -73,7 +74,7 @@ def pareto_figure(rows: Sequence[PlanRow], *, mem_limit_gib: float | None = None
                    label=f"best: {_short(b)}")
     if mem_limit_gib is not None:
         ax.axvline(mem_limit_gib, color="tab:red", ls="--", lw=1,
-                   label=f"memory limit {mem_limit_gib:.1f} GiB")
+                   label=f"memory limit {fmt_gib(mem_limit_gib * GIB)}")
     ax.set_xlabel("peak memory on the busiest rank (GiB)")
     ax.set_ylabel("tokens / s / GPU")
     ax.set_title(title or "plan: throughput against peak memory", fontsize=11)

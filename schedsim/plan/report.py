@@ -8,6 +8,7 @@ import html as _html
 from typing import Any
 
 from schedsim.plan.pareto import pareto_front
+from schedsim.util.units import fmt_time
 
 
 def _table(res: Any, top: int) -> str:
@@ -15,9 +16,9 @@ def _table(res: Any, top: int) -> str:
             "MFU", "peak GiB per rank")
     rows = []
     for i, r in enumerate(res.top(top), 1):
-        cells = (str(i), r.name, str(r.stages), str(r.microbatches), f"{r.step_ms:.1f}",
+        cells = (str(i), r.name, str(r.stages), str(r.microbatches), fmt_time(r.step_ms),
                  f"{r.tokens_per_s_per_gpu:.1f}", f"{r.bubble_ratio:.3f}", f"{r.mfu:.3f}",
-                 " ".join(f"{g:.1f}" for g in r.peak_gib))
+                 " ".join(fmt_time(g) for g in r.peak_gib))     # GiB (the header)
         rows.append("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in cells) + "</tr>")
     rej = "".join(f"<tr><td>{_html.escape(k)}</td><td>{n}</td></tr>"
                   for k, n in res.rejections.counts.items())

@@ -54,7 +54,7 @@ from schedsim.plot.style import (
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
-from schedsim.util.units import with_unit
+from schedsim.util.units import fmt_time, with_unit
 
 __all__ = ["GanttInfo", "draw_gantt", "gantt", "receiver_waited", "legend_handles",
            "legend_columns", "row_major", "get_stalls", "boxes_integral"]
@@ -317,7 +317,7 @@ def _title(tl: Timeline, title: str | None, window: tuple[float, float] | None,
     ranks shown and the bands it wrapped into."""
     head = title if title is not None else default_title(tl)
     if window is not None:
-        head += f" — time {window[0]:g} to {window[1]:g}"
+        head += f" — time {fmt_time(window[0])} to {fmt_time(window[1])}"
     if ranks is not None:
         head += f" — ranks {', '.join(map(str, ranks))}"
     return head + (f" (wrapped into {bands} bands)" if bands > 1 else "")

@@ -45,7 +45,7 @@ from schedsim.plot.style import (
 )
 from schedsim.timeline import Timeline
 from schedsim.util.text import literal_text
-from schedsim.util.units import fmt_time, unit_text
+from schedsim.util.units import fmt_delta, fmt_time, unit_text
 
 __all__ = ["overlay", "gantt_stack", "error_summary", "op_start_errors", "OpError",
            "write_overlay", "default_threshold", "MOVED"]
@@ -69,14 +69,14 @@ def error_summary(a: Timeline, b: Timeline, errors: Sequence[OpError],
     u = f" {unit_text(a.unit)}"
     dm = a.makespan - b.makespan
     text = (f"makespan {na} {fmt_time(a.makespan)} vs {nb} {fmt_time(b.makespan)}{u}: "
-            f"error {dm:+.4g}{u}")
+            f"error {fmt_delta(dm)}{u}")
     if not errors or b.makespan <= 0:
         return text + f"\nop start error: {len(errors)} ops"
     pe = prediction_error(a, b, tol, list(errors))
     text += (f", {pe.makespan_error_pct:+.1f}% of {nb}\nop start error: mean |{na} - {nb}| "
-             f"{pe.mean_start_error:.3g}{u}, {pe.mean_start_error_pct:.1f}% of {nb} makespan")
+             f"{fmt_time(pe.mean_start_error)}{u}, {pe.mean_start_error_pct:.1f}% of {nb} makespan")
     if pe.moved:
-        text += (f"; max {pe.max_start_error:+.4g} ({pe.worst_op}); {pe.moved}/{pe.ops} ops "
+        text += (f"; max {fmt_delta(pe.max_start_error)} ({pe.worst_op}); {pe.moved}/{pe.ops} ops "
                  "moved")
     else:
         text += f"; all {pe.ops} ops start at the same time"

@@ -19,6 +19,8 @@ import argparse
 import os
 import sys
 
+from schedsim.util.units import with_unit
+
 PROG = "python -m schedsim.replay"
 
 
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if res is None:
         return 0
     tl = res["timeline"]
-    print(f"measured makespan {tl['makespan']:.3f} ms ({tl['schedule']}, {tl['ranks']} ranks, "
+    print(f"measured makespan {with_unit(tl['makespan'], 'ms')} ({tl['schedule']}, "
+          f"{tl['ranks']} ranks, "
           f"{tl['backend']})")
     if a.json:
         import json

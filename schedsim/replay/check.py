@@ -24,6 +24,7 @@ from schedsim.replay.fit import fit_timeline
 from schedsim.sim.costs import CommModel, CostModel, LinkModel, Semantics
 from schedsim.sim.simulate import simulate
 from schedsim.timeline import Timeline
+from schedsim.util.units import fmt_time, with_unit
 
 
 def fractions(pe: PredictionError) -> dict[str, float]:
@@ -111,12 +112,12 @@ class TwoErrors:
         if self.per_step:
             ms = [x[1] for x in self.per_step]
             sem = [x[2] for x in self.per_step]
-            out.append(f"over the {len(ms)} profiler steps (makespans {min(ms):.4g} .. "
-                       f"{max(ms):.4g} {self.exact_prediction.unit}, median step "
+            out.append(f"over the {len(ms)} profiler steps (makespans {fmt_time(min(ms))} .. "
+                       f"{with_unit(max(ms), self.exact_prediction.unit)}, median step "
                        f"{self.step}): cost-model error (makespan) {_pct(errs)}; semantics "
                        f"error {_pct(sem)}")
             out.append("per step (N: measured makespan, cost-model error): " + ", ".join(
-                f"{k}: {m:.4g} {100 * c:+.1f}%" for k, m, _, c in self.per_step))
+                f"{k}: {fmt_time(m)} {100 * c:+.1f}%" for k, m, _, c in self.per_step))
         elif len(errs) > 1:
             out.append(f"cost-model error over the {len(errs)} measured steps (makespan): "
                        f"{_pct(errs)}")

@@ -54,6 +54,7 @@ from schedsim.program.ir import Program
 from schedsim.replay.fit import TimelineFit, fit_timeline
 from schedsim.sim.costs import LinkModel, Semantics
 from schedsim.timeline import Timeline
+from schedsim.util.units import fmt_time, with_unit
 
 
 #: ``calibrate --contended``'s default: its steps spread over this many seconds
@@ -136,7 +137,8 @@ class StepsFit:
     def spread_lines(self) -> list[str]:
         """The calibration's spread over its steps (module docstring), one line each."""
         def span(xs: list[float]) -> str:
-            return (f"{min(xs):.4g} .. {max(xs):.4g} (median {statistics.median(xs):.4g})"
+            return (f"{fmt_time(min(xs))} .. {fmt_time(max(xs))} (median "
+                    f"{fmt_time(statistics.median(xs))})"
                     if xs else "-")
         def kind(f: TimelineFit, k: str) -> list[float]:
             vals = [c[k] for c in f.stages.values() if k in c]
@@ -148,11 +150,12 @@ class StepsFit:
                   f"launch {span([f.launch_cost() for f in self.steps])}",
                   f"host {span([f.host_cost for f in self.steps])}"]
         lat = self.fit.link()[0]
-        how = (f"fitted to the steps' median makespan {statistics.median(self.measured):.4g}"
-               f" ms: {lat:.4g} ms (wait matching alone: {self.waits_latency:.4g} ms)"
-               if self.fitted else f"wait matching: {lat:.4g} ms (the makespan does not "
+        how = (f"fitted to the steps' median makespan "
+               f"{with_unit(statistics.median(self.measured), 'ms')}: {with_unit(lat, 'ms')} "
+               f"(wait matching alone: {with_unit(self.waits_latency, 'ms')})"
+               if self.fitted else f"wait matching: {with_unit(lat, 'ms')} (the makespan does not "
                f"depend on it: not fitted)")
-        over = "" if self.span_s is None else f" over {self.span_s:.3g} s"
+        over = "" if self.span_s is None else f" over {with_unit(self.span_s, 's')}"
         return [f"calibration: {len(self.steps)} contended steps of the program{over}; "
                 f"measured makespan {span(self.measured)} ms; each step's own fit predicts "
                 f"{span(self.predicted)} ms",

@@ -299,7 +299,9 @@ def _failure_message(out: Path, procs: list[subprocess.Popen], logs: list[Path],
     silent = [r for r, p in enumerate(procs) if r not in reported and p.returncode != 0
               and (r in ours or (p.returncode or 0) >= 0)]
     if timed_out or silent:
-        msg = f"timed out after {timeout:g} s"
+        from schedsim.util.units import with_unit
+
+        msg = f"timed out after {with_unit(timeout, 's')}"
         if silent:
             msg += (f": rank(s) {', '.join(map(str, silent))} did not finish and reported "
                     f"nothing (hung?)")

@@ -31,6 +31,7 @@ from typing import Any
 from schedsim.errors import SchedsimError
 from schedsim.replay.config import JobSpec, ReplayError
 from schedsim.util.files import atomic_write_text
+from schedsim.util.units import with_unit
 
 #: seconds after the run's deadline at which a rank's watchdog ends its process
 GRACE_S = 2.0
@@ -53,7 +54,8 @@ def start_watchdog(deadline: float, rank: Any, grace: float = GRACE_S) -> None:
     def fire() -> None:
         while (left := deadline + grace - time.time()) > 0:
             time.sleep(min(left, 1.0))
-        print(f"schedsim replay: rank {rank}: still running {grace:g} s after the run's "
+        print(f"schedsim replay: rank {rank}: still running {with_unit(grace, 's')} after the "
+              f"run's "
               f"deadline (hung where no timeout reaches?): stopping this rank", file=sys.stderr,
               flush=True)
         os._exit(1)

@@ -29,7 +29,7 @@ from schedsim.plot.boxes import KINDS, PAD, box_colors, box_geometry, span_boxes
 from schedsim.plot.memory import UNIT, memory_curves_of, selected_ranks
 from schedsim.plot.style import ARROW_READY, ARROW_WAITED, default_title, stall_style
 from schedsim.timeline import Timeline
-from schedsim.util.units import fmt_time, unit_text
+from schedsim.util.units import fmt_time, unit_text, with_unit
 
 #: above this many boxes the Gantt is drawn with WebGL and without microbatch numbers
 MANY_BOXES = 20_000
@@ -261,8 +261,9 @@ def _workload_html(tl: Timeline) -> str:
     top, hbm = fmt_gib_pair(max(rp) if rp else peak, float(w["hbm_bytes"]))
     reserved = f" allocated, <b>{top}</b> reserved," if rp else ""
     fit = "fits" if w["fits"] else "does NOT fit"
-    return (f"<p class='big'><b>step {w['step_ms']:.1f} ms</b> (makespan "
-            f"{w['makespan_ms']:.1f} + step boundary {w['step_boundary_ms']:.1f}) &nbsp; "
+    return (f"<p class='big'><b>step {with_unit(w['step_ms'], 'ms')}</b> (makespan "
+            f"{fmt_time(w['makespan_ms'])} + step boundary {fmt_time(w['step_boundary_ms'])})"
+            f" &nbsp; "
             f"<b>{w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU</b> &nbsp; <b>MFU "
             f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{fmt_gib(peak) if rp else top}</b>"
             f"{reserved} of {hbm} ({fit}) &nbsp; {html.escape(w['model'])} on "

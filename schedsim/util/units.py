@@ -1,9 +1,11 @@
 """How a time, a size and their units read for humans: the one home of these rules
 (every table, message, figure label and report page prints times through
 :func:`fmt_time` and names their unit through :func:`unit_text` / :func:`with_unit`; a
-byte count beside the capacity it is compared with prints through :func:`fmt_gib` /
-:func:`fmt_gib_pair`). Files keep every number exact (Timeline JSON, cost files,
-``--json``); this is only what a person reads.
+byte count prints through :func:`fmt_gib` / :func:`fmt_gib_pair` (a table cell under a
+``GiB`` header: :func:`gib_number`; a message or a page: :func:`fmt_mib`)). A time or a
+size is never printed by an f-string spec of its own (``{x:.1f} ms``):
+``tests/test_units_one_home.py`` checks every source. Files keep every number exact
+(Timeline JSON, cost files, ``--json``); this is only what a person reads.
 """
 from __future__ import annotations
 
@@ -42,6 +44,14 @@ def fmt_time(x: float | None, significant: int = SIGNIFICANT) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def fmt_delta(x: float, significant: int = SIGNIFICANT) -> str:
+    """A signed difference of times by the rule of :func:`fmt_time`, ``+`` before a
+    value that is not negative: ``2.5 -> "+2.5"``, ``-0.031253 -> "-0.03125"``,
+    ``0 -> "+0"`` (an error, a move: what ``{x:+.4g}`` printed)."""
+    text = fmt_time(x, significant)
+    return text if text.startswith("-") else "+" + text
+
+
 def unit_text(unit: str, value: float | None = None) -> str:
     """The unit's name as printed: ``slot`` takes a plural (``slots``) except for a
     ``value`` of exactly 1; other units (``ms``, ``us``) print as given. Without a
@@ -55,12 +65,28 @@ def with_unit(value: float, unit: str) -> str:
     return f"{fmt_time(value)} {unit_text(unit, value)}"
 
 
+#: bytes in a MiB (a message, a page: sizes well under a GiB)
+MIB = 2 ** 20
+
+
+def gib_number(nbytes: float, significant: int = SIGNIFICANT) -> str:
+    """A byte count in GiB without its unit (a table cell under a ``GiB`` header), by the
+    rule of :func:`fmt_time`: ``81530000000 -> "75.93"``, ``80 * 2**30 -> "80"``."""
+    return fmt_time(nbytes / GIB, significant)
+
+
 def fmt_gib(nbytes: float, significant: int = SIGNIFICANT) -> str:
     """A byte count in GiB with its unit, by the rule of :func:`fmt_time` (4 significant
     digits, a whole number without decimals): ``81530000000 -> "75.93 GiB"``,
     ``80 * 2**30 -> "80 GiB"``, ``80e9 -> "74.51 GiB"``. Every peak and every HBM
     capacity a person compares prints through it, so both read at one precision."""
-    return f"{fmt_time(nbytes / GIB, significant)} GiB"
+    return f"{gib_number(nbytes, significant)} GiB"
+
+
+def fmt_mib(nbytes: float, significant: int = SIGNIFICANT) -> str:
+    """A byte count in MiB with its unit (a P2P message, a written page), by the rule of
+    :func:`fmt_time`: ``16777216 -> "16 MiB"``, ``1234567 -> "1.177 MiB"``."""
+    return f"{fmt_time(nbytes / MIB, significant)} MiB"
 
 
 def fmt_gib_pair(a: float, b: float) -> tuple[str, str]:

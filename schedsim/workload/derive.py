@@ -5,13 +5,41 @@ schedule name to step time, tokens/s/GPU, MFU and peak GiB per rank.
 **The step.** A simulated step is the pipeline's makespan (its compute and P2P, exact to
 the schedule) plus the **step boundary** (:func:`step_boundary_ms`), taken as the
 slowest pipeline rank's: the data-parallel gradient reduction (``zero = 0``: an
-all-reduce of the gradients; ``1``/``2``: Megatron's distributed optimizer, a
-reduce-scatter of the gradients and an all-gather of the updated parameters; ``3``: FSDP
-with the stage's parameters gathered for the step, a reduce-scatter of the gradients
-and the all-gather of the parameters before the next step's first forward) on the DP
-group (``dp`` ranks ``tp`` GPUs apart, Megatron's ``tp-cp-ep-dp-pp`` order; over the
-network when ``tp x dp`` exceeds a node), unless ``overlap_grad_reduce``; then the
-optimizer step, memory bound (every state read and written once at HBM bandwidth).
+all-reduce of the gradients; ``1``: Megatron's distributed optimizer, a reduce-scatter
+of the gradients and an all-gather of the updated parameters; ``2``: the all-gather
+alone, the gradients having gone per microbatch; ``3`` under PP: the reduce-scatter and
+the all-gather once, the stage's parameters staying gathered for the step; ``3``
+without PP: nothing, all of it per microbatch) on the DP group (``dp`` ranks ``tp``
+GPUs apart, Megatron's ``tp-cp-ep-dp-pp`` order; over the network when ``tp x dp``
+exceeds a node), unless ``overlap_grad_reduce``; then the optimizer step, memory bound
+(every state read and written once at HBM bandwidth); then, with ZeRO-2/3, the exposed
+part of the collectives they run in every microbatch.
+
+**ZeRO-2 and ZeRO-3** (:func:`per_microbatch_dp_ms`). Sharded gradients cannot
+accumulate over the step's microbatches unsharded, so ZeRO-2 reduce-scatters each
+microbatch's gradients in its backward, as DeepSpeed's stage 2 does (microsoft/DeepSpeed
+``deepspeed/runtime/zero/stage_1_and_2.py``: with ``partition_gradients`` it installs
+``create_reduce_and_remove_grad_hooks``, reducing in every backward). ZeRO-3 follows torchtitan's FSDP2 default
+(pytorch/torchtitan ``torchtitan/models/llama3/infra/parallelize.py::apply_fsdp``
+@018740b: ``reshard_after_forward = not pp_enabled``, "For PP, by default do not
+reshard after forward to avoid per-microbatch all-gathers, which can be expensive and
+non-overlapped"; the final norm and LM head are never resharded): without PP every
+microbatch all-gathers the parameters in F and again in B (all but the head) and
+reduce-scatters the gradients in B, because ``torchtitan/train.py::train_step``
+@018740b runs each accumulation microbatch's ``loss.backward()`` with gradient sync on
+(FSDP2's default); under PP the parameters stay gathered from the first forward to the
+last backward and torch's ``PipelineStage`` reduce-scatters once
+(:mod:`~schedsim.workload.lifetimes`), so the gather and the reduce-scatter are charged
+once a step and the memory holds the whole stage's parameters. The frameworks run these
+collectives on their own streams beside the compute, one unit (decoder layer) ahead
+(FSDP2's prefetch) or behind: per stage and microbatch a phase exposes ``max(u, C -
+compute)``, ``C`` its collectives' ms, ``compute`` the ms of the phase's ops (F; B + W)
+and ``u`` one layer's collective (the first all-gather, the last reduce-scatter; 0
+with ``overlap_grad_reduce``, which also hides the end-of-step collectives).
+Charged with the step boundary (exact without PP, where one rank's ops run back to
+back; under PP the slowest rank's sum). ``framework = "megatron"`` uses the same rules
+(Megatron-LM's ZeRO-2/3 are Megatron-FSDP's ``optim_grads`` / ``optim_grads_params``,
+``megatron/core/distributed/fsdp/``; its distributed optimizer is ZeRO-1).
 
 **Pipeline links.** Pipeline rank ``r`` is GPU ``r x tp x dp`` of its replica: two
 pipeline ranks on one node talk over NVLink, others over the network (both at
@@ -192,13 +220,71 @@ def _rank_static(w: Workload, placement: Placement, pieces: list[StagePieces]
     return out
 
 
+def _unit_params(w: Workload, pieces: list[StagePieces], s: int
+                 ) -> tuple[float, float, float]:
+    """Stage ``s``'s weights on its rank, elements: all of them, its largest decoder
+    layer's, and its final norm + LM head's (0 off the last stage)."""
+    m, st = w.model, pieces[s].layout
+    d, x = stage_params(m, st.first, st.layers, st.embedding, st.head, w.tp, w.ep,
+                        w.vocab_divisor)
+    layer = sum(stage_params(m, st.first, 1, False, False, w.tp, w.ep)) if st.layers else 0.0
+    head = (sum(stage_params(m, 0, 0, False, True, w.tp, w.ep, w.vocab_divisor))
+            if st.head else 0.0)
+    return d + x, layer, head
+
+
+def per_microbatch_dp_ms(w: Workload, placement: Placement, pieces: list[StagePieces],
+                         costs: StageCosts) -> list[float]:
+    """Per pipeline rank, the exposed ms per step of the data-parallel collectives that
+    ZeRO-2 and ZeRO-3 run in every microbatch (module docstring, **ZeRO-2 and ZeRO-3**):
+    per stage and microbatch, a phase (F, or B + W) whose collectives take ``C`` ms beside
+    the ``compute`` ms of the phase's ops (:class:`StageCosts`, TP collectives included)
+    exposes ``max(u, C - compute)``, ``u`` one unit's collective (the stage's largest
+    decoder layer) that nothing hides: the first all-gather of F, the last reduce-scatter
+    of B; with ``overlap_grad_reduce`` those too hide (behind the neighbouring
+    microbatch's compute), ``u = 0``. Zero for ``zero`` 0 / 1, ``dp = 1`` and ZeRO-3
+    under PP (gathered once a step)."""
+    dp = w.data_parallel
+    out = [0.0] * placement.ranks
+    regather = w.zero == 3 and w.pp == 1          # FSDP resharding after each forward
+    if dp == 1 or w.zero < 2 or (w.zero == 3 and not regather):
+        return out
+    links = model_links(w)
+    pb, gb = DTYPE_BYTES[w.params_dtype], DTYPE_BYTES[w.grad_dtype]
+    span = w.tp * w.cp * dp
+    unit = 0.0 if w.overlap_grad_reduce else 1.0     # the un-hidden unit's share
+    for r in range(placement.ranks):
+        for s in placement.stages_of(r):
+            n, layer, head = _unit_params(w, pieces, s)
+            back = costs.kind_cost("B", s) + costs.kind_cost("W", s)
+            rs = links.time("reduce-scatter", dp, n * gb, span)
+            rs_u = unit * links.time("reduce-scatter", dp, layer * gb, span)
+            exposed = max(rs_u, rs - back)
+            if regather:
+                ag_f = links.time("all-gather", dp, n * pb, span)
+                ag_b = links.time("all-gather", dp, (n - head) * pb, span)
+                ag_u = unit * links.time("all-gather", dp, layer * pb, span)
+                exposed = (max(ag_u, ag_f - costs.kind_cost("F", s))
+                           + max(rs_u, ag_b + rs - back))
+            out[r] += w.microbatches * exposed
+    return out
+
+
 def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placement,
-                     pieces: list[StagePieces]) -> list[float]:
-    """Per pipeline rank, the step boundary in ms (module docstring)."""
+                     pieces: list[StagePieces], costs: StageCosts | None = None
+                     ) -> list[float]:
+    """Per pipeline rank, the step boundary in ms (module docstring); with ZeRO-2/3 it
+    adds the exposed per-microbatch collectives (:func:`per_microbatch_dp_ms` on
+    ``costs``, default the workload's own stage model's)."""
     m, dp = w.model, w.data_parallel
     links = model_links(w)
     pb, gb = DTYPE_BYTES[w.params_dtype], DTYPE_BYTES[w.grad_dtype]
     span = w.tp * w.cp * dp
+    per_mb = [0.0] * placement.ranks
+    if w.zero >= 2 and dp > 1:
+        if costs is None:
+            costs = StageCosts(stage_model(w, pieces, w.overlap))
+        per_mb = per_microbatch_dp_ms(w, placement, pieces, costs)
     out = []
     for r in range(placement.ranks):
         n = 0.0
@@ -211,6 +297,10 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
         if dp > 1 and not w.overlap_grad_reduce:
             if w.zero == 0:
                 comm = links.time("all-reduce", dp, n * gb, span)
+            elif w.zero == 2:       # gradients reduce-scattered per microbatch already
+                comm = links.time("all-gather", dp, n * pb, span)
+            elif w.zero == 3 and w.pp == 1:     # all of it per microbatch
+                comm = 0.0
             else:
                 comm = (links.time("reduce-scatter", dp, n * gb, span)
                         + links.time("all-gather", dp, n * pb, span))
@@ -218,7 +308,7 @@ def step_boundary_ms(w: Workload, static: list[StaticBytes], placement: Placemen
         sb = static[r]
         opt_bytes = sb.opt_params * (2 * pb + gb) + 2 * sb.optimizer
         opt = opt_bytes / (w.gpu.hbm_bandwidth * w.efficiency) * 1e3
-        out.append(comm + opt)
+        out.append(comm + opt + per_mb[r])
     return out
 
 
@@ -249,7 +339,8 @@ def derive(workload: Workload, placement: Placement, overlap: str | None = None
                             f"{placement.stages // placement.ranks}")
     pieces = stage_pieces(w)
     sm = stage_model(w, pieces, overlap or w.overlap)
-    costs = CostModel(unit="ms").with_derived(StageCosts(sm), sm.message_bytes())
+    stage_costs = StageCosts(sm)
+    costs = CostModel(unit="ms").with_derived(stage_costs, sm.message_bytes())
     stage_b = [_stage_bytes(w, p) for p in pieces]
     static = _rank_static(w, placement, pieces)
     msg = sm.message_bytes() or 0.0
@@ -262,7 +353,8 @@ def derive(workload: Workload, placement: Placement, overlap: str | None = None
     return DerivedWorkload(
         workload=w, placement=placement, pieces=pieces, stage_model=sm, costs=costs,
         link=_pipeline_link(w, placement.ranks), stage_bytes=stage_b, static=static,
-        recv_bytes=recv, step_boundary=step_boundary_ms(w, static, placement, pieces),
+        recv_bytes=recv, step_boundary=step_boundary_ms(w, static, placement, pieces,
+                                                               stage_costs),
         model_flops_per_step=model_flops_per_step(w.model, w.seq, w.global_batch_size, w.tp,
                                                   w.vocab_divisor),
         tokens_per_step=w.tokens_per_step,

@@ -44,8 +44,8 @@ sharded over data parallelism as ``zero`` says (1: optimizer; 2: + gradients; 3 
 ep``. FSDP with ``reshard_after_forward`` off (torchtitan's default under pipeline
 parallelism, ``torchtitan/models/llama3/infra/parallelize.py``: "For PP, do not reshard
 after forward to avoid per-microbatch all-gathers") keeps the stage's parameters gathered
-and its gradients unsharded (accumulated across microbatches, reduce-scattered once)
-for the step; with it on, two layers' parameters are gathered at a time (the current
+and its gradients unsharded (accumulated across microbatches at ``grad_dtype``, as FSDP2
+does in its fp32 reduce dtype, reduce-scattered once) for the step; with it on, two layers' parameters are gathered at a time (the current
 one and the prefetched next).
 
 **Backward transients** (torchtitan's rules; Megatron's stay the paper's tensors): a
@@ -384,7 +384,7 @@ def static_bytes(dense: float, expert: float, rules: StateRules, *,
     unsharded = 0.0
     if zero >= 3:
         if fsdp_keep_gathered:
-            unsharded = n * pb - params + n * pb     # gathered params + unsharded grads
+            unsharded = n * pb - params + n * gb     # gathered params + unsharded grads
         else:
             unsharded = 2 * layer_params * pb
         if framework == "torchtitan":

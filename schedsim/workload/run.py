@@ -249,7 +249,7 @@ class WorkloadResult:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank; allocated,
         and reserved where computed) of the HBM, at one precision
         (:func:`~schedsim.util.units.fmt_gib_pair`), and the fit."""
-        from schedsim.util.units import fmt_gib, fmt_gib_pair
+        from schedsim.util.units import fmt_gib, fmt_gib_pair, with_unit
 
         peak = max(self.peak_memory_bytes)
         rp = self.peak_reserved_bytes
@@ -258,7 +258,8 @@ class WorkloadResult:
         fit = "fits" if self.fits else f"does NOT fit ({worst_text} > {hbm})"
         res = "" if rp is None else f" allocated, {worst_text} reserved,"
         peak_text = worst_text if rp is None else fmt_gib(peak)
-        return (f"step {self.step_ms:.1f} ms, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+        return (f"step {with_unit(self.step_ms, 'ms')}, "
+                f"{self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
                 f"MFU {self.mfu * 100:.1f}%, peak {peak_text}{res} of {hbm} ({fit})")
 
 
@@ -341,6 +342,7 @@ def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
     links do not), to a relative 1e-6. Raises :class:`~schedsim.errors.ScenarioError`
     when even efficiency 1 is slower than ``step_ms`` (the fixed costs alone exceed it)."""
     from schedsim.errors import ScenarioError
+    from schedsim.util.units import with_unit
 
     def step(eff: float) -> float:      # time alone: no allocator replay
         return simulate_workload(workload.model_copy(update={"efficiency": eff,
@@ -349,8 +351,9 @@ def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
 
     fastest = step(1.0)
     if fastest > step_ms:
-        raise ScenarioError(f"a step of {step_ms:g} ms is faster than this workload runs at "
-                            f"efficiency 1 ({fastest:.1f} ms): check the measurement, the "
+        raise ScenarioError(f"a step of {with_unit(step_ms, 'ms')} is faster than this "
+                            f"workload runs at efficiency 1 ({with_unit(fastest, 'ms')}): check "
+                            f"the measurement, the "
                             f"GPU's peaks, the overhead and the links")
     lo, hi = 1e-4, 1.0
     if step(lo) < step_ms:
