@@ -65,7 +65,7 @@ from pydantic import (
     model_validator,
 )
 
-from schedsim.errors import ScenarioError, SchedsimError
+from schedsim.errors import ScenarioError, ScheduleError, SchedsimError
 from schedsim.program.ir import Placement, Program
 from schedsim.program.text_file import load_program_file, program_from_rows  # noqa: F401
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
@@ -169,6 +169,8 @@ class Scenario(BaseModel):
     #: (:func:`schedsim.workload.table.planner_memory`; None for a number)
     _mem_deltas: tuple[float, float, float] | None = PrivateAttr(default=None)
     _mem_per_rank: tuple[float, ...] | None = PrivateAttr(default=None)
+    #: the scenario file it was read from (None: flags or a dict alone)
+    _file: str | None = PrivateAttr(default=None)
 
     @field_validator("memory")
     @classmethod
@@ -240,14 +242,27 @@ class Scenario(BaseModel):
         p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    @property
+    def source_file(self) -> str | None:
+        """The scenario file this was read from (None: from flags or a dict alone)."""
+        return self._file
+
     def build_program(self) -> Program:
         """The program this scenario runs (generated, or loaded from its file), validated
         (:func:`~schedsim.program.validate.validate_schedule` on its compute order, unless a
         registered generator built it) and checked
         against the scenario (every stage, microbatch and rank the scenario names exists).
 
-        Raises :class:`SchedsimError` subclasses for anything missing or invalid.
+        Raises :class:`SchedsimError` subclasses for anything missing or invalid; a
+        scenario or schedule error of a scenario read from a file starts with the file's
+        name, as its reading's errors do (:func:`in_file`).
         """
+        try:
+            return self._build_checked()
+        except (ScenarioError, ScheduleError) as e:
+            raise in_file(e, self._file) from None
+
+    def _build_checked(self) -> Program:
         from schedsim.program.validate import validate_all
 
         s = self.schedule
@@ -372,7 +387,36 @@ class Scenario(BaseModel):
             params.setdefault("costs", self.costs)
         if "link" in takes:
             params.setdefault("link", self.link)
-        return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+        try:
+            return build_program(s.name, s.ranks, s.microbatches, s.comm_policy, **params)
+        except ScheduleError as e:      # the sizes are the [workload]'s: name its settings
+            if self._workload is not None:
+                from schedsim.workload.table import schedule_sizes_hint
+
+                hint = schedule_sizes_hint(self._workload, s.name, params)
+                if hint is not None:
+                    e.args = (f"{e}; {hint}",)
+            raise
+
+
+def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
+                      ) -> tuple[Any, Any]:
+    """Simulate ``prog`` with the scenario ``sc``'s models (deadlocks returned, not
+    raised): ``(timeline, result)``, with a ``[workload]`` the result its
+    :class:`~schedsim.workload.run.WorkloadResult` (None without one or on a deadlock),
+    whose summary the timeline carries as its ``workload`` object. What ``simulate``
+    runs, and ``compare`` of a workload for each schedule
+    (:func:`schedsim.sweep.compare_workload_schedules`)."""
+    from schedsim.sim.simulate import simulate_run
+
+    tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
+                              raise_on_deadlock=False)
+    d = sc.derived_workload(prog.placement)
+    if d is None or tl.deadlock is not None:
+        return tl, None
+    from schedsim.workload.run import result_of
+
+    return tl, result_of(d, tl, cp, st)
 
 
 #: pieces of work per layer of the stage model (attention and MLP, F/B/W, collectives)
@@ -388,15 +432,35 @@ def _no_policy_params(params: dict[str, Any], path: Path) -> None:
                             f"them, or add --comm-policy to re-lower its compute order")
 
 
+def file_message(source: str | None, text: str) -> str:
+    """``text`` starting with ``source: `` (a scenario file's name, or what the scenario
+    was read from), once: the one home of that prefix (None: ``text`` as it is)."""
+    if not source or text.startswith(f"{source}:"):
+        return text
+    return f"{source}: {text}"
+
+
+def in_file(e: SchedsimError, file: str | None) -> SchedsimError:
+    """``e`` (the same exception, its type and fields kept) with its message starting with
+    the scenario ``file``'s name (:func:`file_message`); a flag's error (it names the
+    flag), an input file's (it names that file) and a work limit's stay as they are."""
+    from schedsim.errors import FlagError, InputError, LimitError
+
+    if file and not isinstance(e, (FlagError, InputError, LimitError)) and e.args:
+        e.args = (file_message(file, str(e)), *e.args[1:])
+    return e
+
+
 def parse_scenario(data: dict[str, Any], source: str = "scenario",
-                   base_dir: str = ".", flags: dict[tuple[str, str], str] | None = None
-                   ) -> Scenario:
+                   base_dir: str = ".", flags: dict[tuple[str, str], str] | None = None,
+                   file: str | None = None) -> Scenario:
     """Validate a scenario dict in pydantic's strict mode: a quoted number or a boolean
     where a number goes (``F = "1"``, ``F = true``, ``ranks = "2"``) is refused with the
     type expected and the one given, as the trace loader already did. ``flags``: the
     keys a command-line flag set, ``(table, key)`` -> the flag's field name. Raises
     :class:`ScenarioError` naming the bad key (a :class:`~schedsim.errors.FlagError`
-    naming the flag when a flag set it)."""
+    naming the flag when a flag set it). ``file``: the scenario file the data was read
+    from (:attr:`Scenario.source_file`: :meth:`Scenario.build_program`'s errors name it)."""
     from schedsim.errors import FlagError, Stopped
     from schedsim.scenario_keys import format_validation, index_keys
     from schedsim.util.validation import error_text
@@ -413,7 +477,8 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario",
     except (Stopped, FlagError):
         raise           # a stop signal is the user's; a flag's value names the flag
     except SchedsimError as e:
-        raise ScenarioError(f"{source}: {e}") from None
+        raise ScenarioError(file_message(source, str(e))) from None
+    sc._file = file
     return sc
 
 
@@ -436,7 +501,7 @@ def load_scenario(path: str | Path) -> Scenario:
                 raise ScenarioError(f"{path}: a program text file, not a scenario TOML: "
                                     f"give it as --program {path}") from None
             raise ScenarioError(f"{path}: malformed TOML: {e}") from None
-        return parse_scenario(data, str(path), str(path.parent))
+        return parse_scenario(data, str(path), str(path.parent), file=str(path))
 
 
 def _is_program_text(text: str) -> bool:
@@ -490,4 +555,4 @@ def _with_costs(scenario: Scenario, data: dict[str, Any], path: Path) -> Scenari
                                 f"semantics and streams with --semantics / --comm-stream)")
         merged["comm"] = {**merged.get("comm", {}), **comm}
     merged.update(data)
-    return parse_scenario(merged, str(path), scenario.base_dir)
+    return parse_scenario(merged, str(path), scenario.base_dir, file=scenario.source_file)

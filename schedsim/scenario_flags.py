@@ -63,13 +63,13 @@ class ScenarioFlags:
     cost: str | None = None
     semantics: str | None = None
     comm_stream: str | None = None
-    eager_threshold: float | None = None
+    eager_threshold: float | str | None = None
     launch_cost: float | None = None
     lazy_init: bool | None = None
     init_cost: float | None = None
     connections: int | None = None
     group_semantics: str | None = None
-    message_bytes: float | None = None
+    message_bytes: float | str | None = None
     latency: float | None = None
     bandwidth: float | None = None
     comm_policy: str | None = None
@@ -107,6 +107,7 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
     from schedsim.sim.costs import parse_cost_string
 
     f = replace(flags or ScenarioFlags(), **values)
+    _one_schedule_source(f)
     check_choices(semantics=f.semantics, comm_stream=f.comm_stream, placement=f.placement,
                    group_semantics=f.group_semantics)
     if scenario is not None:
@@ -121,7 +122,9 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
     if f.program is not None or f.schedule_file is not None:
         for k in ("name", "program", "schedule_file"):
             sched.pop(k, None)
-    f = replace(f, mem_limit=_mem_limit(f.mem_limit))
+    f = replace(f, mem_limit=_mem_limit(f.mem_limit),
+                message_bytes=byte_count(f.message_bytes, "message_bytes"),
+                eager_threshold=byte_count(f.eager_threshold, "eager_threshold"))
     for flag, key in _SCHEDULE_KEYS.items():
         v = getattr(f, flag)
         if v is not None:
@@ -151,7 +154,44 @@ def build_scenario(scenario: Path | None = None, flags: ScenarioFlags | None = N
         link["latency"] = f.latency
     if f.bandwidth is not None:
         link["bandwidth"] = f.bandwidth
-    return parse_scenario(data, source, base, flags_set)
+    return parse_scenario(data, source, base, flags_set,
+                          file=str(scenario) if scenario is not None else None)
+
+
+#: the flags that each give the schedule, as the user types them
+_SOURCE_FLAGS = {"schedule": "-s/--schedule", "program": "--program",
+                 "schedule_file": "--schedule-file"}
+
+
+def _one_schedule_source(f: ScenarioFlags) -> None:
+    """Refuse (:class:`~schedsim.errors.ScenarioError`) two flags that each give the
+    schedule (``-s 1f1b --program p.txt``), naming both and which to drop for either
+    meaning; a scenario file's own source is replaced by a flag's, so only flags clash."""
+    given = [k for k in _SOURCE_FLAGS if getattr(f, k) is not None]
+    if len(given) < 2:
+        return
+    a, b = (_SOURCE_FLAGS[k] for k in given[:2])
+    what = {"schedule": f"generate {f.schedule!r}", "program": "run the program text",
+            "schedule_file": "run the schedule file"}
+    raise ScenarioError(f"{a} and {b} both give the schedule: drop {b} to "
+                        f"{what[given[0]]}, or {a} to {what[given[1]]}")
+
+
+def byte_count(value: float | str | None, flag: str) -> float | None:
+    """A byte-count flag's value (``--message-bytes``, ``--eager-threshold``): a bare
+    number is bytes (its bounds are the scenario's: a negative one is refused there,
+    naming the flag), a size with a unit (``1MiB``, ``4MB``) its bytes, through the one
+    parser of sizes (:func:`schedsim.util.units.parse_size`). Raises
+    :class:`~schedsim.errors.FlagError` naming ``flag`` for anything else."""
+    if value is None:
+        return None
+    from schedsim.errors import FlagError
+    from schedsim.util.units import parse_size
+
+    try:
+        return parse_size(value, "size")[0]
+    except ScenarioError as e:
+        raise FlagError(flag, str(e)) from None
 
 
 def _mem_limit(value: float | str | None) -> float | str | None:

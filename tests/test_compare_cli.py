@@ -165,8 +165,12 @@ def test_compare_of_no_schedule_name_is_refused() -> None:
 
 
 def test_compare_of_a_workload_or_overlap_modes_where_none_ran_is_refused() -> None:
+    # (an unknown name is refused before anything runs, as plain compare refuses it)
     assert _refused(["schedules/llama3-70b-h100.toml", "--schedules", "nosuch"]).startswith(
-        "error: no schedule ran on this [workload]: nosuch: unknown schedule 'nosuch'")
+        "error: unknown schedule 'nosuch': expected one of")
+    assert _refused(["schedules/llama3-70b-h100.toml", "--schedules",
+                     "interleaved-1f1b:chunks=3"]).startswith(
+        "error: no schedule ran on this [workload]: interleaved-1f1b:chunks=3: ")
     assert _refused(["schedules/dualpipe-moe-small.toml", "--model-overlap", "none,fb",
                      "--schedules", "dualpipe", "-p", "3"]).startswith(
         "error: no schedule ran at 3 ranks x 8 microbatches: dualpipe: dualpipe needs an "

@@ -353,3 +353,206 @@ def test_a_long_gantt_title_lies_inside_the_figure() -> None:
     box = title.get_window_extent()
     assert title.get_text().startswith("dualpipe: 8 ranks") and "\n" in title.get_text()
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+
+
+# -- cli5: render -, sizes with units, the schedule-source clash, plan's GPU rule, the
+#    command summaries, the legend of many chunks -------------------------------------
+
+def _timeline_json(tmp_path: Path) -> str:
+    out = tmp_path / "t.json"
+    r = CliRunner().invoke(app, [*SMALL, "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    return out.read_text()
+
+
+def test_render_dash_reads_the_timeline_from_stdin(tmp_path: Path) -> None:
+    """`schedsim simulate ... --json - | schedsim render - --out x.png` said
+    `error: -: no such timeline JSON` (exit 2): an input `-` is stdin now (the one door,
+    schedsim.util.inputs), as an output `-` is stdout."""
+    text = _timeline_json(tmp_path)
+    png = tmp_path / "x.png"
+    r = CliRunner().invoke(app, ["render", "-", "--out", str(png), "-q"], input=text)
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the commands that take a Timeline JSON in place of a scenario read it too
+    r = CliRunner().invoke(app, ["stalls", "-"], input=text)
+    assert r.exit_code == 0 and "cooldown" in r.output, r.output
+
+
+@pytest.mark.parametrize("args,stdin,says", [
+    (["render", "-"], "", "-: stdin is empty; pipe the timeline JSON in"),
+    (["render", "-", "--overlay", "-"], None, "the timeline and --overlay are both '-'"),
+    (["render", "-"], "{", "-: not a schedsim timeline JSON"),
+])
+def test_render_dash_refusals_are_one_line(args: list[str], stdin: str | None, says: str,
+                                           tmp_path: Path) -> None:
+    png = tmp_path / "x.png"
+    r = CliRunner().invoke(app, [*args, "--out", str(png)],
+                           input=_timeline_json(tmp_path) if stdin is None else stdin)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {says}"), r.output
+    assert not png.exists()
+
+
+@pytest.mark.parametrize("size,makespan", [
+    ("1MiB", 9 + 2 * 2 ** 20 / 1e6), ("1048576", 9 + 2 * 2 ** 20 / 1e6),
+    ("4MB", 9 + 2 * 4.0 + 1), ("1 MiB", 9 + 2 * 2 ** 20 / 1e6)])
+def test_message_bytes_takes_a_size_with_a_unit(size: str, makespan: float) -> None:
+    """`--message-bytes 1MiB` was refused ("Input should be a valid number"); a byte
+    count flag takes a bare number of bytes or a size (schedsim.util.units.parse_size).
+    At 1e6 bytes a slot, 1 MiB adds 1.048576 slots to each of the two critical
+    hops; 4 MB makes the two ranks wait on the messages (18 slots)."""
+    r = CliRunner().invoke(app, [*SMALL[:-1], "--message-bytes", size, "--bandwidth", "1e6",
+                                 "--json", "-"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["makespan"] == pytest.approx(makespan), r.stdout
+
+
+def test_eager_threshold_takes_a_size_with_a_unit() -> None:
+    """--eager-threshold is a byte count too: 2MiB is 2,097,152 bytes, as typed bare;
+    bits are refused naming the flag."""
+    from schedsim.scenario_flags import build_scenario
+
+    for t in ("2MiB", "2097152", "2 MiB"):
+        sc = build_scenario(None, schedule="1f1b", ranks=2, microbatches=2,
+                            semantics="rendezvous", eager_threshold=t)
+        assert sc.comm.eager_threshold_bytes == 2 ** 21
+    r = CliRunner().invoke(app, [*SMALL, "--semantics", "rendezvous", "--message-bytes",
+                                 "1MiB", "--eager-threshold", "2MiB"])
+    assert r.exit_code == 0 and "makespan 9 slots" in r.output, r.output
+    assert r_err(["--eager-threshold", "2Mb"]).startswith(
+        "error: Invalid value for '--eager-threshold': size '2Mb': Mb reads as bits")
+
+
+def r_err(flags: list[str]) -> str:
+    r = CliRunner().invoke(app, [*SMALL, *flags])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1, r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("value,says", [
+    ("1Mb", "size '1Mb': Mb reads as bits (bytes are MB)"),
+    ("1MiBs", "size '1MiBs': unknown unit 'MiBs'"),
+    ("abc", "size 'abc': give a number > 0 or a size such as"),
+    ("-5", "Input should be greater than or equal to 0"),
+])
+def test_a_bad_message_bytes_names_the_flag_and_writes_nothing(value: str, says: str,
+                                                               tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    line = r_err(["--message-bytes", value, "--json", str(out)])
+    assert line.startswith(f"error: Invalid value for '--message-bytes': {says}"), line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags,line", [
+    (["-s", "1f1b", "--program", "PROG"],
+     "error: -s/--schedule and --program both give the schedule: drop --program to "
+     "generate '1f1b', or -s/--schedule to run the program text"),
+    (["--program", "PROG", "--schedule-file", "s.json"],
+     "error: --program and --schedule-file both give the schedule: drop --schedule-file "
+     "to run the program text, or --program to run the schedule file"),
+])
+def test_schedule_and_program_together_name_both_flags(flags: list[str], line: str,
+                                                       tmp_path: Path) -> None:
+    """`schedsim simulate -s 1f1b --program p.txt` said `[schedule] sets name and program:
+    give one of a generator name, a program file or a schedule file`: no flag named."""
+    prog = tmp_path / "p.txt"
+    r = CliRunner().invoke(app, ["generate", "-s", "1f1b", "-p", "2", "-m", "2", "-o",
+                                 str(prog)])
+    assert r.exit_code == 0, r.output
+    flags = [str(prog) if f == "PROG" else f for f in flags]
+    r = CliRunner().invoke(app, ["simulate", *flags, "--cost", "F=1,BW=2", "-q"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines() == [line]
+
+
+@pytest.mark.parametrize("gpus", ["8", "16"])
+def test_plan_gpus_not_a_multiple_speaks_of_the_degrees_given(gpus: str) -> None:
+    """`schedsim plan --model llama3.1-8b --gpus 8 --gpu h100-sxm --tp 3 --pp 2` said
+    `num_gpus = 8 is not tp x cp x dp x pp = 3 x 1 x 1 x 2`: a dp (and cp) never given."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama3.1-8b", "--gpus", gpus, "--gpu",
+                                 "h100-sxm", "--tp", "3", "--pp", "2", "-j", "1"])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1, r.output
+    assert f"({gpus} GPUs is not a multiple of tp 3 x pp 2 = 6: change the GPUs or the " \
+           f"degrees)" in lines[0], lines[0]
+    assert "dp" not in lines[0].split(" x ") and " dp " not in lines[0], lines[0]
+
+
+def test_a_given_dp_that_does_not_fill_the_gpus_names_dp() -> None:
+    from schedsim.workload import Workload, WorkloadError
+
+    with pytest.raises(WorkloadError) as e:
+        Workload(model="llama3.1-70b", gpu="h100-sxm", seq=4096, global_batch_size=32,
+                 tp=8, pp=4, dp=3, num_gpus=64).check()
+    assert e.value.rule == "gpus = tp x cp x dp x pp"
+    assert "64 GPUs is not tp 8 x pp 4 x dp 3 = 96" in str(e.value)
+
+
+def test_every_command_summary_in_help_is_one_whole_sentence() -> None:
+    """`schedsim --help` listed each command by its docstring's first paragraph with the
+    docstring's line breaks (`costs  Print the derived costs of a scenario's [workload]
+    per stage: layers, FLOPs, ms per` / `op kind and ...`), mid-sentence; now one short
+    sentence (schedsim.cli.SUMMARY), on one line at 200 columns and at 80."""
+    import subprocess
+    import sys
+
+    from schedsim.cli import COMMAND_MODULE, SUMMARY
+
+    assert set(SUMMARY) == set(COMMAND_MODULE)
+    for columns in ("200", "80"):
+        env = {**os.environ, "COLUMNS": columns, "TERM": "dumb"}
+        out = subprocess.run([sys.executable, "-m", "schedsim", "--help"], env=env,
+                             capture_output=True, text=True, timeout=120).stdout
+        panel = out[out.index("Commands"):]
+        rows = [ln.strip("│ ").rstrip() for ln in panel.splitlines()[1:]
+                if ln.startswith("│")]
+        names = [r.split()[0] for r in rows]
+        # one line each: no continuation line, every command listed once
+        assert sorted(names) == sorted(COMMAND_MODULE), rows
+        for row in rows:
+            name, summary = row.split(None, 1)
+            assert summary == SUMMARY[name].replace("\\[", "["), row
+            assert summary.endswith(".") and not summary.endswith("..."), row
+            assert "…" not in summary
+
+
+def test_legend_of_five_chunks_has_a_row_per_kind_and_a_column_per_chunk() -> None:
+    """`schedsim simulate -s interleaved-1f1b -p 4 -m 8 --chunks 5 --cost F=1,BW=2
+    --gantt g.png`: the legend's 11 entries ran in 6 columns, so that `BW (full
+    backward), chunk 0` ended the first row and `BW chunk 1` stood under `F chunk 0`.
+    Now a row per kind, chunk c in column c, idle on a row of its own; the legend lies
+    below every axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from schedsim import CommModel, CostModel, LinkModel, simulate
+    from schedsim.api import scenario
+    from schedsim.plot import gantt
+
+    sc = scenario(schedule="interleaved-1f1b", ranks=4, microbatches=8, chunks=5)
+    tl = simulate(sc.build_program(), CostModel(F=1, BW=2), LinkModel(), CommModel())
+    fig = gantt(tl)
+    FigureCanvasAgg(fig).draw()
+    leg = fig.legends[0]
+    assert leg._ncols == 5                                   # noqa: SLF001
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for t in leg.get_texts():
+        if t.get_text():
+            box = t.get_window_extent()
+            rows.setdefault(round(box.y0), []).append((box.x0, t.get_text()))
+    read = [[s for _, s in sorted(r)] for _, r in sorted(rows.items(), reverse=True)]
+    assert read == [["F (forward), chunk 0", *(f"F chunk {c}" for c in range(1, 5))],
+                    ["BW (full backward), chunk 0", *(f"BW chunk {c}" for c in range(1, 5))],
+                    ["idle"]], read
+    # chunk c of both kinds in one column
+    xs = {s: x for r in rows.values() for x, s in r}
+    assert all(xs[f"F chunk {c}"] == xs[f"BW chunk {c}"] for c in range(1, 5))
+    lb = leg.get_window_extent()
+    for ax in fig.axes:
+        ab = ax.get_tightbbox()
+        assert lb.y1 <= ab.y0 + 1, (lb, ab)                  # below, not over, the axes
+    assert 0 <= lb.x0 and lb.x1 <= fig.bbox.width

@@ -162,7 +162,7 @@ def test_cli_no_legal_layout_names_the_rule(tmp_path):
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "no legal layout" in lines[0]
-    assert "'gpus = tp x cp x dp x pp'" in lines[0]
+    assert "'gpus % (tp x cp x pp)'" in lines[0]
     assert not out.exists()
 
 

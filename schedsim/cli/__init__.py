@@ -6,6 +6,7 @@ see :func:`schedsim.cli.common.handle_errors`.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import typer
 
@@ -36,6 +37,17 @@ class _Commands(typer.Typer):
 
     _chosen = False
     _summaries = False
+
+    def command(self, name: str | None = None, **kwargs: Any) -> Any:
+        """typer's ``command``, with the command's one-line summary in the command list
+        (``short_help``) from :data:`SUMMARY` unless given."""
+        register = super().command
+
+        def decorator(f: Any) -> Any:
+            cmd = name or typer.main.get_command_name(f.__name__)
+            kwargs.setdefault("short_help", SUMMARY.get(cmd))
+            return register(name, **kwargs)(f)
+        return decorator
 
     @property
     def registered_commands(self) -> list:
@@ -94,6 +106,33 @@ COMMAND_MODULE = {
     **dict.fromkeys(("compare", "diff", "memory"), "compare"),
     "check-collectives": "collectives", "check-trace": "check", "search": "search",
     "report": "report", "costs": "workload", "plan": "plan",
+}
+
+
+#: each command's summary in ``schedsim --help``'s list: one short sentence (typer would
+#: list the docstring's first paragraph, line breaks and all)
+SUMMARY = {
+    "costs": "Print the costs a scenario's \\[workload] derives.",
+    "simulate": "Simulate a schedule: makespan, idle time, bubble ratio.",
+    "list": "List the schedules, comm policies and comm semantics.",
+    "generate": "Write a schedule as program text, JSON or torch CSV.",
+    "render": "Draw a Timeline JSON as a Gantt chart, or overlay two.",
+    "replay": "Run a schedule for real on torch.distributed; measure it.",
+    "calibrate": "Measure op and link costs on real ranks into a cost file.",
+    "import-trace": "Read torch.profiler traces into a measured Timeline.",
+    "stalls": "Classify every idle interval of every rank and say why.",
+    "align": "Show when each message was ready, posted and received.",
+    "critical-path": "Show the ops, messages and waits that set the makespan.",
+    "query": "Tell whether CAUSE delays EFFECT, by how much and how.",
+    "lint": "Find late sends, crossed posting orders and deadlocks.",
+    "compare": "Run every applicable schedule and compare them.",
+    "diff": "Show the per-op start and makespan deltas of two runs.",
+    "memory": "Print the peak activation and parameter memory per rank.",
+    "check-collectives": "Check tensor-parallel all-reduce gradients over gloo.",
+    "check-trace": "Check the simulator against a real run's profiler traces.",
+    "search": "Search the op order with the least makespan.",
+    "report": "Write an interactive HTML report of a run.",
+    "plan": "Find the best parallel layout and schedule for N GPUs.",
 }
 
 

@@ -300,9 +300,9 @@ SemanticsOpt = Annotated[Optional[str], typer.Option(
 StreamOpt = Annotated[Optional[str], typer.Option(
     "--comm-stream", help=" | ".join(COMM_STREAMS) + ": P2P launches of a rank share a "
     "stream.")]
-ThresholdOpt = Annotated[Optional[float], typer.Option(
+ThresholdOpt = Annotated[Optional[str], typer.Option(
     "--eager-threshold", help="Under rendezvous, messages of at most this many bytes are "
-    "eager.")]
+    "eager: a number of bytes or a size (64KiB, 1MB).")]
 LaunchCostOpt = Annotated[Optional[float], typer.Option(
     "--launch-cost", help="Host time to launch one batch of sends/recvs, in the cost "
     "unit (default 0; 'schedsim calibrate' measures it).")]
@@ -314,8 +314,9 @@ GroupSemanticsOpt = Annotated[Optional[str], typer.Option(
     "--group-semantics", help=" | ".join(GROUP_SEMANTICS) + ": the ops of one BATCH progress each "
     "on its own (gloo), or move no data until all are matched and complete together "
     "(NCCL groups).")]
-BytesOpt = Annotated[Optional[float], typer.Option(
-    "--message-bytes", help="Bytes per message (activation or gradient).")]
+BytesOpt = Annotated[Optional[str], typer.Option(
+    "--message-bytes", help="Bytes per message (activation or gradient): a number of "
+    "bytes or a size (1MiB, 4MB).")]
 LatencyOpt = Annotated[Optional[float], typer.Option(
     "--latency", help="Link latency, in the cost unit.")]
 BandwidthOpt = Annotated[Optional[float], typer.Option(

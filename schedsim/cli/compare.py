@@ -154,17 +154,23 @@ def compare_command(o: CompareOptions) -> None:
     from schedsim.sweep import compare_schedules, none_ran, params_for_schedules
 
     _check_flags(o.scenario_arg, o.scenario, o.memory, o.gantt, o.json_out)
-    base = build_scenario(o.scenario_arg or o.scenario, cost=o.cost, semantics=o.semantics,
-                          comm_stream=o.comm_stream, eager_threshold=o.eager_threshold,
-                          launch_cost=o.launch_cost, lazy_init=o.lazy_init,
-                          init_cost=o.init_cost, message_bytes=o.message_bytes,
-                          latency=o.latency, bandwidth=o.bandwidth)
+    comm_flags = dict(cost=o.cost, semantics=o.semantics, comm_stream=o.comm_stream,
+                      eager_threshold=o.eager_threshold, launch_cost=o.launch_cost,
+                      lazy_init=o.lazy_init, init_cost=o.init_cost,
+                      message_bytes=o.message_bytes, latency=o.latency,
+                      bandwidth=o.bandwidth)
+    base = build_scenario(o.scenario_arg or o.scenario, **comm_flags)
+    if base.workload is not None:       # each schedule as simulate runs it, same flags
+        if o.ranks is not None or o.microbatches is not None:   # checked as simulate does
+            base = build_scenario(o.scenario_arg or o.scenario, ranks=o.ranks,
+                                  microbatches=o.microbatches, **comm_flags)
+        return _compare_workload(base, o)
     ranks, microbatches = _size(base, o.ranks, o.microbatches)
     mm = MemoryModel.with_flags(base.memory or None, o.memory_model, o.fb_order)
     names = [o.schedules] if o.schedules else None
-    if base.workload is not None or o.model_overlap is not None:
+    if o.model_overlap is not None:
         return _compare_other(base, names, o.model_overlap, ranks, microbatches, mm,
-                              o.json_out, o.gantt, mm if o.memory else None)
+                              o.json_out, o.gantt)
     shared = params_for_schedules(chunks=o.chunks, variant=o.variant,
                                   comm_policy=o.comm_policy, **key_values(o.param, "--param"))
     with Phases(o.quiet) as ph:
@@ -181,16 +187,32 @@ def compare_command(o: CompareOptions) -> None:
     _print_compare(res, base.costs, mm, ranks, microbatches, o.json_out, o.quiet)
 
 
+def _compare_workload(base: Scenario, o: CompareOptions) -> None:
+    """``compare`` of a scenario with a ``[workload]``: each schedule run as ``simulate
+    -s NAME`` runs it with the same flags (:func:`schedsim.sweep.compare_workload_schedules`);
+    step ms, tokens/s/GPU, GiB. The flags it cannot honour are refused (exit 2)."""
+    if o.model_overlap is not None:
+        fail("--model-overlap compares the overlap modes of a [model] table, and this "
+             "scenario has a [workload]: set [workload] overlap (none, domino, fb) and "
+             "compare once per mode, or drop --model-overlap")
+    if o.memory_model is not None or o.fb_order is not None:
+        fail("--memory-model and --fb-order count activations in microbatches' worth, and "
+             "compare of a [workload] reports its byte model in GiB: drop them (for "
+             "that reading: schedsim memory SCENARIO -s NAME --memory-model ...)")
+    from schedsim.analysis.memory import MemoryModel
+    from schedsim.cli.workload import compare_workload
+
+    shared = {"chunks": o.chunks, "variant": o.variant, "comm_policy": o.comm_policy,
+              **key_values(o.param, "--param")}
+    return compare_workload(base, o.schedules, o.json_out, o.gantt,
+                            MemoryModel() if o.memory else None, shared=shared,
+                            source=str(o.scenario_arg or o.scenario), quiet=o.quiet)
+
+
 def _compare_other(base: Scenario, names: list[str] | None, model_overlap: str | None,
                    ranks: int, microbatches: int, mm: MemoryModel, json_out: Path | None,
-                   gantt: Path | None = None, memory: MemoryModel | None = None) -> None:
-    """``compare`` of a workload (step ms, tokens/s/GPU, GiB; ``gantt``, ``memory`` panels:
-    as plain ``compare`` draws them) or per ``--model-overlap`` mode (no --gantt)."""
-    if base.workload is not None:
-        from schedsim.cli.workload import compare_workload
-
-        plain = [n.strip() for n in names[0].split(",") if n.strip()] if names else None
-        return compare_workload(base, plain, json_out, gantt, memory)
+                   gantt: Path | None = None) -> None:
+    """``compare`` per ``--model-overlap`` mode (no --gantt)."""
     if gantt is not None:
         fail("compare --model-overlap draws no chart: drop --gantt and --memory")
     from schedsim.cli.collectives import print_overlap_comparison
@@ -474,8 +496,18 @@ def memory(
         fail_deadlock(tl, sc)
     from schedsim.cli.workload import print_memory_gib
 
-    if memory_model is None and fb_order is None and print_memory_gib(tl, json_out):
-        return          # a workload's timeline: bytes per rank in GiB
+    if memory_model is None and fb_order is None:
+        if print_memory_gib(tl, json_out):
+            return      # a workload's timeline: bytes per rank in GiB
+    elif getattr(tl, "workload", None):
+        from schedsim.cli.common import warn
+
+        flags = " and ".join(f for f, v in (("--memory-model", memory_model),
+                                             ("--fb-order", fb_order)) if v is not None)
+        warn(f"{flags} count{'s' if ' and ' not in flags else ''} activations in "
+             f"microbatches' worth, so this table is in those units, without the "
+             f"[workload]'s GiB per rank and HBM check (its byte model, the default: "
+             f"drop {flags} for it)")
     mm = MemoryModel.with_flags(sc.memory or None, memory_model, fb_order)
     peaks = peak_activation(tl, mm)
     params = param_memory(prog.placement if prog is not None else placement_of(tl))

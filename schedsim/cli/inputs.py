@@ -4,10 +4,10 @@ apart (:func:`timeline_input`) and gives both the same face (:func:`run_input`).
 
 A Timeline JSON is accepted where a scenario is (``schedsim stalls T.json``, ``align``,
 ``critical-path``, ``memory``): the positional argument is read as a Timeline when it ends
-in ``.json``. Its program is the one the timeline carries (field ``program``: replay and
-``import-trace`` write it) or the one given with ``--program FILE`` (its text; the
-timeline's placement, stages and microbatches are used); without either, the analyses
-that need a program say so. The scenario flags that would change the run (costs,
+in ``.json`` or is ``-`` (stdin). Its program is the one the timeline carries (field
+``program``: replay and ``import-trace`` write it) or the one given with ``--program
+FILE`` (its text; the timeline's placement, stages and microbatches are used); without
+either, the analyses that need a program say so. The scenario flags that would change the run (costs,
 semantics, schedule, ...) are refused: a timeline is a run already.
 """
 from __future__ import annotations
@@ -67,8 +67,10 @@ class TimelineInput:
 
 
 def is_timeline_path(path: Path | None) -> bool:
-    """Whether a command's positional input names a Timeline JSON (a ``.json`` file)."""
-    return path is not None and path.suffix.lower() == ".json"
+    """Whether a command's positional input names a Timeline JSON: a ``.json`` file, or
+    ``-`` (stdin, read by :func:`schedsim.util.inputs.read_input_bytes`: what
+    ``schedsim simulate --json -`` writes)."""
+    return path is not None and (path.suffix.lower() == ".json" or str(path) == "-")
 
 
 def placement_of(tl: Timeline) -> Placement:
@@ -147,17 +149,8 @@ def run_input(sc: Any, comm: CommModel | None = None) -> tuple[Program | None, T
 
 def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
                       ) -> tuple[Timeline, Any]:
-    """Simulate ``prog`` with the scenario's models (deadlocks returned, not raised);
-    with a ``[workload]`` also its :class:`~schedsim.workload.run.WorkloadResult` (None
-    without one or on a deadlock), whose summary the timeline carries as its
-    ``workload`` object."""
-    from schedsim.sim.simulate import simulate_run
+    """:func:`schedsim.scenario.simulate_scenario` (the one home of a scenario's run:
+    ``simulate`` and ``compare`` of a ``[workload]`` both run through it)."""
+    from schedsim.scenario import simulate_scenario as run
 
-    tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
-                              raise_on_deadlock=False)
-    d = sc.derived_workload(prog.placement)
-    if d is None or tl.deadlock is not None:
-        return tl, None
-    from schedsim.workload.run import result_of
-
-    return tl, result_of(d, tl, cp, st)
+    return run(prog, sc, comm)

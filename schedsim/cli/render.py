@@ -28,7 +28,8 @@ if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
 
 
 TimelineArg = Annotated[Path, typer.Argument(
-    help="Timeline JSON (from 'schedsim simulate --json' or a replay).")]
+    help="Timeline JSON (from 'schedsim simulate --json' or a replay); - reads it from "
+    "stdin.")]
 RenderOutOpt = Annotated[Path, typer.Option(
     "--out", "-o", "--gantt", help="Figure file (.png, .svg or .pdf); --gantt as in "
     "simulate.")]
@@ -81,11 +82,15 @@ def render(o: RenderOptions) -> None:
       schedsim render data.json --overlay rendezvous.json --out overlay.png
       schedsim render pred.json --overlay meas.json --threshold 5% --out o.png
       schedsim render dualpipe.json --out part.png --window 10:30 --show-ranks 0-3
+      schedsim simulate -s 1f1b -p 4 -m 8 --json - | schedsim render - -o g.png
     """
     from schedsim.timeline import Timeline
     from schedsim.plot import gantt, overlay as draw_overlay, save_figure
 
     check_figure_path(o.out)
+    if str(o.timeline) == "-" and o.overlay is not None and str(o.overlay) == "-":
+        raise ScenarioError("the timeline and --overlay are both '-': stdin holds one "
+                            "timeline; give the other as a file")
     if o.threshold is not None and o.overlay is None:
         raise ScenarioError("--threshold needs --overlay")
     with Phases(o.quiet) as ph:

@@ -65,7 +65,7 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
     data = sc.model_dump(exclude={"base_dir"}, exclude_none=True, exclude_unset=True)
     source = " ".join(f"--{k} {v}" for k, v in changes.items())   # what changed it
     data["workload"] = {**data["workload"], **changes}
-    return parse_scenario(data, source, sc.base_dir)
+    return parse_scenario(data, source, sc.base_dir, file=sc.source_file)
 
 
 def print_workload(res: Any) -> None:
@@ -264,20 +264,25 @@ def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None
                         outs.path(gantt))
 
 
-def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | None,
-                     gantt: Path | None = None, memory: Any = None) -> None:
+def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
+                     gantt: Path | None = None, memory: Any = None,
+                     shared: dict[str, Any] | None = None, source: str = "scenario",
+                     quiet: bool = False) -> None:
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
-    (or ``names``) simulated on the workload, each with the stages per rank its
+    (or ``names``, a ``--schedules`` list) run as ``simulate -s NAME`` runs it with the
+    same flags (``shared``: the generator and comm-policy flags;
+    :func:`schedsim.sweep.compare_workload_schedules`), each with the stages per rank its
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
     sizes or layers do not fit is skipped with the reason (none left: exit 2,
     :func:`schedsim.sweep.none_ran`). ``gantt``: one chart per schedule on one time axis
-    (``memory``, a memory model: a memory panel each, in GiB)."""
+    (``memory``, a memory model: a memory panel each, in GiB). ``quiet``: one line per
+    schedule (its step line, as ``simulate -q`` prints it, and its bubble ratio)."""
     from rich.table import Table
     from schedsim.sweep import compare_workload_schedules, none_ran
 
-    rows, skipped = compare_workload_schedules(sc, names)
+    rows, skipped = compare_workload_schedules(sc, names, shared, source=source)
     none_ran(len(rows), skipped, "on this [workload]")
     w = sc.workload_model()
     head = (f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
@@ -303,6 +308,15 @@ def compare_workload(sc: Scenario, names: list[str] | None, json_out: Path | Non
                   _peak(r.peak_memory_bytes, span),
                   *((_peak(r.peak_reserved_bytes, span),) if reserved else ()),
                   "yes" if r.fits else "NO")
-    console.print(t)
-    for n, why in skipped.items():
-        console.print(f"skipped {n}: {rich_escape(why)}", highlight=False, soft_wrap=True)
+    from schedsim.cli.tables import data_format, rows_only
+
+    if not quiet or data_format():          # -q --format csv|json: the rows alone
+        with rows_only(quiet):
+            console.print(t)
+            for n, why in skipped.items():
+                console.print(f"skipped {n}: {rich_escape(why)}", highlight=False,
+                              soft_wrap=True)
+    if quiet:
+        for n, r in rows:
+            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio {r.bubble_ratio:.3f}",
+                          highlight=False, soft_wrap=True)

@@ -70,6 +70,11 @@ def resolve_space(space: PlanSpace) -> Resolved:
             raise ScenarioError(f"--mem-limit must be a finite number of GiB > 0 (got "
                                 f"{space.mem_limit_gib})")
         limit = space.mem_limit_gib * GIB
+        from schedsim.workload.hardware import mem_limit_above_hbm
+
+        above = mem_limit_above_hbm(limit, gpu)     # the one rule (simulate's too)
+        if above is not None:
+            raise ScenarioError(f"--mem-limit {above}")
     else:
         limit = gpu.hbm_bytes - RESERVE_GIB * GIB
     return Resolved(space, model, gpu, seq, gbs, lists, limit, RESERVE_GIB)

@@ -83,17 +83,25 @@ def chunk_handles(kinds: Sequence[str], chunks: Sequence[int], nchunks: int,
     """Legend entries for the chunks (``word``: chunk or direction) of a figure: below 3
     chunks one grey shade per chunk; from 3 on one entry per kind and chunk, in the
     kind's shade with the chunk's hatch (these replace the kinds' own entries:
-    :func:`per_kind_chunks`)."""
+    :func:`per_kind_chunks`), each marked with its kind (``legend_row``) so that the
+    legend gives every kind a row and every chunk a column."""
     from matplotlib.patches import Patch
 
     if not per_kind_chunks(nchunks):
         return [Patch(facecolor=shade("#666666", c, nchunks), label=f"{word} {c}")
                 for c in chunks]
-    return [Patch(facecolor=shade(KIND_COLORS[k], c, nchunks), hatch=chunk_hatch(c, nchunks),
-                  edgecolor=CHUNK_HATCH_COLOR, linewidth=0,
-                  label=f"{KIND_NAMES[k]}, {word} {c}" if c == min(chunks) else
-                  f"{k} {word} {c}")
-            for k in kinds if k in KIND_COLORS for c in chunks]
+    out = []
+    for k in kinds:
+        if k not in KIND_COLORS:
+            continue
+        for c in chunks:
+            p = Patch(facecolor=shade(KIND_COLORS[k], c, nchunks),
+                      hatch=chunk_hatch(c, nchunks), edgecolor=CHUNK_HATCH_COLOR, linewidth=0,
+                      label=f"{KIND_NAMES[k]}, {word} {c}" if c == min(chunks) else
+                      f"{k} {word} {c}")
+            p.legend_row = k        # one legend row per kind (plot.gantt.legend_grid)
+            out.append(p)
+    return out
 
 
 def per_kind_chunks(nchunks: int) -> bool:

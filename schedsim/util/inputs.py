@@ -13,6 +13,9 @@
 - for text: bytes that are not UTF-8 (a leading byte-order mark is dropped) or a NUL
   byte (binary data, e.g. ``/proc/self/environ``).
 
+The path ``-`` is standard input (as an output's ``-`` is stdout): what is piped in,
+at most the ``file_mb`` limit; a terminal (nothing piped) is refused, not waited on.
+
 Every file read is noted as an input of the command (:func:`schedsim.util.files.note_input`),
 so an output on the same path is refused. :func:`loading` wraps a whole loader: any
 decoding, recursion, overflow or memory error left (TOML nested 5,000 deep, JSON nested
@@ -49,6 +52,10 @@ def read_input_bytes(path: str | Path, what: str = "input file", *,
     from schedsim.util.files import note_input
     from schedsim.util.limits import check, current
 
+    if os.fspath(path) == STDIN:
+        data = _read_stdin(what)
+        return _gunzip(data, "<stdin>", current().file_bytes) \
+            if gzip and data[:2] == b"\x1f\x8b" else data
     if "\x00" in os.fspath(path):
         raise InputError(f"{_shown(path)}: a file name with a NUL byte; give the {what}'s "
                          f"path")
@@ -89,6 +96,51 @@ def read_input_bytes(path: str | Path, what: str = "input file", *,
     note_input(path)
     if gzip and data[:2] == b"\x1f\x8b":
         data = _gunzip(data, p, cap)
+    return data
+
+
+#: the input path that means standard input (as an output ``-`` means stdout)
+STDIN = "-"
+
+
+def _read_stdin(what: str) -> bytes:
+    """The bytes piped to standard input, for an input given as ``-``: at most the
+    ``file_mb`` limit; refused (one line) when stdin is a terminal (nothing piped: reading
+    would wait for typing) or closed."""
+    import sys
+
+    from schedsim.util.limits import check, current
+
+    stream = sys.stdin
+    if stream is None or getattr(stream, "closed", False):
+        raise InputError(f"-: stdin is closed; pipe the {what} in or give its file name")
+    try:
+        tty = stream.isatty()
+    except (OSError, ValueError):
+        tty = False
+    if tty:
+        raise InputError(f"-: stdin is a terminal; pipe the {what} in "
+                         f"(cat FILE | schedsim ... -) or give its file name")
+    cap = current().file_bytes
+    raw = getattr(stream, "buffer", stream)
+    parts: list[bytes] = []
+    size = 0
+    try:        # in pieces: read(cap + 1) would allocate the whole cap at once
+        while size <= cap:
+            piece = raw.read(min(65536, cap + 1 - size))
+            if not piece:
+                break
+            piece = piece.encode("utf-8") if isinstance(piece, str) else piece
+            parts.append(piece)
+            size += len(piece)
+    except (OSError, ValueError) as e:
+        raise InputError(f"-: cannot read the {what} from stdin ({e})") from None
+    data = b"".join(parts)
+    if not data:
+        raise InputError(f"-: stdin is empty; pipe the {what} in (cat FILE | schedsim "
+                         f"... -) or give its file name")
+    if len(data) > cap:
+        check("file_mb", cap // (1024 * 1024) + 1, f"stdin (more than {cap:,} bytes)")
     return data
 
 

@@ -205,3 +205,30 @@ def gpu_preset(name: str | Hardware, **overrides: Any) -> Hardware:
                                 f"{_key_hint(str(err['loc'][0]))} (keys: "
                                 f"{', '.join(Hardware.model_fields)})") from None
         raise ScenarioError(f"gpu {base['name']}: {describe_error(err)}") from None
+
+
+def mem_limit_above_hbm(nbytes: float, gpu: Hardware) -> str | None:
+    """Why a memory limit of ``nbytes`` per GPU is refused on ``gpu``, or None: a limit
+    above the GPU's HBM would pass layouts and plans whose peak cannot fit the GPU
+    (``plan --mem-limit 500GiB`` recommended an 83.4 GiB peak on an 80 GiB H100), so
+    ``plan --mem-limit``, ``simulate --mem-limit`` and ``[schedule] mem_limit`` with a
+    ``[workload]`` all refuse it by this one rule. The text reads after the flag or key
+    (``500 GiB is above the h100-sxm's 80 GiB; give at most 80GiB``), the suggestion
+    one that is at most the HBM as typed."""
+    hbm = gpu.hbm_bytes
+    if not nbytes > hbm:
+        return None
+    import math
+
+    from schedsim.util.units import fmt_gib_pair, fmt_time
+
+    if hbm % GiB == 0:
+        most = f"{int(hbm // GiB)}GiB"
+    elif hbm % 10 ** 9 == 0:
+        most = f"{int(hbm // 10 ** 9)}GB"
+    else:       # 4 significant digits rounded down (fmt_time's), so the suggestion passes
+        v = hbm / GiB
+        d = 10 ** max(0, 4 - len(str(int(v))))
+        most = f"{fmt_time(math.floor(v * d) / d)}GiB"
+    given, has = fmt_gib_pair(nbytes, hbm)      # (two sizes that differ never read alike)
+    return f"{given} is above the {gpu.name}'s {has}; give at most {most}"

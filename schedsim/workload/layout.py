@@ -46,7 +46,8 @@ Recompute = Literal["none", "selective", "full"]
 #: every rule :meth:`Workload.check` applies (``WorkloadError.rule``)
 RULES = ("heads % tp", "kv_heads % tp", "experts % ep", "ep divides tp x dp",
          "layers fill pp x chunks stages", "global_batch_size % (micro_batch_size x dp)",
-         "tp within a node", "gpus = tp x cp x dp x pp", "cp not built", "seq % tp",
+         "tp within a node", "gpus = tp x cp x dp x pp", "gpus % (tp x cp x pp)",
+         "cp not built", "seq % tp",
          "layout", "gemm dtype on gpu", "moe needs ep", "sizes")
 
 #: the largest sizes a training step has (a validation, not a work limit: above these a
@@ -258,11 +259,17 @@ class Workload(BaseModel):
         need(self.cp == 1, "cp not built", f"cp = {self.cp}: context parallelism is not "
              f"built in the workload model; use cp = 1")
         if self.num_gpus is not None:
-            mp = tp * self.cp * self.pp
-            need(self.num_gpus % mp == 0 and (self.dp is None or self.num_gpus == mp * dp),
-                 "gpus = tp x cp x dp x pp", f"num_gpus = {self.num_gpus} is not tp x cp x "
-                 f"dp x pp = {tp} x {self.cp} x {dp} x {self.pp}: change num_gpus or the "
-                 f"degrees")
+            # the message names the degrees given: dp only when it was (else the GPUs
+            # leave it, and the rule is that they divide into the others)
+            n, mp = self.num_gpus, tp * self.cp * self.pp
+            degrees = f"tp {tp}" + (f" x cp {self.cp}" if self.cp != 1 else "") + \
+                f" x pp {self.pp}"
+            if self.dp is None:
+                need(n % mp == 0, "gpus % (tp x cp x pp)", f"{n} GPUs is not a multiple of "
+                     f"{degrees} = {mp}: change the GPUs or the degrees")
+            else:
+                need(n == mp * dp, "gpus = tp x cp x dp x pp", f"{n} GPUs is not {degrees} "
+                     f"x dp {dp} = {mp * dp}: change the GPUs or the degrees")
         need(m.num_attention_heads % tp == 0, "heads % tp",
              f"{m.num_attention_heads} attention heads do not split over tp = {tp}: pick a "
              f"tp that divides them")

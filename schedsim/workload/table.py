@@ -192,6 +192,11 @@ def size_mem_limit(sc: Any, flags: dict[tuple[str, str], str] | None = None
         refuse(f"{text} is bytes per GPU, which only a scenario's [workload] (model and "
                f"GPU) converts to microbatches' activations; without one give a number of "
                f"microbatches (e.g. 4)")
+    from schedsim.workload.hardware import mem_limit_above_hbm
+
+    above = mem_limit_above_hbm(nbytes, w.gpu)      # the one rule (plan's too)
+    if above is not None:
+        refuse(above)
     try:
         return planner_memory(w, sc.schedule.name, sc.schedule.generator_params(), nbytes)
     except WorkloadError as e:
@@ -272,3 +277,43 @@ def planner_memory(w: Workload, schedule_name: str, params: dict[str, Any],
                             f"than one microbatch's activations ({fmt_gib(act)}): give "
                             f"more memory, or a number of microbatches")
     return PlannerMemory(limit, (1, -(1 - frac), -frac), tuple(x[0] for x in rows))
+
+
+def schedule_sizes_hint(w: Workload, name: str, params: dict[str, Any]) -> str | None:
+    """What to change in the ``[workload]`` when schedule ``name``'s generator refuses the
+    ranks and microbatches it sets (``ranks = pp``, ``microbatches = global_batch_size /
+    (micro_batch_size x dp)``): the smallest ``global_batch_size`` whose microbatches the
+    generator takes at the same ``pp`` (each count above the workload's tried in turn, a
+    refusal costs nothing: the generators check their sizes first), else the settings
+    that decide the sizes. ``params``: the generator's parameters as the program was
+    built with them. The text follows the generator's own reason after ``; ``. None
+    when the generator takes these sizes (the refusal is a parameter's, or the comm
+    policy's)."""
+    from schedsim.errors import LimitError, ScheduleError
+    from schedsim.generators import generate, generated_stages, get
+    from schedsim.util.limits import check_program_size
+
+    gen = get(name)
+    own = {k: v for k, v in params.items() if k in gen.accepted()}
+    stages = generated_stages(gen, w.pp, own)
+    m, per, dp = w.microbatches, w.micro_batch_size * w.data_parallel, w.data_parallel
+
+    def takes(k: int) -> bool:
+        try:        # (a count above the work limits is not built to be tried)
+            check_program_size(name, ranks=w.pp, microbatches=k, stages=stages)
+            generate(name, w.pp, k, **own)
+        except (ScheduleError, LimitError):
+            return False
+        return True
+
+    sets = (f"[workload] sets ranks = pp = {w.pp} and microbatches = global_batch_size / "
+            f"(micro_batch_size x dp) = {w.global_batch_size} / ({w.micro_batch_size} x "
+            f"{dp}) = {m}")
+    if takes(m):            # not the sizes (a parameter, the comm policy): no size hint
+        return None
+    tries = list(range(m + 1, m + 1 + max(64, 4 * w.pp))) + [m * 2 ** i for i in range(1, 5)]
+    need = next((k for k in sorted(set(tries)) if takes(k)), None)
+    if need is None:
+        return f"{sets}: change pp"
+    return (f"{sets}: raise global_batch_size to >= {need * per} ({need} microbatches)"
+            f"{' or lower micro_batch_size' if w.micro_batch_size > 1 else ''}, or change pp")
