@@ -68,7 +68,7 @@ def test_peak_and_hbm_at_one_precision(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
     r = run("simulate", write(tmp_path, small), "-q", "--json", out)
     assert r.exit_code == 0, r.output
-    assert ("peak 27.54 GiB of 25.15 GiB (does NOT fit (27.54 GiB > 25.15 GiB))"
+    assert ("peak 27.54 GiB of 25.15 GiB (does NOT fit: 27.54 GiB > 25.15 GiB)"
             in " ".join(r.output.split())), r.output
     r = run("memory", out)
     assert r.exit_code == 0 and "peak 27.54 GiB of 25.15 GiB HBM: does NOT fit" in " ".join(

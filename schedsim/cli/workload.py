@@ -88,7 +88,7 @@ def print_workload(res: Any) -> None:
         top = rp[r] if rp else m.peak          # the headroom of what runs out
         t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
-            m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
+            m.peak_activations, res.peak_memory_bytes[r], *((rp[r],) if rp else ()))),
             num(m.peak_at, fmt_time(m.peak_at)),
             num((res.hbm_bytes - top) / GIB, gib_number(res.hbm_bytes - top)))
     console.print(t)
@@ -110,6 +110,8 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
         return False
     hbm = float(tl.workload["hbm_bytes"])
     rp = tl.workload.get("peak_reserved_bytes")
+    # with the allocator's replay, the allocated peaks of its stream (beside its reserved)
+    peaks = tl.workload["peak_memory_bytes"] if rp else [m.peak for m in mem]
     if json_out is not None:
         from schedsim.util.files import atomic_write_text
 
@@ -117,7 +119,7 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
             "unit": "bytes", "hbm_bytes": hbm,
             "ranks": [{"rank": r, "static": m.static, "held": m.held,
                        "peak_activations": m.peak_activations,
-                       "peak": m.peak, "peak_at_ms": m.peak_at,
+                       "peak": peaks[r], "peak_at_ms": m.peak_at,
                        **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
@@ -131,12 +133,12 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
         t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
-            m.static, m.held, m.peak_activations, m.peak, *((rp[r],) if rp else ()))),
+            m.static, m.held, m.peak_activations, peaks[r], *((rp[r],) if rp else ()))),
             num(m.peak_at, fmt_time(m.peak_at)), num((hbm - top) / GIB, gib_number(hbm - top)))
     console.print(t)
     from schedsim.util.units import fmt_gib_pair
 
-    worst = max(m.peak for m in mem)
+    worst = max(peaks)
     top = max(rp) if rp else worst
     verdict = "fits" if top <= hbm else "does NOT fit"
     top_text, hbm_text = fmt_gib_pair(top, hbm)

@@ -9,7 +9,9 @@ segments stay cached across steps), until a step leaves the cache as it found it
 reads in the steady state. Each step ends with the optimizer's step (its moments created
 at the first, as ``torch.optim`` does) and then the next step's start frees the sharded gradients (``zero_grad``) and what torch
 pipelining kept (``clear_runtime_states``). A request that does not fit
-even after the cache is released is out of memory: the rank does not fit.
+even after the cache is released is out of memory: the rank does not fit, the failed
+request is recorded (:class:`ReservedMemory` ``oom_*``) and the rank's peaks are those
+of the same stream replayed without a capacity, so reserved never reads below allocated.
 
 Per stage the microbatches' kept tensors and W-stashes are matched FIFO (a stage runs
 its backwards in its forwards' order). Units: bytes. Plain Python + numpy.
@@ -23,18 +25,26 @@ from typing import Any
 import numpy as np
 
 from schedsim.workload.hardware import DTYPE_BYTES
-from schedsim.workload.allocator import CachingAllocator, OutOfMemory, round_size, segment_size
+from schedsim.workload.allocator import CachingAllocator, OutOfMemory
 from schedsim.workload.tensors import _B, _BW, _F, _FB, _W, MAX_EVENTS, StageBlocks, _split, stage_blocks
 
 
 @dataclass(frozen=True)
 class ReservedMemory:
-    """One rank's allocator figures (bytes): ``peak_reserved`` (segments; for an
-    out-of-memory rank, what it had reserved plus the segment it could not get),
+    """One rank's allocator figures (bytes), all from one replay of the rank's stream, so
+    ``peak_reserved >= peak_allocated >= peak_requested``: ``peak_reserved`` (segments),
     ``peak_allocated`` (blocks handed out), ``peak_requested`` (the tensors' bytes as
     asked: the aggregated model's peak), ``segments`` (at the end), ``oom``, ``steps``
     (the steps run) and ``end_requested`` (the bytes still allocated after the last step:
-    the static blocks and receive buffers alone, every step's block being freed)."""
+    the static blocks and receive buffers alone, every step's block being freed).
+
+    ``oom``: a request fitted in no cached block and no new segment within the HBM, even
+    after the cache was released; ``oom_step`` (1-based; 0: in the static blocks and receive
+    buffers, before the first step), ``oom_request`` (bytes asked),
+    ``oom_reserved`` and ``oom_allocated`` (at that moment) say where. The peaks are then
+    those of the same stream replayed without a capacity: what the steps would reserve and
+    allocate (the capped replay stops at the failed request, so its peaks would count part
+    of the stream only)."""
 
     peak_reserved: float
     peak_allocated: float
@@ -43,6 +53,10 @@ class ReservedMemory:
     oom: bool
     steps: int = 0
     end_requested: float = 0.0
+    oom_step: int = 0
+    oom_request: float = 0.0
+    oom_reserved: float = 0.0
+    oom_allocated: float = 0.0
 
 
 class _Rank:
@@ -263,33 +277,55 @@ def reserved_run(d: Any, ranks: int, rank: Any, kind: Any, stage: Any, bkind: An
             for k, s in ((kind[i], stage[i]), (bkind[i], bstage[i])):
                 if k in (_B, _W, _BW) and (s not in last or end[i] >= end[last[s]]):
                     last[int(s)] = int(i)
-        a = CachingAllocator(cap, expandable)
-        r = _Rank(a, blocks)
-        oom, ran = False, 0
-        try:
-            _static(r, d, q, sorted({int(s) for s in stage[ops]}))
-            seen, ran = None, 0
-            for _ in range(steps):
-                ran += 1
-                for i in ops:
-                    _run_op(r, int(kind[i]), int(stage[i]), int(bkind[i]), int(bstage[i]))
-                    for s in {int(stage[i]), int(bstage[i])}:
-                        if last.get(s) == i:
-                            r.last_backward(s)
-                r.optimizer_step()
-                r.step_end()
-                now = (a.peak_reserved, a.reserved, a.segments, a.releases)
-                if now == seen:          # the cache reached its steady state
-                    break
-                seen = now
-        except OutOfMemory as e:
-            oom = True
-            a.peak_reserved = max(a.peak_reserved,
-                                  e.reserved + segment_size(round_size(e.request)))
-        out.append(ReservedMemory(float(a.peak_reserved), float(a.peak_allocated),
-                                  float(a.peak_requested), a.segments, oom, ran,
-                                  float(a.requested)))
+        stages_q = sorted({int(s) for s in stage[ops]})
+
+        cols = (kind, stage, bkind, bstage)
+        a, ran, e = _replay(d, blocks, q, ops, cols, last, stages_q, steps, cap, expandable)
+        if e is None:
+            out.append(ReservedMemory(float(a.peak_reserved), float(a.peak_allocated),
+                                      float(a.peak_requested), a.segments, False, ran,
+                                      float(a.requested)))
+            continue
+        # out of memory: the peaks of the whole stream (uncapped), the failure beside them
+        u, uran, _ = _replay(d, blocks, q, ops, cols, last, stages_q, steps, None,
+                             expandable)
+        out.append(ReservedMemory(float(u.peak_reserved), float(u.peak_allocated),
+                                  float(u.peak_requested), u.segments, True, uran,
+                                  float(u.requested), ran, float(e.request),
+                                  float(e.reserved), float(e.allocated)))
     return out
+
+
+def _replay(d: Any, blocks: list[StageBlocks], q: int, ops: Any, cols: tuple[Any, ...],
+            last: dict[int, int], stages: list[int], steps: int, capacity: int | None,
+            expandable: bool) -> tuple[CachingAllocator, int, OutOfMemory | None]:
+    """Rank ``q``'s static blocks, then up to ``steps`` steps of its ``ops`` (indices into
+    ``cols`` = kind, stage, bkind, bstage; ``last``: per stage the op ending its last
+    backward) through one allocator of ``capacity``; returns it, the steps begun and the
+    :class:`OutOfMemory` that stopped it (None)."""
+    kind, stage, bkind, bstage = cols
+    a = CachingAllocator(capacity, expandable)
+    r = _Rank(a, blocks)
+    ran = 0
+    try:
+        _static(r, d, q, stages)
+        seen = None
+        for _ in range(steps):
+            ran += 1
+            for i in ops:
+                _run_op(r, int(kind[i]), int(stage[i]), int(bkind[i]), int(bstage[i]))
+                for s in {int(stage[i]), int(bstage[i])}:
+                    if last.get(s) == i:
+                        r.last_backward(s)
+            r.optimizer_step()
+            r.step_end()
+            now = (a.peak_reserved, a.reserved, a.segments, a.releases)
+            if now == seen:          # the cache reached its steady state
+                break
+            seen = now
+    except OutOfMemory as e:
+        return a, ran, e
+    return a, ran, None
 
 
 def _run_op(r: _Rank, kind: int, stage: int, bkind: int, bstage: int) -> None:

@@ -161,20 +161,30 @@ def memory_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[RankMemor
 
 def reserved_bytes(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[float] | None:
     """Per rank, the caching allocator's peak reserved bytes over the run ``(cp, st)``
-    (:func:`schedsim.workload.reserved.reserved_run`, with expandable segments under
-    ``allocator = "expandable"``); None when the workload's ``allocator`` is ``none`` or the run has too many allocations to replay
-    (:data:`schedsim.workload.tensors.MAX_EVENTS`). A rank out of memory reports at
-    least the HBM plus one byte."""
+    (:func:`allocator_run`); None without a replay. A rank out of memory reports its
+    uncapped replay's peak, at least the HBM plus one byte."""
+    rr = allocator_run(cp, st, d)
+    return None if rr is None else _reserved_of(rr, d)
+
+
+def _reserved_of(rr: Any, d: DerivedWorkload) -> list[float]:
+    hbm = float(d.workload.gpu.hbm_bytes)
+    return [max(r.peak_reserved, hbm + 1) if r.oom else r.peak_reserved for r in rr]
+
+
+def allocator_run(cp: Compiled, st: RunState, d: DerivedWorkload) -> list[Any] | None:
+    """Per rank, the :class:`~schedsim.workload.reserved.ReservedMemory` of the run
+    ``(cp, st)`` (:func:`schedsim.workload.reserved.reserved_run`, with expandable
+    segments under ``allocator = "expandable"``): reserved and allocated peaks of one
+    stream, and where a rank ran out of memory; None when the workload's ``allocator`` is
+    ``none`` or the run has too many allocations to replay
+    (:data:`schedsim.workload.tensors.MAX_EVENTS`)."""
     model = d.workload.allocator_model
     if model == "none":
         return None
     from schedsim.workload.reserved import reserved_run
 
-    rr = reserved_run(d, cp.ranks, *_run_columns(cp, st), expandable=model == "expandable")
-    if rr is None:
-        return None
-    hbm = float(d.workload.gpu.hbm_bytes)
-    return [max(r.peak_reserved, hbm + 1) if r.oom else r.peak_reserved for r in rr]
+    return reserved_run(d, cp.ranks, *_run_columns(cp, st), expandable=model == "expandable")
 
 
 def peak_bytes(d: DerivedWorkload, program: Any) -> list[float]:
@@ -200,11 +210,16 @@ class WorkloadResult:
     (makespan + step boundary), ``makespan_ms``, ``step_boundary_ms``,
     ``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_step``, ``mfu``,
     ``peak_flops`` (per-GPU FLOP/s MFU is measured against), ``peak_memory_bytes`` (per
-    pipeline rank, the tensors' bytes: torch's allocated), ``memory`` (:class:`RankMemory`
+    pipeline rank, the tensors' bytes: torch's allocated; where the allocator is replayed,
+    the replay's peak of the bytes asked, from the stream its reserved peak comes from,
+    else the byte model's, ``memory``'s ``peak``; the two agree but where the stream's
+    order differs: :mod:`schedsim.workload.tensors`), ``memory`` (:class:`RankMemory`
     per rank), ``hbm_bytes``, ``fits`` (the reserved peaks within HBM where they are
     computed, else the allocated ones), ``bubble_ratio``, ``timeline``, ``derived``,
     ``peak_reserved_bytes`` (per pipeline rank, the caching allocator's segments:
-    :func:`reserved_bytes`; None without)."""
+    :func:`reserved_bytes`; None without), ``allocator`` (per pipeline rank, the replay's
+    :class:`~schedsim.workload.reserved.ReservedMemory`, out-of-memory ranks included:
+    :func:`allocator_run`; None without)."""
 
     step_ms: float
     makespan_ms: float
@@ -222,6 +237,7 @@ class WorkloadResult:
     timeline: Timeline = field(repr=False)
     derived: DerivedWorkload = field(repr=False)
     peak_reserved_bytes: list[float] | None = None
+    allocator: list[Any] | None = field(repr=False, default=None)
 
     def summary(self) -> dict[str, Any]:
         """The Timeline JSON's ``workload`` object (docs/formats.md)."""
@@ -248,14 +264,28 @@ class WorkloadResult:
     def line(self) -> str:
         """One line: step ms, tokens/s/GPU, MFU, peak GiB (the worst rank; allocated,
         and reserved where computed) of the HBM, at one precision
-        (:func:`~schedsim.util.units.fmt_gib_pair`), and the fit."""
+        (:func:`~schedsim.util.units.fmt_gib_pair`), and the fit in one clause: where
+        the allocator ran out of memory, the first such rank, the bytes it asked and
+        what it had reserved then."""
         from schedsim.util.units import fmt_gib, fmt_gib_pair, with_unit
 
         peak = max(self.peak_memory_bytes)
         rp = self.peak_reserved_bytes
         worst = peak if rp is None else max(rp)
         worst_text, hbm = fmt_gib_pair(worst, self.hbm_bytes)
-        fit = "fits" if self.fits else f"does NOT fit ({worst_text} > {hbm})"
+        oom = [(q, r) for q, r in enumerate(self.allocator or ()) if r.oom]
+        if self.fits:
+            fit = "fits"
+        elif oom:
+            q, r = oom[0]
+            n = len(self.allocator or ())
+            more = f"; {len(oom)} of {n} ranks out of memory" if len(oom) > 1 else ""
+            where = f"step {r.oom_step}" if r.oom_step else "its static state"
+            fit = (f"does NOT fit: rank {q} out of memory in {where}, "
+                   f"{fmt_gib(r.oom_request)} asked with {fmt_gib(r.oom_reserved)} "
+                   f"reserved{more}")
+        else:
+            fit = f"does NOT fit: {worst_text} > {hbm}"
         res = "" if rp is None else f" allocated, {worst_text} reserved,"
         peak_text = worst_text if rp is None else fmt_gib(peak)
         return (f"step {with_unit(self.step_ms, 'ms')}, "
@@ -272,13 +302,16 @@ def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> W
     gpus = w.gpus
     tps = d.tokens_per_step / (step / 1e3) / gpus if step > 0 else 0.0
     mfu = d.model_flops_per_step / (step / 1e3 * gpus * d.peak_flops) if step > 0 else 0.0
-    peaks = [m.peak for m in mem]
-    reserved = reserved_bytes(cp, st, d)
+    rr = allocator_run(cp, st, d)
+    # allocated and reserved from one stream where it is replayed (reserved >= allocated
+    # per rank); the byte model's peaks otherwise
+    peaks = [m.peak for m in mem] if rr is None else [r.peak_requested for r in rr]
+    reserved = None if rr is None else _reserved_of(rr, d)
     worst = max(peaks if reserved is None else reserved)
     res = WorkloadResult(step, tl.makespan, d.step_boundary_ms, d.tokens_per_step, tps,
                          d.model_flops_per_step, mfu, d.peak_flops, peaks, mem,
                          w.gpu.hbm_bytes, worst <= w.gpu.hbm_bytes,
-                         tl.bubble_ratio(), tl, d, reserved)
+                         tl.bubble_ratio(), tl, d, reserved, rr)
     tl.workload = res.summary()        # the Timeline JSON's optional workload object
     return res
 
@@ -364,6 +397,6 @@ def calibrate_efficiency(workload: Workload, schedule_name: str, step_ms: float,
     return hi
 
 
-__all__ = ["calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes",
+__all__ = ["allocator_run", "calibrate_efficiency", "RankMemory", "WorkloadResult", "memory_run", "peak_bytes",
            "reserved_bytes", "result_of",
            "simulate_workload", "workload_program", "WorkloadError"]
