@@ -115,7 +115,8 @@ def critical_path(sc: Scenario) -> CriticalPath:
     G = build_graph(tl, prog, sc.link, sc.comm, compiled=gi)
     path = path_of(G)
     sl = slack_values(G)
-    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl))
+    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl),
+                                unit=tl.unit)
     return CriticalPath(tl.makespan, path, op_slack(G), head, route)
 
 

@@ -81,3 +81,20 @@ class DeadlockError(SchedsimError):
     def __init__(self, message: str, timeline: Any = None) -> None:
         super().__init__(message)
         self.timeline = timeline
+
+
+def file_message(source: str | None, text: str) -> str:
+    """``text`` starting with ``source: `` (a scenario file's name, or what the scenario
+    was read from), once: the one home of that prefix (None: ``text`` as it is)."""
+    if not source or text.startswith(f"{source}:"):
+        return text
+    return f"{source}: {text}"
+
+
+def in_file(e: SchedsimError, file: str | None) -> SchedsimError:
+    """``e`` (the same exception, its type and fields kept) with its message starting with
+    the scenario ``file``'s name (:func:`file_message`); a flag's error (it names the
+    flag), an input file's (it names that file) and a work limit's stay as they are."""
+    if file and not isinstance(e, (FlagError, InputError, LimitError)) and e.args:
+        e.args = (file_message(file, str(e)), *e.args[1:])
+    return e

@@ -65,11 +65,12 @@ from pydantic import (
     model_validator,
 )
 
-from schedsim.errors import ScenarioError, ScheduleError, SchedsimError
+from schedsim.errors import ScenarioError, ScheduleError, SchedsimError, file_message, in_file
 from schedsim.program.ir import Placement, Program
 from schedsim.program.text_file import load_program_file, program_from_rows  # noqa: F401
 from schedsim.sim.costs import CommModel, CostModel, LinkModel
 from schedsim.program.stage_graph import StageGraph, shape_program
+from schedsim.scenario_schedule import ScheduleSection
 from schedsim.sim.stage_model import StageModel
 
 if TYPE_CHECKING:   # for annotations; imported where used (no [model]: no overlap scheduler)
@@ -79,70 +80,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class ScheduleSection(BaseModel):
-    """``[schedule]``: a generator name and its parameters, or a file to load."""
-
-    model_config = ConfigDict(extra="allow", defer_build=True)
-
-    name: str | None = None
-    ranks: int | None = Field(default=None, ge=1)
-    microbatches: int | None = Field(default=None, ge=1)
-    comm_policy: str | None = None
-    program: str | None = None
-    schedule_file: str | None = None
-    placement: str | None = None
-    stages: int | None = Field(default=None, ge=1)
-
-    def generator_params(self) -> dict[str, Any]:
-        """Generator and policy parameters (``max_batch_ops``: any program's, below)."""
-        return {k: v for k, v in (self.model_extra or {}).items() if k != "max_batch_ops"}
-
-    def check_keys(self, flags: dict[tuple[str, str], str] | None = None) -> None:
-        """Refuse a key that neither this table, the generator ``name`` nor the comm
-        policy (``comm_policy``, default ``async``) takes, as a :class:`ScenarioError`
-        naming it with the closest key (``microbatchs`` -> ``microbatches``) and the keys
-        taken; a :class:`~schedsim.errors.FlagError` naming the flag when a command-line
-        flag set it (``flags``: ``(table, key)`` -> the flag's field name, ``param`` for
-        ``--param``). A key another policy takes, or another tool's name for one of ours, is left
-        to :func:`~schedsim.generators.build_program`, whose message says which; so is an
-        unknown schedule or policy name."""
-        extra = [k for k in (self.model_extra or {}) if k != "max_batch_ops"]
-        if not extra:
-            return
-        from schedsim.errors import ScheduleError
-        from schedsim.generators import foreign_key_hint, get
-        from schedsim.program.lower import get_policy, policy_of_param
-
-        try:
-            pol = list(get_policy(self.comm_policy or "async").params)
-            gen = [k for k in get(self.name).accepted() if k not in ("costs", "link")] \
-                if self.name else []
-        except ScheduleError:
-            return
-        taken = set(gen) | set(pol)
-        bad = [k for k in extra
-               if k not in taken and not policy_of_param(k) and foreign_key_hint(k) is None]
-        if not bad:
-            return
-        from schedsim.util.suggest import did_you_mean
-
-        k = bad[0]
-        own = [f for f in type(self).model_fields] + ["max_batch_ops"]
-        policy = f"comm policy {self.comm_policy or 'async'!r}"
-        who, takes = ((f"schedule {self.name!r}", f"{', '.join(gen) or 'none'}; {policy}: "
-                       f"{', '.join(pol) or 'none'}") if self.name else
-                      (policy, ", ".join(pol) or "none"))
-        why = f"{who} takes no parameter {k!r} (it takes: {takes}; the table: {', '.join(own)})"
-        flag = (flags or {}).get(("schedule", k))
-        if flag is not None:
-            from schedsim.errors import FlagError
-
-            raise FlagError(flag, (f"{k}{did_you_mean(k, own + gen + pol)}: " if flag ==
-                                   "param" else "") + why)
-        raise ScenarioError(f"[schedule] unknown key {k!r}{did_you_mean(k, own + gen + pol)}"
-                            f": {why}")
 
 
 class Scenario(BaseModel):
@@ -406,7 +343,7 @@ def simulate_scenario(prog: Program, sc: Any, comm: CommModel | None = None
     :class:`~schedsim.workload.run.WorkloadResult` (None without one or on a deadlock),
     whose summary the timeline carries as its ``workload`` object. What ``simulate``
     runs, and ``compare`` of a workload for each schedule
-    (:func:`schedsim.sweep.compare_workload_schedules`)."""
+    (:func:`schedsim.sweep_workload.compare_workload_schedules`)."""
     from schedsim.sim.simulate import simulate_run
 
     tl, cp, st = simulate_run(prog, sc.costs, sc.link, comm or sc.comm,
@@ -430,25 +367,6 @@ def _no_policy_params(params: dict[str, Any], path: Path) -> None:
         raise ScenarioError(f"{path.name} has its own sends/recvs, so no comm policy lowers "
                             f"it and {', '.join(sorted(params))} would do nothing: drop "
                             f"them, or add --comm-policy to re-lower its compute order")
-
-
-def file_message(source: str | None, text: str) -> str:
-    """``text`` starting with ``source: `` (a scenario file's name, or what the scenario
-    was read from), once: the one home of that prefix (None: ``text`` as it is)."""
-    if not source or text.startswith(f"{source}:"):
-        return text
-    return f"{source}: {text}"
-
-
-def in_file(e: SchedsimError, file: str | None) -> SchedsimError:
-    """``e`` (the same exception, its type and fields kept) with its message starting with
-    the scenario ``file``'s name (:func:`file_message`); a flag's error (it names the
-    flag), an input file's (it names that file) and a work limit's stay as they are."""
-    from schedsim.errors import FlagError, InputError, LimitError
-
-    if file and not isinstance(e, (FlagError, InputError, LimitError)) and e.args:
-        e.args = (file_message(file, str(e)), *e.args[1:])
-    return e
 
 
 def parse_scenario(data: dict[str, Any], source: str = "scenario",

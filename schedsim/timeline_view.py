@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from schedsim.util.units import fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, with_unit
 
 #: the function drawing a Timeline as PNG bytes (set by :mod:`schedsim.plot`)
 PNG_VIEW: list[Callable[[Any], bytes] | None] = [None]
@@ -19,7 +19,7 @@ class NotebookViews:
                else f"{self.semantics} semantics")
         end = ("DEADLOCK" if self.deadlock is not None else
                f"makespan {with_unit(self.makespan, self.unit)}, bubble "
-               f"{self.bubble_ratio():.3f}")
+               f"{fmt_bubble(self.bubble_ratio())}")
         return (f"<Timeline {self.schedule}: {self.ranks} ranks x {self.microbatches} "
                 f"microbatches, {how}, {end}>")
 
@@ -31,7 +31,7 @@ class NotebookViews:
 
         rows = "".join(f"<tr><td>{r.rank}</td><td>{fmt_time(r.busy)}</td>"
                        f"<td>{fmt_time(r.idle)}</td>"
-                       f"<td>{r.bubble_ratio:.3f}</td></tr>" for r in self.per_rank)
+                       f"<td>{fmt_bubble(r.bubble_ratio)}</td></tr>" for r in self.per_rank)
         return (f"<p><b>{escape(repr(self)[1:-1])}</b></p><table><tr><th>rank</th>"
                 f"<th>busy</th><th>idle</th><th>bubble ratio</th></tr>{rows}</table>")
 

@@ -47,7 +47,8 @@ def test_critical_path_json(tmp_path: Path) -> None:
     assert len(d["slack"]) == 32 * 2 and min(s["slack"] for s in d["slack"]) == 0
     first = r.stdout.splitlines()[0]
     assert first.startswith("critical path of 1f1b: 4 ranks x 8 microbatches, data "
-                            "semantics: makespan 33 = 33 compute + 0 waiting along 22 ops "
+                            "semantics: makespan 33 slots = 33 slots compute + 0 slots "
+                            "waiting along 22 ops "
                             "on the path over 4 ranks")
     r = runner.invoke(app, ["critical-path", str(SCHEDULES / "crossed-sends.toml")])
     assert r.exit_code == 3

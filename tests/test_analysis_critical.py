@@ -126,16 +126,16 @@ def test_critical_path_headline_and_runs_of_ops() -> None:
     tl = simulate(prog, CostModel(F=1, BW=2))
     path = critical_path(build_graph(tl, prog))
     assert path_headline(path, tl.makespan, 52, 64) == [
-        "makespan 33 = 33 compute + 0 waiting along 22 ops on the path over 4 ranks; "
-        "52 of 64 ops have zero slack",
-        "route: 0F0@r0 -> 1F0@r1 -> 2F0@r2 -> r3: 16 ops 3F0..3BW7 [3,27] -> 2BW7@r2 -> "
+        "makespan 33 slots = 33 slots compute + 0 slots waiting along 22 ops on the path "
+        "over 4 ranks; 52 of 64 ops have zero slack",
+        "route (slots): 0F0@r0 -> 1F0@r1 -> 2F0@r2 -> r3: 16 ops 3F0..3BW7 [3,27] -> 2BW7@r2 -> "
         "1BW7@r1 -> 0BW7@r0"]
     segs = segments(path)
     assert [(g.rank, len(g.ops)) for g in segs] == [(0, 1), (1, 1), (2, 1), (3, 16), (2, 1),
                                                     (1, 1), (0, 1)]
     assert [v.what for v in segs[1].via if v.kind == "message"] == ["F mb0 0->1"]
     long = path_headline(path, tl.makespan, route_limit=4)[1]
-    assert long == "route: 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
+    assert long == "route (slots): 0F0@r0 -> 1F0@r1 -> ... 3 more ... -> 1BW7@r1 -> 0BW7@r0"
 
 
 def test_networkx_view_of_a_small_graph() -> None:

@@ -107,8 +107,8 @@ def test_co_causes_only_when_the_cause_binds() -> None:
     assert a.chain == [] and a.co_causes == [] and a.joint_delay is None
     assert headline(a) == [
         "eager: rank 5 5SEND_B0 (instr 27) does not delay rank 5 5W0 (instr 29): it "
-        "starts at 12 either way, held by 5RECV_F3 on COMMIT (instr 28); the makespan "
-        "does not move."]
+        "starts at 12 slots either way, held by 5RECV_F3 on COMMIT (instr 28); the "
+        "makespan does not move."]
     # a cause that delays the effect gets no co-cause either
     b = _ask("eager", RECV_F3)
     assert b.delays and b.co_causes == []
@@ -120,14 +120,15 @@ def test_headline_names_both_causes_and_the_joint_delay() -> None:
     a = _ask("rendezvous", SEND)
     assert headline(a) == [
         "rendezvous: rank 5 5SEND_B0 (instr 27) alone does not delay rank 5 5W0 (instr "
-        "29), which starts at 12 either way: rank 5 5RECV_F3 (instr 27) binds the same "
-        "COMMIT (instr 28) too.",
-        "  freeing both: delay 1 (it starts at 11 instead of 12); the makespan does not "
-        "move."]
+        "29), which starts at 12 slots either way: rank 5 5RECV_F3 (instr 27) binds the "
+        "same COMMIT (instr 28) too.",
+        "  freeing both: delay 1 slot (it starts at 11 slots instead of 12 slots); the "
+        "makespan does not move."]
     text = explain(a)
     assert text[:2] == headline(a)
-    assert text[2].startswith("  blocked on COMMIT at instr 28 from 11 to 12")
-    assert text[3] == "  chain: msg B mb0 5->4 (12) -> r5 COMMIT#28 (12) -> 5W0@r5 [12,13]"
+    assert text[2].startswith("  blocked on COMMIT at instr 28 from 11 to 12 slots")
+    assert text[3] == ("  chain (slots): msg B mb0 5->4 (12) -> r5 COMMIT#28 (12) -> "
+                       "5W0@r5 [12,13]")
 
 
 def test_long_chains_are_elided_in_the_middle() -> None:
@@ -263,8 +264,8 @@ def test_comm_effect_is_its_completion() -> None:
     assert (a.effect_event, a.effect_start, a.counterfactual_start, a.delay,
             a.makespan_delta) == ("completion", 12, 11, 1, 0)
     text = "\n".join(explain(a))
-    assert ("delays rank 4 4RECV_B0 (instr 25) by 1: it completes at 12, at 11 with the "
-            "cause free") in text
+    assert ("delays rank 4 4RECV_B0 (instr 25) by 1 slot: it completes at 12 slots, at 11 "
+            "slots with the cause free") in text
     assert "starts at" not in text and "not blocked" not in text
     a = _ask("eager", SEND)
     assert a.effect_event == "start" and "5W0 (instr 29): it starts at 12" in explain(a)[0]

@@ -154,13 +154,14 @@ def test_headline_totals_by_cause_and_names_the_longest() -> None:
     tl = simulate(prog, FIG, comm=CommModel(semantics="rendezvous"))
     st = attribute_stalls(tl, prog)
     assert stalls_headline(st, tl, 5) == (
-        "idle by cause (rank 5): wait-recv 3, warmup 2, wait-batch 1 = 6 of 66 (9.1%) in "
-        "5 stalls; longest: rank 5 0-2 warmup")
+        "idle by cause (rank 5): wait-recv 3 slots, warmup 2 slots, wait-batch 1 slot = "
+        "6 slots of 66 slots (9.1%) in 5 stalls; longest: rank 5 0-2 slots warmup")
     # all ranks: 6 idle per rank; the longest is the first of the ties in (rank, start)
     head = stalls_headline(st, tl)
-    assert head.startswith("idle by cause (all ranks): ") and "= 48 of 528 (9.1%)" in head
+    assert head.startswith("idle by cause (all ranks): ")
+    assert "= 48 slots of 528 slots (9.1%)" in head
     longest = max(s.duration for s in st)
-    assert head.endswith(next(f"rank {s.rank} {s.start:g}-{s.end:g} {s.cause}" for s in st
+    assert head.endswith(next(f"rank {s.rank} {s.start:g}-{s.end:g} slots {s.cause}" for s in st
                               if s.duration == longest))
 
 

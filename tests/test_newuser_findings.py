@@ -201,7 +201,7 @@ def test_rank_inside_the_run_still_filters() -> None:
     # the last rank of 1F1B waits (p - 1) F = 3 for its first forward and ends at
     # m (F + BW) + 3 = 27, 6 before the makespan 33: (p - 1)(F + BW) = 9 idle in all
     assert r.output.splitlines()[0].startswith(
-        "idle by cause (rank 3): cooldown 6, warmup 3 = 9 of 33")
+        "idle by cause (rank 3): cooldown 6 slots, warmup 3 slots = 9 slots of 33 slots")
 
 
 @pytest.mark.parametrize("command", [["lint"], ["simulate"], ["compare", "--scenario"]])
@@ -290,7 +290,7 @@ def test_critical_path_of_a_simulated_timeline_says_why_no_program(tmp_path: Pat
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, ["critical-path", "tl.json", "--program", "p.txt"])
     assert r.exit_code == 0, r.output
-    assert "makespan 9 = 9 compute + 0 waiting" in r.output     # (m + p - 1)(F + BW)
+    assert "makespan 9 slots = 9 slots compute + 0 slots waiting" in r.output  # (m+p-1)(F+BW)
 
 
 def test_a_deadlocked_chart_says_deadlock_not_makespan() -> None:

@@ -95,7 +95,7 @@ def test_several_tables_are_keyed_by_id() -> None:
               "--slack", "--format", "json"])
     recs = json.loads(r.stdout)
     assert sorted(recs) == ["critical_path", "slack"]
-    assert recs["slack"]["title"] == "slack per op"
+    assert recs["slack"]["title"] == "slack per op (slots)"      # the title names the unit
     slack = recs["slack"]["rows"]
     assert len(slack) == 8 and {s["op"] for s in slack} >= {"0F0", "1BW1"}
     assert min(s["slack"] for s in slack) == 0

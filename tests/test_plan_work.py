@@ -239,10 +239,11 @@ def test_the_best_line_is_its_table_row():
                              global_batch_size=64, tp=[2, 4], pp=[2, 4],
                              schedules=["1f1b", "zbv"], recompute=["none", "full"]), top=2)
     b = res.ranking[0]
-    from schedsim.util.units import fmt_time     # a time and a GiB: 4 significant digits
+    # a time, a rate and a GiB: 4 significant digits; MFU a percent (units.py)
+    from schedsim.util.units import fmt_mfu, fmt_rate, fmt_time
 
-    assert (tok, step, mfu) == (f"{b.tokens_per_s_per_gpu:.1f}", fmt_time(b.step_ms),
-                                f"{b.mfu:.3f}")
+    assert (tok, step, mfu) == (fmt_rate(b.tokens_per_s_per_gpu), fmt_time(b.step_ms),
+                                fmt_mfu(b.mfu))
     assert peak == " ".join(fmt_time(g) for g in b.peak_gib)
     assert (step, peak) == ("1879", "29.05 23.13")
     doc = json.loads(CliRunner().invoke(app, args + ["--format", "json"]).stdout)

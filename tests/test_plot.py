@@ -20,6 +20,7 @@ from schedsim.plot import gantt, receiver_waited, save_figure
 from schedsim.plot.arrows import MAX_ARROWS
 from schedsim.plot.gantt import get_stalls
 from schedsim.plot.layout import MAX_WIDTH_PX, plan
+from schedsim.util.units import fmt_bubble
 
 FIG = CostModel(F=1, B=1, W=1, BW=2, FB=3)
 #: small, valid parameters per family (4 ranks)
@@ -90,7 +91,7 @@ def test_every_family_renders_one_box_per_span(family):
     outline = collections(fig, "fb-outline", 0)
     assert (len(outline[0].get_paths()) if outline else 0) == n_fb
     assert f"makespan {tl.makespan:g} slots" in fig.axes[0].get_title()
-    assert f"bubble {tl.bubble_ratio():.1%}" in fig.axes[0].get_title()
+    assert f"bubble {fmt_bubble(tl.bubble_ratio())}" in fig.axes[0].get_title()   # a ratio
 
 
 @pytest.mark.parametrize("arrows,memory,stalls,label_mb",

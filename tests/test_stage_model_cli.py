@@ -32,7 +32,7 @@ def test_simulate_prints_derived_costs_and_exposed_time():
     assert "stage model: 4 layers/stage, tp 1, MoE ep 16 top-4" in r.output
     row = re.search(r"│ all\s+│ FB\s+│\s+(\S+) │\s+(\S+) │\s+(\S+) │\s+(\S+) │", r.output)
     assert row and row[1] == fmt_time(d.fb().cost) and row[4] == "0"
-    m = re.search(r"per kind: .*FB 0 of (\S+) \(82 ops\)", r.output)
+    m = re.search(r"per kind: .*FB 0 of (\S+) ms \(82 ops\)", r.output)
     assert m and m[1] == fmt_time(82 * d.fb().collective)
 
 
@@ -107,8 +107,8 @@ def test_compare_model_overlap_prints_dualpipe_gain(tmp_path):
     assert fb["FB"] < fb["F"] + fb["BW"] == none["FB"]
     gain = none["makespan"] - fb["makespan"]
     assert gain > 0 and fb["gain_over_none"] == gain
-    m = re.search(r"dualpipe: makespan (\S+) \(none\) -> (\S+) \(fb\): gain (\S+) "
-                  r"\((\S+)%\)", r.output)
+    m = re.search(r"dualpipe: makespan (\S+) ms \(none\) -> (\S+) ms \(fb\): gain (\S+) "
+                  r"ms \((\S+)%\)", r.output)
     assert m and m[3] == fmt_time(gain)
     assert recs[("1f1b", "fb")]["gain_over_none"] == 0     # 1F1B has no FB pairs
     r = runner.invoke(app, ["compare", "--ranks", "8", "--microbatches", "20",

@@ -13,7 +13,12 @@ implicitly joined literals is seen, and a slice such as ``{unit[:-1]}B`` is not 
   ``{m.peak / GiB:.2f}``: a table cell whose unit is in its column's header).
 
 A rate (``GB/s``, ``bytes/ms``, ``tokens/s``) is not a time or a size, nor is a ratio,
-a percentage, MFU or TFLOP. A count written out whole with separators only
+a percentage, MFU or TFLOP. Three of those have a rule of their own in units.py too
+(``fmt_mfu``: a percent with one decimal; ``fmt_rate``: tokens/s by the significant-digit
+rule with thousands separators; ``fmt_bubble``: a ratio with 3 decimals), and a third
+scan flags a spec on a value named for one of them (``{r.mfu * 100:.1f}``,
+``{r.tokens_per_s_per_gpu:,.0f}``, ``{tl.bubble_ratio():.1%}``): ``plan`` printed MFU
+``0.390`` where ``simulate`` printed ``39.0%``. A count written out whole with separators only
 (``{n:,} bytes``, ``{limit:,} {unit}``: an input's size against its cap) rounds nothing
 and is not a unit of this rule.
 """
@@ -23,7 +28,8 @@ import ast
 import re
 from pathlib import Path
 
-from schedsim.util.units import fmt_delta, fmt_mib, fmt_time, gib_number
+from schedsim.util.units import (fmt_bubble, fmt_delta, fmt_mfu, fmt_mib, fmt_rate,
+                                 fmt_rate_pair, fmt_time, gib_number)
 
 SRC = Path(__file__).resolve().parent.parent / "schedsim"
 
@@ -34,6 +40,13 @@ UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|GiB|MiB|KiB|TiB|GB|MB|KB|TB|B)(?![\
 #: names of values that hold a time or a size (``step_ms``, ``peak_at``, ``/ GiB``)
 NAMED = re.compile(r"(?:_ms|_us|_ns|_gib|_bytes|peak_at)\b|\b(?:ms|gib|GiB|GIB|MIB)\b"
                    r"|2 ?\*\* ?20")
+
+#: names of values that hold an MFU, a tokens/s rate or a bubble ratio (fmt_mfu,
+#: fmt_rate, fmt_bubble)
+RATE_NAMED = re.compile(r"mfu|tokens_per_s|bubble", re.IGNORECASE)
+
+#: the one home of those rules (where their own specs live)
+HOME = "schedsim/util/units.py"
 
 #: file:line of a spec that must stay, each with why
 ALLOWED: dict[str, str] = {
@@ -79,6 +92,10 @@ def _offenders(root: Path = SRC) -> list[str]:
                     continue
                 after = _unit_after(parts, i)
                 expr = ast.unparse(part.value)
+                if RATE_NAMED.search(expr) and rel != HOME:
+                    out.append(f"{rel}:{part.value.lineno}: {{{expr}:{spec}}} (fmt_mfu, "
+                               f"fmt_rate, fmt_bubble)")
+                    continue
                 if after or NAMED.search(expr):
                     where = f"{rel}:{part.value.lineno}"
                     if where not in ALLOWED:
@@ -109,7 +126,8 @@ def test_the_scan_sees_each_kind(tmp_path):
         '     f"peak {y / 2 ** 30:.2f}" " GiB")\n'
         't = f"{x:g} s, {x:.3f}, {x:.1f}%, {x:.3g} GB/s, {x:,} bytes, {x[:-1]}B"\n'
         'u = f"{r.step_ms:.1f} | {m.peak / GiB:.2f} | {m.peak_at:.1f}"\n'
-        'v = f"{x:.4g} {tl.unit}, {x:.4g}{unit}, {x:+.4g}{u}, {x:.3f} {n} ranks"\n',
+        'v = f"{x:.4g} {tl.unit}, {x:.4g}{unit}, {x:+.4g}{u}, {x:.3f} {n} ranks"\n'
+        'w = f"{r.mfu * 100:.1f}%, {r.tokens_per_s_per_gpu:,.0f}, {tl.bubble_ratio():.1%}"\n',
         encoding="utf-8")
     got = _offenders(pkg)
     assert got == ["schedsim/a.py:2: {x:.1f} ms, p",
@@ -120,7 +138,12 @@ def test_the_scan_sees_each_kind(tmp_path):
                    "schedsim/a.py:5: {m.peak_at:.1f}",
                    "schedsim/a.py:6: {x:.4g} {tl.unit}",
                    "schedsim/a.py:6: {x:.4g} {unit}",
-                   "schedsim/a.py:6: {x:+.4g} {u}"]
+                   "schedsim/a.py:6: {x:+.4g} {u}",
+                   "schedsim/a.py:7: {r.mfu * 100:.1f} (fmt_mfu, fmt_rate, fmt_bubble)",
+                   "schedsim/a.py:7: {r.tokens_per_s_per_gpu:,.0f} (fmt_mfu, fmt_rate, "
+                   "fmt_bubble)",
+                   "schedsim/a.py:7: {tl.bubble_ratio():.1%} (fmt_mfu, fmt_rate, "
+                   "fmt_bubble)"]
 
 
 def test_one_rule_reads_alike():
@@ -131,3 +154,16 @@ def test_one_rule_reads_alike():
     assert fmt_mib(1234567) == "1.177 MiB"
     assert [fmt_delta(x) for x in (2.5, -0.031253, 0, 1234.5678)] == [
         "+2.5", "-0.03125", "+0", "+1235"]
+
+
+
+def test_mfu_rate_and_bubble_read_alike():
+    """One rule per quantity: MFU a percent with one decimal, tokens/s by the
+    significant-digit rule with thousands separators, a bubble a ratio with 3 decimals;
+    two rates compared in one line differ in print when they differ (else a tie)."""
+    assert [fmt_mfu(x) for x in (0.3904, 0.39, None)] == ["39.0%", "39.0%", "-"]
+    assert [fmt_rate(x) for x in (859.44, 1273.4, 19882.2, 821.0, None)] == [
+        "859.4", "1,273", "19,882", "821", "-"]
+    assert [fmt_bubble(x) for x in (0.04394, 6 / 66, None)] == ["0.044", "0.091", "-"]
+    assert fmt_rate_pair(863.47, 863.52) == ("863.47", "863.52")
+    assert fmt_rate_pair(863.49242942847, 863.49242942848) == ("863.5", "863.5")

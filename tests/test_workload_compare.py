@@ -142,7 +142,7 @@ def test_quiet_prints_one_line_per_schedule(tmp_path: Path) -> None:
             for f in ([], ["-s", "zbv"])]
     assert [ln.rsplit(", bubble ratio", 1)[0] for ln in lines] == [
         f"1f1b: {sims[0]}", f"zbv: {sims[1]}"]
-    assert lines[0] == ("1f1b: step 79831 ms, 821 tokens/s/GPU, MFU 37.3%, peak 46.32 GiB "
+    assert lines[0] == ("1f1b: step 79831 ms, 820.9 tokens/s/GPU, MFU 37.3%, peak 46.32 GiB "
                         "of 80 GiB (fits), bubble ratio 0.044")
     csv = run("compare", sc, "--schedules", "1f1b,zbv", "-q", "--format", "csv")
     assert csv.exit_code == 0 and csv.stdout.splitlines()[0].startswith("schedule,stages,")

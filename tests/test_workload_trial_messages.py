@@ -172,7 +172,7 @@ def test_an_empty_scenario_file_is_named(tmp_path: Path) -> None:
 
 def test_the_prefix_has_one_home() -> None:
     from schedsim.errors import FlagError, ScheduleError
-    from schedsim.scenario import file_message, in_file
+    from schedsim.errors import file_message, in_file
 
     assert file_message("a.toml", "x") == "a.toml: x"
     assert file_message("a.toml", "a.toml: x") == "a.toml: x"

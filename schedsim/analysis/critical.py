@@ -18,7 +18,7 @@ import numpy as np
 from schedsim.analysis._index import EPS, key_label, span_token
 from schedsim.analysis.graph import DepGraph
 from schedsim.timeline import Message
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_time, unit_text, with_unit
 
 
 @dataclass
@@ -137,24 +137,25 @@ def segments(path: list[PathStep]) -> list[Segment]:
 
 
 def path_headline(path: list[PathStep], makespan: float, zero_slack: int | None = None,
-                  ops: int | None = None, route_limit: int = 9) -> list[str]:
+                  ops: int | None = None, route_limit: int = 9, unit: str = "slot"
+                  ) -> list[str]:
     """Two lines that say what sets the makespan: how much of it the path's ops compute
     and how much it waits, and the route over ranks (at most ``route_limit`` segments,
-    the middle elided)."""
+    the middle elided); times with their ``unit`` (the Timeline's)."""
     op_steps = [s for s in path if s.kind == "op"]
     busy = sum(s.end - s.start for s in op_steps)
     ranks = len({s.rank for s in op_steps})
     slack = ("" if zero_slack is None else
              f"; {zero_slack} of {ops} ops have zero slack")
-    head = (f"makespan {fmt_time(makespan)} = {fmt_time(busy)} compute + "
-            f"{fmt_time(makespan - busy)} waiting along {len(op_steps)} ops on the path "
+    head = (f"makespan {with_unit(makespan, unit)} = {with_unit(busy, unit)} compute + "
+            f"{with_unit(makespan - busy, unit)} waiting along {len(op_steps)} ops on the path "
             f"over {ranks} ranks{slack}")
     segs = segments(path)
     parts = [g.text() for g in segs]
     if len(parts) > route_limit:
         k = route_limit // 2
         parts = parts[:k] + [f"... {len(parts) - 2 * k} more ..."] + parts[-k:]
-    return [head, "route: " + " -> ".join(parts)]
+    return [head, f"route ({unit_text(unit)}): " + " -> ".join(parts)]
 
 
 @dataclass

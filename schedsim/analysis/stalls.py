@@ -57,7 +57,7 @@ from schedsim.analysis.blame import (
 )
 from schedsim.program.ir import Program
 from schedsim.timeline import Message, Span, Timeline, WaitRecord
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_time, with_unit
 
 #: cause -> one-line meaning (shown by ``schedsim stalls --help`` and the README)
 CAUSES: dict[str, str] = {
@@ -391,16 +391,18 @@ def stalls_headline(stalls: list[Stall], tl: Timeline, rank: int | None = None) 
     by: dict[str, float] = {}
     for s in sel:
         by[s.cause] = by.get(s.cause, 0.0) + s.duration
-    causes = ", ".join(f"{c} {fmt_time(v)}" for c, v in sorted(by.items(), key=lambda kv: -kv[1]))
+    u = tl.unit
+    causes = ", ".join(f"{c} {with_unit(v, u)}" for c, v in sorted(by.items(),
+                                                                   key=lambda kv: -kv[1]))
     who = f"rank {rank}" if rank is not None else "all ranks"
     pct = f" ({100 * idle / total:.1f}%)" if total > 0 else ""
-    head = (f"idle by cause ({who}): {causes or 'none'} = {fmt_time(idle)} of "
-            f"{fmt_time(total)}{pct} in {len(sel)} stalls")
+    head = (f"idle by cause ({who}): {causes or 'none'} = {with_unit(idle, u)} of "
+            f"{with_unit(total, u)}{pct} in {len(sel)} stalls")
     if not sel:
         return head
     top = max(sel, key=lambda s: (s.duration, -s.rank, -s.start))
-    return (f"{head}; longest: rank {top.rank} {fmt_time(top.start)}-{fmt_time(top.end)} "
-            f"{top.cause}")
+    return (f"{head}; longest: rank {top.rank} {fmt_time(top.start)}-"
+            f"{with_unit(top.end, u)} {top.cause}")
 
 
 def stalls_of(tl: Timeline, stalls: Any) -> list[Any]:

@@ -24,7 +24,7 @@ from schedsim.cli.common import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_time, unit_text, unit_title
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -118,7 +118,8 @@ def stalls(
     if not (show_all or data_format()) and n > limit:
         keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
         shown = [s for s in shown if id(s) in keep]
-    t = DataTable("stalls", title=f"stalls of {_title(tl)}", show_lines=False)
+    t = DataTable("stalls", title=unit_title(f"stalls of {_title(tl)}", tl.unit),
+                  show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
@@ -180,7 +181,7 @@ def align(
         rows = [r for r in rows if r.flags]
     shown = rows if show_all or data_format() else rows[:limit]
     slotted = is_slotted(tl)
-    t = DataTable("alignment", title=f"send/recv alignment of {_title(tl)}")
+    t = DataTable("alignment", title=unit_title(f"send/recv alignment of {_title(tl)}", tl.unit))
     for col in ALIGN_COLUMNS:
         t.add_column(col, overflow="fold")
     for r in shown:
@@ -248,12 +249,13 @@ def critical_path_cmd(
     write_json(json_out, lambda: {"makespan": tl.makespan,
                                   "path": [s.to_dict() for s in path],
                                   "slack": [o.to_dict() for o in op_slack(G)]})
-    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl))
+    head, route = path_headline(path, tl.makespan, int((sl == 0).sum()), len(sl),
+                                unit=tl.unit)
     for line in (f"critical path of {_title(tl)}: {head}", route):
         console.print(escape(line), highlight=False, soft_wrap=True)
-    console.print(_path_table(path, show_all))
+    console.print(_path_table(path, show_all, tl.unit))
     if slack:
-        ts = DataTable("slack", title="slack per op")
+        ts = DataTable("slack", title=unit_title("slack per op", tl.unit))
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
@@ -262,14 +264,15 @@ def critical_path_cmd(
         console.print(ts)
 
 
-def _path_table(path: list, show_all: bool) -> Table:
-    """The critical path as a table: one row per step, or per run of ops on a rank."""
+def _path_table(path: list, show_all: bool, unit: str) -> Table:
+    """The critical path as a table: one row per step, or per run of ops on a rank (its
+    times in ``unit``, said in the title)."""
     from rich.markup import escape
     from rich.table import Table
     from schedsim.analysis.critical import segments
 
     if show_all:
-        t = DataTable("steps", title="critical path, every step")
+        t = DataTable("steps", title=unit_title("critical path, every step", unit))
         for col in ("step", "rank", "what", "start", "end", "detail"):
             t.add_column(col, overflow="fold")
         for s in path:
@@ -278,7 +281,8 @@ def _path_table(path: list, show_all: bool) -> Table:
                       num_time(s.start), num_time(s.end), escape(s.detail))
         return t
     t = DataTable("critical_path",
-                  title="critical path by runs of ops on one rank (--all: every step)")
+                  title=f"critical path by runs of ops on one rank ({unit_text(unit)}; --all: "
+                        f"every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -357,24 +361,25 @@ def query(
     write_json(json_out, [a.to_dict() for a in answers])
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     for a in answers:
-        for line in headline(a, data_t):
+        for line in headline(a, data_t, sc.costs.unit):
             console.print(escape(line), highlight=False, soft_wrap=True)
-    console.print(_query_table(answers, causes, eff))
+    console.print(_query_table(answers, causes, eff, sc.costs.unit))
     for a in answers:
-        lines = details(a)
+        lines = details(a, sc.costs.unit)
         if lines:
             console.print(f"{a.semantics}:", highlight=False)
         for line in lines:
             console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _query_table(answers: list, causes: list, eff: Any) -> Table:
+def _query_table(answers: list, causes: list, eff: Any, unit: str) -> Table:
     """The table of ``query``: one row per semantics (effect time, against data, with the
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
 
     t = DataTable("answers",
-                  title=rich_escape(f"does {' + '.join(str(c) for c in causes)} delay {eff}?"))
+                  title=rich_escape(unit_title(f"does {' + '.join(str(c) for c in causes)} "
+                                               f"delay {eff}?", unit)))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -433,7 +438,8 @@ def lint(
     t = DataTable("findings",
                   title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
                         + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
-                        + (", deadlocks" if tl.deadlock is not None else "") + ")")
+                        + (", deadlocks" if tl.deadlock is not None else "")
+                        + f"; times in {unit_text(tl.unit)})")
     if show_all:
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")

@@ -12,7 +12,7 @@ import typer
 from schedsim.cli import app
 from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.common import console, fail, handle_errors
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_bubble, fmt_time, unit_title, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -65,8 +65,9 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     if tl is not None and tl.deadlock is None:
         rows = exposed_by_kind(tl, sco)
         if rows:
-            parts = [f"{k} {fmt_time(v['exposed'])} of {fmt_time(v['collective'])} ({v['ops']:g} "
-                     f"ops)" for k, v in sorted(rows.items())]
+            u = sc.costs.unit
+            parts = [f"{k} {fmt_time(v['exposed'])} of {with_unit(v['collective'], u)} "
+                     f"({v['ops']:g} ops)" for k, v in sorted(rows.items())]
             console.print("exposed collective time over the run, per kind: "
                           + "; ".join(parts), highlight=False, soft_wrap=True)
 
@@ -80,13 +81,15 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     from rich.table import Table
 
     t = DataTable("overlap_modes",
-                  title=f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
-                        f"semantics, costs from the stage model by overlap mode")
+                  title=unit_title(f"{res.ranks} ranks x {res.microbatches} microbatches, "
+                                   f"{res.semantics} semantics, costs from the stage model by "
+                                   f"overlap mode", res.unit))
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
     for r in res.records:
         t.add_row(r["schedule"], r["overlap"], num_time(r["F"]), num_time(r["BW"]),
-                  num_time(r["FB"]), num_time(r["makespan"]), f"{r['bubble_ratio']:.3f}")
+                  num_time(r["FB"]), num_time(r["makespan"]),
+                  num(r["bubble_ratio"], fmt_bubble(r["bubble_ratio"])))
     console.print(t)
     first = res.modes[0]
     base = {r["schedule"]: r["makespan"] for r in res.records if r["overlap"] == first}
@@ -94,9 +97,9 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
         gain = rec["gain_over_" + first]
         b = base[rec["schedule"]]
         pct = f" ({100 * gain / b:.1f}%)" if b > 0 else ""
-        console.print(f"{rec['schedule']}: makespan {fmt_time(b)} ({first}) -> "
-                      f"{fmt_time(rec['makespan'])} ({rec['overlap']}): gain "
-                      f"{fmt_time(gain)}{pct}", highlight=False)
+        console.print(f"{rec['schedule']}: makespan {with_unit(b, res.unit)} ({first}) -> "
+                      f"{with_unit(rec['makespan'], res.unit)} ({rec['overlap']}): gain "
+                      f"{with_unit(gain, res.unit)}{pct}", highlight=False)
     for n, why in res.skipped.items():
         console.print(f"skipped {n}: {escape(why)}", highlight=False, soft_wrap=True)
     if json_out is not None:

@@ -43,7 +43,7 @@ from schedsim.cli.outputs import check_outputs
 from schedsim.cli.tables import data_format
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, unit_title, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.analysis.memory import MemoryModel
@@ -189,7 +189,7 @@ def compare_command(o: CompareOptions) -> None:
 
 def _compare_workload(base: Scenario, o: CompareOptions) -> None:
     """``compare`` of a scenario with a ``[workload]``: each schedule run as ``simulate
-    -s NAME`` runs it with the same flags (:func:`schedsim.sweep.compare_workload_schedules`);
+    -s NAME`` runs it with the same flags (:func:`schedsim.sweep_workload.compare_workload_schedules`);
     step ms, tokens/s/GPU, GiB. The flags it cannot honour are refused (exit 2)."""
     if o.model_overlap is not None:
         fail("--model-overlap compares the overlap modes of a [model] table, and this "
@@ -254,8 +254,8 @@ def _draw_compare(res: Any, path: Path, memory: MemoryModel | None) -> None:
     from schedsim.plot import gantt_stack, save_figure
 
     tls = [r.timeline for r in res.rows if r.timeline is not None]   # (>= 1: none_ran)
-    titles = [f"{r.schedule}: makespan {fmt_time(r.makespan)}, bubble {r.bubble_ratio:.3f}"
-              for r in res.rows if r.timeline is not None]
+    titles = [f"{r.schedule}: makespan {with_unit(r.makespan, res.unit)}, bubble "
+              f"{fmt_bubble(r.bubble_ratio)}" for r in res.rows if r.timeline is not None]
     sup = (f"{res.ranks} ranks x {res.microbatches} microbatches, {res.semantics} "
            f"semantics, one time axis")
     save_figure(gantt_stack(tls, titles=titles, suptitle=sup, memory=memory), path)
@@ -282,7 +282,7 @@ def _print_compare(res: Any, costs: CostModel, mm: MemoryModel, ranks: int,
         for r in res.rows:
             console.print(f"{escape(r.schedule)}: makespan "
                           f"{escape(with_unit(r.makespan, res.unit))}, bubble ratio "
-                          f"{r.bubble_ratio:.3f}",
+                          f"{fmt_bubble(r.bubble_ratio)}",
                           highlight=False, soft_wrap=True)
         return
     per_rank_costs = res.per_rank_costs      # a stage model's costs are read per op
@@ -337,7 +337,7 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 def _table(res, ranks: int) -> Table:
     from schedsim.sweep import spread
 
-    t = DataTable("schedules")
+    t = DataTable("schedules", title=unit_title("schedules", res.unit))
     for col in ("schedule", "stages", "op cost x", "makespan", "idle/rank", "bubble",
                 "span bubble", "peak act", "params", "table idle", "table act, params"):
         t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
@@ -350,8 +350,8 @@ def _table(res, ranks: int) -> Table:
                                       f", {f['params']}")
         t.add_row(r.schedule, str(r.stages), num(r.cost_scale, fmt_time(r.cost_scale)),
                   num(r.makespan, fmt_time(r.makespan)), _spread(r.idle, spread),
-                  num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
-                  num(r.span_bubble_rate, f"{r.span_bubble_rate:.3f}"),
+                  num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+                  num(r.span_bubble_rate, fmt_bubble(r.span_bubble_rate)),
                   _spread(r.peak_activation, spread), _spread(r.param_memory, spread),
                   tidle, tact)
     return t
@@ -454,7 +454,10 @@ def diff(
     d = diff_timelines(tla, tlb)
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
-    t = DataTable("moves", title=rich_escape(f"{tlb.schedule} (B) against {tla.schedule} (A)"))
+    u = tla.unit
+    t = DataTable("moves",
+                  title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)",
+                                               u)))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
@@ -463,8 +466,8 @@ def diff(
                   num_time(o.start_b), num_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
-    console.print(f"makespan A {fmt_time(d.makespan_a)}, B {fmt_time(d.makespan_b)}, delta "
-                  f"[bold]{fmt_time(d.makespan_delta)}[/] {rich_escape(tla.unit)}", highlight=False)
+    console.print(f"makespan A {with_unit(d.makespan_a, u)}, B {with_unit(d.makespan_b, u)}, "
+                  f"delta [bold]{with_unit(d.makespan_delta, u)}[/]", highlight=False)
 
 
 @app.command()

@@ -21,7 +21,8 @@ from schedsim.cli.common import (
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError, Stopped
 from schedsim.util.text import rich_escape as escape
-from schedsim.util.units import GIB, fmt_gib, fmt_gib_pair, fmt_time
+from schedsim.util.units import (GIB, fmt_bubble, fmt_gib, fmt_gib_pair, fmt_mfu, fmt_rate,
+                                 fmt_time)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -290,9 +291,9 @@ def row_cells(r: Any) -> dict[str, str]:
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
             "step ms": num(r.step_ms, fmt_time(r.step_ms)),
-            "tokens/s/GPU": num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:.1f}"),
-            "bubble": num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
-            "MFU": num(r.mfu, f"{r.mfu:.3f}"),   # (csv/json: the exact numbers)
+            "tokens/s/GPU": num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
+            "bubble": num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+            "MFU": num(r.mfu, fmt_mfu(r.mfu)),   # (csv/json: the exact numbers)
             "peak GiB per rank": num(max(r.peak_gib, default=None), _peaks(r.peak_gib))}
 
 

@@ -31,7 +31,7 @@ from schedsim.cli.common import (
 from schedsim.cli.compare import FbOrderOpt, MemModelOpt, _mem_text
 from schedsim.cli.records import options_record
 from schedsim.errors import ScenarioError
-from schedsim.util.units import fmt_time, with_unit
+from schedsim.util.units import fmt_bubble, fmt_time, unit_text, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -232,6 +232,11 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
     from rich.markup import escape
 
     s = res.solver
+    u = res.timeline.unit
+
+    def wu(x: float | None) -> str:         # a time with its unit ('-' for none)
+        return fmt_time(x) if x is None else with_unit(x, u)
+
     pl = res.schedule.placement
     console.print(f"search: {pl.ranks} ranks x {res.schedule.microbatches} microbatches, "
                   f"{pl.kind} placement ({pl.stages} stages), "
@@ -243,23 +248,25 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         gap = "" if s.optimal else (f", gap {100 * (s.makespan - s.bound) / s.makespan:.1f}%"
                                     if s.makespan > 0 else "")
         console.print(
-            f"solver (data dependencies + link costs): makespan [bold]{fmt_time(s.makespan)}"
-            f"[/], lower bound {fmt_time(s.bound)}, "
+            f"solver (data dependencies + link costs): makespan [bold]{with_unit(s.makespan, u)}"
+            f"[/], lower bound {with_unit(s.bound, u)}, "
             + ("[bold green]proven optimal[/]" if s.optimal else f"not proven{gap}")
             + f" ({escape(s.status)}, {with_unit(s.wall, 's')}; warm start "
             f"{escape(res.warm_start)} "
-            f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False, soft_wrap=True)
+            f"at {wu(res.warm_start_model_makespan)})", highlight=False,
+            soft_wrap=True)
     else:
         console.print(f"solver: no solution in time ({escape(s.status)}, {with_unit(s.wall, 's')}; "
-                      f"lower bound {fmt_time(s.bound)}; warm start {escape(res.warm_start)} "
-                      f"at {fmt_time(res.warm_start_model_makespan)})", highlight=False,
+                      f"lower bound {with_unit(s.bound, u)}; warm start "
+                      f"{escape(res.warm_start)} at "
+                      f"{wu(res.warm_start_model_makespan)})", highlight=False,
                       soft_wrap=True)
     if res.refined:
         how = "converged" if res.converged else "stopped by the time limit"
         console.print(
             f"refinement under {st.comm.semantics} ({st.policy} policy) from "
             f"{escape(' and '.join(res.starts))}"
-            + (f" (the solver's order simulates at {fmt_time(res.solver_sim_makespan)})"
+            + (f" (the solver's order simulates at {with_unit(res.solver_sim_makespan, u)})"
                if res.solver_sim_makespan is not None else "")
             + f": best from {escape(res.start_label)}; {res.evals} simulations, "
             f"{res.improvements} improvements, {how}", highlight=False, soft_wrap=True)
@@ -267,8 +274,9 @@ def _print(res: Any, st: Any, quiet: bool) -> None:
         console.print("refinement: not needed (data semantics without contention is the "
                       "solver's own model, and its order is proven optimal)",
                       highlight=False, soft_wrap=True)
-    console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] {res.timeline.unit}, "
-                  f"bubble ratio {res.bubble:.3f}, peak activation {_spread(res.peak)}",
+    console.print(f"best: makespan [bold]{fmt_time(res.makespan)}[/] "
+                  f"{unit_text(u, res.makespan)}, "
+                  f"bubble ratio {fmt_bubble(res.bubble)}, peak activation {_spread(res.peak)}",
                   highlight=False)
     if quiet:
         return
@@ -305,11 +313,11 @@ def _table(res: Any, st: Any) -> Table:
 
     t = DataTable("builtins",
                   title=f"against the built-in schedules ({st.comm.semantics} semantics, "
-                        f"{st.policy} policy)")
+                        f"{st.policy} policy; makespan in {unit_text(res.timeline.unit)})")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
     t.add_row("[bold]search[/]", num(res.makespan, f"[bold]{fmt_time(res.makespan)}[/]"),
-              num(res.bubble, f"{res.bubble:.3f}"),
+              num(res.bubble, fmt_bubble(res.bubble)),
               _spread(res.peak), "yes", "")
     rows = sorted(res.baselines.rows, key=lambda b: (b.makespan is None, b.makespan or 0.0))
     for b in rows:
@@ -318,7 +326,7 @@ def _table(res: Any, st: Any) -> Table:
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
         t.add_row(escape(b.label), num(b.makespan, fmt_time(b.makespan)),
-                  num(b.bubble, f"{b.bubble:.3f}"), _spread(b.peak), "yes" if b.fits else "no",
+                  num(b.bubble, fmt_bubble(b.bubble)), _spread(b.peak), "yes" if b.fits else "no",
                   num(rel / 100, f"{rel:+.1f}%"))
     return t
 

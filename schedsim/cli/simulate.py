@@ -55,7 +55,7 @@ from schedsim.cli.workload import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time, unit_text
+from schedsim.util.units import fmt_bubble, fmt_time, unit_text, unit_title, with_unit
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -79,7 +79,7 @@ def result_line(tl: Timeline) -> str:
     """The one-line result: makespan (in the unit) and bubble ratio."""
     unit = unit_text(tl.unit, tl.makespan)
     return (f"makespan {fmt_time(tl.makespan)} {rich_escape(unit)}   bubble ratio "
-            f"{tl.bubble_ratio():.3f} "
+            f"{fmt_bubble(tl.bubble_ratio())} "
             f"(idle / (ranks x makespan))")
 
 
@@ -90,24 +90,25 @@ def print_summary(tl: Timeline) -> None:
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
     t = DataTable("ranks",
-                  title=rich_escape(f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} "
-                                    f"microbatches, {how}" + ("" if tl.comm_stream == "none"
-                                                              else f", {tl.comm_stream} stream")),
+                  title=rich_escape(unit_title(
+                      f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
+                      + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"),
+                      tl.unit)),
                   unit=tl.unit)
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
         t.add_row(str(r.rank), num(r.busy, fmt_time(r.busy)), num(r.idle, fmt_time(r.idle)),
-                  num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+                  num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
                   num(r.first_start, fmt_time(r.first_start)),
                   num(r.last_end, fmt_time(r.last_end)))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
 
-    console.print(f"span-based bubble rate {bubble_rate_paper(tl):.3f} (zero-bubble paper: "
-                  f"(span - busy) / span, span "
-                  f"{fmt_time(max(stage_spans(tl), default=0.0))})", highlight=False)
+    console.print(f"span-based bubble rate {fmt_bubble(bubble_rate_paper(tl))} (zero-bubble "
+                  f"paper: (span - busy) / span, span "
+                  f"{with_unit(max(stage_spans(tl), default=0.0), tl.unit)})", highlight=False)
 
 
 @dataclass(frozen=True)

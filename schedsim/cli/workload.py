@@ -16,7 +16,8 @@ from schedsim.cli.common import console, handle_errors, scenario_command, write_
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
-from schedsim.util.units import GIB, fmt_gib, fmt_mib, fmt_time, gib_number, with_unit
+from schedsim.util.units import (GIB, fmt_bubble, fmt_gib, fmt_mfu, fmt_mib, fmt_rate,
+                                  fmt_time, gib_number, with_unit)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -259,7 +260,8 @@ def _write_compare(rows: list[tuple[str, Any]], head: str, json_out: Path | None
         if gantt is not None:
             from schedsim.plot import gantt_stack, save_figure
 
-            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble {r.bubble_ratio:.3f}"
+            titles = [f"{n}: step {with_unit(r.step_ms, 'ms')}, bubble "
+                      f"{fmt_bubble(r.bubble_ratio)}"
                       for n, r in rows]
             save_figure(gantt_stack([r.timeline for _, r in rows], titles=titles,
                                     suptitle=f"{head}, one time axis", memory=memory),
@@ -273,7 +275,7 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
     """``schedsim compare --scenario`` of a scenario with a ``[workload]``: every schedule
     (or ``names``, a ``--schedules`` list) run as ``simulate -s NAME`` runs it with the
     same flags (``shared``: the generator and comm-policy flags;
-    :func:`schedsim.sweep.compare_workload_schedules`), each with the stages per rank its
+    :func:`schedsim.sweep_workload.compare_workload_schedules`), each with the stages per rank its
     generator builds (the ``[workload]``'s ``chunks`` for a generator that takes them);
     one row each: step ms, tokens/s/GPU, MFU, bubble, peak GiB per rank (and the
     reserved GiB where the workload's allocator is ``caching``); a schedule whose
@@ -282,7 +284,8 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
     (``memory``, a memory model: a memory panel each, in GiB). ``quiet``: one line per
     schedule (its step line, as ``simulate -q`` prints it, and its bubble ratio)."""
     from rich.table import Table
-    from schedsim.sweep import compare_workload_schedules, none_ran
+    from schedsim.sweep import none_ran
+    from schedsim.sweep_workload import compare_workload_schedules
 
     rows, skipped = compare_workload_schedules(sc, names, shared, source=source)
     none_ran(len(rows), skipped, "on this [workload]")
@@ -305,8 +308,8 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
 
     for n, r in rows:
         t.add_row(n, str(r.timeline.stages), num(r.step_ms, fmt_time(r.step_ms)),
-                  num(r.tokens_per_s_per_gpu, f"{r.tokens_per_s_per_gpu:,.0f}"),
-                  num(r.mfu, f"{r.mfu * 100:.1f}%"), num(r.bubble_ratio, f"{r.bubble_ratio:.3f}"),
+                  num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
+                  num(r.mfu, fmt_mfu(r.mfu)), num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
                   _peak(r.peak_memory_bytes, span),
                   *((_peak(r.peak_reserved_bytes, span),) if reserved else ()),
                   "yes" if r.fits else "NO")
@@ -320,5 +323,5 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
                               soft_wrap=True)
     if quiet:
         for n, r in rows:
-            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio {r.bubble_ratio:.3f}",
-                          highlight=False, soft_wrap=True)
+            console.print(f"{rich_escape(n)}: {r.line()}, bubble ratio "
+                          f"{fmt_bubble(r.bubble_ratio)}", highlight=False, soft_wrap=True)

@@ -44,7 +44,7 @@ from schedsim.plan.candidates import (
 )
 from schedsim.plan.rows import GIB, PlanRow, RowStream, rank, read_rows
 from schedsim.plan.space import PlanSpace, Rejections
-from schedsim.util.units import fmt_gib, fmt_gib_pair
+from schedsim.util.units import fmt_gib, fmt_gib_pair, fmt_rate_pair
 
 #: the first wave's size (at least ``top``) and the largest wave: wave ``i`` simulates
 #: ``min(WAVE_MAX, max(top, WAVE) x 2**i)`` candidates, sizes fixed in advance so that
@@ -231,8 +231,10 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
         if bar is not None and todo[i].ub < bar:
             # sorted by ub: every later candidate is below the bar too
             n = len(todo) - i
-            result.rejections.add("bound", f"{todo[i].name}: at most {todo[i].ub:.1f} "
-                                  f"tokens/s/GPU, below the top {top}'s last ({bar:.1f})", n)
+            ub, last = fmt_rate_pair(todo[i].ub, bar)
+            result.rejections.add("bound", f"{todo[i].name}: at most {ub} tokens/s/GPU, "
+                                  f"{'below' if ub != last else 'no better than'} the top "
+                                  f"{top}'s last ({last})", n)
             settled += n
             break
         batch = []

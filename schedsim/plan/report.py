@@ -8,7 +8,7 @@ import html as _html
 from typing import Any
 
 from schedsim.plan.pareto import pareto_front
-from schedsim.util.units import fmt_time
+from schedsim.util.units import fmt_bubble, fmt_mfu, fmt_rate, fmt_time
 
 
 def _table(res: Any, top: int) -> str:
@@ -17,7 +17,7 @@ def _table(res: Any, top: int) -> str:
     rows = []
     for i, r in enumerate(res.top(top), 1):
         cells = (str(i), r.name, str(r.stages), str(r.microbatches), fmt_time(r.step_ms),
-                 f"{r.tokens_per_s_per_gpu:.1f}", f"{r.bubble_ratio:.3f}", f"{r.mfu:.3f}",
+                 fmt_rate(r.tokens_per_s_per_gpu), fmt_bubble(r.bubble_ratio), fmt_mfu(r.mfu),
                  " ".join(fmt_time(g) for g in r.peak_gib))     # GiB (the header)
         rows.append("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in cells) + "</tr>")
     rej = "".join(f"<tr><td>{_html.escape(k)}</td><td>{n}</td></tr>"

@@ -9,7 +9,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 
 from schedsim.timeline import Timeline
-from schedsim.util.units import with_unit
+from schedsim.util.units import fmt_bubble, with_unit
 
 #: base colour per compute kind (colour-blind-safe palette); FB is drawn as its two parts
 KIND_COLORS = {
@@ -138,7 +138,7 @@ def default_title(tl: Timeline) -> str:
         blocked = ", ".join(str(b.rank) for b in tl.deadlock.blocked)
         return f"{head} — DEADLOCK (blocked ranks {blocked}); what ran before it"
     return (f"{head} — makespan {unit_label(tl, tl.makespan)}, bubble "
-            f"{tl.bubble_ratio():.1%}")
+            f"{fmt_bubble(tl.bubble_ratio())}")
 
 
 def _nice_step(raw: float) -> int:

@@ -29,7 +29,7 @@ from schedsim.plot.boxes import KINDS, PAD, box_colors, box_geometry, span_boxes
 from schedsim.plot.memory import UNIT, memory_curves_of, selected_ranks
 from schedsim.plot.style import ARROW_READY, ARROW_WAITED, default_title, stall_style
 from schedsim.timeline import Timeline
-from schedsim.util.units import fmt_time, unit_text, with_unit
+from schedsim.util.units import fmt_bubble, fmt_mfu, fmt_rate, fmt_time, unit_text, with_unit
 
 #: above this many boxes the Gantt is drawn with WebGL and without microbatch numbers
 MANY_BOXES = 20_000
@@ -264,8 +264,8 @@ def _workload_html(tl: Timeline) -> str:
     return (f"<p class='big'><b>step {with_unit(w['step_ms'], 'ms')}</b> (makespan "
             f"{fmt_time(w['makespan_ms'])} + step boundary {fmt_time(w['step_boundary_ms'])})"
             f" &nbsp; "
-            f"<b>{w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU</b> &nbsp; <b>MFU "
-            f"{w['mfu'] * 100:.1f}%</b> &nbsp; peak <b>{fmt_gib(peak) if rp else top}</b>"
+            f"<b>{fmt_rate(w['tokens_per_s_per_gpu'])} tokens/s/GPU</b> &nbsp; <b>MFU "
+            f"{fmt_mfu(w['mfu'])}</b> &nbsp; peak <b>{fmt_gib(peak) if rp else top}</b>"
             f"{reserved} of {hbm} ({fit}) &nbsp; {html.escape(w['model'])} on "
             f"{w['gpus']} x {html.escape(w['gpu'])}</p>")
 
@@ -282,8 +282,8 @@ def _summary_html(tl: Timeline, warnings: Sequence[str], notes: Sequence[str]) -
     return f"""{STYLE}
 <h1>{e(tl.schedule)}: {tl.ranks} ranks, {tl.microbatches} microbatches</h1>
 <p class='big'><b>makespan {fmt_time(tl.makespan)} {e(unit)}</b> &nbsp; bubble ratio
- {tl.bubble_ratio():.3f} (idle / (ranks x makespan)) &nbsp; span-based bubble rate
- {bubble_rate_paper(tl):.3f} (zero-bubble paper) &nbsp; {e(tl.semantics)} semantics,
+ {fmt_bubble(tl.bubble_ratio())} (idle / (ranks x makespan)) &nbsp; span-based bubble rate
+ {fmt_bubble(bubble_rate_paper(tl))} (zero-bubble paper) &nbsp; {e(tl.semantics)} semantics,
  {e(stream)}, {e(tl.source)}</p>
 {_workload_html(tl)}{warn}{dead}{extra}
 <p class='note'>Gantt: scroll to zoom along time, drag to pan, box-zoom from the toolbar,
@@ -295,7 +295,7 @@ the stall before it; click a legend entry to hide it.</p>
 def _ranks_html(tl: Timeline) -> str:
     rows = "".join(
         f"<tr><td>{r.rank}</td><td>{fmt_time(r.busy)}</td><td>{fmt_time(r.idle)}</td>"
-        f"<td>{r.bubble_ratio:.3f}</td>"
+        f"<td>{fmt_bubble(r.bubble_ratio)}</td>"
         f"<td>{'' if r.first_start is None else fmt_time(r.first_start)}</td>"
         f"<td>{'' if r.last_end is None else fmt_time(r.last_end)}</td></tr>"
         for r in tl.per_rank)

@@ -4,8 +4,11 @@
 byte count prints through :func:`fmt_gib` / :func:`fmt_gib_pair` (a table cell under a
 ``GiB`` header: :func:`gib_number`; a message or a page: :func:`fmt_mib`)). A time or a
 size is never printed by an f-string spec of its own (``{x:.1f} ms``):
-``tests/test_units_one_home.py`` checks every source. Files keep every number exact
-(Timeline JSON, cost files, ``--json``); this is only what a person reads.
+``tests/test_units_one_home.py`` checks every source. A table of times names their unit
+once, in its title (:func:`unit_title`). Three figures that are not times have one rule
+here too: MFU (:func:`fmt_mfu`, a percent), tokens/s/GPU (:func:`fmt_rate`,
+:func:`fmt_rate_pair`) and a bubble ratio (:func:`fmt_bubble`). Files keep every number
+exact (Timeline JSON, cost files, ``--json``); this is only what a person reads.
 """
 from __future__ import annotations
 
@@ -63,6 +66,61 @@ def with_unit(value: float, unit: str) -> str:
     """``value`` with its unit: ``66 slots``, ``1 slot``, ``12.5 ms``
     (:func:`fmt_time`, :func:`unit_text`)."""
     return f"{fmt_time(value)} {unit_text(unit, value)}"
+
+
+
+def unit_title(title: str, unit: str) -> str:
+    """A table's title with the unit its time columns are in, stated once:
+    ``stalls of 1f1b (ms)``, ``slack per op (slots)`` (:func:`unit_text`)."""
+    return f"{title} ({unit_text(unit)})"
+
+
+def fmt_mfu(mfu: float | None) -> str:
+    """MFU (a fraction of peak FLOP/s) as a percent with one decimal: ``0.3904 -> "39.0%"``,
+    ``None -> "-"``. A percent, not a fraction: MFU is quoted as a percent in papers and
+    in every report a person compares against (Megatron's, torchtitan's), and a percent
+    with one decimal keeps the 0.1-point differences that separate two layouts."""
+    if mfu is None:
+        return "-"
+    return f"{100 * float(mfu):.1f}%"
+
+
+def fmt_rate(x: float | None, significant: int = SIGNIFICANT) -> str:
+    """A rate (tokens/s/GPU) by the rule of :func:`fmt_time` (4 significant digits, never
+    an integer digit lost) with a thousands separator: ``859.44 -> "859.4"``,
+    ``1273.4 -> "1,273"``, ``19882.2 -> "19,882"``, ``None -> "-"``. One rule for every
+    table and line, so a rate read in ``plan`` and in ``simulate`` matches digit for
+    digit."""
+    text = fmt_time(x, significant)
+    if x is None or not math.isfinite(float(x)):
+        return text
+    sign, body = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, dot, frac = body.partition(".")
+    return f"{sign}{int(whole):,}{dot}{frac}"
+
+
+def fmt_rate_pair(a: float, b: float) -> tuple[str, str]:
+    """``(fmt_rate(a), fmt_rate(b))`` for two rates compared in one line (a bound against
+    the bar it falls below): more significant digits (up to 7) while two different rates
+    would print alike, so that ``863.47`` against ``863.52`` never reads ``863.5, below
+    863.5``; rates within a relative 1e-6 of each other (a tie, up to float noise) print
+    at 4 digits, alike: the caller then says "no better than", not "below"."""
+    for significant in range(SIGNIFICANT, 8):
+        ta, tb = fmt_rate(a, significant), fmt_rate(b, significant)
+        if ta != tb or a == b:
+            return ta, tb
+    return fmt_rate(a), fmt_rate(b)
+
+
+def fmt_bubble(ratio: float | None) -> str:
+    """A bubble ratio (idle / (ranks x makespan), or the span-based rate) as a fraction
+    with 3 decimals: ``0.04394 -> "0.044"``, ``None -> "-"``. A fraction, not a percent:
+    every table column and the Timeline JSON call it a ratio (``bubble ratio``,
+    ``bubble_ratio``) and the papers' bubble formulas ((p - 1) / m) are fractions, so the
+    figure titles read as the tables do."""
+    if ratio is None:
+        return "-"
+    return f"{float(ratio):.3f}"
 
 
 #: bytes in a MiB (a message, a page: sizes well under a GiB)

@@ -267,7 +267,7 @@ class WorkloadResult:
         (:func:`~schedsim.util.units.fmt_gib_pair`), and the fit in one clause: where
         the allocator ran out of memory, the first such rank, the bytes it asked and
         what it had reserved then."""
-        from schedsim.util.units import fmt_gib, fmt_gib_pair, with_unit
+        from schedsim.util.units import fmt_gib, fmt_gib_pair, fmt_mfu, fmt_rate, with_unit
 
         peak = max(self.peak_memory_bytes)
         rp = self.peak_reserved_bytes
@@ -289,8 +289,8 @@ class WorkloadResult:
         res = "" if rp is None else f" allocated, {worst_text} reserved,"
         peak_text = worst_text if rp is None else fmt_gib(peak)
         return (f"step {with_unit(self.step_ms, 'ms')}, "
-                f"{self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-                f"MFU {self.mfu * 100:.1f}%, peak {peak_text}{res} of {hbm} ({fit})")
+                f"{fmt_rate(self.tokens_per_s_per_gpu)} tokens/s/GPU, "
+                f"MFU {fmt_mfu(self.mfu)}, peak {peak_text}{res} of {hbm} ({fit})")
 
 
 def result_of(d: DerivedWorkload, tl: Timeline, cp: Compiled, st: RunState) -> WorkloadResult:
