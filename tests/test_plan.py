@@ -203,7 +203,7 @@ def test_cli_prints_the_top_and_writes_the_figures(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "best.png").exists()
     page = html.read_text()
-    assert best.key in page and "throughput against peak memory" in page
+    assert best.name in page and "throughput against peak memory" in page   # its human name
 
 
 def test_api_returns_the_ranking():
@@ -256,15 +256,19 @@ def test_cli_format_csv_and_json_write_the_top_table_to_stdout():
     res = run_plan(PlanSpace(**SMALL), top=2)
     r = CliRunner().invoke(app, args + ["--format", "csv"])
     assert r.exit_code == 0, r.output
-    rows = list(csv.reader(io.StringIO(r.stdout.split("\n\n")[0])))
-    assert rows[0][:3] == ["#", "layout", "schedule"] and len(rows) == 3
-    assert rows[1][6] == fmt_rate(res.ranking[0].tokens_per_s_per_gpu)     # the cell as printed
+    first = r.stdout.split("\n\n")[0].splitlines()
+    assert first[0] == "# table: candidates"
+    rows = list(csv.reader(io.StringIO("\n".join(first[1:]))))
+    assert rows[0][:3] == ["n", "layout", "schedule"] and len(rows) == 3
+    assert float(rows[1][6]) == res.ranking[0].tokens_per_s_per_gpu      # exact, not as printed
     assert "best:" in r.stderr and "best:" not in r.stdout
     r = CliRunner().invoke(app, args + ["--format", "json"])
     assert r.exit_code == 0, r.output
     tables = json.loads(r.stdout)
-    top = next(v for k, v in tables.items() if k.startswith("top 2"))
+    top = tables["candidates"]["rows"]
+    assert tables["candidates"]["title"].startswith("top 2")
     assert [row["schedule"] for row in top] == [x.candidate.schedule for x in res.top(2)]
+    assert [row["step_ms"] for row in top] == [x.step_ms for x in res.top(2)]
 
 
 def test_cli_out_dash_streams_json_lines_to_stdout():

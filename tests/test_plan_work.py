@@ -4,8 +4,7 @@ programs; unknown names with a suggestion; the ``best:`` line is its table row's
 layers the stages do not divide split as torchtitan splits them."""
 from __future__ import annotations
 
-import csv
-import io
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -226,15 +225,13 @@ def test_a_126_layer_model_plans_at_pp_that_does_not_divide_126():
 def test_the_best_line_is_its_table_row():
     args = ["plan", "--model", "llama3.1-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq",
             "4096", "--global-batch-size", "64", "--tp", "2,4", "--pp", "2,4", "--schedules",
-            "1f1b,zbv", "--recompute", "none,full", "--top", "2", "-j", "1",
-            "--format", "csv"]
+            "1f1b,zbv", "--recompute", "none,full", "--top", "2", "-j", "1"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
-    rows = list(csv.reader(io.StringIO(r.stdout.split("\n\n")[0])))
-    assert rows[0] == ["#", "layout", "schedule", "recompute", "microbatches", "step ms",
-                       "tokens/s/GPU", "bubble", "MFU", "peak GiB per rank"]
-    _, layout, sched, rc, mb, step, tok, bubble, mfu, peak = rows[1]
-    best = [ln for ln in r.stderr.splitlines() if ln.startswith("best:")]
+    rows = [[c.strip() for c in ln.strip("│").split("│")]
+            for ln in r.stdout.splitlines() if ln.startswith("│")]
+    _, layout, sched, rc, mb, step, tok, bubble, mfu, peak = rows[0]
+    best = [ln for ln in r.stdout.splitlines() if ln.startswith("best:")]
     assert best == [f"best: {layout} {sched} recompute {rc}, {mb} microbatches: {tok} "
                     f"tokens/s/GPU, step {step} ms, bubble {bubble}, MFU {mfu}, peak GiB "
                     f"per rank {peak}"]
@@ -249,3 +246,8 @@ def test_the_best_line_is_its_table_row():
                                 fmt_mfu(b.mfu))
     assert peak == " ".join(fmt_time(g) for g in b.peak_gib)
     assert (step, peak) == ("1879", "29.05 23.13")
+    doc = json.loads(CliRunner().invoke(app, args + ["--format", "json"]).stdout)
+    row = doc["candidates"]["rows"][0]          # the same row, exact numbers
+    assert (row["layout"], row["tokens_s_gpu"], row["step_ms"], row["mfu"]) == (
+        layout, b.tokens_per_s_per_gpu, b.step_ms, b.mfu)
+    assert row["peak_gib_per_rank"] == max(b.peak_gib)

@@ -55,9 +55,10 @@ def test_import_trace_takes_the_table_options():
     r = runner.invoke(app, ["import-trace", *map(str, files), "--format", "csv"])
     tl = import_traces(files)
     assert r.exit_code == 0 and r.stdout.splitlines() == [
-        "rank,busy,idle,bubble ratio,first start,last end",
-        *(f"{p.rank},{p.busy:.4g},{p.idle:.4g},{p.bubble_ratio:.3f},{p.first_start:.4g},"
-          f"{p.last_end:.4g}" for p in tl.per_rank)]
+        "rank,busy,idle,bubble_ratio,first_start,last_end",    # exact values (repr)
+        *(",".join(str(int(x)) if float(x).is_integer() else repr(float(x)) for x in (
+            p.rank, p.busy, p.idle, p.bubble_ratio, p.first_start, p.last_end))
+          for p in tl.per_rank)]
 
 
 def test_check_trace_reports_every_step(tmp_path):

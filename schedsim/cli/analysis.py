@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.tables import data_format
 from schedsim.cli.common import (
     console,
@@ -117,13 +118,14 @@ def stalls(
     if not (show_all or data_format()) and n > limit:
         keep = set(map(id, sorted(shown, key=lambda s: -s.duration)[:limit]))
         shown = [s for s in shown if id(s) in keep]
-    t = Table(title=unit_title(f"stalls of {_title(tl)}", tl.unit), show_lines=False)
+    t = DataTable("stalls", title=unit_title(f"stalls of {_title(tl)}", tl.unit),
+                  show_lines=False)
     for col in ("rank", "start", "end", "len", "cause", "detail"):
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
     for s in shown:
-        t.add_row(str(s.rank), fmt_time(s.start), fmt_time(s.end), fmt_time(s.duration), s.cause,
-                  escape(s.detail))
+        t.add_row(str(s.rank), *(num(x, fmt_time(x)) for x in (s.start, s.end, s.duration)),
+                  s.cause, escape(s.detail))
     console.print(t)
     if len(shown) < n:
         console.print(f"the {len(shown)} longest of {n} stalls shown (--all prints every "
@@ -179,7 +181,7 @@ def align(
         rows = [r for r in rows if r.flags]
     shown = rows if show_all or data_format() else rows[:limit]
     slotted = is_slotted(tl)
-    t = Table(title=unit_title(f"send/recv alignment of {_title(tl)}", tl.unit))
+    t = DataTable("alignment", title=unit_title(f"send/recv alignment of {_title(tl)}", tl.unit))
     for col in ALIGN_COLUMNS:
         t.add_column(col, overflow="fold")
     for r in shown:
@@ -253,12 +255,12 @@ def critical_path_cmd(
         console.print(escape(line), highlight=False, soft_wrap=True)
     console.print(_path_table(path, show_all, tl.unit))
     if slack:
-        ts = Table(title=unit_title("slack per op", tl.unit))
+        ts = DataTable("slack", title=unit_title("slack per op", tl.unit))
         for col in ("rank", "op", "instr", "start", "end", "slack"):
             ts.add_column(col, justify="right")
         for o in op_slack(G):
-            ts.add_row(str(o.rank), escape(o.op), str(o.index), fmt_time(o.start),
-                       fmt_time(o.end), fmt_time(o.slack))
+            ts.add_row(str(o.rank), escape(o.op), str(o.index), num_time(o.start),
+                       num_time(o.end), num_time(o.slack))
         console.print(ts)
 
 
@@ -270,16 +272,17 @@ def _path_table(path: list, show_all: bool, unit: str) -> Table:
     from schedsim.analysis.critical import segments
 
     if show_all:
-        t = Table(title=unit_title("critical path, every step", unit))
+        t = DataTable("steps", title=unit_title("critical path, every step", unit))
         for col in ("step", "rank", "what", "start", "end", "detail"):
             t.add_column(col, overflow="fold")
         for s in path:
             t.add_row(s.kind, "-" if s.rank is None else str(s.rank),
                       escape(s.what + ("" if s.index is None else f" (instr {s.index})")),
-                      fmt_time(s.start), fmt_time(s.end), escape(s.detail))
+                      num_time(s.start), num_time(s.end), escape(s.detail))
         return t
-    t = Table(title=f"critical path by runs of ops on one rank ({unit_text(unit)}; --all: "
-                    f"every step)")
+    t = DataTable("critical_path",
+                  title=f"critical path by runs of ops on one rank ({unit_text(unit)}; --all: "
+                        f"every step)")
     for col in ("rank", "ops", "first", "last", "start", "end", "entered via"):
         t.add_column(col, overflow="fold", justify="right" if col in (
             "rank", "ops", "start", "end") else "left")
@@ -289,7 +292,7 @@ def _path_table(path: list, show_all: bool, unit: str) -> Table:
                         else f"{v.what} (instr {v.index})" if v.kind == "wait" else v.what
                         for v in g.via)
         t.add_row(str(g.rank), str(len(g.ops)), escape(g.ops[0].what),
-                  escape(g.ops[-1].what), fmt_time(g.start), fmt_time(g.end), escape(via))
+                  escape(g.ops[-1].what), num_time(g.start), num_time(g.end), escape(via))
     return t
 
 
@@ -374,8 +377,9 @@ def _query_table(answers: list, causes: list, eff: Any, unit: str) -> Table:
     cause free, delay, with both co-causes free, makespan and its delta)."""
     from rich.table import Table
 
-    t = Table(title=rich_escape(unit_title(f"does {' + '.join(str(c) for c in causes)} "
-                                           f"delay {eff}?", unit)))
+    t = DataTable("answers",
+                  title=rich_escape(unit_title(f"does {' + '.join(str(c) for c in causes)} "
+                                               f"delay {eff}?", unit)))
     data_t = next((a.effect_start for a in answers if a.semantics == "data"), None)
     cols = ["semantics", "effect at"] + (["vs data"] if data_t is not None and
                                          len(answers) > 1 else [])
@@ -385,11 +389,11 @@ def _query_table(answers: list, causes: list, eff: Any, unit: str) -> Table:
         t.add_column(col, justify="left" if col == "semantics" else "right")
     for a in answers:
         vs = ([] if len(cols) == 2 else
-              [fmt_time(None if a.effect_start is None else a.effect_start - data_t)])
-        co = [fmt_time(a.joint_delay)] if joint else []
-        t.add_row(a.semantics, fmt_time(a.effect_start), *vs, fmt_time(a.counterfactual_start),
-                  "deadlock" if a.deadlock else fmt_time(a.delay), *co, fmt_time(a.makespan),
-                  fmt_time(a.makespan_delta))
+              [num_time(None if a.effect_start is None else a.effect_start - data_t)])
+        co = [num_time(a.joint_delay)] if joint else []
+        t.add_row(a.semantics, num_time(a.effect_start), *vs, num_time(a.counterfactual_start),
+                  "deadlock" if a.deadlock else num_time(a.delay), *co, num_time(a.makespan),
+                  num_time(a.makespan_delta))
     return t
 
 
@@ -431,15 +435,16 @@ def lint(
     found = run_lint(prog, tl, late_threshold, lazy_init=sc.comm.lazy_init)
     write_json(json_out, lambda: [f.to_dict() for f in found])
     groups = group_findings(found)
-    t = Table(title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
-                    + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
-                    + (", deadlocks" if tl.deadlock is not None else "")
-                    + f"; times in {unit_text(tl.unit)})")
+    t = DataTable("findings",
+                  title=f"lint of {rich_escape(prog.name)} ({comm.semantics} run"
+                        + ("" if comm.comm_stream == "none" else f", {comm.comm_stream} stream")
+                        + (", deadlocks" if tl.deadlock is not None else "")
+                        + f"; times in {unit_text(tl.unit)})")
     if show_all:
         for col in ("severity", "rule", "rank", "instr", "cost", "finding"):
             t.add_column(col, overflow="fold")
         for f in found:
-            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), fmt_time(f.cost),
+            t.add_row(f.severity, f.rule, str(f.rank), str(f.index), num_time(f.cost),
                       escape(f.message))
     else:
         for col in ("severity", "rule", "count", "ranks", "cost", "finding"):
@@ -453,7 +458,7 @@ def lint(
                 text = (f"{g.pattern}, e.g. {first.message} (also {more}"
                         + (", ..." if g.count > 4 else "") + ")")
             t.add_row(g.severity, g.rule, str(g.count), rank_ranges(g.ranks),
-                      fmt_time(g.cost), escape(text))
+                      num_time(g.cost), escape(text))
     console.print(t)
     by: dict[str, int] = {}
     for f in found:

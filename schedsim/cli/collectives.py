@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.common import console, fail, handle_errors
 from schedsim.util.units import fmt_bubble, fmt_time, unit_title, with_unit
 
@@ -46,7 +47,9 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     if sco is None:
         return
     default_stage = next((s for s in range(stages) if s not in sco.model.stage), None)
-    t = Table(title=escape(model_summary(sc)) + f" ({sc.costs.unit})")
+    t = DataTable("stages",
+                  title=escape(model_summary(sc)) + f" ({sc.costs.unit})",
+                      unit=sc.costs.unit)
     for col in ("stages", "kind", "cost", "compute", "collective", "exposed", "hidden",
                 "used"):
         t.add_column(col, justify="left" if col in ("stages", "kind", "used") else "right",
@@ -56,8 +59,8 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
         used = "-" if st is None else stage_cost(sc.costs, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
             1.0, oc.cost) else f"typed: {fmt_time(used)}")
-        t.add_row(label, kind, fmt_time(oc.cost), fmt_time(oc.compute), fmt_time(oc.collective),
-                  fmt_time(oc.exposed), fmt_time(oc.hidden), how)
+        t.add_row(label, kind, *(num(x, fmt_time(x)) for x in (
+            oc.cost, oc.compute, oc.collective, oc.exposed, oc.hidden)), how)
     console.print(t)
     if tl is not None and tl.deadlock is None:
         rows = exposed_by_kind(tl, sco)
@@ -77,14 +80,16 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=unit_title(f"{res.ranks} ranks x {res.microbatches} microbatches, "
-                               f"{res.semantics} semantics, costs from the stage model by "
-                               f"overlap mode", res.unit))
+    t = DataTable("overlap_modes",
+                  title=unit_title(f"{res.ranks} ranks x {res.microbatches} microbatches, "
+                                   f"{res.semantics} semantics, costs from the stage model by "
+                                   f"overlap mode", res.unit))
     for col in ("schedule", "overlap", "F", "BW", "FB", "makespan", "bubble"):
         t.add_column(col, justify="left" if col in ("schedule", "overlap") else "right")
     for r in res.records:
-        t.add_row(r["schedule"], r["overlap"], fmt_time(r["F"]), fmt_time(r["BW"]),
-                  fmt_time(r["FB"]), fmt_time(r["makespan"]), fmt_bubble(r["bubble_ratio"]))
+        t.add_row(r["schedule"], r["overlap"], num_time(r["F"]), num_time(r["BW"]),
+                  num_time(r["FB"]), num_time(r["makespan"]),
+                  num(r["bubble_ratio"], fmt_bubble(r["bubble_ratio"])))
     console.print(t)
     first = res.modes[0]
     base = {r["schedule"]: r["makespan"] for r in res.records if r["overlap"] == first}
@@ -169,8 +174,9 @@ def print_check(res: dict[str, Any]) -> None:
     from rich.table import Table
 
     n = res["tp"]
-    t = Table(title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
-                    f"1.0 = equal, {n}.0 = {n}x)")
+    t = DataTable("grad_scale",
+                  title=f"gradient scale vs the single-process reference, tp = {n} (float64; "
+                        f"1.0 = equal, {n}.0 = {n}x)")
     for col in ("variant", "replicated loss", "summed loss", "correct for"):
         t.add_column(col, justify="right" if "loss" in col else "left", no_wrap=True)
 
@@ -202,7 +208,8 @@ def _check_function(function: str | None, input_function: str | None, tp: int,
     console.print(f"g = {escape(function)}, f = "
                   f"{escape(input_function or 'Megatron f (default)')}", highlight=False,
                   soft_wrap=True)
-    t = Table(title=f"gradient scale vs the single-process reference, tp = {tp}")
+    t = DataTable("grad_scale_tensors",
+                  title=f"gradient scale vs the single-process reference, tp = {tp}")
     for col in ("tensor", "replicated loss", "summed loss"):
         t.add_column(col, justify="left" if col == "tensor" else "right")
 

@@ -91,8 +91,9 @@ TablesQuietOpt = Annotated[bool, typer.Option(
 
 FormatOpt = Annotated[str, typer.Option(
     "--format", metavar="table|csv|json", help="How tables are printed: table (for "
-    "people), csv or json (every table row, cells as printed, on stdout; the other lines "
-    "go to stderr).")]
+    "people), csv or json (every table row on stdout, exact numbers; json: one object "
+    "keyed by table id; csv: '# table: ID' before each of several tables; the other "
+    "lines go to stderr).")]
 
 LimitOpt = Annotated[Optional[list[str]], typer.Option(
     "--max", metavar="KEY=N", show_default=False, help="Raise a work limit, KEY=N "

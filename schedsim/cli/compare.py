@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.analysis import JsonOpt, run_scenario, write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -336,7 +337,7 @@ def _reading(per_rank_costs: bool, model: bool = False) -> str:
 def _table(res, ranks: int) -> Table:
     from schedsim.sweep import spread
 
-    t = Table(title=unit_title("schedules", res.unit))
+    t = DataTable("schedules", title=unit_title("schedules", res.unit))
     for col in ("schedule", "stages", "op cost x", "makespan", "idle/rank", "bubble",
                 "span bubble", "peak act", "params", "table idle", "table act, params"):
         t.add_column(col, justify="left" if col.startswith(("schedule", "table"))
@@ -347,10 +348,18 @@ def _table(res, ranks: int) -> Table:
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
         tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), fmt_time(r.cost_scale), fmt_time(r.makespan),
-                  spread(r.idle), fmt_bubble(r.bubble_ratio), fmt_bubble(r.span_bubble_rate),
-                  spread(r.peak_activation), spread(r.param_memory), tidle, tact)
+        t.add_row(r.schedule, str(r.stages), num(r.cost_scale, fmt_time(r.cost_scale)),
+                  num(r.makespan, fmt_time(r.makespan)), _spread(r.idle, spread),
+                  num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+                  num(r.span_bubble_rate, fmt_bubble(r.span_bubble_rate)),
+                  _spread(r.peak_activation, spread), _spread(r.param_memory, spread),
+                  tidle, tact)
     return t
+
+
+def _spread(xs: list[float], spread: Any) -> Any:
+    """A ``lo..hi`` cell (:func:`schedsim.sweep.spread`); csv/json: the highest, exact."""
+    return num(max(xs) if xs else None, spread(xs))
 
 
 def per_op_note(rows: list[tuple[str, int]], ranks: int, model: bool = False) -> str | None:
@@ -446,13 +455,15 @@ def diff(
     write_json(json_out, d.to_dict())
     rows = d.ops if show_all else [o for o in d.ops if o.moved or abs(o.delta) > 1e-9]
     u = tla.unit
-    t = Table(title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)", u)))
+    t = DataTable("moves",
+                  title=rich_escape(unit_title(f"{tlb.schedule} (B) against {tla.schedule} (A)",
+                                               u)))
     for col in ("rank", "op", "position A", "position B", "start A", "start B", "delta",
                 "moved"):
         t.add_column(col, justify="right")
     for o in rows:
-        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), fmt_time(o.start_a),
-                  fmt_time(o.start_b), fmt_time(o.delta), "moved" if o.moved else "")
+        t.add_row(str(o.rank), escape(o.op), str(o.pos_a), str(o.pos_b), num_time(o.start_a),
+                  num_time(o.start_b), num_time(o.delta), "moved" if o.moved else "")
     console.print(t)
     console.print(escape(moved_line(d)), highlight=False)
     console.print(f"makespan A {with_unit(d.makespan_a, u)}, B {with_unit(d.makespan_b, u)}, "
@@ -506,11 +517,11 @@ def memory(
     write_json(json_out, {"model": mm.model_dump(), "peak_activation": peaks,
                           "param_memory": params,
                           "curves": [[list(p) for p in c] for c in memory_curves(tl, mm)]})
-    t = Table(title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
+    t = DataTable("memory", title=rich_escape(f"memory of {tl.schedule} ({_mem_text(mm)})"))
     for col in ("rank", "peak activation", "parameters"):
         t.add_column(col, justify="right")
     for r in range(tl.ranks):
-        t.add_row(str(r), fmt_time(peaks[r]), fmt_time(params[r]))
+        t.add_row(str(r), num_time(peaks[r]), num_time(params[r]))
     console.print(t)
     console.print("units: activations in microbatches' worth (1 = the activations one "
                   "microbatch leaves on one rank's 1/ranks share of the model); parameters "

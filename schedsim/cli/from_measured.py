@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import console, fail, write_text_out
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
@@ -22,8 +23,9 @@ def print_pieces(pt: Any) -> None:
     from schedsim.interop.kineto_pieces import piece_costs
     from schedsim.interop.piece_model import predict_pair
 
-    t = Table(title=f"pieces of {pt.path.name} (GPU time of their kernels, ms; streams "
-                    f"kept apart)")
+    t = DataTable("pieces",
+                  title=f"pieces of {pt.path.name} (GPU time of their kernels, ms; streams "
+                        f"kept apart)")
     for col in ("piece", "layers", "mean", "min", "max", "streams: kernels, busy ms (all layers)"):
         t.add_column(col, justify="left" if col.startswith(("piece", "streams")) else "right")
     per_stream: dict[str, dict[Any, list[float]]] = {}
@@ -80,8 +82,9 @@ def calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
     check_outputs(out)
     fit = fit_timeline(tl, ti.program, exact=exact)
     if out is not None:
-        t = Table(title=f"fitted costs ({tl.unit}, median over microbatches) of "
-                        f"{tl.schedule}")
+        t = DataTable("fitted_costs",
+                      title=f"fitted costs ({tl.unit}, median over microbatches) of "
+                            f"{tl.schedule}")
         kinds = [k for k in ("F", "B", "W", "BW", "FB")
                  if any(k in c for c in fit.stages.values())]
         for col in ("stage", *kinds):
@@ -163,8 +166,9 @@ def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str 
     if out is not None:
         how = ("contended: steps of the program" if spec.calib_contended else
                "one rank at a time" if isolated else "benchmarks, ranks together")
-        t = Table(title=f"calibrated costs (ms, medians of {repeats}; {how}) on "
-                        f"{res['calibration'].get('backend', '?')}, {n} ranks")
+        t = DataTable("calibrated_costs",
+                      title=f"calibrated costs (ms, medians of {repeats}; {how}) on "
+                            f"{res['calibration'].get('backend', '?')}, {n} ranks")
         for col in ("stage", "F", "B", "W", "BW", "FB"):
             t.add_column(col, justify="right")
         for s in sorted(costs.stage):

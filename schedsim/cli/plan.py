@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import (
     ParamOpt,
     PolicyOpt,
@@ -262,13 +263,9 @@ class _Bar:
 def layout_text(r: Any) -> str:
     """``tp4 pp8 dp2`` plus what differs from the plain layout: ``x2`` model chunks per
     rank, ``ep8``, ``cp2``, ``mbs2``, the ZeRO stage ``z1``."""
-    c = r.candidate
-    per = r.stages // c.pp if c.pp and r.stages else 1
-    parts = [f"tp{c.tp}", f"pp{c.pp}" + (f"x{per}" if per > 1 else ""), f"dp{c.dp}"]
-    parts += [f"ep{c.ep}"] if c.ep > 1 else []
-    parts += [f"cp{c.cp}"] if c.cp > 1 else []
-    parts += [f"mbs{c.micro_batch_size}"] if c.micro_batch_size > 1 else []
-    return " ".join(parts + [f"z{c.zero}"])
+    from schedsim.plan.names import layout_name
+
+    return layout_name(r.candidate, r.stages)
 
 
 def _table(t: Table) -> None:
@@ -293,16 +290,18 @@ def row_cells(r: Any) -> dict[str, str]:
     candidate's figures, for its row of the top table and for the ``best:`` line."""
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
-            "step ms": fmt_time(r.step_ms), "tokens/s/GPU": fmt_rate(r.tokens_per_s_per_gpu),
-            "bubble": fmt_bubble(r.bubble_ratio), "MFU": fmt_mfu(r.mfu),
-            "peak GiB per rank": _peaks(r.peak_gib)}
+            "step ms": num(r.step_ms, fmt_time(r.step_ms)),
+            "tokens/s/GPU": num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
+            "bubble": num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+            "MFU": num(r.mfu, fmt_mfu(r.mfu)),   # (csv/json: the exact numbers)
+            "peak GiB per rank": num(max(r.peak_gib, default=None), _peaks(r.peak_gib))}
 
 
 def best_line(r: Any) -> str:
     """``best: ...``: every cell of ``r``'s top-table row (:func:`row_cells`), each
     named by its column."""
     c = row_cells(r)
-    return (f"best: {c['layout']} {c['schedule']} recompute {c['recompute']}, "
+    return (f"best: {r.name}, "        # (= the row's layout, schedule and recompute)
             f"{c['microbatches']} microbatches: {c['tokens/s/GPU']} tokens/s/GPU, step "
             f"{c['step ms']} ms, bubble {c['bubble']}, MFU {c['MFU']}, peak GiB per rank "
             f"{c['peak GiB per rank']}")
@@ -323,8 +322,9 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
             f"limit {fmt_gib(res.resolved.mem_limit_bytes)}, {sp.semantics} semantics")
     console.print(escape(head), soft_wrap=True)
     if res.ranking and tables:
-        t = Table(title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
-                  f"(by tokens/s/GPU)")
+        t = DataTable("candidates",
+                      title=f"top {min(top, len(res.ranking))} of {len(res.ranking)} that fit "
+                      f"(by tokens/s/GPU)")
         for col in ("#", *COLUMNS):
             t.add_column(col, justify="left" if col in ("layout", "schedule", "recompute")
                          else "right")
@@ -332,7 +332,7 @@ def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
             t.add_row(str(i), *row_cells(r).values())
         _table(t)
     if tables and res.rejections.counts:
-        t = Table(title="candidates removed, by rule")
+        t = DataTable("removed", title="candidates removed, by rule")
         t.add_column("rule")
         t.add_column("removed", justify="right")
         t.add_column("example")
@@ -374,7 +374,7 @@ def _figures(res: Any, gantt: Path | None, pareto: Path | None, html: Path | Non
     if gantt is not None:
         from schedsim.plot import gantt as gantt_figure, save_figure
 
-        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].key}")), gantt)
+        save_figure(gantt_figure(tl, title=mpl_escape(f"best: {res.ranking[0].name}")), gantt)
     if html is not None:
         from schedsim.plan.report import plan_html
         from schedsim.util.files import atomic_write_text

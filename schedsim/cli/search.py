@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.analysis import write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -302,19 +303,21 @@ def _print_order(ranks: list) -> None:
 
 
 def _spread(v: list[float]) -> str:
-    lo, hi = min(v), max(v)
-    return fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}"
+    lo, hi = min(v), max(v)     # (csv/json: the highest, exact)
+    return num(hi, fmt_time(lo) if abs(hi - lo) < 1e-9 else f"{fmt_time(lo)}..{fmt_time(hi)}")
 
 
 def _table(res: Any, st: Any) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"against the built-in schedules ({st.comm.semantics} semantics, "
-                    f"{st.policy} policy; makespan in {unit_text(res.timeline.unit)})")
+    t = DataTable("builtins",
+                  title=f"against the built-in schedules ({st.comm.semantics} semantics, "
+                        f"{st.policy} policy; makespan in {unit_text(res.timeline.unit)})")
     for col in ("schedule", "makespan", "bubble", "peak act", "fits limit", "vs search"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
-    t.add_row("[bold]search[/]", f"[bold]{fmt_time(res.makespan)}[/]", fmt_bubble(res.bubble),
+    t.add_row("[bold]search[/]", num(res.makespan, f"[bold]{fmt_time(res.makespan)}[/]"),
+              num(res.bubble, fmt_bubble(res.bubble)),
               _spread(res.peak), "yes", "")
     rows = sorted(res.baselines.rows, key=lambda b: (b.makespan is None, b.makespan or 0.0))
     for b in rows:
@@ -322,8 +325,9 @@ def _table(res: Any, st: Any) -> Table:
             t.add_row(escape(b.label), "-", "-", "-", "-", escape(b.note))
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
-        t.add_row(escape(b.label), fmt_time(b.makespan), fmt_bubble(b.bubble), _spread(b.peak),
-                  "yes" if b.fits else "no", f"{rel:+.1f}%")
+        t.add_row(escape(b.label), num(b.makespan, fmt_time(b.makespan)),
+                  num(b.bubble, fmt_bubble(b.bubble)), _spread(b.peak), "yes" if b.fits else "no",
+                  num(rel / 100, f"{rel:+.1f}%"))
     return t
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import (
     BandwidthOpt,
     BytesOpt,
@@ -88,14 +89,19 @@ def print_summary(tl: Timeline) -> None:
 
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
-    t = Table(title=rich_escape(unit_title(
-        f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
-        + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"), tl.unit)))
+    t = DataTable("ranks",
+                  title=rich_escape(unit_title(
+                      f"{tl.schedule}: {tl.ranks} ranks x {tl.microbatches} microbatches, {how}"
+                      + ("" if tl.comm_stream == "none" else f", {tl.comm_stream} stream"),
+                      tl.unit)),
+                  unit=tl.unit)
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
-        t.add_row(str(r.rank), fmt_time(r.busy), fmt_time(r.idle), fmt_bubble(r.bubble_ratio),
-                  fmt_time(r.first_start), fmt_time(r.last_end))
+        t.add_row(str(r.rank), num(r.busy, fmt_time(r.busy)), num(r.idle, fmt_time(r.idle)),
+                  num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+                  num(r.first_start, fmt_time(r.first_start)),
+                  num(r.last_end, fmt_time(r.last_end)))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
@@ -265,8 +271,9 @@ def list_schedules() -> None:
     from rich.table import Table
     from schedsim.generators import GENERATORS, names
 
-    t = Table(title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
-              expand=True)
+    t = DataTable("schedules",
+                  title="schedules (schedsim simulate --schedule NAME ...)", show_lines=True,
+                  expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what, placement, parameters, constraints, source", ratio=1)
     for n in names():
@@ -287,8 +294,9 @@ def _policies_table() -> Table:
     from rich.table import Table
     from schedsim.program.lower import POLICIES, policy_names
 
-    t = Table(title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
-              show_lines=True, expand=True)
+    t = DataTable("comm_policies",
+                  title="comm policies (--comm-policy NAME; parameters: --param KEY=VALUE)",
+                  show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("what it imitates, parameters", ratio=1)
     for n in policy_names():
@@ -312,8 +320,9 @@ def _semantics_table() -> Table:
     from rich.table import Table
     from schedsim.program.vocab import SEMANTICS_SUMMARY
 
-    t = Table(title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
-              show_lines=True, expand=True)
+    t = DataTable("semantics",
+                  title="comm semantics (--semantics NAME; docs/comm-semantics.md)",
+                  show_lines=True, expand=True)
     t.add_column("name", style="bold", no_wrap=True)
     t.add_column("how P2P ops complete", ratio=1)
     for n, what in SEMANTICS_SUMMARY.items():

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import sys
 
 from rich.console import Console as _RichConsole
+from rich.table import Table as _RichTable
 
 from schedsim.errors import ScenarioError
 
@@ -83,10 +84,11 @@ def capture_table(table: Any) -> bool:
 @contextmanager
 def stdout_data(fmt: str, to_stdout: bool, quiet: bool = False) -> Iterator[None]:
     """A command's run with ``--format fmt`` (one of :data:`FORMATS`) and ``to_stdout``
-    (an output file is ``-``): on success, the tables it printed are written to stdout
-    as CSV (a header row, then one row per table row; several tables are separated by an
-    empty line) or JSON (a list of {column: cell}, cells as printed; several tables: an
-    object keyed by table title); ``quiet`` (``-q``) prints no table. Raises
+    (an output file is ``-``): on success, the tables it printed are written to stdout,
+    one document: JSON, an object keyed by each table's stable id (:func:`tables_data`:
+    ``{"ranks": {"title", "columns", "rows": [{"busy": 75402.3, ...}]}}``), or CSV (a
+    header row of the column keys, then the rows; several tables: each after a line
+    ``# table: ID``, a blank line between); ``quiet`` (``-q``) prints no table. Raises
     :class:`ScenarioError` for an unknown format."""
     if fmt not in FORMATS:
         from schedsim.util.suggest import did_you_mean
@@ -106,6 +108,100 @@ def stdout_data(fmt: str, to_stdout: bool, quiet: bool = False) -> Iterator[None
         _data.reset(token)
 
 
+class Num(str):
+    """A table cell: the text a person reads (``"6938.2"``, markup allowed) carrying the
+    exact number it shows (``value``): ``--format csv|json`` writes ``value``, not the
+    rounded text. Make one with :func:`num`."""
+
+    value: float | int | None
+
+    def __new__(cls, text: str, value: float | int | None) -> "Num":
+        s = super().__new__(cls, text)
+        s.value = value
+        return s
+
+
+def num(value: float | int | None, text: str | None = None) -> Num:
+    """The cell ``text`` (default: ``str(value)``; ``None``: ``-``) showing the number
+    ``value``: csv/json get ``value`` exact (an integral float as an int; ``None``, a
+    non-finite value: null)."""
+    import math
+
+    if text is None:
+        text = "-" if value is None else str(value)
+    if isinstance(value, bool) or value is None:
+        v: float | int | None = None if value is None else int(value)
+    elif isinstance(value, int):
+        v = value
+    else:
+        f = float(value)
+        v = None if not math.isfinite(f) else int(f) if f.is_integer() and \
+            abs(f) < 2 ** 53 else f
+    return Num(text, v)
+
+
+def num_time(x: float | None) -> Num:
+    """A time cell: :func:`schedsim.util.units.fmt_time`'s text, the exact time."""
+    from schedsim.util.units import fmt_time
+
+    return num(x, fmt_time(x))
+
+
+class DataTable(_RichTable):
+    """A rich Table with what ``--format csv|json`` needs to write it for a script: a
+    stable ``id`` (the table's key: ``ranks``, ``workload``, ``candidates``; the title is
+    for people and varies from run to run), a ``unit`` of its time columns when it has one
+    (``ms``, ``slot``), and per column a ``key`` (``add_column(header, key=...)``; default
+    :func:`column_key` of the header). Cells made with :func:`num` carry exact numbers."""
+
+    def __init__(self, id: str, *headers: Any, unit: str | None = None,
+                 **kwargs: Any) -> None:
+        self.data_keys: list[str | None] = []
+        super().__init__(*headers, **kwargs)
+        self.data_keys += [None] * (len(self.columns) - len(self.data_keys))
+        self.data_id = id
+        self.data_unit = unit
+
+    def add_column(self, header: Any = "", *args: Any, key: str | None = None,
+                   **kwargs: Any) -> None:
+        super().add_column(header, *args, **kwargs)
+        self.data_keys.append(key)
+
+
+def column_key(header: str) -> str:
+    """A column's key in csv/json from its header: lower case, words joined by ``_``
+    (``"step ms" -> "step_ms"``, ``"tokens/s/GPU" -> "tokens_s_gpu"``, ``"#" -> "n"``,
+    ``"MFU %" -> "mfu_pct"``)."""
+    import re
+
+    h = header.replace("%", " pct ").replace("#", " n ").replace("+", " plus ")
+    return re.sub(r"[^a-z0-9]+", "_", h.lower()).strip("_") or "value"
+
+
+#: cell texts that mean "no value" (null in json, empty in csv)
+_EMPTY = ("", "-", "—", "n/a")
+
+
+def _cell_value(cell: Any, text: str) -> Any:
+    """A cell's value for csv/json: a :class:`Num`'s exact number; else the text as a
+    number when it is one (``"12"``, ``"0.273"``, ``"1,024"``), null when it is empty or a
+    dash, the text otherwise."""
+    import re
+
+    if isinstance(cell, Num):
+        return cell.value
+    t = text.strip()
+    if t in _EMPTY:
+        return None
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", t):
+        t = t.replace(",", "")
+    if re.fullmatch(r"-?\d+", t):
+        return int(t)
+    if re.fullmatch(r"-?(\d+\.\d*|\.\d+)(e[-+]?\d+)?", t, re.IGNORECASE):
+        return float(t)
+    return text
+
+
 def table_rows(table: Any) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` of a rich Table as plain text (markup removed, cells whole)."""
     from rich.text import Text
@@ -118,6 +214,51 @@ def table_rows(table: Any) -> tuple[list[str], list[list[str]]]:
     return header, [list(r) for r in zip(*cols)]
 
 
+def table_data(table: Any) -> dict[str, Any]:
+    """One table as data: ``{"title", "unit" (when it has one), "columns" (the keys, in
+    order), "headers" (key -> header as printed), "rows" (one {key: value} per row)}``;
+    values as :func:`_cell_value` gives them (exact numbers for :func:`num` cells)."""
+    from rich.text import Text
+
+    header, rows = table_rows(table)
+    given = list(getattr(table, "data_keys", []))
+    given += [None] * (len(header) - len(given))
+    keys: list[str] = []
+    for h, k in zip(header, given):
+        k = k or column_key(h)
+        base, n = k, 2
+        while k in keys:                    # two columns with one key: the second _2
+            k, n = f"{base}_{n}", n + 1
+        keys.append(k)
+    raw = [list(c.cells) for c in table.columns]
+    out_rows = []
+    for i, r in enumerate(rows):
+        out_rows.append({k: _cell_value(raw[j][i] if not isinstance(raw[j][i], Text)
+                                        else None, r[j]) for j, k in enumerate(keys)})
+    d: dict[str, Any] = {"title": table_rows_title(table)}
+    if getattr(table, "data_unit", None):
+        d["unit"] = table.data_unit
+    d.update(columns=keys, headers=dict(zip(keys, header)), rows=out_rows)
+    return d
+
+
+def tables_data(tables: list[Any]) -> dict[str, dict[str, Any]]:
+    """The tables of one command keyed by their stable id (:class:`DataTable`; a plain
+    rich Table: ``table``); the same id twice: ``ID``, ``ID_2``, ..."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tables:
+        base = getattr(t, "data_id", None) or "table"
+        k, n = base, 2
+        while k in out:
+            k, n = f"{base}_{n}", n + 1
+        out[k] = table_data(t)
+    return out
+
+
+def _csv_cell(v: Any) -> Any:
+    return "" if v is None else repr(v) if isinstance(v, float) else v
+
+
 def _write_tables(d: _Data) -> None:
     import csv
     import io
@@ -125,24 +266,20 @@ def _write_tables(d: _Data) -> None:
 
     if d.fmt == "table" or not d.tables:
         return
+    data = tables_data(d.tables)
     if d.fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        for i, t in enumerate(d.tables):
-            header, rows = table_rows(t)
-            if i:
-                buf.write("\n")
-            w.writerow(header)
-            w.writerows(rows)
+        for i, (tid, t) in enumerate(data.items()):
+            if len(data) > 1:               # several tables: each after '# table: ID'
+                if i:
+                    buf.write("\n")
+                buf.write(f"# table: {tid}\n")
+            w.writerow(t["columns"])
+            w.writerows([_csv_cell(r[k]) for k in t["columns"]] for r in t["rows"])
         text = buf.getvalue()
     else:
-        recs = {}
-        for i, t in enumerate(d.tables):
-            header, rows = table_rows(t)
-            title = table_rows_title(t) or f"table {i + 1}"
-            recs[title] = [dict(zip(header, r)) for r in rows]
-        text = json.dumps(next(iter(recs.values())) if len(recs) == 1 else recs,
-                          indent=1) + "\n"
+        text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     sys.stdout.write(text)
     sys.stdout.flush()
 

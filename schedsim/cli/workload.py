@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
+from schedsim.cli.tables import DataTable, num  # noqa: F401
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
 from schedsim.util.text import number_runs, rich_escape
-from schedsim.util.units import (fmt_bubble, fmt_gib, fmt_mfu, fmt_mib, fmt_rate, fmt_time,
-                                 gib_number, with_unit)
+from schedsim.util.units import (GIB, fmt_bubble, fmt_gib, fmt_mfu, fmt_mib, fmt_rate,
+                                  fmt_time, gib_number, with_unit)
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from schedsim.scenario import Scenario
@@ -73,22 +74,24 @@ def print_workload(res: Any) -> None:
     from rich.table import Table
 
     w = res.derived.workload
-    t = Table(title=rich_escape(
+    t = DataTable("workload",
+                  title=rich_escape(
         f"{w.model.name} on {w.gpus} x {w.gpu.name}: tp {w.tp}, pp {w.pp}, dp "
         f"{w.data_parallel}, ep {w.ep}, {w.microbatches} microbatches of "
         f"{w.micro_batch_size} x {w.seq}, zero {w.zero}, recompute {w.recompute} (GiB)"))
     rp = res.peak_reserved_bytes
     for col in ("rank", "params", "grads", "optimizer", "fsdp", "held", "recv",
                 "activations", "peak", *(("reserved",) if rp else ()), "at ms", "headroom"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=None if col in ("rank", "at ms") else
+                     col + "_gib")
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         top = rp[r] if rp else m.peak          # the headroom of what runs out
-        t.add_row(str(r), *(gib_number(x) for x in (
+        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
             m.peak_activations, res.peak_memory_bytes[r], *((rp[r],) if rp else ()))),
-            fmt_time(m.peak_at),
-            gib_number(res.hbm_bytes - top))
+            num(m.peak_at, fmt_time(m.peak_at)),
+            num((res.hbm_bytes - top) / GIB, gib_number(res.hbm_bytes - top)))
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -121,17 +124,18 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                        **({"peak_reserved": rp[r]} if rp else {}),
                        "curve": [[float(t), float(v)] for t, v in zip(*m.curve)]}
                       for r, m in enumerate(mem)]}, indent=1) + "\n")
-    t = Table(title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
-                                f"{tl.workload['gpu']} (GiB)"))
+    t = DataTable("memory",
+                  title=rich_escape(f"memory of {tl.schedule}: {tl.workload['model']} on "
+                                    f"{tl.workload['gpu']} (GiB)"))
     for col in ("rank", "static", "held", "activations", "peak",
                 *(("reserved",) if rp else ()), "at ms", "headroom"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=None if col in ("rank", "at ms") else
+                     col + "_gib")
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
-        t.add_row(str(r), gib_number(m.static), gib_number(m.held),
-                  gib_number(m.peak_activations), gib_number(peaks[r]),
-                  *((gib_number(rp[r]),) if rp else ()), fmt_time(m.peak_at),
-                  gib_number(hbm - top))
+        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
+            m.static, m.held, m.peak_activations, peaks[r], *((rp[r],) if rp else ()))),
+            num(m.peak_at, fmt_time(m.peak_at)), num((hbm - top) / GIB, gib_number(hbm - top)))
     console.print(t)
     from schedsim.util.units import fmt_gib_pair
 
@@ -156,22 +160,30 @@ def workload_line(res: Any) -> str:
             f"{with_unit(res.step_boundary_ms, 'ms')}")
 
 
+def _peak(xs: list[float] | None, span: Any) -> Any:
+    """A peak GiB cell: the text of ``span``, the highest rank's GiB exact."""
+    return num(max(xs) / GIB if xs else None, span(xs))
+
+
 def _print_breakdown(b: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
-                                f"rank"))
+    t = DataTable("stages",
+                  title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
+                                    f"rank"))
     for col in ("stage", "rank", "layers", "F", "B", "W", "BW", "TFLOP", "act GiB",
                 "stash GiB"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", key=col.lower() + "_ms" if len(col) < 3 else None)
     for s in b["stages"]:
         layers = str(s["layers"]) + ("+E" if s["embedding"] else "") + (
             "+L" if s["head"] else "")
         fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
         a = s["activation_bytes"]
         t.add_row(str(s["stage"]), str(s["rank"]), layers,
-                  *(fmt_time(s['ms'][k]) for k in ("F", "B", "W", "BW")), f"{fl / 1e12:.2f}",
-                  gib_number(a['stored']), gib_number(a['stash_w']))
+                  *(num(s['ms'][k], fmt_time(s['ms'][k])) for k in ("F", "B", "W", "BW")),
+                  num(fl / 1e12, f"{fl / 1e12:.2f}"),
+                  num(a['stored'] / GIB, gib_number(a['stored'])),
+                  num(a['stash_w'] / GIB, gib_number(a['stash_w'])))
     console.print(t)
     same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
@@ -282,7 +294,7 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
             f"{w.data_parallel}, {w.microbatches} microbatches, {sc.comm.semantics} "
             f"semantics")
     _write_compare(rows, head, json_out, gantt, memory)
-    t = Table(title=rich_escape(head))
+    t = DataTable("schedules", title=rich_escape(head))
     reserved = any(r.peak_reserved_bytes for _, r in rows)
     for col in ("schedule", "stages", "step ms", "tokens/s/GPU", "MFU", "bubble",
                 "peak GiB", *(("reserved GiB",) if reserved else ()), "fits"):
@@ -295,10 +307,11 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
         return f"{lo}..{hi}" if lo != hi else hi
 
     for n, r in rows:
-        t.add_row(n, str(r.timeline.stages), fmt_time(r.step_ms),
-                  fmt_rate(r.tokens_per_s_per_gpu), fmt_mfu(r.mfu),
-                  fmt_bubble(r.bubble_ratio), span(r.peak_memory_bytes),
-                  *((span(r.peak_reserved_bytes),) if reserved else ()),
+        t.add_row(n, str(r.timeline.stages), num(r.step_ms, fmt_time(r.step_ms)),
+                  num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
+                  num(r.mfu, fmt_mfu(r.mfu)), num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
+                  _peak(r.peak_memory_bytes, span),
+                  *((_peak(r.peak_reserved_bytes, span),) if reserved else ()),
                   "yes" if r.fits else "NO")
     from schedsim.cli.tables import data_format, rows_only
 

@@ -66,6 +66,12 @@ class Bounded:
     def key(self) -> str:
         return self.legal.candidate.key
 
+    @property
+    def name(self) -> str:
+        from schedsim.plan.names import candidate_name
+
+        return candidate_name(self.legal.candidate, self.legal.shape.stages)
+
 
 @dataclass
 class PlanResult:
@@ -73,7 +79,7 @@ class PlanResult:
     resumed ones); ``ranking``: those that fit, best first; ``grid``: candidates before
     any rule; ``legal``: after the enumeration rules; ``simulated``: simulations run now
     (``resumed``: rows taken from the ``--out`` file); ``rejections``: per rule, pruning
-    included; ``smallest_peak``: when nothing fits, ``(GiB, candidate key)`` of the
+    included; ``smallest_peak``: when nothing fits, ``(GiB, candidate name)`` of the
     smallest peak found."""
 
     space: PlanSpace
@@ -146,10 +152,10 @@ def _bounded(res: Resolved, enum: Enumeration, rej: Rejections,
         top = max(peak)
         if top > res.mem_limit_bytes:
             top_text, limit_text = fmt_gib_pair(top, res.mem_limit_bytes)
-            rej.add("memory", f"{b.key}: at least {top_text} on one rank, over "
+            rej.add("memory", f"{b.name}: at least {top_text} on one rank, over "
                     f"the {limit_text} limit")
-            if smallest is None or (top, b.key) < smallest:
-                smallest = (top, b.key)
+            if smallest is None or (top, b.name) < smallest:
+                smallest = (top, b.name)
             continue
         keep.append(b)
     keep.sort(key=lambda b: (-b.ub, b.key))
@@ -226,7 +232,7 @@ def _waves(result: PlanResult, todo: list[Bounded], done: dict[str, PlanRow], to
             # sorted by ub: every later candidate is below the bar too
             n = len(todo) - i
             ub, last = fmt_rate_pair(todo[i].ub, bar)
-            result.rejections.add("bound", f"{todo[i].key}: at most {ub} tokens/s/GPU, "
+            result.rejections.add("bound", f"{todo[i].name}: at most {ub} tokens/s/GPU, "
                                   f"{'below' if ub != last else 'no better than'} the top "
                                   f"{top}'s last ({last})", n)
             settled += n
@@ -276,14 +282,14 @@ def _finish(result: PlanResult, smallest: tuple[float, str] | None) -> None:
     result.ranking = rank(result.rows)
     no_fit = [r for r in result.rows if r.status == "ok" and not r.fits]
     if no_fit:
-        result.rejections.add("memory (simulated)", f"{no_fit[0].key}: "
+        result.rejections.add("memory (simulated)", f"{no_fit[0].name}: "
                               f"{fmt_gib(no_fit[0].peak_max_gib * GIB)}", len(no_fit))
     errors = [r for r in result.rows if r.status != "ok"]
     if errors:
-        result.rejections.add("simulation failed", f"{errors[0].key}: {errors[0].message}",
+        result.rejections.add("simulation failed", f"{errors[0].name}: {errors[0].message}",
                               len(errors))
     if not result.ranking:
-        seen = [(r.peak_max_gib * GIB, r.key) for r in result.rows if r.status == "ok"]
+        seen = [(r.peak_max_gib * GIB, r.name) for r in result.rows if r.status == "ok"]
         if smallest is not None:
             seen.append(smallest)
         if seen:

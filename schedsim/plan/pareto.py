@@ -27,10 +27,7 @@ def pareto_front(rows: Sequence[PlanRow]) -> list[PlanRow]:
 
 
 def _short(r: PlanRow) -> str:
-    c = r.candidate
-    ch = f"x{r.stages // c.pp}" if r.stages and c.pp and r.stages // c.pp > 1 else ""
-    return (f"{c.schedule} tp{c.tp} pp{c.pp}{ch} dp{c.dp}" + (f" ep{c.ep}" if c.ep > 1 else "")
-            + (f" {c.recompute}" if c.recompute != "none" else ""))
+    return r.name           # (schedsim.plan.names: the name every human output uses)
 
 
 def pareto_figure(rows: Sequence[PlanRow], *, mem_limit_gib: float | None = None,

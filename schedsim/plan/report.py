@@ -16,7 +16,7 @@ def _table(res: Any, top: int) -> str:
             "MFU", "peak GiB per rank")
     rows = []
     for i, r in enumerate(res.top(top), 1):
-        cells = (str(i), r.key, str(r.stages), str(r.microbatches), fmt_time(r.step_ms),
+        cells = (str(i), r.name, str(r.stages), str(r.microbatches), fmt_time(r.step_ms),
                  fmt_rate(r.tokens_per_s_per_gpu), fmt_bubble(r.bubble_ratio), fmt_mfu(r.mfu),
                  " ".join(fmt_time(g) for g in r.peak_gib))     # GiB (the header)
         rows.append("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in cells) + "</tr>")
@@ -48,7 +48,7 @@ def _pareto(res: Any, width: int) -> Any:
         mine = [r for r in ok if r.candidate.schedule == n]
         src = ColumnDataSource(dict(
             x=[r.peak_max_gib for r in mine], y=[r.tokens_per_s_per_gpu for r in mine],
-            key=[r.key for r in mine], fits=["yes" if r.fits else "no" for r in mine],
+            key=[r.name for r in mine], fits=["yes" if r.fits else "no" for r in mine],
             alpha=[0.85 if r.fits else 0.25 for r in mine]))
         fig.scatter("x", "y", source=src, size=7, color=palette[i % len(palette)],
                     fill_alpha="alpha", legend_label=n)
@@ -79,7 +79,7 @@ def plan_html(res: Any, best_timeline: Any, top: int = 5, title: str = "",
 
     head = Div(text=f"<h1>{_html.escape(title or 'schedsim plan')}</h1>"
                     f"{_table(res, top)}", width=width)
-    best = Div(text=f"<h2>best: {_html.escape(res.ranking[0].key)}</h2>", width=width)
+    best = Div(text=f"<h2>best: {_html.escape(res.ranking[0].name)}</h2>", width=width)
     layout = column(head, _pareto(res, width), best, build_layout(best_timeline,
                                                                   width=width))
     return file_html(layout, resources=INLINE, title=f"schedsim plan: {title}")

@@ -52,6 +52,13 @@ class PlanRow:
         return self.candidate.key
 
     @property
+    def name(self) -> str:
+        """The name for people (:func:`schedsim.plan.names.candidate_name`)."""
+        from schedsim.plan.names import candidate_name
+
+        return candidate_name(self.candidate, self.stages)
+
+    @property
     def peak_max_gib(self) -> float:
         return max(self.peak_gib) if self.peak_gib else 0.0
 
@@ -61,7 +68,7 @@ class PlanRow:
         return (-self.tokens_per_s_per_gpu, self.peak_max_gib, self.key)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"key": self.key, **self.candidate.to_dict()}
+        d = {"key": self.key, "name": self.name, **self.candidate.to_dict()}
         d.update({f.name: getattr(self, f.name) for f in fields(self)
                   if f.name != "candidate"})
         return d
