@@ -93,8 +93,8 @@ def _main(version: bool = typer.Option(
     PP schedules."""
 
 #: command modules, imported in this order (each adds its commands to ``app``)
-COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "collectives",
-                   "check", "search", "report", "workload", "plan")
+COMMAND_MODULES = ("simulate", "render", "replay", "analysis", "compare", "diff",
+                   "collectives", "check", "search", "report", "workload", "plan")
 #: each command's module: a command line that names one loads only that module (the
 #: start-up of a small ``simulate`` does not import the others); tests/test_cli_imports.py
 #: checks it against what the modules register
@@ -103,7 +103,7 @@ COMMAND_MODULE = {
     "render": "render",
     **dict.fromkeys(("replay", "calibrate", "import-trace"), "replay"),
     **dict.fromkeys(("stalls", "align", "critical-path", "query", "lint"), "analysis"),
-    **dict.fromkeys(("compare", "diff", "memory"), "compare"),
+    **dict.fromkeys(("compare", "memory"), "compare"), "diff": "diff",
     "check-collectives": "collectives", "check-trace": "check", "search": "search",
     "report": "report", "costs": "workload", "plan": "plan",
 }
