@@ -21,12 +21,13 @@ def _run(args: list[str], code: int = 0):
 def test_query_headline_says_how_the_effect_moved_against_data() -> None:
     out = _run(["query", T10, "--semantics", "all", "--effect", "rank=5 W mb=0",
                 "--cause", "rank=5 SEND_B mb=0"]).stdout.splitlines()
-    assert out[0].endswith("it starts at 11 either way; the makespan does not move.")
+    assert out[0].endswith("it starts at 11 slots either way; the makespan does not move.")
     assert out[1] == ("eager: rank 5 5SEND_B0 (instr 27) does not delay rank 5 5W0 (instr "
-                      "29): it starts at 12 either way (1 later than under data semantics, "
-                      "11), held by 5RECV_F3 on COMMIT (instr 28); the cause alone is not "
-                      "why it moved; the makespan does not move.")
-    assert "which starts at 12 either way (1 later than under data semantics, 11):" in out[2]
+                      "29): it starts at 12 slots either way (1 slot later than under data "
+                      "semantics, 11 slots), held by 5RECV_F3 on COMMIT (instr 28); the cause "
+                      "alone is not why it moved; the makespan does not move.")
+    assert ("which starts at 12 slots either way (1 slot later than under data semantics, "
+            "11 slots):") in out[2]
 
 
 def test_replay_semantics_line_counts_both_kinds_of_send() -> None:
