@@ -157,8 +157,9 @@ def test_compare_model_overlap_takes_megatron() -> None:
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     out = " ".join(r.stdout.split())
-    assert "1f1b: makespan 240.4 (none) -> 240.4 (megatron): gain 0 (0.0%)" in out
-    assert "1f1b-overlap: makespan 240.4 (none) -> 220.4 (megatron): gain 19.97 (8.3%)" in out
+    assert "1f1b: makespan 240.4 ms (none) -> 240.4 ms (megatron): gain 0 ms (0.0%)" in out
+    assert ("1f1b-overlap: makespan 240.4 ms (none) -> 220.4 ms (megatron): gain 19.97 ms "
+            "(8.3%)") in out
     r = runner.invoke(app, [*args, "--model-overlap", "none,combined"])
     assert r.exit_code == 2 and "none, domino, fb, megatron" in r.stderr
 

@@ -141,3 +141,26 @@ def test_store_listens_on_loopback_only() -> None:
             pass
     finally:
         s.close()
+
+
+def test_a_peers_lost_connection_defers_to_the_rank_a_signal_killed(tmp_path):
+    """Rank 1 killed by SIGKILL while rank 0's gloo raised "Connection closed by peer":
+    the message names rank 1 (the origin), whichever wrote first (the race of
+    test_a_rank_killed_by_a_signal_is_named_with_it, made deterministic)."""
+    import json as _json
+    import types
+
+    from schedsim.replay.launch import _failure_message
+    from schedsim.replay.worker import lost_peer
+
+    gloo = ("RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:62129. This is typically caused by a remote worker crashing.")
+    assert lost_peer(gloo) and not lost_peer("RuntimeError: shape mismatch")
+    (tmp_path / "error-rank0.json").write_text(_json.dumps(
+        {"rank": 0, "origin": not lost_peer(gloo), "message": f"rank 0: {gloo}",
+         "time": 1.0}))
+    procs = [types.SimpleNamespace(returncode=1), types.SimpleNamespace(returncode=-9)]
+    logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+    msg = _failure_message(tmp_path, procs, logs, timed_out=False, timeout=100)
+    assert msg == ("rank 1 was killed by SIGKILL (signal 9; the out-of-memory killer or a "
+                   "'kill -9') (then rank(s) 0 failed too)")

@@ -392,6 +392,19 @@ def _result_timeline(spec: JobSpec, program: Any, got: list[Any], device: Any, m
     return json.loads(tl.to_json())
 
 
+#: what the backends raise on a rank whose peer has died (gloo's tcp pair, NCCL's
+#: watchdog): a consequence of another rank's failure, not where the run failed
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer",
+             "remote worker crashing", "NCCL communicator was aborted")
+
+
+def lost_peer(message: str) -> bool:
+    """Whether a backend's error ``message`` says that a peer went away
+    (:data:`LOST_PEER`): such a rank's error is reported with ``origin = False``, so the
+    launcher names the rank that died first (killed by a signal, or its exit code)."""
+    return any(s in message for s in LOST_PEER)
+
+
 def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
     """Write ``error-rank{r}.json`` (if the spec has an out_dir) and print one line."""
     try:
@@ -401,6 +414,8 @@ def report_failure(spec: JobSpec | None, exc: BaseException) -> None:
 
     rank = os.environ.get("RANK", "?")
     origin = not isinstance(exc, RankFailure) or exc.origin   # type: ignore[union-attr]
+    if origin and lost_peer(str(exc)):
+        origin = False      # a peer died first: the launcher names it (its signal or code)
     if isinstance(exc, (RankFailure, InjectedFault, ReplayError)):
         msg = str(exc)
     else:
