@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
-from schedsim.cli.tables import data_format
+from schedsim.cli.tables import DataTable, data_format, num_time
 from schedsim.cli.common import (
     console,
     fail,
@@ -24,7 +23,7 @@ from schedsim.cli.common import (
 )
 from schedsim.errors import ScenarioError
 from schedsim.util.text import rich_escape
-from schedsim.util.units import fmt_time, unit_text, unit_title
+from schedsim.util.units import unit_text, unit_title
 
 if TYPE_CHECKING:   # for annotations; imported where used (a light start-up)
     from rich.table import Table
@@ -103,7 +102,6 @@ def stalls(
         --rank 5
     """
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.analysis.stalls import attribute_stalls, stalls_headline
 
     prog, tl = run_scenario(sc)
@@ -124,7 +122,7 @@ def stalls(
         t.add_column(col, justify="right" if col in ("rank", "start", "end", "len") else
                      "left", overflow="fold")
     for s in shown:
-        t.add_row(str(s.rank), *(num(x, fmt_time(x)) for x in (s.start, s.end, s.duration)),
+        t.add_row(str(s.rank), *(num_time(x) for x in (s.start, s.end, s.duration)),
                   s.cause, escape(s.detail))
     console.print(t)
     if len(shown) < n:
@@ -167,7 +165,6 @@ def align(
         --semantics rendezvous --rank 5
     """
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.analysis.align import ALIGN_COLUMNS, alignment, is_slotted, row_cells
 
     _, tl = run_scenario(sc)
@@ -222,7 +219,6 @@ def critical_path_cmd(
       schedsim critical-path schedules/dualpipe-figure.toml --semantics rendezvous
     """
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.analysis._simulated import simulate_compiled
     from schedsim.analysis.critical import (
         critical_path,
@@ -268,7 +264,6 @@ def _path_table(path: list, show_all: bool, unit: str) -> Table:
     """The critical path as a table: one row per step, or per run of ops on a rank (its
     times in ``unit``, said in the title)."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.analysis.critical import segments
 
     if show_all:
@@ -375,8 +370,6 @@ def query(
 def _query_table(answers: list, causes: list, eff: Any, unit: str) -> Table:
     """The table of ``query``: one row per semantics (effect time, against data, with the
     cause free, delay, with both co-causes free, makespan and its delta)."""
-    from rich.table import Table
-
     t = DataTable("answers",
                   title=rich_escape(unit_title(f"does {' + '.join(str(c) for c in causes)} "
                                                f"delay {eff}?", unit)))
@@ -425,7 +418,6 @@ def lint(
       schedsim lint schedules/crossed-sends.toml
     """
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.analysis.lint import examples, group_findings, lint as run_lint, rank_ranges
 
     prog = sc.build_program()

@@ -39,7 +39,6 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
     kind summed over the run. ``stages``: the program's stage count (to name the stages a
     default row stands for)."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.sim.pieces import exposed_by_kind
     from schedsim.sweep import stage_cost
 
@@ -59,7 +58,7 @@ def print_stage_costs(sc: Scenario, stages: int, tl: Timeline | None = None) -> 
         used = "-" if st is None else stage_cost(sc.costs, kind, st)
         how = "-" if st is None else ("derived" if abs(used - oc.cost) <= 1e-9 * max(
             1.0, oc.cost) else f"typed: {fmt_time(used)}")
-        t.add_row(label, kind, *(num(x, fmt_time(x)) for x in (
+        t.add_row(label, kind, *(num_time(x) for x in (
             oc.cost, oc.compute, oc.collective, oc.exposed, oc.hidden)), how)
     console.print(t)
     if tl is not None and tl.deadlock is None:
@@ -78,7 +77,6 @@ def print_overlap_comparison(res: Any, json_out: Path | None) -> None:
     :class:`~schedsim.sweep.OverlapComparison` (one table, then per schedule the makespan
     gain of each mode over the first) and write its records to ``json_out``."""
     from rich.markup import escape
-    from rich.table import Table
 
     t = DataTable("overlap_modes",
                   title=unit_title(f"{res.ranks} ranks x {res.microbatches} microbatches, "
@@ -171,7 +169,6 @@ def check_collectives(
 def print_check(res: dict[str, Any]) -> None:
     """Print the table and findings of a :func:`run_check` result."""
     from rich.markup import escape
-    from rich.table import Table
 
     n = res["tp"]
     t = DataTable("grad_scale",
@@ -199,7 +196,6 @@ def _check_function(function: str | None, input_function: str | None, tp: int,
                     timeout: float, json_out: Path | None) -> None:
     """``check-collectives --function``: measure, print the scales and the verdict."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.replay.collective_api import check_collective
 
     if function is None:

@@ -347,8 +347,8 @@ def _table(res, ranks: int) -> Table:
                                        + (f" (PP={f['PP']})" if f["PP"] != ranks else ""))
         tact = "-" if f is None else (f"{f['activation']} = {fmt_time(f['activation_value'])}"
                                       f", {f['params']}")
-        t.add_row(r.schedule, str(r.stages), num(r.cost_scale, fmt_time(r.cost_scale)),
-                  num(r.makespan, fmt_time(r.makespan)), _spread(r.idle, spread),
+        t.add_row(r.schedule, str(r.stages), num_time(r.cost_scale),
+                  num_time(r.makespan), _spread(r.idle, spread),
                   num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
                   num(r.span_bubble_rate, fmt_bubble(r.span_bubble_rate)),
                   _spread(r.peak_activation, spread), _spread(r.param_memory, spread),

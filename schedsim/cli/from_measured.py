@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable
 from schedsim.cli.common import console, fail, write_text_out
 from schedsim.cli.outputs import check_outputs
 from schedsim.errors import ScenarioError
@@ -18,7 +18,6 @@ from schedsim.util.units import fmt_time, with_unit
 def print_pieces(pt: Any) -> None:
     """The per-piece GPU times of a piece trace (mean, range over layers, streams) and,
     when the blocks fit the stage model, its prediction of the overlapped pair."""
-    from rich.table import Table
     from schedsim.errors import ScenarioError
     from schedsim.interop.kineto_pieces import piece_costs
     from schedsim.interop.piece_model import predict_pair
@@ -72,7 +71,6 @@ def calibrate_from_trace(path: Path, out: Path | None) -> None:
 def calibrate_timeline(ti: Any, out: Path | None, exact: bool) -> None:
     """``calibrate --from-timeline``: fit and write the cost file
     (:func:`schedsim.replay.fit.fit_timeline`)."""
-    from rich.table import Table
     from schedsim.replay.fit import fit_timeline
 
     tl = ti.timeline
@@ -132,7 +130,6 @@ def calibrate_run(sc: Any, out: Path | None, *, nproc: int | None, backend: str 
     steps of the program, spread over ``spread`` s, or the benchmarks) and write the
     cost file. Defaults: :data:`~schedsim.replay.contended.SPREAD_REPEATS` steps over
     :data:`~schedsim.replay.contended.SPREAD_S` s contended, 5 rounds of benchmarks."""
-    from rich.table import Table
     from schedsim.cli.common import Phases
     from schedsim.program.ir import Program
     from schedsim.replay.config import spec_from_scenario

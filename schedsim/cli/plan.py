@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.common import (
     ParamOpt,
     PolicyOpt,
@@ -290,7 +290,7 @@ def row_cells(r: Any) -> dict[str, str]:
     candidate's figures, for its row of the top table and for the ``best:`` line."""
     return {"layout": layout_text(r), "schedule": r.candidate.schedule,
             "recompute": r.candidate.recompute, "microbatches": str(r.microbatches),
-            "step ms": num(r.step_ms, fmt_time(r.step_ms)),
+            "step ms": num_time(r.step_ms),
             "tokens/s/GPU": num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
             "bubble": num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
             "MFU": num(r.mfu, fmt_mfu(r.mfu)),   # (csv/json: the exact numbers)
@@ -310,8 +310,6 @@ def best_line(r: Any) -> str:
 def _print(res: Any, top: int, quiet: bool, out: Path | None) -> None:
     """The top table, the rejection counts and the summary lines (``quiet``: the lines,
     and the tables only under --format csv|json, which asks for the rows)."""
-    from rich.table import Table
-
     from schedsim.cli.tables import data_format
 
     tables = not quiet or data_format()

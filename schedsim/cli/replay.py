@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable
 from schedsim.cli.records import options_record
 from schedsim.cli.common import (
     PROGRAM_FLAGS,
@@ -102,8 +102,6 @@ def _with_replay_keys(sc: Scenario, set_: list[str] | None, **keys: Any) -> Scen
 
 
 def _print_grad_check(gc: dict[str, Any]) -> None:
-    from rich.table import Table
-
     t = DataTable("gradient_check",
                   title=f"gradient check vs single-process reference ({gc['dtype']}, tolerance "
                         f"{gc['tolerance']:g})")

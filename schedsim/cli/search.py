@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.analysis import write_json
 from schedsim.cli.common import (
     BandwidthOpt,
@@ -309,7 +309,6 @@ def _spread(v: list[float]) -> str:
 
 def _table(res: Any, st: Any) -> Table:
     from rich.markup import escape
-    from rich.table import Table
 
     t = DataTable("builtins",
                   title=f"against the built-in schedules ({st.comm.semantics} semantics, "
@@ -325,7 +324,7 @@ def _table(res: Any, st: Any) -> Table:
             t.add_row(escape(b.label), "-", "-", "-", "-", escape(b.note))
             continue
         rel = (b.makespan - res.makespan) / res.makespan * 100 if res.makespan else 0.0
-        t.add_row(escape(b.label), num(b.makespan, fmt_time(b.makespan)),
+        t.add_row(escape(b.label), num_time(b.makespan),
                   num(b.bubble, fmt_bubble(b.bubble)), _spread(b.peak), "yes" if b.fits else "no",
                   num(rel / 100, f"{rel:+.1f}%"))
     return t

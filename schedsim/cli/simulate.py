@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_time  # noqa: F401
 from schedsim.cli.common import (
     BandwidthOpt,
     BytesOpt,
@@ -85,8 +85,6 @@ def result_line(tl: Timeline) -> str:
 
 def print_summary(tl: Timeline) -> None:
     """Print the per-rank summary table and the makespan line."""
-    from rich.table import Table
-
     how = (f"measured on {tl.semantics}" if tl.source == "measured"
            else f"{tl.semantics} semantics")
     t = DataTable("ranks",
@@ -98,10 +96,10 @@ def print_summary(tl: Timeline) -> None:
     for col in ("rank", "busy", "idle", "bubble ratio", "first start", "last end"):
         t.add_column(col, justify="right")
     for r in tl.per_rank:
-        t.add_row(str(r.rank), num(r.busy, fmt_time(r.busy)), num(r.idle, fmt_time(r.idle)),
+        t.add_row(str(r.rank), num_time(r.busy), num_time(r.idle),
                   num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
-                  num(r.first_start, fmt_time(r.first_start)),
-                  num(r.last_end, fmt_time(r.last_end)))
+                  num_time(r.first_start),
+                  num_time(r.last_end))
     console.print(t)
     console.print(result_line(tl), highlight=False)
     from schedsim.analysis.metrics import bubble_rate_paper, stage_spans
@@ -268,7 +266,6 @@ def list_schedules() -> None:
     """List the schedules (placement, parameters, constraints, source), the comm
     policies with their --param keys, and the comm semantics."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.generators import GENERATORS, names
 
     t = DataTable("schedules",
@@ -291,7 +288,6 @@ def list_schedules() -> None:
 def _policies_table() -> Table:
     """The comm policies (schedsim.program.lower.POLICIES): summary and --param keys."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.program.lower import POLICIES, policy_names
 
     t = DataTable("comm_policies",
@@ -317,7 +313,6 @@ def _param_values(annotation: object) -> str:
 def _semantics_table() -> Table:
     """The comm semantics (--semantics NAME) and what each means."""
     from rich.markup import escape
-    from rich.table import Table
     from schedsim.program.vocab import SEMANTICS_SUMMARY
 
     t = DataTable("semantics",

@@ -147,6 +147,14 @@ def num_time(x: float | None) -> Num:
     return num(x, fmt_time(x))
 
 
+def num_gib(nbytes: float) -> Num:
+    """A cell under a GiB header: :func:`schedsim.util.units.gib_number`'s text, the exact
+    GiB (``nbytes / 2**30``)."""
+    from schedsim.util.units import GIB, gib_number
+
+    return num(nbytes / GIB, gib_number(nbytes))
+
+
 class DataTable(_RichTable):
     """A rich Table with what ``--format csv|json`` needs to write it for a script: a
     stable ``id`` (the table's key: ``ranks``, ``workload``, ``candidates``; the title is
@@ -224,12 +232,8 @@ def table_data(table: Any) -> dict[str, Any]:
     given = list(getattr(table, "data_keys", []))
     given += [None] * (len(header) - len(given))
     keys: list[str] = []
-    for h, k in zip(header, given):
-        k = k or column_key(h)
-        base, n = k, 2
-        while k in keys:                    # two columns with one key: the second _2
-            k, n = f"{base}_{n}", n + 1
-        keys.append(k)
+    for h, k in zip(header, given):         # two columns with one key: the second _2
+        keys.append(_unique(k or column_key(h), keys))
     raw = [list(c.cells) for c in table.columns]
     out_rows = []
     for i, r in enumerate(rows):
@@ -247,12 +251,16 @@ def tables_data(tables: list[Any]) -> dict[str, dict[str, Any]]:
     rich Table: ``table``); the same id twice: ``ID``, ``ID_2``, ..."""
     out: dict[str, dict[str, Any]] = {}
     for t in tables:
-        base = getattr(t, "data_id", None) or "table"
-        k, n = base, 2
-        while k in out:
-            k, n = f"{base}_{n}", n + 1
-        out[k] = table_data(t)
+        out[_unique(getattr(t, "data_id", None) or "table", out)] = table_data(t)
     return out
+
+
+def _unique(key: str, taken: Any) -> str:
+    """``key``, or ``key_2``, ``key_3``, ... the first not in ``taken``."""
+    k, n = key, 2
+    while k in taken:
+        k, n = f"{key}_{n}", n + 1
+    return k
 
 
 def _csv_cell(v: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from schedsim.cli import app
-from schedsim.cli.tables import DataTable, num  # noqa: F401
+from schedsim.cli.tables import DataTable, num, num_gib, num_time  # noqa: F401
 from schedsim.cli.common import console, handle_errors, scenario_command, write_text_out
 from schedsim.cli.inputs import simulate_scenario
 from schedsim.errors import ScenarioError
@@ -71,8 +71,6 @@ def with_workload(sc: Scenario, **changes: Any) -> Scenario:
 
 def print_workload(res: Any) -> None:
     """The step line and a table of bytes per pipeline rank (GiB)."""
-    from rich.table import Table
-
     w = res.derived.workload
     t = DataTable("workload",
                   title=rich_escape(
@@ -87,11 +85,11 @@ def print_workload(res: Any) -> None:
     for r, m in enumerate(res.memory):
         sb = res.derived.static[r]
         top = rp[r] if rp else m.peak          # the headroom of what runs out
-        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
+        t.add_row(str(r), *(num_gib(x) for x in (
             sb.params, sb.grads, sb.optimizer, sb.unsharded, m.held, m.recv,
             m.peak_activations, res.peak_memory_bytes[r], *((rp[r],) if rp else ()))),
-            num(m.peak_at, fmt_time(m.peak_at)),
-            num((res.hbm_bytes - top) / GIB, gib_number(res.hbm_bytes - top)))
+            num_time(m.peak_at),
+            num_gib(res.hbm_bytes - top))
     console.print(t)
     console.print(workload_line(res), highlight=False)
 
@@ -103,7 +101,6 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
     (``peak_reserved_bytes``), the headroom against HBM of what runs out (reserved,
     else the peak) (GiB); ``json_out`` gets the bytes and the curves (``[ms, bytes of
     activations]`` points)."""
-    from rich.table import Table
     from schedsim.analysis.memory import workload_memory
 
     mem = workload_memory(tl)
@@ -133,9 +130,9 @@ def print_memory_gib(tl: Any, json_out: Path | None) -> bool:
                      col + "_gib")
     for r, m in enumerate(mem):
         top = rp[r] if rp else m.peak
-        t.add_row(str(r), *(num(x / GIB, gib_number(x)) for x in (
+        t.add_row(str(r), *(num_gib(x) for x in (
             m.static, m.held, m.peak_activations, peaks[r], *((rp[r],) if rp else ()))),
-            num(m.peak_at, fmt_time(m.peak_at)), num((hbm - top) / GIB, gib_number(hbm - top)))
+            num_time(m.peak_at), num_gib(hbm - top))
     console.print(t)
     from schedsim.util.units import fmt_gib_pair
 
@@ -166,8 +163,6 @@ def _peak(xs: list[float] | None, span: Any) -> Any:
 
 
 def _print_breakdown(b: dict[str, Any]) -> None:
-    from rich.table import Table
-
     t = DataTable("stages",
                   title=rich_escape(f"{b['model']} on {b['gpu']}: ms per microbatch on one "
                                     f"rank"))
@@ -180,10 +175,10 @@ def _print_breakdown(b: dict[str, Any]) -> None:
         fl = sum(s["flops"][k] for k in ("F", "B", "W", "recompute"))
         a = s["activation_bytes"]
         t.add_row(str(s["stage"]), str(s["rank"]), layers,
-                  *(num(s['ms'][k], fmt_time(s['ms'][k])) for k in ("F", "B", "W", "BW")),
+                  *(num_time(s['ms'][k]) for k in ("F", "B", "W", "BW")),
                   num(fl / 1e12, f"{fl / 1e12:.2f}"),
-                  num(a['stored'] / GIB, gib_number(a['stored'])),
-                  num(a['stash_w'] / GIB, gib_number(a['stash_w'])))
+                  num_gib(a['stored']),
+                  num_gib(a['stash_w']))
     console.print(t)
     same: dict[str, list[int]] = {}     # each pieces line and the stages that have it
     for s in b["stages"]:
@@ -283,7 +278,6 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
     :func:`schedsim.sweep.none_ran`). ``gantt``: one chart per schedule on one time axis
     (``memory``, a memory model: a memory panel each, in GiB). ``quiet``: one line per
     schedule (its step line, as ``simulate -q`` prints it, and its bubble ratio)."""
-    from rich.table import Table
     from schedsim.sweep import none_ran
     from schedsim.sweep_workload import compare_workload_schedules
 
@@ -307,7 +301,7 @@ def compare_workload(sc: Scenario, names: str | None, json_out: Path | None,
         return f"{lo}..{hi}" if lo != hi else hi
 
     for n, r in rows:
-        t.add_row(n, str(r.timeline.stages), num(r.step_ms, fmt_time(r.step_ms)),
+        t.add_row(n, str(r.timeline.stages), num_time(r.step_ms),
                   num(r.tokens_per_s_per_gpu, fmt_rate(r.tokens_per_s_per_gpu)),
                   num(r.mfu, fmt_mfu(r.mfu)), num(r.bubble_ratio, fmt_bubble(r.bubble_ratio)),
                   _peak(r.peak_memory_bytes, span),

@@ -68,7 +68,6 @@ def with_unit(value: float, unit: str) -> str:
     return f"{fmt_time(value)} {unit_text(unit, value)}"
 
 
-
 def unit_title(title: str, unit: str) -> str:
     """A table's title with the unit its time columns are in, stated once:
     ``stalls of 1f1b (ms)``, ``slack per op (slots)`` (:func:`unit_text`)."""
