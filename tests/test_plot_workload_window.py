@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.text import Text
+from workload_scenarios import my70
 
 from schedsim.cli.common import build_scenario
 from schedsim.plot.detail import SPLIT_MIN_PX, split_lines_shown
@@ -18,25 +19,12 @@ from schedsim.plot.gantt import gantt
 from schedsim.sim.pieces import attach_pieces
 from schedsim.sim.simulate import simulate
 
-TOML = """\
-[schedule]
-name = "1f1b"
-[workload]
-model = "llama3.1-70b"
-gpu = "h100-sxm"
-num_gpus = 64
-seq = 8192
-global_batch_size = 512
-tp = 8
-pp = 4
-recompute = "selective"
-"""
 
 
 @pytest.fixture(scope="module")
 def tl70(tmp_path_factory):
     p = tmp_path_factory.mktemp("wl") / "my70.toml"
-    p.write_text(TOML)
+    p.write_text(my70())
     sc = build_scenario(Path(p))
     return attach_pieces(simulate(sc.build_program(), sc.costs, sc.link, sc.comm),
                          sc.stage_costs())

@@ -15,23 +15,13 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from workload_scenarios import SMALL
 
 from schedsim.cli import app
 from schedsim.util.units import fmt_bubble, fmt_mfu, fmt_rate, with_unit
 
 runner = CliRunner()
 
-SMALL = """
-[schedule]
-name = "1f1b"
-[workload]
-model = "llama3.1-8b"
-gpu = "h100-sxm"
-seq = 4096
-global_batch_size = 16
-tp = 2
-pp = 4
-"""
 
 #: a time followed by its unit (``1170 ms``, ``0.3096 ms``)
 MS = r"-?[\d.]+ ms"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import SCHEDULES
 from typer.testing import CliRunner
+from workload_scenarios import SMALL
 
 from schedsim.cli import app
 from schedsim.scenario import load_scenario
@@ -18,17 +19,6 @@ from schedsim.util.units import with_unit
 runner = CliRunner()
 LLAMA = SCHEDULES / "llama3-70b-h100.toml"
 
-SMALL = """
-[schedule]
-name = "1f1b"
-[workload]
-model = "llama3.1-8b"
-gpu = "h100-sxm"
-seq = 4096
-global_batch_size = 16
-tp = 2
-pp = 4
-"""
 
 
 def run(*args: str) -> object:

@@ -11,27 +11,11 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from workload_scenarios import my70
 
 from schedsim.cli import app
 
 runner = CliRunner()
-
-#: the trial's scenario (my70.toml)
-MY70 = """
-[schedule]
-name = "1f1b"
-{schedule}
-{tables}
-[workload]
-model = "llama3.1-70b"
-gpu = "h100-sxm"
-num_gpus = 64
-seq = 8192
-global_batch_size = 512
-tp = 8
-pp = 4
-recompute = "selective"
-"""
 
 
 def run(*args: object):
@@ -40,7 +24,7 @@ def run(*args: object):
 
 def scenario(tmp_path: Path, schedule: str = "", tables: str = "") -> Path:
     p = tmp_path / "my70.toml"
-    p.write_text(MY70.format(schedule=schedule, tables=tables))
+    p.write_text(my70(schedule, tables))
     return p
 
 

@@ -8,25 +8,12 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from workload_scenarios import my70
 
 from schedsim.cli import app
 
 runner = CliRunner()
 
-MY70 = """
-[schedule]
-name = "1f1b"
-{schedule}
-[workload]
-model = "llama3.1-70b"
-gpu = "h100-sxm"
-num_gpus = 64
-seq = 8192
-global_batch_size = 512
-tp = 8
-pp = 4
-recompute = "selective"
-"""
 
 
 def run(*args: object):
@@ -62,14 +49,14 @@ def test_plan_refuses_a_mem_limit_above_the_hbm(tmp_path: Path, limit: str) -> N
 
 
 def test_simulate_and_the_file_refuse_it_by_the_same_rule(tmp_path: Path) -> None:
-    p = write(tmp_path, MY70.format(schedule=""))
+    p = write(tmp_path, my70())
     assert one_line(run("simulate", p, "-s", "zb-1p", "--mem-limit", "500GiB", "-q")) == (
         "error: Invalid value for '--mem-limit': 500 GiB is above the h100-sxm's 80 GiB; "
         "give at most 80GiB (see 'schedsim simulate --help')")
     # 86 GB is 80.09 GiB: above, too
     assert "80.09 GiB is above the h100-sxm's 80 GiB" in one_line(
         run("simulate", p, "-s", "zb-1p", "--mem-limit", "86GB", "-q"))
-    f = write(tmp_path, MY70.format(schedule='mem_limit = "81GiB"').replace(
+    f = write(tmp_path, my70('mem_limit = "81GiB"').replace(
         '"1f1b"', '"zb-1p"'), "zb.toml")
     assert one_line(run("simulate", f, "-q")) == (
         f"error: {f}: [schedule] mem_limit '81GiB': 81 GiB is above the h100-sxm's 80 GiB; "
@@ -94,7 +81,7 @@ def test_the_suggestion_is_a_size_that_passes() -> None:
 
 # -- 3: memory --memory-model on a workload ------------------------------------------------
 def test_memory_model_on_a_workload_says_why_it_is_not_in_gib(tmp_path: Path) -> None:
-    p = write(tmp_path, MY70.format(schedule=""))
+    p = write(tmp_path, my70())
     r = run("memory", p, "--memory-model", "inflight")
     assert r.exit_code == 0, r.output
     assert r.stderr == ("warning: --memory-model counts activations in microbatches' "
@@ -137,23 +124,23 @@ def test_a_schedule_the_workloads_sizes_do_not_fill_names_the_settings(
     r = run("simulate", write(tmp_path, DS.replace("= 1024", "= 4096"), "ds2.toml"), "-q")
     assert r.exit_code == 0, r.output
     # odd ranks: no batch helps
-    odd = MY70.format(schedule="").replace("pp = 4", "pp = 5").replace("= 64", "= 80")
+    odd = my70().replace("pp = 4", "pp = 5").replace("= 64", "= 80")
     assert one_line(run("simulate", write(tmp_path, odd, "odd.toml"), "-s", "dualpipe",
                         "-q")).endswith(
         "[workload] sets ranks = pp = 5 and microbatches = global_batch_size / "
         "(micro_batch_size x dp) = 512 / (1 x 2) = 256: change pp")
     # not the sizes (the comm policy refuses the placement): no size hint
-    assert one_line(run("simulate", write(tmp_path, MY70.format(schedule="")), "-s", "zbv",
+    assert one_line(run("simulate", write(tmp_path, my70()), "-s", "zbv",
                         "--comm-policy", "megatron", "-q")).endswith(
         "this schedule has a v placement")
 
 
 def test_gpus_that_tp_cp_pp_do_not_divide_name_no_made_up_dp(tmp_path: Path) -> None:
-    p = write(tmp_path, MY70.format(schedule="").replace("tp = 8", "tp = 3"))
+    p = write(tmp_path, my70().replace("tp = 8", "tp = 3"))
     assert one_line(run("simulate", p, "-q")) == (
         f"error: {p}: 64 GPUs is not a multiple of tp 3 x pp 4 = 12: change the GPUs or "
         f"the degrees")
-    given = MY70.format(schedule="").replace("tp = 8", "tp = 3\ndp = 5")
+    given = my70().replace("tp = 8", "tp = 3\ndp = 5")
     assert one_line(run("simulate", write(tmp_path, given, "dp.toml"), "-q")).endswith(
         "64 GPUs is not tp 3 x pp 4 x dp 5 = 60: change the GPUs or the degrees")
 
